@@ -11,6 +11,7 @@ import pytest
 import redis
 
 import distlock
+from distlock.backends import direct
 from distlock.exceptions import BackendUnavailable
 from distlock.handler import locks
 from tests.configs import distlock_settings
@@ -100,3 +101,55 @@ def test_clients_it_cannot_drive_directly_go_through_redis_py(settings, redis_ur
     assert cycle("single") > first
     assert locks["default"]._direct._pool is None
     locks.reset()
+
+
+def direct_calls():
+    return locks["default"].direct
+
+
+def test_with_hiredis_and_resp2_it_drives_the_socket_itself(redis_backend: str) -> None:
+    cycle()
+    assert direct_calls()._line is direct._SocketLine
+    assert isinstance(direct_calls()._idle[0], direct._SocketLine)
+
+
+@pytest.mark.parametrize("options", [{"protocol": 3}, {"encoding": "latin-1"}])
+def test_options_it_does_not_speak_go_through_the_connection(settings, redis_url,
+                                                             options) -> None:
+    settings.DISTLOCK, settings.CACHES = distlock_settings("redis", redis_url)
+    settings.DISTLOCK["default"]["OPTIONS"].update(options)
+    locks.reset()
+    first = cycle("fallback")
+    redis.Redis.from_url(redis_url).script_flush()
+    assert cycle("fallback") > first
+    assert direct_calls()._line is direct._ConnectionLine
+    locks.reset()
+
+
+def test_an_error_reply_raises_redis_pys_error_and_keeps_the_connection(
+        redis_backend: str) -> None:
+    redis.Redis.from_url(redis_backend).set("not-a-list", "x")
+    with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
+        direct_calls().command("BLPOP", "not-a-list", 0.01)
+    line = direct_calls()._idle[0]
+    assert direct_calls().command("PING") == b"PONG"
+    assert direct_calls()._idle[0] is line  # the same connection, still in step
+
+
+def test_a_socket_redis_py_reopened_gets_a_reader_of_its_own(redis_backend: str) -> None:
+    cycle()
+    line = direct_calls()._idle[0]
+    line.connection.disconnect()
+    line.connection.connect()  # a new socket the line has not read from yet
+    assert cycle() > 0
+    assert line.sock is line.connection._sock
+
+
+def test_a_connection_returned_to_the_pool_is_in_step_for_redis_py(redis_backend: str) -> None:
+    for round_ in range(3):
+        cycle(f"shared:{round_}")
+    backend = locks["default"]
+    backend.direct.close()  # the connections go back to the client's pool
+    backend.client.set("after", "direct")
+    assert backend.client.get("after") == b"direct"
+    assert cycle("shared:again") > 0

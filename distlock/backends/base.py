@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from asgiref.sync import sync_to_async
@@ -11,6 +10,7 @@ from ..exceptions import InvalidLockBackendError, RenewalLimitReached
 from ..info import LockInfo
 from ..names import KeyLayout
 from ..signals import lock_force_released
+from ..validation import lease_milliseconds, seconds
 
 DEFAULT_KEY_PREFIX = "distlock"
 DEFAULT_TIMEOUT = 60
@@ -29,9 +29,9 @@ LIMIT_OPTIONS = frozenset({"MAX_TTL", "MAX_RENEWALS"})
 _PREFIX_FORBIDDEN = re.compile(r"[{}\s\x00-\x1f\x7f*?\[\]]")
 
 
-@dataclass(frozen=True)
-class Attempt:
-    """What one acquire attempt found."""
+class Attempt(NamedTuple):
+    """What one acquire attempt found. (A NamedTuple: one is built per acquire, and a frozen
+    dataclass's __init__ costs several times more.)"""
 
     acquired: bool
     fencing_token: int = 0
@@ -92,8 +92,6 @@ class BaseLockBackend:
 
     def lease_ms(self, ttl: float) -> int:
         """Return the lease of ``ttl`` seconds in milliseconds; ValueError above MAX_TTL."""
-        from ..validation import lease_milliseconds
-
         if self.max_ttl is not None and ttl > self.max_ttl:
             raise ValueError(
                 f"ttl={ttl:g} is longer than the MAX_TTL of DISTLOCK[{self.alias!r}] "
@@ -234,8 +232,6 @@ def _parse_prefix(alias: str, prefix: object) -> str:
 
 
 def _parse_timeout(alias: str, timeout: object) -> float:
-    from ..validation import lease_milliseconds, seconds
-
     label = f"DISTLOCK[{alias!r}]['TIMEOUT']"
     try:
         value = seconds(label, timeout)
@@ -253,8 +249,6 @@ def _parse_timeout(alias: str, timeout: object) -> float:
 def _parse_limits(alias: str, options: dict[str, Any],
                   timeout: float) -> tuple[float | None, int | None]:
     """Return (MAX_TTL, MAX_RENEWALS) from OPTIONS; None where no limit is set."""
-    from ..validation import lease_milliseconds, seconds
-
     def invalid(option: str, problem: str, hint: str) -> InvalidLockBackendError:
         return InvalidLockBackendError(
             f"DISTLOCK[{alias!r}]['OPTIONS'][{option!r}] {problem}", check_id="distlock.E006",

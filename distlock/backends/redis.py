@@ -42,6 +42,9 @@ DEFAULT_WAIT_TIMEOUT_MS = 500
 CLUSTER_ARGUMENTS = frozenset(inspect.signature(redis.RedisCluster.__init__).parameters) - (
     frozenset(inspect.signature(redis.Redis.__init__).parameters)
 )
+# What the client raises when a call's outcome is unknown. RedisClusterException (an
+# unreachable cluster, while the client is built) is not a RedisError.
+CLIENT_ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException)
 # Cluster errors that mean "route this call again" (MovedError is an AskError).
 REDIRECTS = (redis.exceptions.AskError, redis.exceptions.TryAgainError)
 SCRIPT_SOURCES = {
@@ -304,8 +307,14 @@ class RedisBackend(BaseLockBackend):
         return direct
 
     def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        with self._translate_errors():
+        # The hot path: _translate_errors spelt out, since a generator-based context manager
+        # costs more than the rest of this method.
+        try:
             return self.direct.script(name, keys, args)
+        except redis.exceptions.NoScriptError:
+            raise
+        except CLIENT_ERRORS as exc:
+            raise self._unavailable(exc) from exc
 
     async def _loop_client(self) -> _LoopClient | None:
         """Return this event loop's async client (redis.asyncio connections are loop-bound)."""
@@ -331,13 +340,14 @@ class RedisBackend(BaseLockBackend):
             yield
         except redis.exceptions.NoScriptError:
             raise
-        # RedisClusterException (an unreachable cluster, while the client is built) is not a
-        # RedisError; it escaped as itself instead of BackendUnavailable.
-        except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
-            raise BackendUnavailable(
-                f"Redis at {self.address} did not answer ({type(exc).__name__}: {exc}); "
-                "the lock state is unknown, so nothing was assumed.",
-            ) from exc
+        except CLIENT_ERRORS as exc:
+            raise self._unavailable(exc) from exc
+
+    def _unavailable(self, exc: Exception) -> BackendUnavailable:
+        return BackendUnavailable(
+            f"Redis at {self.address} did not answer ({type(exc).__name__}: {exc}); "
+            "the lock state is unknown, so nothing was assumed.",
+        )
 
     @property
     def address(self) -> str:
