@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from . import anchors
-from .uncontended import DISTINCT, FLOOR, FLOOR_BARE, PING, PING_BARE, SAME
+from .uncontended import DISTINCT, FLOOR, FLOOR_BARE, PING, PING_BARE, SAME, SCRIPTS_BARE
 
 
 def _number(value: Any) -> str:
@@ -50,7 +50,17 @@ def markdown(results: dict[str, Any]) -> str:
         lines += ["## Physical floor (one connection)", ""]
         lines += _table(["case", "ops/s", "us per op"],
                         [[name, pairs["floor"][name]["per_s"], pairs["floor"][name]["us"]]
-                         for name in (PING, PING_BARE, FLOOR, FLOOR_BARE)])
+                         for name in (PING, PING_BARE, FLOOR, FLOOR_BARE)
+                         if name in pairs["floor"]])
+        if SCRIPTS_BARE in pairs["floor"]:
+            ceiling = pairs["floor"][SCRIPTS_BARE]
+            lines += [
+                f"distlock's own acquire and release scripts, pre-packed and written to a bare "
+                f"connection like the bare floor, take {ceiling['us']} us per pair: "
+                f"{pairs['scripts_bare_vs_bare_floor']}x the bare floor's speed. That is the "
+                "most any client could reach with them; the rest of the gap to the bare floor "
+                "is the server's work for metadata, index, fencing token and queue.", "",
+            ]
         lines += ["## Uncontended acquire+release", ""]
         rows = []
         for library in anchors.UNCONTENDED_LIBRARIES:

@@ -2,7 +2,10 @@
 
 Floor cases: PING and SET NX PX + DEL (the least a lock can do: two round trips) through
 redis-py's client, and the same commands written straight to one redis-py Connection
-(pre-packed, no client layer) to show what the client layer itself costs.
+(pre-packed, no client layer) to show what the client layer itself costs. One more case
+writes distlock's own acquire and release scripts, pre-packed, to such a bare connection:
+the most any client could get out of them, which shows what the server-side work (metadata,
+index, fencing token, queue) costs over the bare floor.
 
 Lock cases: one acquire+release of a new lock object per call, on the same name every time
 (a hot lock: a cron job's, a view's) and on a new name every time.
@@ -16,12 +19,13 @@ from typing import Any
 import redis
 
 from . import anchors
-from .harness import Profile, interleaved, paired_ratio, summary
+from .harness import KEY_PREFIX, Profile, interleaved, paired_ratio, summary
 
 PING = "PING"
 PING_BARE = "PING (bare connection)"
 FLOOR = "SET NX PX + DEL"
 FLOOR_BARE = "SET NX PX + DEL (bare connection)"
+SCRIPTS_BARE = "distlock's scripts, pre-packed (bare connection)"
 SAME, DISTINCT = "same name", "distinct names"
 
 
@@ -44,8 +48,27 @@ def floor_cases(url: str) -> dict[str, Callable[[], object]]:
         client.set("floor:client", "token", nx=True, px=10_000)
         client.delete("floor:client")
 
+    acquire, release = _packed_scripts(connection, client)
     return {PING: client.ping, PING_BARE: bare(ping), FLOOR: set_and_delete,
-            FLOOR_BARE: bare(set_nx, delete)}
+            FLOOR_BARE: bare(set_nx, delete), SCRIPTS_BARE: bare(acquire, release)}
+
+
+def _packed_scripts(connection: Any, client: redis.Redis) -> tuple[Any, Any]:
+    """distlock's acquire and release of one free lock, as its Redis backend sends them."""
+    from distlock.backends import scripts
+    from distlock.info import holder_metadata
+    from distlock.names import KeyLayout
+
+    name, token = "floor:scripts", "0" * 32
+    k = KeyLayout(KEY_PREFIX).keys_for(name)
+    acquire = connection.pack_command(
+        "EVALSHA", client.script_load(scripts.ACQUIRE), 6,
+        k.lock, k.fence, k.waiters, k.signal, k.index, k.since,
+        token, anchors.TTL * 1000, holder_metadata(None), name, "", 2000)
+    release = connection.pack_command(
+        "EVALSHA", client.script_load(scripts.RELEASE), 5,
+        k.lock, k.waiters, k.signal, k.index, k.since, token, name, "0", 250)
+    return acquire, release
 
 
 def lock_cases(url: str) -> dict[str, Callable[[], object]]:
@@ -63,7 +86,8 @@ def lock_cases(url: str) -> dict[str, Callable[[], object]]:
 def run(profile: Profile, url: str) -> dict[str, Any]:
     cases = {**floor_cases(url), **lock_cases(url)}
     rates = interleaved(cases, profile.repeats, profile.seconds_per_case)
-    floor = {name: summary(rates[name]) for name in (PING, PING_BARE, FLOOR, FLOOR_BARE)}
+    floor = {name: summary(rates[name])
+             for name in (PING, PING_BARE, FLOOR, FLOOR_BARE, SCRIPTS_BARE)}
     locks: dict[str, dict[str, Any]] = {SAME: {}, DISTINCT: {}}
     ratios: dict[str, dict[str, float]] = {SAME: {}, DISTINCT: {}}
     for mode in (SAME, DISTINCT):
@@ -75,4 +99,7 @@ def run(profile: Profile, url: str) -> dict[str, Any]:
                     paired_ratio(ours, rates[f"{library} | {mode}"]), 3)
         ratios[mode][f"vs {FLOOR}"] = round(paired_ratio(ours, rates[FLOOR]), 3)
         ratios[mode][f"vs {FLOOR_BARE}"] = round(paired_ratio(ours, rates[FLOOR_BARE]), 3)
-    return {"floor": floor, "locks": locks, "distlock_ratios": ratios}
+    # The bare floor is out of reach of anything that runs these scripts: their own ratio.
+    scripts_vs_floor = round(paired_ratio(rates[SCRIPTS_BARE], rates[FLOOR_BARE]), 3)
+    return {"floor": floor, "locks": locks, "distlock_ratios": ratios,
+            "scripts_bare_vs_bare_floor": scripts_vs_floor}

@@ -69,7 +69,20 @@ def from_milliseconds(ms: int) -> datetime:
 
 def holder_metadata(purpose: str | None) -> str:
     """Return the JSON stored beside a lock: who holds it, where, and why. Never pickled."""
-    return _metadata(os.getpid(), threading.current_thread().name, purpose)
+    return _metadata(_pid, threading.current_thread().name, purpose)
+
+
+# os.getpid() is a system call on every acquire; the pid only changes in a forked child.
+_pid = os.getpid()
+
+
+def _remember_pid() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_remember_pid)
 
 
 @lru_cache(maxsize=256)

@@ -8,7 +8,6 @@ import inspect
 import json
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from .exceptions import (
 from .info import LockInfo, from_milliseconds, holder_metadata
 from .names import validate_name
 from .signals import lock_acquired, lock_contended, lock_lost, lock_released
+from .tokens import new_token
 from .validation import lease_milliseconds, seconds
 
 logger = logging.getLogger("distlock")
@@ -469,7 +469,7 @@ class _Attempts:
     def __init__(self, lock: Lock, backend: BaseLockBackend, wait: float | None) -> None:
         self.lock = lock
         self.backend = backend
-        self.token = os.urandom(16).hex()  # 128 random bits: unguessable, never reused
+        self.token = new_token()  # 128 random bits: unguessable, never reused
         ttl = lock.ttl if lock.ttl is not None else backend.default_timeout
         self.ttl_ms = backend.lease_ms(ttl)  # also enforces the alias's MAX_TTL
         self.meta = holder_metadata(lock.purpose)

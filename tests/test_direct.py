@@ -153,3 +153,27 @@ def test_a_connection_returned_to_the_pool_is_in_step_for_redis_py(redis_backend
     backend.client.set("after", "direct")
     assert backend.client.get("after") == b"direct"
     assert cycle("shared:again") > 0
+
+
+def test_a_command_larger_than_the_send_buffer_is_written_whole() -> None:
+    # The first write goes straight to the non-blocking descriptor and may take only part;
+    # the rest must follow, in order, within the socket's timeout.
+    import socket
+
+    sender, receiver = socket.socketpair()
+    sender.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    sender.settimeout(5)
+    payload = os.urandom(2_000_000)
+    received = bytearray()
+
+    def drain() -> None:
+        while len(received) < len(payload):
+            received.extend(receiver.recv(65536))
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    direct._write(sender, payload)
+    reader.join(timeout=10)
+    sender.close()
+    receiver.close()
+    assert bytes(received) == payload

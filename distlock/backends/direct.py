@@ -20,6 +20,7 @@ import codecs
 import hashlib
 import os
 import select
+import socket
 import weakref
 from collections import deque
 from typing import Any
@@ -173,7 +174,7 @@ class _SocketLine:
         packed = hiredis.pack_command(args)
         sock = self._socket()
         try:
-            sock.sendall(packed)
+            _write(sock, packed)
         except TimeoutError:  # the socket's own timeout
             raise RedisTimeoutError("Timeout writing to socket") from None
         except OSError:
@@ -228,9 +229,27 @@ class _SocketLine:
         self.sock = self.reader = self.poller = None
 
 
+def _write(sock: Any, packed: bytes) -> None:
+    """Write ``packed`` to ``sock``, waiting at most the socket's timeout.
+
+    A socket with a timeout polls before every send; a command fits the send buffer of an
+    idle connection, so it is first written straight to the (non-blocking) descriptor, one
+    system call instead of two. TLS sockets must encrypt, and always take sendall().
+    """
+    if type(sock) is socket.socket:
+        try:
+            written = os.write(sock.fileno(), packed)
+        except BlockingIOError:
+            written = 0
+        if written == len(packed):
+            return
+        packed = packed[written:]
+    sock.sendall(packed)
+
+
 def _write_or_raise(sock: Any, packed: bytes) -> None:
     try:
-        sock.sendall(packed)
+        _write(sock, packed)
     except TimeoutError:  # the socket's own timeout
         raise RedisTimeoutError("Timeout writing to socket") from None
     except OSError as exc:
