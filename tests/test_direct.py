@@ -11,7 +11,7 @@ import pytest
 import redis
 
 import distlock
-from distlock.backends import direct
+from distlock.backends import lines
 from distlock.exceptions import BackendUnavailable
 from distlock.handler import locks
 from tests.configs import distlock_settings
@@ -109,8 +109,8 @@ def direct_calls():
 
 def test_with_hiredis_and_resp2_it_drives_the_socket_itself(redis_backend: str) -> None:
     cycle()
-    assert direct_calls()._line is direct._SocketLine
-    assert isinstance(direct_calls()._idle[0], direct._SocketLine)
+    assert direct_calls()._line is lines.SocketLine
+    assert isinstance(direct_calls()._idle[0], lines.SocketLine)
 
 
 @pytest.mark.parametrize("options", [{"protocol": 3}, {"encoding": "latin-1"}])
@@ -122,7 +122,7 @@ def test_options_it_does_not_speak_go_through_the_connection(settings, redis_url
     first = cycle("fallback")
     redis.Redis.from_url(redis_url).script_flush()
     assert cycle("fallback") > first
-    assert direct_calls()._line is direct._ConnectionLine
+    assert direct_calls()._line is lines.ConnectionLine
     locks.reset()
 
 
@@ -172,7 +172,7 @@ def test_a_command_larger_than_the_send_buffer_is_written_whole() -> None:
 
     reader = threading.Thread(target=drain)
     reader.start()
-    direct._write(sender, payload)
+    lines._write(sender, payload)
     reader.join(timeout=10)
     sender.close()
     receiver.close()

@@ -418,3 +418,44 @@ def test_a_fan_out_costs_one_round_trip_not_one_per_node(settings: Any,
         lk.release()
         locks["default"].close()
     assert 0.2 <= took < 0.4, f"acquire took {took:.3f}s over three nodes 0.2 s away"
+
+
+# --------------------------------------------------------------------------- node I/O
+
+
+def shelves_line_kinds() -> set[type]:
+    return {type(line) for shelf in locks["default"]._shelves if shelf is not None
+            for line, _ in shelf._idle}
+
+
+def test_fan_outs_drive_each_nodes_socket_themselves(nodes: list[RedisServer]) -> None:
+    from distlock.backends.lines import SocketLine
+
+    with distlock.lock("lines", ttl=5) as lk:
+        assert lk.owned()
+    assert shelves_line_kinds() == {SocketLine}
+
+
+def test_fan_outs_over_redis_pys_connection_keep_every_guarantee(
+        nodes: list[RedisServer], settings: Any) -> None:
+    from distlock.backends.lines import ConnectionLine
+
+    # RESP3 clients go through redis-py's Connection (replies may come with pushes).
+    settings.DISTLOCK["default"]["OPTIONS"] = {**settings.DISTLOCK["default"]["OPTIONS"],
+                                               "protocol": 3}
+    locks.reset()
+    fences = []
+    for _ in range(3):
+        with distlock.lock("resp3", ttl=5) as lk:
+            assert not distlock.lock("resp3", wait=0).acquire()
+            fences.append(lk.fencing_token)
+    assert fences == sorted(set(fences))
+    assert shelves_line_kinds() == {ConnectionLine}
+    nodes[2].kill()
+    with distlock.lock("resp3", ttl=5) as lk:
+        assert lk.owned()
+    for server in nodes[:2]:
+        with server.client() as client:
+            client.script_flush()  # an error reply (NOSCRIPT) on every node, then EVAL
+    with distlock.lock("resp3", ttl=5) as lk:
+        assert lk.fencing_token > fences[-1]

@@ -23,6 +23,8 @@ from typing import Any
 
 import redis
 
+from .lines import line_class
+
 Results = list[Any]
 # A connection idle for longer than this (seconds) is checked before reuse: the server may
 # have closed it (a restart, a client timeout). One in use moments ago is not: a check costs
@@ -44,7 +46,8 @@ class ConnectionShelf:
 
     def __init__(self, pool: redis.ConnectionPool, connect_timeout: float) -> None:
         self._pool = pool
-        # (connection, when it was put back); list.pop() and list.append() are atomic
+        self._line = line_class(pool)
+        # (line, when it was put back); list.pop() and list.append() are atomic
         self._idle: list[tuple[Any, float]] = []
         options = pool.connection_kwargs
         self._timeout = options.get("socket_timeout")
@@ -56,32 +59,33 @@ class ConnectionShelf:
         _shelves.add(self)
 
     def take(self) -> Any:
-        """Return a connected connection; raise RedisError or OSError if none can be made."""
+        """Return a line (distlock.backends.lines) on a connected connection; raise
+        RedisError or OSError if none can be made."""
         while self._idle:
             try:
-                connection, since = self._idle.pop()
+                line, since = self._idle.pop()
             except IndexError:  # another thread took the last one
                 break
             if time.monotonic() - since < RECHECK_AFTER:
-                return connection
+                return line
             try:
-                if not connection.can_read():  # nothing pending, not closed by the server
-                    return connection
+                if not line.has_data():  # nothing pending, not closed by the server
+                    return line
             except (redis.RedisError, OSError):
                 pass
-            connection.disconnect()  # the server restarted, or closed it: make a new one
+            line.reset()  # the server restarted, or closed it: make a new one
         connection = self._pool.connection_class(**self._connect_options)
         connection.connect()
         connection.socket_timeout = self._timeout  # from now on, the configured timeout
         connection._sock.settimeout(self._timeout)
-        return connection
+        return self._line(connection)
 
-    def give_back(self, connection: Any) -> None:
-        self._idle.append((connection, time.monotonic()))
+    def give_back(self, line: Any) -> None:
+        self._idle.append((line, time.monotonic()))
 
     def close(self) -> None:
         while self._idle:
-            self._idle.pop()[0].disconnect()
+            self._idle.pop()[0].reset()
 
     def forget(self) -> None:
         """Drop the connections without closing them (they belong to the parent of a fork)."""
@@ -106,23 +110,25 @@ def fan_out(shelves: Sequence[ConnectionShelf | None], commands: Sequence[Sequen
     server, its replies or the exception that stands for them (Skipped without a shelf)."""
     results: Results = [None] * len(shelves)
     pending: dict[int, tuple[int, ConnectionShelf, Any]] = {}
-    packed = None
+    packed: dict[type, bytes] = {}  # by kind of line: each packs the same commands once
     for position, shelf in enumerate(shelves):
         if shelf is None:
             results[position] = Skipped("left out after a recent failure")
             continue
-        connection = None
+        line = None
         try:
-            connection = shelf.take()
-            packed = packed or connection.pack_commands(commands)
-            connection.send_packed_command(packed, check_health=False)
-            descriptor = connection._sock.fileno()  # redis-py keeps no public handle on it
+            line = shelf.take()
+            kind = type(line)
+            if kind not in packed:
+                packed[kind] = line.pack(commands)
+            line.write(packed[kind])
+            descriptor = line.fileno()
         except (redis.RedisError, OSError) as exc:
-            if connection is not None:
-                connection.disconnect()
+            if line is not None:
+                line.reset()
             results[position] = exc if isinstance(exc, redis.RedisError) else _closed(exc)
             continue
-        pending[descriptor] = (position, shelf, connection)
+        pending[descriptor] = (position, shelf, line)
     _gather(pending, results, len(commands), timeout, decided, grace)
     return results
 
@@ -143,28 +149,27 @@ def _gather(pending: dict[int, tuple[int, ConnectionShelf, Any]], results: Resul
         if not events and wait <= 0:
             break
         for descriptor, _ in events:
-            position, shelf, connection = pending.pop(descriptor)
+            position, shelf, line = pending.pop(descriptor)
             poller.unregister(descriptor)
-            results[position] = _read(shelf, connection, replies)
-    for position, _, connection in pending.values():
-        connection.disconnect()  # its reply may still come: never let it be read as another's
+            results[position] = _read(shelf, line, replies)
+    for position, _, line in pending.values():
+        line.reset()  # its reply may still come: never let it be read as another's
         results[position] = NoAnswer(
             "no answer after the outcome was decided" if graced else "no answer in time"
         )
 
 
-def _read(shelf: ConnectionShelf, connection: Any, replies: int) -> list[Any] | Exception:
+def _read(shelf: ConnectionShelf, line: Any, replies: int) -> list[Any] | Exception:
+    """Read the ``replies`` of a line reported readable; an error reply is kept as its
+    ResponseError in the list."""
     answers = []
     try:
         for _ in range(replies):
-            try:
-                answers.append(connection.read_response())
-            except redis.exceptions.ResponseError as exc:
-                answers.append(exc)
+            answers.append(line.read_reply(ready=True))
     except (redis.RedisError, OSError) as exc:
-        connection.disconnect()
+        line.reset()
         return exc if isinstance(exc, redis.RedisError) else _closed(exc)
-    shelf.give_back(connection)
+    shelf.give_back(line)
     return answers
 
 
