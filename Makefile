@@ -2,7 +2,7 @@
 SHELL := bash
 .DEFAULT_GOAL := help
 
-.PHONY: help demo test lint format bench reliability clean distclean
+.PHONY: help demo test lint format bench profile reliability clean distclean
 
 help:
 	@echo "make demo       run the demo project (scripts/demo; DEMO_PORT=8000)"
@@ -10,6 +10,7 @@ help:
 	@echo "make lint       ruff check"
 	@echo "make format     ruff format + ruff check --fix"
 	@echo "make bench      run the benchmarks (benchmarks/run.py)"
+	@echo "make profile    where an acquire+release spends its time (benchmarks/profile_hot_path.py)"
 	@echo "make reliability  the fault suite in full, then docs/RELIABILITY.md (scripts/reliability)"
 	@echo "make clean      remove build artefacts and caches (keeps .venv)"
 	@echo "make distclean  clean, and remove .venv too"
@@ -29,6 +30,10 @@ format:
 bench:
 	DISTLOCK_EXTRAS=test,hiredis,django-redis,bench source scripts/_venv.sh && \
 		.venv/bin/python benchmarks/run.py $(ARGS)
+
+profile:
+	DISTLOCK_EXTRAS=test,hiredis,django-redis,bench source scripts/_venv.sh && \
+		.venv/bin/python benchmarks/profile_hot_path.py --py-spy $(ARGS)
 
 reliability:
 	scripts/reliability $(ARGS)

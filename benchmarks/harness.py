@@ -46,7 +46,7 @@ QUICK = Profile(
     scale_levels=(1, 1_000, 10_000, 100_000), scale_pairs=200, scale_repeats=5,
 )
 FULL = Profile(
-    name="full", repeats=7, seconds_per_case=0.35, contention_repeats=3,
+    name="full", repeats=7, seconds_per_case=0.35, contention_repeats=5,
     contention_seconds=3.0, contention_ks=(2, 4, 8), memory_locks=100_000,
     scale_levels=(1, 1_000, 10_000, 100_000, 1_000_000), scale_pairs=1000, scale_repeats=5,
 )
