@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import warnings
 
 import pytest
@@ -177,3 +178,26 @@ def test_a_command_larger_than_the_send_buffer_is_written_whole() -> None:
     sender.close()
     receiver.close()
     assert bytes(received) == payload
+
+
+def pings(url: str) -> int:
+    stats = redis.Redis.from_url(url).info("commandstats")
+    return stats.get("cmdstat_ping", {}).get("calls", 0)
+
+
+@pytest.mark.parametrize("options", [{}, {"protocol": 3}])
+def test_health_check_interval_pings_a_connection_idle_that_long(settings, redis_url,
+                                                                options) -> None:
+    # A NAT or firewall may drop an idle connection without a word; redis-py's
+    # health_check_interval is how users ask for a PING before reusing one.
+    settings.DISTLOCK, settings.CACHES = distlock_settings("redis", redis_url)
+    settings.DISTLOCK["default"]["OPTIONS"].update(health_check_interval=1, **options)
+    locks.reset()
+    cycle("health")
+    before = pings(redis_url)
+    cycle("health")
+    assert pings(redis_url) == before  # used moments ago: no PING
+    time.sleep(1.2)
+    cycle("health")
+    assert pings(redis_url) == before + 1
+    locks.reset()

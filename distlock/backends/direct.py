@@ -86,6 +86,7 @@ class DirectCalls:
             # closed it (restart, idle timeout): start it afresh, as the pool would.
             if line.has_data():
                 raise ConnectionError("Connection has data")
+            line.check_health()
         except (ConnectionError, RedisTimeoutError, OSError):
             line.reset()  # reconnects when the command is sent
         return line

@@ -70,6 +70,7 @@ class ConnectionShelf:
                 return line
             try:
                 if not line.has_data():  # nothing pending, not closed by the server
+                    line.check_health()
                     return line
             except (redis.RedisError, OSError):
                 pass

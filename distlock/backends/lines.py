@@ -21,6 +21,7 @@ import codecs
 import os
 import select
 import socket
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -89,6 +90,10 @@ class ConnectionLine:
     def has_data(self) -> bool:
         return bool(self.connection.can_read())
 
+    def check_health(self) -> None:
+        """redis-py's health check: a PING when ``health_check_interval`` has passed."""
+        self.connection.check_health()
+
     def reset(self) -> None:
         self.connection.disconnect()
 
@@ -104,6 +109,7 @@ class SocketLine:
         self.sock: Any = None
         self.reader: Any = None
         self.poller: Any = None
+        self.used = time.monotonic()  # when the last reply was read
 
     def pack(self, commands: Sequence[Sequence[Any]]) -> bytes:
         return b"".join(hiredis.pack_command(tuple(command)) for command in commands)
@@ -150,7 +156,8 @@ class SocketLine:
             error = BaseParser.parse_error(str(reply))
             if not isinstance(error, ResponseError):
                 raise error
-            return error
+            reply = error
+        self.used = time.monotonic()
         return reply
 
     def _receive(self, buffer: bytearray, ready: bool) -> int:
@@ -190,6 +197,14 @@ class SocketLine:
         # A TLS socket may hold decrypted bytes that poll() cannot see.
         pending = getattr(sock, "pending", None)
         return bool(self.poller.poll(0)) or bool(pending and pending())
+
+    def check_health(self) -> None:
+        """redis-py's health check (a PING) on a line idle for longer than the client's
+        ``health_check_interval``: a connection a NAT or firewall dropped without a word is
+        found, and replaced, before a command is lost on it."""
+        interval = self.connection.health_check_interval
+        if interval and time.monotonic() - self.used > interval:
+            self.connection.check_health()  # reads the PONG itself: our reader is empty
 
     def reset(self) -> None:
         self.connection.disconnect()
