@@ -6,7 +6,15 @@ from typing import Any
 
 from benchmarks import anchors, report, targets
 from benchmarks.harness import QUICK, paired_ratio, percentile
-from benchmarks.uncontended import DISTINCT, FLOOR, FLOOR_BARE, PING, PING_BARE, SAME
+from benchmarks.uncontended import (
+    DISTINCT,
+    FLOOR,
+    FLOOR_BARE,
+    PING,
+    PING_BARE,
+    SAME,
+    SCRIPTS_BARE,
+)
 
 
 def measured(per_s: float) -> dict[str, Any]:
@@ -102,3 +110,15 @@ def test_verdicts_of_the_other_scripts_become_target_rows() -> None:
     assert len(rows) == 3  # nothing read from "machine"
     text = "\n".join(report._external("redlock", sections["external"]["redlock"]))
     assert "| distlock/5 | 900.0 |" in text
+
+
+def test_the_scripts_ceiling_is_reported_beside_the_bare_floor() -> None:
+    found = results(vs_redis_py=1.2, lost=0)
+    pairs = found["sections"]["uncontended"]
+    pairs["floor"][SCRIPTS_BARE] = measured(600.0)
+    pairs["scripts_bare_vs_bare_floor"] = 0.6
+    text = report.markdown(found)
+    assert "distlock's own acquire and release scripts" in text
+    assert "0.6x the bare floor's speed" in text
+    older = report.markdown(results(vs_redis_py=1.2, lost=0))  # results without the case
+    assert "distlock's own acquire and release scripts" not in older
