@@ -56,24 +56,52 @@ def line_class(pool: Any) -> type[SocketLine] | type[ConnectionLine]:
     return SocketLine
 
 
-class ConnectionLine:
+class _Line:
+    """What both kinds of line share: one command sent, and its reply read."""
+
+    connection: Any
+
+    def pack_command(self, args: Sequence[Any]) -> bytes:
+        raise NotImplementedError
+
+    def write(self, packed: bytes) -> None:
+        raise NotImplementedError
+
+    def read_reply(self, ready: bool = False) -> Any:
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        raise NotImplementedError
+
+    def call(self, args: Sequence[Any]) -> Any:
+        """Send one command; return its reply, raise an error reply.
+
+        An idle connection can be reset (server restart, idle timeout, a middlebox) just
+        after its check. A write that failed with a connection error delivered no whole
+        command (the server runs only complete ones, and the peer had already dropped the
+        connection), so it is sent once more on a new connection: that cannot run it twice.
+        A write that timed out is not retried: part of it may have reached a live server.
+        """
+        packed = self.pack_command(args)
+        try:
+            self.write(packed)
+        except ConnectionError:
+            self.reset()
+            self.write(packed)
+        return _raised(self.read_reply())
+
+
+class ConnectionLine(_Line):
     """A connection whose commands go through redis-py's ``Connection``."""
 
     def __init__(self, connection: Any) -> None:
         self.connection = connection
 
+    def pack_command(self, args: Sequence[Any]) -> bytes:
+        return b"".join(self.connection.pack_command(*args))
+
     def pack(self, commands: Sequence[Sequence[Any]]) -> bytes:
         return b"".join(self.connection.pack_commands(commands))
-
-    def call(self, args: Sequence[Any]) -> Any:
-        """Send one command (again on a new connection if the socket was found reset);
-        return its reply, raise an error reply."""
-        packed = b"".join(self.connection.pack_command(*args))
-        try:
-            self.write(packed)
-        except ConnectionError:  # redis-py disconnected it: the next send reconnects
-            self.write(packed)
-        return _raised(self.read_reply())
 
     def write(self, packed: bytes) -> None:
         self.connection.send_packed_command([packed], check_health=False)
@@ -98,7 +126,7 @@ class ConnectionLine:
         self.connection.disconnect()
 
 
-class SocketLine:
+class SocketLine(_Line):
     """A connection whose socket this module writes and reads itself."""
 
     def __init__(self, connection: Any) -> None:
@@ -111,30 +139,16 @@ class SocketLine:
         self.poller: Any = None
         self.used = time.monotonic()  # when the last reply was read
 
+    def pack_command(self, args: Sequence[Any]) -> bytes:
+        return hiredis.pack_command(tuple(args))
+
     def pack(self, commands: Sequence[Sequence[Any]]) -> bytes:
         return b"".join(hiredis.pack_command(tuple(command)) for command in commands)
-
-    def call(self, args: Sequence[Any]) -> Any:
-        """Send one command (again on a new connection if the socket was found reset);
-        return its reply, raise an error reply."""
-        packed = hiredis.pack_command(tuple(args))
-        try:
-            _write(self._socket(), packed)
-        except TimeoutError:  # the socket's own timeout: part may have reached the server
-            raise RedisTimeoutError("Timeout writing to socket") from None
-        except OSError:
-            # An idle connection reset after its check (server restart, idle timeout): a
-            # failed write delivered no whole command (the server runs only complete ones,
-            # and the peer had already dropped the connection), so one more try on a new
-            # connection cannot run it twice.
-            self.reset()
-            self.write(packed)
-        return _raised(self.read_reply())
 
     def write(self, packed: bytes) -> None:
         try:
             _write(self._socket(), packed)
-        except TimeoutError:
+        except TimeoutError:  # the socket's own timeout: part may have reached the server
             raise RedisTimeoutError("Timeout writing to socket") from None
         except OSError as exc:
             raise ConnectionError(f"Error while writing to socket: {exc}") from exc
