@@ -37,7 +37,7 @@ import redis  # noqa: E402
 from benchmarks.harness import configure_distlock  # noqa: E402
 from tests.redis_server import RedisServer  # noqa: E402
 
-NAME, TOKEN, TTL_MS, PATIENCE_MS = "profile:hot", "0" * 32, 10_000, 2_000
+NAME = "profile:hot"
 
 
 def layers(url: str) -> dict[str, Callable[[], object]]:
@@ -47,26 +47,22 @@ def layers(url: str) -> dict[str, Callable[[], object]]:
 
     django.setup()
     import distlock
-    from distlock.backends import scripts
+    from benchmarks.uncontended import (
+        SCRIPT_PATIENCE_MS,
+        SCRIPT_TOKEN,
+        SCRIPT_TTL_MS,
+        script_calls,
+        script_commands,
+    )
     from distlock.handler import locks
     from distlock.info import holder_metadata
 
     backend = locks["default"]
-    keys = backend.layout.keys_for(NAME)
     meta = holder_metadata(None)
-    acquire_keys = [keys.lock, keys.fence, keys.waiters, keys.signal, keys.index, keys.since]
-    acquire_args = [TOKEN, TTL_MS, meta, NAME, "", PATIENCE_MS]
-    release_keys = [keys.lock, keys.waiters, keys.signal, keys.index, keys.since]
-    release_args = [TOKEN, NAME, "0", 250]
-
-    client = redis.Redis.from_url(url)
+    calls = script_calls(NAME)
     connection = redis.Redis.from_url(url).connection_pool.get_connection()
-    packed = [
-        connection.pack_command("EVALSHA", client.script_load(scripts.ACQUIRE),
-                                len(acquire_keys), *acquire_keys, *acquire_args),
-        connection.pack_command("EVALSHA", client.script_load(scripts.RELEASE),
-                                len(release_keys), *release_keys, *release_args),
-    ]
+    packed = [connection.pack_command(*command)
+              for command in script_commands(redis.Redis.from_url(url), NAME)]
 
     def bare() -> None:
         for command in packed:
@@ -74,15 +70,15 @@ def layers(url: str) -> dict[str, Callable[[], object]]:
             connection.read_response()
 
     def direct() -> None:
-        backend.direct.script("acquire", acquire_keys, acquire_args)
-        backend.direct.script("release", release_keys, release_args)
+        for script, (keys, args) in calls.items():
+            backend.direct.script(script, keys, args)
 
     def through_backend() -> None:
-        backend.try_acquire(NAME, TOKEN, TTL_MS, meta, None, PATIENCE_MS)
-        backend.release(NAME, TOKEN)
+        backend.try_acquire(NAME, SCRIPT_TOKEN, SCRIPT_TTL_MS, meta, None, SCRIPT_PATIENCE_MS)
+        backend.release(NAME, SCRIPT_TOKEN)
 
     def public_api() -> None:
-        lock = distlock.lock(NAME, ttl=TTL_MS / 1000)
+        lock = distlock.lock(NAME, ttl=SCRIPT_TTL_MS / 1000)
         lock.acquire()
         lock.release()
 

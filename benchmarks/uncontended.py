@@ -19,7 +19,7 @@ from typing import Any
 import redis
 
 from . import anchors
-from .harness import KEY_PREFIX, Profile, interleaved, paired_ratio, summary
+from .harness import Profile, interleaved, paired_ratio, summary
 
 PING = "PING"
 PING_BARE = "PING (bare connection)"
@@ -27,6 +27,8 @@ FLOOR = "SET NX PX + DEL"
 FLOOR_BARE = "SET NX PX + DEL (bare connection)"
 SCRIPTS_BARE = "distlock's scripts, pre-packed (bare connection)"
 SAME, DISTINCT = "same name", "distinct names"
+# The holder token, lease and patience of the pre-packed scripts (script_calls).
+SCRIPT_TOKEN, SCRIPT_TTL_MS, SCRIPT_PATIENCE_MS = "0" * 32, anchors.TTL * 1000, 2000
 
 
 def floor_cases(url: str) -> dict[str, Callable[[], object]]:
@@ -48,27 +50,32 @@ def floor_cases(url: str) -> dict[str, Callable[[], object]]:
         client.set("floor:client", "token", nx=True, px=10_000)
         client.delete("floor:client")
 
-    acquire, release = _packed_scripts(connection, client)
+    packed = [connection.pack_command(*command)
+              for command in script_commands(client, "floor:scripts")]
     return {PING: client.ping, PING_BARE: bare(ping), FLOOR: set_and_delete,
-            FLOOR_BARE: bare(set_nx, delete), SCRIPTS_BARE: bare(acquire, release)}
+            FLOOR_BARE: bare(set_nx, delete), SCRIPTS_BARE: bare(*packed)}
 
 
-def _packed_scripts(connection: Any, client: redis.Redis) -> tuple[Any, Any]:
-    """distlock's acquire and release of one free lock, as its Redis backend sends them."""
-    from distlock.backends import scripts
+def script_calls(name: str) -> dict[str, tuple[list[str], list[Any]]]:
+    """The keys and arguments of distlock's acquire and release of the free lock ``name``,
+    built by its Redis backend (DISTLOCK['default']) exactly as it sends them."""
+    from distlock.handler import locks
     from distlock.info import holder_metadata
-    from distlock.names import KeyLayout
 
-    name, token = "floor:scripts", "0" * 32
-    k = KeyLayout(KEY_PREFIX).keys_for(name)
-    acquire = connection.pack_command(
-        "EVALSHA", client.script_load(scripts.ACQUIRE), 6,
-        k.lock, k.fence, k.waiters, k.signal, k.index, k.since,
-        token, anchors.TTL * 1000, holder_metadata(None), name, "", 2000)
-    release = connection.pack_command(
-        "EVALSHA", client.script_load(scripts.RELEASE), 5,
-        k.lock, k.waiters, k.signal, k.index, k.since, token, name, "0", 250)
-    return acquire, release
+    backend = locks["default"]
+    return {
+        "acquire": backend._acquire_call(name, SCRIPT_TOKEN, SCRIPT_TTL_MS,
+                                         holder_metadata(None), None, SCRIPT_PATIENCE_MS),
+        "release": backend._release_call(name, SCRIPT_TOKEN, False),
+    }
+
+
+def script_commands(client: redis.Redis, name: str) -> list[tuple[Any, ...]]:
+    """The EVALSHA commands of script_calls(name), their scripts loaded through ``client``."""
+    from distlock.backends.redis import SCRIPT_SOURCES
+
+    return [("EVALSHA", client.script_load(SCRIPT_SOURCES[script]), len(keys), *keys, *args)
+            for script, (keys, args) in script_calls(name).items()]
 
 
 def lock_cases(url: str) -> dict[str, Callable[[], object]]:
