@@ -190,6 +190,17 @@ class BaseLockBackend:
     def close(self) -> None:
         """Close connections this backend opened."""
 
+    def __del__(self) -> None:
+        # A backend let go (its setting changed, and no lock holds it any more) closes its
+        # connections at once. Left to the garbage collector (redis-py's connections sit in
+        # reference cycles), a socket may be finalised before the connection that would have
+        # closed it: an "unclosed socket" ResourceWarning at some random later moment.
+        # Not contextlib.suppress: at interpreter shutdown module globals may be gone.
+        try:  # noqa: SIM105
+            self.close()
+        except Exception:  # interpreter shutdown, or a backend whose __init__ failed
+            pass
+
     # --- async twins --------------------------------------------------------------------
     async def atry_acquire(self, *args: Any) -> Attempt:
         return await sync_to_async(self.try_acquire, thread_sensitive=False)(*args)

@@ -23,6 +23,7 @@ from typing import Any
 
 import redis
 
+from .detached import detached
 from .lines import line_class
 
 Results = list[Any]
@@ -127,7 +128,7 @@ def fan_out(shelves: Sequence[ConnectionShelf | None], commands: Sequence[Sequen
         except (redis.RedisError, OSError) as exc:
             if line is not None:
                 line.reset()
-            results[position] = exc if isinstance(exc, redis.RedisError) else _closed(exc)
+            results[position] = _failure(exc)
             continue
         pending[descriptor] = (position, shelf, line)
     _gather(pending, results, len(commands), timeout, decided, grace)
@@ -169,12 +170,15 @@ def _read(shelf: ConnectionShelf, line: Any, replies: int) -> list[Any] | Except
             answers.append(line.read_reply(ready=True))
     except (redis.RedisError, OSError) as exc:
         line.reset()
-        return exc if isinstance(exc, redis.RedisError) else _closed(exc)
+        return _failure(exc)
     shelf.give_back(line)
     return answers
 
 
-def _closed(exc: OSError) -> redis.ConnectionError:
+def _failure(exc: Exception) -> Exception:
+    """A node's failure, kept among the results: as a RedisError, detached (see detached.py)."""
+    if isinstance(exc, redis.RedisError):
+        return detached(exc)
     return redis.ConnectionError(f"{type(exc).__name__}: {exc}")
 
 
@@ -202,7 +206,7 @@ async def afan_out(calls: Sequence[Callable[[], Awaitable[Any]] | None], *,
             break
         for task in done:
             error = task.exception()
-            results[tasks[task]] = error if error is not None else task.result()
+            results[tasks[task]] = detached(error) if error is not None else task.result()
     for task in pending:
         task.cancel()
         results[tasks[task]] = NoAnswer("no answer in time")

@@ -38,6 +38,8 @@ try:
 except ImportError:  # pragma: no cover - a redis-py without it takes ConnectionLine
     BaseParser = None
 
+from .detached import detached
+
 # Bytes read from the socket at a time: every reply on these paths is far smaller.
 READ_SIZE = 16384
 
@@ -110,7 +112,7 @@ class ConnectionLine(_Line):
         try:
             return self.connection.read_response()
         except ResponseError as error:  # the connection is still in step
-            return error
+            return detached(error)  # kept as a value (a fan-out's list of replies)
 
     def fileno(self) -> int:
         return self.connection._sock.fileno()  # redis-py keeps no public handle on it
@@ -169,7 +171,10 @@ class SocketLine(_Line):
         if isinstance(reply, hiredis.ReplyError):
             error = BaseParser.parse_error(str(reply))
             if not isinstance(error, ResponseError):
-                raise error
+                try:
+                    raise error
+                finally:
+                    del error  # no cycle through this frame (see detached.py)
             reply = error
         self.used = time.monotonic()
         return reply
@@ -227,7 +232,10 @@ class SocketLine(_Line):
 
 def _raised(reply: Any) -> Any:
     if isinstance(reply, ResponseError):
-        raise reply
+        try:
+            raise reply
+        finally:
+            del reply  # no cycle through this frame (see detached.py)
     return reply
 
 

@@ -598,7 +598,10 @@ class RedisBackend(BaseLockBackend):
                 if isinstance(reply, REDIRECTS):
                     reply = run(*calls[position])
                 elif isinstance(reply, Exception):
-                    raise reply
+                    try:
+                        raise reply
+                    finally:
+                        del reply  # no cycle through this frame (see detached.py)
                 replies[position] = reply
         return replies
 

@@ -36,6 +36,7 @@ from ..exceptions import BackendUnavailable, InvalidLockBackendError
 from ..info import LockInfo
 from ..names import validate_name
 from .base import LIMIT_OPTIONS, Attempt, BaseLockBackend, HeldEntry
+from .detached import detached
 from .fanout import ConnectionShelf, Results, Skipped, afan_out, fan_out
 from .redis import RedisBackend, held_entries
 
@@ -189,7 +190,7 @@ class RedlockBackend(BaseLockBackend):
                 return [node._run(script, *calls[0])]
             return node._pipelined(script, calls)
         except BackendUnavailable as exc:
-            return exc
+            return detached(exc)  # kept among the results
 
     async def _aask(self, script: str, keys: list[str], args: list[Any],
                     decided: Callable[[Results], bool], only: list[int] | None = None
@@ -272,7 +273,10 @@ class RedlockBackend(BaseLockBackend):
                 # when the attempt fails as a whole (nobody will wait).
                 self._undo(name, token, 0 if error else patience_ms, undo)
             if error is not None:
-                raise error
+                try:
+                    raise error
+                finally:
+                    del error  # no cycle through this frame (see detached.py)
             if attempt.acquired or not (grant and _granted_anywhere(results)):
                 break
             time.sleep(GRANT_RETRY_DELAY * (retry + 1))
@@ -288,7 +292,10 @@ class RedlockBackend(BaseLockBackend):
             if undo:
                 await self._aundo(name, token, 0 if error else patience_ms, undo)
             if error is not None:
-                raise error
+                try:
+                    raise error
+                finally:
+                    del error  # no cycle through this frame (see detached.py)
             if attempt.acquired or not (grant and _granted_anywhere(results)):
                 break
             await asyncio.sleep(GRANT_RETRY_DELAY * (retry + 1))
