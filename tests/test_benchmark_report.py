@@ -2,9 +2,12 @@
 figures: which targets hold, and what the Markdown says. No timing is asserted here."""
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
 from typing import Any
 
-from benchmarks import anchors, report, targets
+from benchmarks import anchors, check_outputs, report, targets
 from benchmarks.harness import QUICK, paired_ratio, percentile
 from benchmarks.uncontended import (
     DISTINCT,
@@ -122,3 +125,27 @@ def test_the_scripts_ceiling_is_reported_beside_the_bare_floor() -> None:
     assert "0.6x the bare floor's speed" in text
     older = report.markdown(results(vs_redis_py=1.2, lost=0))  # results without the case
     assert "distlock's own acquire and release scripts" not in older
+
+
+COMMITTED = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "latest"
+
+
+def test_the_committed_run_has_all_three_outputs_and_every_section() -> None:
+    assert check_outputs.problems(COMMITTED) == []
+
+
+def test_missing_outputs_and_failed_sections_are_named(tmp_path: Path) -> None:
+    prefix = tmp_path / "latest"
+    for suffix in (".json", ".md", ".png"):
+        shutil.copy(COMMITTED.with_suffix(suffix), prefix.with_suffix(suffix))
+    results = json.loads(prefix.with_suffix(".json").read_text())
+    del results["sections"]["scale"]
+    results["sections"]["external"]["redlock"] = {"error": "bench_redlock.py exited with 1"}
+    prefix.with_suffix(".json").write_text(json.dumps(results))
+    prefix.with_suffix(".png").write_bytes(b"not an image")
+    assert check_outputs.problems(prefix) == [
+        "section 'scale' is missing", "redlock: bench_redlock.py exited with 1",
+        "the plot is not a PNG image",
+    ]
+    prefix.with_suffix(".md").unlink()
+    assert check_outputs.problems(prefix) == [f"{prefix}.md was not written"]
