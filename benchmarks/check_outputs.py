@@ -12,8 +12,10 @@ import json
 import sys
 from pathlib import Path
 
-SECTIONS = ("uncontended", "contention", "memory", "scale")
-EXTERNAL = ("redlock", "lock_view", "admin")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script, too
+
+from benchmarks.run import EXTERNAL, SECTIONS
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
