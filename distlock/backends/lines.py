@@ -145,7 +145,7 @@ class SocketLine(_Line):
         return hiredis.pack_command(tuple(args))
 
     def pack(self, commands: Sequence[Sequence[Any]]) -> bytes:
-        return b"".join(hiredis.pack_command(tuple(command)) for command in commands)
+        return b"".join(map(self.pack_command, commands))
 
     def write(self, packed: bytes) -> None:
         try:
