@@ -80,4 +80,26 @@ def private_redis(settings: Any) -> Iterator[RedisServer]:
     locks.reset()
 
 
+@pytest.fixture
+def nodes(settings: Any) -> Iterator[list[RedisServer]]:
+    """Three redis-servers of this test's own, for a Redlock. DISTLOCK has two aliases on
+    them, "default" and "other", with backends of their own: two clients that do not share
+    what they know (which nodes failed), as two processes would not."""
+    servers: list[RedisServer] = []
+    try:
+        for _ in range(3):
+            servers.append(RedisServer().start())
+        config = distlock_settings("redlock3", ",".join(s.url for s in servers))[0]["default"]
+        settings.DISTLOCK = {"default": config, "other": config}
+        locks.reset()
+        yield servers
+    finally:
+        for alias in ("default", "other"):
+            locks[alias].close()
+        for server in servers:
+            server.resume()
+            server.stop()
+        locks.reset()
+
+
 pytest_plugins = ["tests.browser", "tests.topologies"]

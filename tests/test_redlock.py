@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,28 +23,6 @@ from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db(databases=[])
 REDLOCK = "distlock.backends.redlock.RedlockBackend"
-
-
-@pytest.fixture
-def nodes(settings: Any) -> Iterator[list[RedisServer]]:
-    """Three redis-servers of this test's own. DISTLOCK has two aliases on them, "default"
-    and "other", with backends of their own: two clients that do not share what they know
-    (which nodes failed), as two processes would not."""
-    servers: list[RedisServer] = []
-    try:
-        for _ in range(3):
-            servers.append(RedisServer().start())
-        config = distlock_settings("redlock3", ",".join(s.url for s in servers))[0]["default"]
-        settings.DISTLOCK = {"default": config, "other": config}
-        locks.reset()
-        yield servers
-    finally:
-        for alias in ("default", "other"):
-            locks[alias].close()
-        for server in servers:
-            server.resume()
-            server.stop()
-        locks.reset()
 
 
 def lock_keys(server: RedisServer) -> list[bytes]:

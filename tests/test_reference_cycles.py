@@ -25,7 +25,6 @@ from distlock.backends.detached import detached
 from distlock.exceptions import BackendUnavailable
 from distlock.handler import locks
 from tests.configs import distlock_settings
-from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db(databases=[])
 
@@ -89,45 +88,31 @@ def test_an_error_reply_leaves_no_cycle(settings, redis_url, no_collector) -> No
     let_go_and_check_freed()
 
 
-@pytest.fixture
-def redlock_nodes(settings: Any) -> Iterator[list[RedisServer]]:
-    servers = [RedisServer().start() for _ in range(3)]
-    try:
-        settings.DISTLOCK = {"default": distlock_settings(
-            "redlock3", ",".join(server.url for server in servers))[0]["default"]}
-        locks.reset()
-        yield servers
-    finally:
-        for server in servers:
-            server.stop()
-        locks.reset()
-
-
-def test_a_redlock_node_failing_leaves_no_cycle(redlock_nodes, no_collector) -> None:
+def test_a_redlock_node_failing_leaves_no_cycle(nodes, no_collector) -> None:
     with distlock.lock("cycles", ttl=5):
         pass
-    redlock_nodes[0].kill()  # its failure is kept among the fan-out's results
+    nodes[0].kill()  # its failure is kept among the fan-out's results
     with distlock.lock("cycles", ttl=5):
         pass
     let_go_and_check_freed()
 
 
-def test_a_redlock_without_a_majority_leaves_no_cycle(redlock_nodes, no_collector) -> None:
+def test_a_redlock_without_a_majority_leaves_no_cycle(nodes, no_collector) -> None:
     with distlock.lock("cycles", ttl=5):
         pass
-    redlock_nodes[0].kill()
-    redlock_nodes[1].kill()
+    nodes[0].kill()
+    nodes[1].kill()
     with pytest.raises(BackendUnavailable):
         distlock.lock("cycles", ttl=5).acquire(wait=0)
     let_go_and_check_freed()
 
 
-def test_an_async_redlock_node_failing_leaves_no_cycle(redlock_nodes, no_collector) -> None:
+def test_an_async_redlock_node_failing_leaves_no_cycle(nodes, no_collector) -> None:
     async def use() -> None:
         async with distlock.lock("cycles", ttl=5):
             pass
 
-    redlock_nodes[0].kill()
+    nodes[0].kill()
     asyncio.run(use())
     with distlock.lock("cycles", ttl=5):  # the sync lines, to have sockets to check
         pass
