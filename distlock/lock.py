@@ -107,6 +107,7 @@ class Lock:
     # --- acquire ------------------------------------------------------------------------
     def acquire(self, wait: float | None = _UNSET) -> bool:
         """Acquire the lock, waiting up to ``wait`` seconds; return True if acquired."""
+        self._forget_an_ended_lease()
         if self.token is not None:
             return self._reenter(self._check_reentry())
         attempts = _Attempts(self, self.backend, self._wait_argument(wait))
@@ -123,6 +124,7 @@ class Lock:
 
     async def aacquire(self, wait: float | None = _UNSET) -> bool:
         """Async twin of acquire()."""
+        self._forget_an_ended_lease()
         if self.token is not None:
             return await self._areenter(self._check_reentry())
         attempts = _Attempts(self, self.backend, self._wait_argument(wait))
@@ -159,6 +161,16 @@ class Lock:
         if self.auto_renew:
             self._renewal = renewal.renewer.register(self, self._ttl_ms / 1000 * RENEW_FRACTION)
         self._send(lock_acquired)
+
+    def _forget_an_ended_lease(self) -> None:
+        """Drop a non-reentrant hold whose lease has ended (run out, or lost): this object
+        then competes for the lock like any other contender instead of "already holding" it.
+        Its lease is known to have ended: the local deadline is measured from before the
+        acquire was sent, so it passes no later than the server's."""
+        if self.token is None or self.reentrant:
+            return
+        if self._lost or time.monotonic() >= self._lease_deadline:
+            self._forget()
 
     def _check_reentry(self) -> BaseLockBackend:
         if not self.reentrant:
@@ -299,7 +311,7 @@ class Lock:
         if self.token is None:
             return None
         info = self.backend.info(self.name)
-        return info.ttl_remaining if self._is_mine(info) else None
+        return info.ttl_remaining if info is not None and self._is_mine(info) else None
 
     def _is_mine(self, info: LockInfo | None) -> bool:
         return info is not None and info.token == self.token
