@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+from distlock.backends import calls
 from distlock.handler import locks
 from distlock.info import holder_metadata
 
@@ -25,11 +26,12 @@ def acquire_all(names: list[str], ttl_ms: int) -> dict[str, str]:
     meta = holder_metadata(None)
     tokens = {}
     for batch in _batches(names):
-        calls = []
+        acquires = []
         for name in batch:
             tokens[name] = os.urandom(16).hex()
-            calls.append(backend._acquire_call(name, tokens[name], ttl_ms, meta, None, 0))
-        replies = backend._pipelined("acquire", calls)
+            acquires.append(calls.acquire_call(backend.layout, name, tokens[name], ttl_ms, meta,
+                                               None, 0))
+        replies = backend.run_pipelined("acquire", acquires)
         if not all(int(reply[0]) == 1 for reply in replies):
             raise RuntimeError("a lock meant to be free was held")
     return tokens
@@ -38,5 +40,6 @@ def acquire_all(names: list[str], ttl_ms: int) -> dict[str, str]:
 def release_all(tokens: dict[str, str]) -> None:
     backend = locks["default"]
     for batch in _batches(list(tokens)):
-        calls = [backend._release_call(name, tokens[name], False) for name in batch]
-        backend._pipelined("release", calls)
+        releases = [calls.release_call(backend.layout, name, tokens[name], False)
+                    for name in batch]
+        backend.run_pipelined("release", releases)

@@ -59,20 +59,21 @@ def floor_cases(url: str) -> dict[str, Callable[[], object]]:
 def script_calls(name: str) -> dict[str, tuple[list[str], list[Any]]]:
     """The keys and arguments of distlock's acquire and release of the free lock ``name``,
     built by its Redis backend (DISTLOCK['default']) exactly as it sends them."""
+    from distlock.backends import calls
     from distlock.handler import locks
     from distlock.info import holder_metadata
 
-    backend = locks["default"]
+    layout = locks["default"].layout
     return {
-        "acquire": backend._acquire_call(name, SCRIPT_TOKEN, SCRIPT_TTL_MS,
-                                         holder_metadata(None), None, SCRIPT_PATIENCE_MS),
-        "release": backend._release_call(name, SCRIPT_TOKEN, False),
+        "acquire": calls.acquire_call(layout, name, SCRIPT_TOKEN, SCRIPT_TTL_MS,
+                                      holder_metadata(None), None, SCRIPT_PATIENCE_MS),
+        "release": calls.release_call(layout, name, SCRIPT_TOKEN, False),
     }
 
 
 def script_commands(client: redis.Redis, name: str) -> list[tuple[Any, ...]]:
     """The EVALSHA commands of script_calls(name), their scripts loaded through ``client``."""
-    from distlock.backends.redis import SCRIPT_SOURCES
+    from distlock.backends.calls import SCRIPT_SOURCES
 
     return [("EVALSHA", client.script_load(SCRIPT_SOURCES[script]), len(keys), *keys, *args)
             for script, (keys, args) in script_calls(name).items()]

@@ -23,7 +23,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     try:
         aliases = configured_aliases()
     except InvalidLockBackendError as exc:
-        return [Error(str(exc), hint=exc.hint, id=exc.check_id)]
+        return [_error(problem) for problem in exc.problems]
     messages: list[CheckMessage] = []
     if "default" not in aliases:
         messages.append(_error(create_backend_error("default", aliases)))
@@ -31,7 +31,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         try:
             backend = create_backend(alias, aliases)
         except InvalidLockBackendError as exc:
-            messages.append(_error(exc))
+            messages.extend(_error(problem) for problem in exc.problems)
             continue
         if isinstance(backend, LocMemBackend) and not settings.DEBUG:
             messages.append(

@@ -63,10 +63,14 @@ class InvalidLockBackendError(ImproperlyConfigured):
     """
 
     def __init__(self, message: str, *, check_id: str = "distlock.E002",
-                 hint: str | None = None) -> None:
+                 hint: str | None = None,
+                 problems: list[InvalidLockBackendError] | None = None) -> None:
         super().__init__(message)
         self.check_id = check_id
         self.hint = hint
+        # Every problem found in the alias's settings, this one first: `manage.py check`
+        # reports them all at once rather than one per run.
+        self.problems: list[InvalidLockBackendError] = problems or [self]
 
 
 class FencedUpdateRejected(LockError):

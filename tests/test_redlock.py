@@ -361,7 +361,7 @@ def test_a_split_vote_retries_after_a_random_jitter_and_keeps_nothing(
     # random pause, so that contenders do not split again in step.
     backend = locks["default"]
     for node, token in zip(backend.nodes[:2], ("a" * 32, "b" * 32), strict=True):
-        node._run("acquire", *node._acquire_call("split", token, 30_000, "{}", None, 0))
+        node.try_acquire("split", token, 30_000, "{}", None, 0)
     pauses = set()
     for _ in range(10):
         attempt = backend.try_acquire("split", "c" * 32, 30_000, "{}", None, 0)
@@ -400,24 +400,28 @@ def test_a_fan_out_costs_one_round_trip_not_one_per_node(settings: Any,
 # --------------------------------------------------------------------------- node I/O
 
 
-def shelves_line_kinds() -> set[type]:
-    return {type(line) for shelf in locks["default"]._shelves if shelf is not None
-            for line, _ in shelf._idle}
+def test_fan_outs_give_every_connection_back_to_its_nodes_pool(
+        nodes: list[RedisServer]) -> None:
+    from tests.test_public_api import in_use
 
-
-def test_fan_outs_drive_each_nodes_socket_themselves(nodes: list[RedisServer]) -> None:
-    from distlock.backends.lines import SocketLine
-
-    with distlock.lock("lines", ttl=5) as lk:
+    with distlock.lock("pools", ttl=5) as lk:
         assert lk.owned()
-    assert shelves_line_kinds() == {SocketLine}
+        lk.extend()
+    assert distlock.lock("pools").locked() is False
+    pools = [node.client.connection_pool for node in locks["default"].nodes]
+    assert [in_use(pool) for pool in pools] == [0, 0, 0]
+    nodes[1].pause()  # a node that never answers: its connection is dropped, not kept
+    try:
+        with distlock.lock("pools", ttl=5):
+            pass
+    finally:
+        nodes[1].resume()
+    assert [in_use(pool) for pool in pools] == [0, 0, 0]
 
 
 def test_fan_outs_over_redis_pys_connection_keep_every_guarantee(
         nodes: list[RedisServer], settings: Any) -> None:
-    from distlock.backends.lines import ConnectionLine
-
-    # RESP3 clients go through redis-py's Connection (replies may come with pushes).
+    # RESP3 (replies may come with pushes) keeps every guarantee too.
     settings.DISTLOCK["default"]["OPTIONS"] = {**settings.DISTLOCK["default"]["OPTIONS"],
                                                "protocol": 3}
     locks.reset()
@@ -427,7 +431,6 @@ def test_fan_outs_over_redis_pys_connection_keep_every_guarantee(
             assert not distlock.lock("resp3", wait=0).acquire()
             fences.append(lk.fencing_token)
     assert fences == sorted(set(fences))
-    assert shelves_line_kinds() == {ConnectionLine}
     nodes[2].kill()
     with distlock.lock("resp3", ttl=5) as lk:
         assert lk.owned()

@@ -11,6 +11,7 @@ from ..info import LockInfo
 from ..names import KeyLayout
 from ..signals import lock_force_released
 from ..validation import lease_milliseconds, seconds
+from .problems import Problems
 
 DEFAULT_KEY_PREFIX = "distlock"
 DEFAULT_TIMEOUT = 60
@@ -60,34 +61,51 @@ class BaseLockBackend:
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         self.alias = alias
+        problems = Problems()
+        self.configure(params, problems)
+        problems.raise_any()
+
+    def configure(self, params: dict[str, Any], problems: Problems) -> None:
+        """Parse the settings; note every problem in ``problems`` rather than stop at the first.
+
+        Subclasses extend it (calling super().configure() first) for their own settings.
+        """
+        alias = self.alias
         unknown = set(params) - KNOWN_SETTINGS
         if unknown:
-            raise InvalidLockBackendError(
+            problems.add(InvalidLockBackendError(
                 f"DISTLOCK[{alias!r}] has unknown keys: {', '.join(sorted(unknown))}.",
                 check_id="distlock.E009",
                 hint=f"Use only {', '.join(sorted(KNOWN_SETTINGS))}; check for typos.",
-            )
-        self.key_prefix = _parse_prefix(alias, params.get("KEY_PREFIX", DEFAULT_KEY_PREFIX))
-        self.default_timeout = _parse_timeout(alias, params.get("TIMEOUT", DEFAULT_TIMEOUT))
+            ))
+        self.key_prefix = problems.parse(
+            lambda: _parse_prefix(alias, params.get("KEY_PREFIX", DEFAULT_KEY_PREFIX)),
+            DEFAULT_KEY_PREFIX)
+        self.default_timeout = problems.parse(
+            lambda: _parse_timeout(alias, params.get("TIMEOUT", DEFAULT_TIMEOUT)),
+            float(DEFAULT_TIMEOUT))
         options = params.get("OPTIONS", {})
         if not isinstance(options, dict):
-            raise InvalidLockBackendError(
+            problems.add(InvalidLockBackendError(
                 f"DISTLOCK[{alias!r}]['OPTIONS'] must be a dict, not {type(options).__name__}.",
                 check_id="distlock.E006",
                 hint="For example 'OPTIONS': {'socket_timeout': 2}.",
-            )
+            ))
+            options = {}
         unknown_own = {k for k in options if k.isupper()} - self.own_options
         if unknown_own:
-            raise InvalidLockBackendError(
+            problems.add(InvalidLockBackendError(
                 f"DISTLOCK[{alias!r}]['OPTIONS'] has options this backend does not know: "
                 f"{', '.join(sorted(unknown_own))}.",
                 check_id="distlock.E006",
                 hint=f"{type(self).__name__} understands "
                 f"{', '.join(sorted(self.own_options)) or 'no upper-case options'}; "
                 "lower-case options go to the Redis client.",
-            )
+            ))
         self.options = options
-        self.max_ttl, self.max_renewals = _parse_limits(alias, options, self.default_timeout)
+        no_limits: tuple[float | None, int | None] = (None, None)
+        self.max_ttl, self.max_renewals = problems.parse(
+            lambda: _parse_limits(alias, options, self.default_timeout), no_limits)
         self.layout = KeyLayout(self.key_prefix)
 
     def lease_ms(self, ttl: float) -> int:
@@ -214,9 +232,10 @@ class BaseLockBackend:
     async def arelease(self, name: str, token: str, *, force: bool = False) -> int:
         return await sync_to_async(self.release, thread_sensitive=False)(name, token, force=force)
 
-    async def aextend(self, name: str, token: str, ttl_ms: int, **flags: bool) -> bool:
+    async def aextend(self, name: str, token: str, ttl_ms: int, *, renewal: bool = False,
+                      reenter: bool = False) -> bool:
         extend = sync_to_async(self.extend, thread_sensitive=False)
-        return await extend(name, token, ttl_ms, **flags)
+        return await extend(name, token, ttl_ms, renewal=renewal, reenter=reenter)
 
     async def ainfo(self, name: str) -> LockInfo | None:
         return await sync_to_async(self.info, thread_sensitive=False)(name)

@@ -1,12 +1,16 @@
 """Ask several Redis servers at once, and stop waiting as soon as the answer is decided.
 
-Redlock asks every node the same question. Asking them one after another would add up
-their round trips, and a thread per node would cost more than the round trips themselves
-(and a thread switch per reply). So the sync fan-out sends every request first, from the
-calling thread, then reads each reply as its socket becomes readable (one ``poll``). Once
-the caller's ``decided`` says the outcome cannot change (a majority granted, or too many
-refused), stragglers get a short grace and are then abandoned: a paused or partitioned node
-costs that grace, not a socket timeout. The async twin does the same with asyncio tasks.
+Redlock asks every node the same question. Asking them one after another would add up their
+round trips, and a thread per node would cost more than the round trips themselves. So the
+sync fan-out takes one connection from each node's pool (``get_connection``), sends the
+commands on each (``send_packed_command``), and only then reads the replies
+(``read_response``), checking which node has answered with ``can_read``: redis-py's public
+connection API, no socket of our own. Every connection goes back to its pool (``release``)
+before the fan-out returns. Once the caller's ``decided`` says the outcome cannot change (a
+majority granted, or too many refused), stragglers get a short grace and are then abandoned
+(disconnected, so that their late reply can never be read as another's): a paused or
+partitioned node costs that grace, not a socket timeout. The async twin does the same with
+asyncio tasks over each node's async client.
 
 A result is the list of the node's replies (an error reply in it is a ResponseError
 object), or the exception that kept the node from answering.
@@ -14,88 +18,21 @@ object), or the exception that kept the node from answering.
 from __future__ import annotations
 
 import asyncio
-import os
-import select
+import inspect
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import redis
 
 from .detached import detached
-from .lines import line_class
 
 Results = list[Any]
-# A connection idle for longer than this (seconds) is checked before reuse: the server may
-# have closed it (a restart, a client timeout). One in use moments ago is not: a check costs
-# a system call per server, and a connection that fails anyway only fails that one call.
-RECHECK_AFTER = 1.0
 Decided = Callable[[Results], bool]
-
-
-class ConnectionShelf:
-    """Idle connections to one server, each used by one fan-out at a time.
-
-    Fan-outs bypass the client's pool (whose checkout costs more than a round trip on
-    loopback) but use its connection class and options: password, TLS, database, timeouts.
-    A new connection is made (connected and greeted) within ``connect_timeout`` seconds, at
-    most the configured timeouts: connecting happens before any request is sent, one server
-    after the other, so a server that accepts connections but never answers must not hold
-    up the others for a whole socket timeout.
-    """
-
-    def __init__(self, pool: redis.ConnectionPool, connect_timeout: float) -> None:
-        self._pool = pool
-        self._line = line_class(pool)
-        # (line, when it was put back); list.pop() and list.append() are atomic
-        self._idle: list[tuple[Any, float]] = []
-        options = pool.connection_kwargs
-        self._timeout = options.get("socket_timeout")
-        self._connect_options = {**options, **{
-            name: connect_timeout if options.get(name) is None else min(options[name],
-                                                                        connect_timeout)
-            for name in ("socket_timeout", "socket_connect_timeout")
-        }}
-        _shelves.add(self)
-
-    def take(self) -> Any:
-        """Return a line (distlock.backends.lines) on a connected connection; raise
-        RedisError or OSError if none can be made."""
-        while self._idle:
-            try:
-                line, since = self._idle.pop()
-            except IndexError:  # another thread took the last one
-                break
-            if time.monotonic() - since < RECHECK_AFTER:
-                return line
-            try:
-                if not line.has_data():  # nothing pending, not closed by the server
-                    line.check_health()
-                    return line
-            except (redis.RedisError, OSError):
-                pass
-            line.reset()  # the server restarted, or closed it: make a new one
-        connection = self._pool.connection_class(**self._connect_options)
-        connection.connect()
-        connection.socket_timeout = self._timeout  # from now on, the configured timeout
-        connection._sock.settimeout(self._timeout)
-        return self._line(connection)
-
-    def give_back(self, line: Any) -> None:
-        self._idle.append((line, time.monotonic()))
-
-    def close(self) -> None:
-        while self._idle:
-            self._idle.pop()[0].reset()
-
-    def forget(self) -> None:
-        """Drop the connections without closing them (they belong to the parent of a fork)."""
-        self._idle = []
-
-
-_shelves: weakref.WeakSet[ConnectionShelf] = weakref.WeakSet()
-os.register_at_fork(after_in_child=lambda: [shelf.forget() for shelf in list(_shelves)])
+# While no node has answered, wait on one of them at most this long (seconds) before looking
+# at the others again: the most a reply can wait unseen. It starts at FIRST_SLICE and doubles.
+FIRST_SLICE = 0.0002
+MAX_SLICE = 0.002
 
 
 class NoAnswer(redis.exceptions.TimeoutError):
@@ -106,76 +43,131 @@ class Skipped(redis.exceptions.ConnectionError):
     """The node was not asked: it failed moments ago and is left out for a while."""
 
 
-def fan_out(shelves: Sequence[ConnectionShelf | None], commands: Sequence[Sequence[Any]], *,
+def _takes_command_name(pool: Any) -> bool:
+    """redis-py before 5.1 requires get_connection(command_name); later ones deprecate it."""
+    parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
+    return parameter is not None and parameter.default is inspect.Parameter.empty
+
+
+def checkout(pool: Any) -> Any:
+    """Take a connected connection from ``pool`` (give it back with ``pool.release``)."""
+    if _takes_command_name(pool):
+        return pool.get_connection("EVALSHA")
+    return pool.get_connection()
+
+
+class _Asked:
+    """One node's connection while its replies are awaited."""
+
+    def __init__(self, position: int, pool: Any, connection: Any) -> None:
+        self.position, self.pool, self.connection = position, pool, connection
+
+    def give_back(self, in_step: bool) -> None:
+        if not in_step:
+            self.connection.disconnect()  # a reply may still come: never read it as another's
+        self.pool.release(self.connection)
+
+
+def fan_out(pools: Sequence[Any | None], commands: Sequence[Sequence[Any]], *,
             timeout: float | None, decided: Decided, grace: float) -> Results:
-    """Send ``commands`` (pipelined) to every server whose shelf is not None; return, per
-    server, its replies or the exception that stands for them (Skipped without a shelf)."""
-    results: Results = [None] * len(shelves)
-    pending: dict[int, tuple[int, ConnectionShelf, Any]] = {}
-    packed: dict[type, bytes] = {}  # by kind of line: each packs the same commands once
-    for position, shelf in enumerate(shelves):
-        if shelf is None:
-            results[position] = Skipped("left out after a recent failure")
-            continue
-        line = None
-        try:
-            line = shelf.take()
-            kind = type(line)
-            if kind not in packed:
-                packed[kind] = line.pack(commands)
-            line.write(packed[kind])
-            descriptor = line.fileno()
-        except (redis.RedisError, OSError) as exc:
-            if line is not None:
-                line.reset()
-            results[position] = _failure(exc)
-            continue
-        pending[descriptor] = (position, shelf, line)
-    _gather(pending, results, len(commands), timeout, decided, grace)
+    """Send ``commands`` (pipelined) to every server whose pool is not None; return, per
+    server, its replies or the exception that stands for them (Skipped without a pool)."""
+    results: Results = [None] * len(pools)
+    pending: list[_Asked] = []
+    try:
+        for position, pool in enumerate(pools):
+            if pool is None:
+                results[position] = Skipped("left out after a recent failure")
+                continue
+            asked = _send(position, pool, commands, results)
+            if asked is not None:
+                pending.append(asked)
+        _gather(pending, results, len(commands), timeout, decided, grace)
+    finally:
+        for asked in pending:  # only if interrupted (KeyboardInterrupt...)
+            asked.give_back(in_step=False)
     return results
 
 
-def _gather(pending: dict[int, tuple[int, ConnectionShelf, Any]], results: Results,
-            replies: int, timeout: float | None, decided: Decided, grace: float) -> None:
-    poller = select.poll()
-    for descriptor in pending:
-        poller.register(descriptor, select.POLLIN)
+def _send(position: int, pool: Any, commands: Sequence[Sequence[Any]],
+          results: Results) -> _Asked | None:
+    try:
+        connection = checkout(pool)
+    except (redis.RedisError, OSError) as exc:
+        results[position] = _failure(exc)
+        return None
+    asked = _Asked(position, pool, connection)
+    try:
+        connection.send_packed_command(connection.pack_commands(commands), check_health=False)
+    except BaseException as exc:
+        asked.give_back(in_step=False)
+        if not isinstance(exc, (redis.RedisError, OSError)):
+            raise
+        results[position] = _failure(exc)
+        return None
+    return asked
+
+
+def _gather(pending: list[_Asked], results: Results, replies: int, timeout: float | None,
+            decided: Decided, grace: float) -> None:
     deadline = time.monotonic() + timeout if timeout is not None else float("inf")
     graced = False
+    slice_ = FIRST_SLICE
     while pending:
         if not graced and decided(results):
             graced = True
             deadline = min(deadline, time.monotonic() + grace)
-        wait = deadline - time.monotonic()
-        events = poller.poll(None if wait == float("inf") else max(wait, 0) * 1000)
-        if not events and wait <= 0:
-            break
-        for descriptor, _ in events:
-            position, shelf, line = pending.pop(descriptor)
-            poller.unregister(descriptor)
-            results[position] = _read(shelf, line, replies)
-    for position, _, line in pending.values():
-        line.reset()  # its reply may still come: never let it be read as another's
-        results[position] = NoAnswer(
+        answered = [asked for asked in pending if _ready(asked, 0)]
+        if not answered:
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                break
+            # Wait on the first node for a moment; a reply of another is seen one slice late
+            # at most.
+            if not _ready(pending[0], min(wait, slice_)):
+                slice_ = min(slice_ * 2, MAX_SLICE)
+                continue
+            answered = [pending[0]]
+        for asked in answered:
+            pending.remove(asked)
+            results[asked.position] = _read(asked, replies)
+    for asked in pending:
+        results[asked.position] = NoAnswer(
             "no answer after the outcome was decided" if graced else "no answer in time"
         )
+    while pending:
+        pending.pop().give_back(in_step=False)
 
 
-def _read(shelf: ConnectionShelf, line: Any, replies: int) -> list[Any] | Exception:
-    """Read the ``replies`` of a line reported readable; an error reply is kept as its
+def _ready(asked: _Asked, timeout: float) -> bool:
+    """Return True if the node's reply (or its error) can be read now."""
+    try:
+        return bool(asked.connection.can_read(timeout=timeout))
+    except (redis.RedisError, OSError):
+        return True  # read_response() raises it
+
+
+def _read(asked: _Asked, replies: int) -> list[Any] | Exception:
+    """Read the ``replies`` of a node reported readable; an error reply is kept as its
     ResponseError in the list."""
-    answers = []
+    answers: list[Any] = []
     try:
         for _ in range(replies):
-            answers.append(line.read_reply(ready=True))
+            try:
+                answers.append(asked.connection.read_response())
+            except redis.exceptions.ResponseError as error:  # the connection is in step
+                answers.append(detached(error))
     except (redis.RedisError, OSError) as exc:
-        line.reset()
+        asked.give_back(in_step=False)
         return _failure(exc)
-    shelf.give_back(line)
+    except BaseException:
+        asked.give_back(in_step=False)
+        raise
+    asked.give_back(in_step=True)
     return answers
 
 
-def _failure(exc: Exception) -> Exception:
+def _failure(exc: BaseException) -> Exception:
     """A node's failure, kept among the results: as a RedisError, detached (see detached.py)."""
     if isinstance(exc, redis.RedisError):
         return detached(exc)

@@ -9,6 +9,7 @@ from typing import Any
 from ..info import LockInfo
 from ..names import validate_name
 from .base import Attempt, BaseLockBackend, HeldEntry
+from .problems import Problems
 
 # One store per LOCATION, shared by every backend instance that names it (as locmem caches).
 _stores: dict[str, _Store] = {}
@@ -46,8 +47,8 @@ class LocMemBackend(BaseLockBackend):
     A system check warns when it is configured with ``DEBUG = False``.
     """
 
-    def __init__(self, alias: str, params: dict[str, Any]) -> None:
-        super().__init__(alias, params)
+    def configure(self, params: dict[str, Any], problems: Problems) -> None:
+        super().configure(params, problems)
         location = params.get("LOCATION", "")
         with _stores_guard:
             self._store = _stores.setdefault(f"{self.key_prefix}:{location}", _Store())

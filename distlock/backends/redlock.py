@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import os
 import random
 import time
@@ -35,10 +36,13 @@ import redis
 from ..exceptions import BackendUnavailable, InvalidLockBackendError
 from ..info import LockInfo
 from ..names import validate_name
+from . import calls
 from .base import LIMIT_OPTIONS, Attempt, BaseLockBackend, HeldEntry
+from .calls import SCRIPT_SHAS, Call
 from .detached import detached
-from .fanout import ConnectionShelf, Results, Skipped, afan_out, fan_out
-from .redis import RedisBackend, held_entries
+from .fanout import Results, Skipped, afan_out, fan_out
+from .problems import Problems
+from .redis import RedisBackend
 
 MIN_NODES = 3
 DEFAULT_DRIFT_FACTOR = 0.01
@@ -59,6 +63,13 @@ GRANT_RETRY_DELAY = 0.002
 # After an attempt that got some nodes but no majority (contenders split the nodes), wait
 # a random time in this range (ms) before trying again, so that they do not split again.
 JITTER_MS = (5.0, 50.0)
+# No HELLO (RESP2, the default before redis-py 8) and no CLIENT SETINFO on connect: redis-py
+# 8 spells the latter driver_info=None, earlier ones lib_name=None, lib_version=None.
+QUIET_GREETING: dict[str, Any] = {"protocol": 2, **(
+    {"driver_info": None}
+    if "driver_info" in inspect.signature(redis.Redis.__init__).parameters
+    else {"lib_name": None, "lib_version": None}
+)}
 LOCATION_HINT = (
     "For example 'LOCATION': ['redis://10.0.0.1:6379/0', 'redis://10.0.0.2:6379/0', "
     "'redis://10.0.0.3:6379/0']: an odd number (at least 3) of independent Redis servers."
@@ -74,18 +85,23 @@ class RedlockBackend(BaseLockBackend):
 
     own_options = BaseLockBackend.own_options | {"DRIFT_FACTOR"}
 
-    def __init__(self, alias: str, params: dict[str, Any]) -> None:
-        super().__init__(alias, params)
-        self.drift_factor = self._parse_drift_factor()
-        # Every node gets the client options and enforces the same MAX_RENEWALS.
-        node_options = {k: v for k, v in self.options.items()
-                        if not k.isupper() or k in LIMIT_OPTIONS}
-        self.nodes = self._parse_nodes(params.get("LOCATION"), node_options)
+    def configure(self, params: dict[str, Any], problems: Problems) -> None:
+        super().configure(params, problems)
+        self.drift_factor = problems.parse(self._parse_drift_factor, DEFAULT_DRIFT_FACTOR)
+        # Every node gets the client options and enforces the same MAX_RENEWALS. A new
+        # connection greets its server with nothing unless OPTIONS ask for it (a password,
+        # a database, a client name): a node that accepts connections but never answers
+        # (paused, partitioned) then holds up a fan-out for its grace, not for a socket
+        # timeout spent waiting for the greeting's reply.
+        node_options = {**QUIET_GREETING, **{k: v for k, v in self.options.items()
+                                             if not k.isupper() or k in LIMIT_OPTIONS}}
+        self.nodes = self._parse_nodes(params.get("LOCATION"), node_options, problems)
+        if not self.nodes:
+            return  # the problems say why; nothing below can be worked out
         self.quorum = len(self.nodes) // 2 + 1
         self.max_block = min(node.max_block for node in self.nodes)
         self.timeout: float | None = self.nodes[0].client_options.get("socket_timeout")
         self.grace = GRACE if self.timeout is None else min(GRACE, self.timeout / 2)
-        self._shelves: list[ConnectionShelf | None] = [None] * len(self.nodes)
         self._down_until = [0.0] * len(self.nodes)
         self._failures = [0] * len(self.nodes)  # in a row, per node
         self._acquire_decided = self._decided(_granted)
@@ -100,11 +116,13 @@ class RedlockBackend(BaseLockBackend):
             hint=LOCATION_HINT,
         )
 
-    def _parse_nodes(self, location: object, options: dict[str, Any]) -> list[RedisBackend]:
+    def _parse_nodes(self, location: object, options: dict[str, Any],
+                     problems: Problems) -> list[RedisBackend]:
         if isinstance(location, str) or not isinstance(location, (list, tuple)):
-            raise self._location_error(
+            problems.add(self._location_error(
                 f"must be a list of Redis URLs, one per independent server, not {location!r}."
-            )
+            ))
+            return []
         nodes = []
         for position, url in enumerate(location):
             params = {"LOCATION": url, "KEY_PREFIX": self.key_prefix,
@@ -112,11 +130,19 @@ class RedlockBackend(BaseLockBackend):
             try:
                 nodes.append(RedisBackend(self.alias, params))
             except InvalidLockBackendError as exc:
-                if exc.check_id != "distlock.E005":
-                    raise
-                raise self._location_error(
-                    f"[{position}]: " + str(exc).split("['LOCATION'] ", 1)[-1]
-                ) from None
+                for problem in exc.problems:
+                    if problem.check_id != "distlock.E005":
+                        if position == 0:  # the same OPTIONS on every node: report once
+                            problems.add(problem)
+                        continue
+                    problems.add(self._location_error(
+                        f"[{position}]: " + str(problem).split("['LOCATION'] ", 1)[-1]
+                    ))
+        if len(nodes) < len(location):
+            return []
+        return problems.parse(lambda: self._check_nodes(nodes), [])
+
+    def _check_nodes(self, nodes: list[RedisBackend]) -> list[RedisBackend]:
         count = len(nodes)
         if count < MIN_NODES:
             raise self._location_error(
@@ -158,37 +184,29 @@ class RedlockBackend(BaseLockBackend):
         now = time.monotonic()
         return [until <= now for until in self._down_until]
 
-    def _shelf(self, position: int) -> ConnectionShelf:
-        shelf = self._shelves[position]
-        if shelf is None:
-            shelf = self._shelves[position] = ConnectionShelf(
-                self.nodes[position].client.connection_pool, connect_timeout=self.grace
-            )
-        return shelf
-
-    def _ask(self, script: str, calls: list[tuple[list[str], list[Any]]],
+    def _ask(self, script: str, script_calls: list[Call],
              decided: Callable[[Results], bool], only: list[int] | None = None) -> Results:
-        """Run ``calls`` of ``script`` on every node that is up (of ``only``), at once; return
-        per node the list of replies or the exception that stands for them."""
-        sha = self.nodes[0]._script(script).sha  # the same source, so the same digest everywhere
-        commands = [("EVALSHA", sha, len(keys), *keys, *args) for keys, args in calls]
-        shelves = [self._shelf(i) if up and (only is None or i in only) else None
-                   for i, up in enumerate(self._up())]
-        results = fan_out(shelves, commands, timeout=self.timeout, decided=decided,
+        """Run ``script_calls`` of ``script`` on every node that is up (of ``only``), at once;
+        return per node the list of replies or the exception that stands for them."""
+        sha = SCRIPT_SHAS[script]  # the same source, so the same digest everywhere
+        commands = [("EVALSHA", sha, len(keys), *keys, *args) for keys, args in script_calls]
+        pools = [node.client.connection_pool if up and (only is None or i in only) else None
+                 for i, (node, up) in enumerate(zip(self.nodes, self._up(), strict=True))]
+        results = fan_out(pools, commands, timeout=self.timeout, decided=decided,
                           grace=self.grace)
         for position, result in enumerate(results):
             if isinstance(result, list) and any(_no_script(reply) for reply in result):
-                # A node restarted since it last ran the script: load it there and run again.
-                results[position] = self._run_on(position, script, calls)
+                # A node restarted since it last ran the script: run it there with EVAL.
+                results[position] = self._run_on(position, script, script_calls)
         return self._note_failures(results)
 
     def _run_on(self, position: int, script: str,
-                calls: list[tuple[list[str], list[Any]]]) -> list[Any] | Exception:
+                script_calls: list[Call]) -> list[Any] | Exception:
         node = self.nodes[position]
         try:
-            if len(calls) == 1:
-                return [node._run(script, *calls[0])]
-            return node._pipelined(script, calls)
+            if len(script_calls) == 1:
+                return [node.run_script(script, *script_calls[0])]
+            return node.run_pipelined(script, script_calls)
         except BackendUnavailable as exc:
             return detached(exc)  # kept among the results
 
@@ -196,7 +214,7 @@ class RedlockBackend(BaseLockBackend):
                     decided: Callable[[Results], bool], only: list[int] | None = None
                     ) -> Results:
         async def one(node: RedisBackend) -> list[Any]:
-            return [await node._arun(script, keys, args)]
+            return [await node.arun_script(script, keys, args)]
 
         calls = [(lambda node=node: one(node)) if up and (only is None or i in only) else None
                  for i, (node, up) in enumerate(zip(self.nodes, self._up(), strict=True))]
@@ -263,7 +281,7 @@ class RedlockBackend(BaseLockBackend):
     # not a majority is so tried again, shortly, before the waiter waits again.
     def try_acquire(self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None,
                     patience_ms: int) -> Attempt:
-        call = self.nodes[0]._acquire_call(name, token, ttl_ms, meta, grant, patience_ms)
+        call = calls.acquire_call(self.layout, name, token, ttl_ms, meta, grant, patience_ms)
         for retry in range(GRANT_RETRIES + 1):
             started = time.monotonic()
             results = self._ask("acquire", [call], self._acquire_decided)
@@ -284,7 +302,7 @@ class RedlockBackend(BaseLockBackend):
 
     async def atry_acquire(self, name: str, token: str, ttl_ms: int, meta: str,
                            grant: str | None, patience_ms: int) -> Attempt:
-        call = self.nodes[0]._acquire_call(name, token, ttl_ms, meta, grant, patience_ms)
+        call = calls.acquire_call(self.layout, name, token, ttl_ms, meta, grant, patience_ms)
         for retry in range(GRANT_RETRIES + 1):
             started = time.monotonic()
             results = await self._aask("acquire", *call, self._acquire_decided)
@@ -331,18 +349,13 @@ class RedlockBackend(BaseLockBackend):
         leases = sorted(max(int(results[i][0][1]), 1) for i in refused)
         return Attempt(False, holder_pttl_ms=leases[self.quorum - 1]), undo, None
 
-    def _undo_call(self, name: str, token: str, patience_ms: int
-                   ) -> tuple[list[str], list[Any]]:
-        keys = self.layout.keys_for(name)
-        return [keys.lock, keys.index, keys.waiters, keys.since], [token, name, patience_ms]
-
     def _undo(self, name: str, token: str, patience_ms: int, positions: list[int]) -> None:
-        call = self._undo_call(name, token, patience_ms)
+        call = calls.undo_call(self.layout, name, token, patience_ms)
         self._ask("undo_acquire", [call], _always, positions)
 
     async def _aundo(self, name: str, token: str, patience_ms: int,
                      positions: list[int]) -> None:
-        call = self._undo_call(name, token, patience_ms)
+        call = calls.undo_call(self.layout, name, token, patience_ms)
         await self._aask("undo_acquire", *call, _always, positions)
 
     def wait_for_turn(self, name: str, timeout: float) -> str | None:
@@ -366,15 +379,14 @@ class RedlockBackend(BaseLockBackend):
         return next((i for i, up in enumerate(self._up()) if up), 0)
 
     def leave_queue(self, name: str, token: str) -> None:
-        self._ask("leave_queue", [self.nodes[0]._leave_call(name, token)], _always)
+        self._ask("leave_queue", [calls.leave_call(self.layout, name, token)], _always)
 
     async def aleave_queue(self, name: str, token: str) -> None:
-        await self._aask("leave_queue", *self.nodes[0]._leave_call(name, token), _always)
+        await self._aask("leave_queue", *calls.leave_call(self.layout, name, token), _always)
 
     # --- release and extend -----------------------------------------------------------
-    def _release_call(self, name: str, token: str, force: bool
-                      ) -> tuple[list[str], list[Any]]:
-        keys, args = self.nodes[0]._release_call(name, token, force)
+    def _release_call(self, name: str, token: str, force: bool) -> Call:
+        keys, args = calls.release_call(self.layout, name, token, force)
         # One grant, valid on every node; and the nodes the lock was not held on (a bare
         # majority held it) hand it to the waiters too, so no newcomer can take them first.
         # (A force release does not know the holder's token, hence its grant: it does not.)
@@ -402,14 +414,16 @@ class RedlockBackend(BaseLockBackend):
 
     def extend(self, name: str, token: str, ttl_ms: int, *, renewal: bool = False,
                reenter: bool = False) -> bool:
-        call = self.nodes[0]._extend_call(name, token, ttl_ms, renewal, reenter)
+        call = calls.extend_call(self.layout, name, token, ttl_ms, renewal, reenter,
+                                 self.max_renewals)
         started = time.monotonic()
         results = self._ask("extend", [call], self._extend_decided)
         return self._judge_extend(name, ttl_ms, results, started)
 
     async def aextend(self, name: str, token: str, ttl_ms: int, *, renewal: bool = False,
                       reenter: bool = False) -> bool:
-        call = self.nodes[0]._extend_call(name, token, ttl_ms, renewal, reenter)
+        call = calls.extend_call(self.layout, name, token, ttl_ms, renewal, reenter,
+                                 self.max_renewals)
         started = time.monotonic()
         results = await self._aask("extend", *call, self._extend_decided)
         return self._judge_extend(name, ttl_ms, results, started)
@@ -430,19 +444,19 @@ class RedlockBackend(BaseLockBackend):
     # --- introspection ----------------------------------------------------------------
     def info(self, name: str) -> LockInfo | None:
         validate_name(name)  # operators pass names by hand: a clear error, not an AttributeError
-        call = ([self.layout.keys_for(name).lock], [])
+        call = calls.inspect_call(self.layout, name)
         results = self._ask("inspect", [call], self._answered_by_quorum)
         infos = self._infos(name, results, 0)
         verdict = self._majority(infos)
-        if verdict is _UNKNOWN:
+        if not isinstance(verdict, LockInfo | None):  # _UNKNOWN
             raise self._unavailable("read", name, len(infos), results)
         return verdict
 
     def info_many(self, names: list[str]) -> list[LockInfo]:
         if not names:
             return []
-        calls = [([self.layout.keys_for(name).lock], []) for name in names]
-        results = self._ask("inspect", calls, self._answered_by_quorum)
+        inspect_calls = [calls.inspect_call(self.layout, name) for name in names]
+        results = self._ask("inspect", inspect_calls, self._answered_by_quorum)
         found = []
         for position, name in enumerate(names):
             verdict = self._majority(self._infos(name, results, position))
@@ -456,7 +470,7 @@ class RedlockBackend(BaseLockBackend):
         answered = [r for r in results if isinstance(r, list)]
         if len(answered) < self.quorum:
             raise self._unavailable("read", name, len(answered), results)
-        return [self.nodes[0]._lock_info(name, reply[position]) for reply in answered]
+        return [calls.lock_info_from(self.alias, name, reply[position]) for reply in answered]
 
     def _majority(self, infos: list[LockInfo | None]) -> LockInfo | object | None:
         """Merge the nodes' views: the LockInfo of the token a majority holds, None when no
@@ -474,9 +488,8 @@ class RedlockBackend(BaseLockBackend):
         return None
 
     def held_names(self, prefix: str = "") -> list[HeldEntry]:
-        calls = [([index, since], []) for index, since in
-                 zip(self.layout.index_keys, self.layout.since_keys, strict=True)]
-        results = self._ask("held_names", calls, self._answered_by_quorum)
+        results = self._ask("held_names", calls.held_names_calls(self.layout),
+                            self._answered_by_quorum)
         answered = [r for r in results if isinstance(r, list)]
         if len(answered) < self.quorum:
             raise self._unavailable("list the locks of", prefix or "every prefix",
@@ -484,7 +497,7 @@ class RedlockBackend(BaseLockBackend):
         seen: dict[str, list[HeldEntry]] = defaultdict(list)
         for buckets in answered:
             for reply in buckets:
-                for entry in held_entries(reply):
+                for entry in calls.held_entries(reply):
                     if entry.name.startswith(prefix):
                         seen[entry.name].append(entry)
         # Held where a majority holds it: until the quorum-th latest lease end, since the
@@ -496,11 +509,7 @@ class RedlockBackend(BaseLockBackend):
         )
 
     def close(self) -> None:
-        for position, shelf in enumerate(self._shelves):
-            if shelf is not None:
-                shelf.close()
-                self._shelves[position] = None
-        for node in self.nodes:
+        for node in getattr(self, "nodes", ()):
             node.close()
 
     @property

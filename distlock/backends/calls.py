@@ -1,0 +1,111 @@
+"""The Lua scripts' calls and replies: which keys and arguments each script takes, and what
+its reply means. Shared by every backend that runs the scripts (RedisBackend,
+DjangoRedisBackend, and each node of RedlockBackend), so the layout is written once.
+
+A call is ``(keys, args)``; see distlock.backends.scripts for what each position means.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from ..info import LockInfo
+from ..names import KeyLayout
+from . import scripts
+from .base import HANDOFF_GRACE_MS, Attempt, HeldEntry
+
+Call = tuple[list[str], list[Any]]
+
+SCRIPT_SOURCES = {
+    "acquire": scripts.ACQUIRE,
+    "release": scripts.RELEASE,
+    "extend": scripts.EXTEND,
+    "inspect": scripts.INSPECT,
+    "held_names": scripts.HELD_NAMES,
+    "leave_queue": scripts.LEAVE_QUEUE,
+    "undo_acquire": scripts.UNDO_ACQUIRE,
+}
+# The SHA1 digest Redis knows a script by (EVALSHA): the same on every server.
+SCRIPT_SHAS = {name: hashlib.sha1(source.encode()).hexdigest()
+               for name, source in SCRIPT_SOURCES.items()}
+
+
+def text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+# --- calls ------------------------------------------------------------------------------
+def acquire_call(layout: KeyLayout, name: str, token: str, ttl_ms: int, meta: str,
+                 grant: str | None, patience_ms: int) -> Call:
+    k = layout.keys_for(name)
+    return ([k.lock, k.fence, k.waiters, k.signal, k.index, k.since],
+            [token, ttl_ms, meta, name, grant or "", patience_ms])
+
+
+def release_call(layout: KeyLayout, name: str, token: str, force: bool) -> Call:
+    k = layout.keys_for(name)
+    return ([k.lock, k.waiters, k.signal, k.index, k.since],
+            [token, name, "1" if force else "0", HANDOFF_GRACE_MS])
+
+
+def extend_call(layout: KeyLayout, name: str, token: str, ttl_ms: int, renewal: bool,
+                reenter: bool, max_renewals: int | None) -> Call:
+    k = layout.keys_for(name)
+    return ([k.lock, k.index],
+            [token, ttl_ms, name, "1" if renewal else "0", "1" if reenter else "0",
+             "" if max_renewals is None else max_renewals])
+
+
+def leave_call(layout: KeyLayout, name: str, token: str) -> Call:
+    return [layout.keys_for(name).waiters], [token]
+
+
+def undo_call(layout: KeyLayout, name: str, token: str, patience_ms: int) -> Call:
+    k = layout.keys_for(name)
+    return [k.lock, k.index, k.waiters, k.since], [token, name, patience_ms]
+
+
+def inspect_call(layout: KeyLayout, name: str) -> Call:
+    return [layout.keys_for(name).lock], []
+
+
+def held_names_calls(layout: KeyLayout) -> list[Call]:
+    """One call per bucket: each lists the names held in it."""
+    return [([index, since], []) for index, since in
+            zip(layout.index_keys, layout.since_keys, strict=True)]
+
+
+# --- replies ----------------------------------------------------------------------------
+def attempt_from(reply: list[Any]) -> Attempt:
+    if int(reply[0]) == 1:
+        return Attempt(True, fencing_token=int(reply[1]), acquired_ms=int(reply[2]))
+    return Attempt(False, holder_pttl_ms=int(reply[1]))
+
+
+def lock_info_from(alias: str, name: str, reply: list[Any]) -> LockInfo | None:
+    """Return the LockInfo in INSPECT's reply, None when the lock is not held."""
+    if not reply:
+        return None
+    token, fence, meta, acquired, renewals, depth, pttl, now = reply
+    return LockInfo.from_stored(
+        name=name, token=text(token), fence=int(fence), meta_json=text(meta),
+        acquired_ms=int(acquired), now_ms=int(now), pttl_ms=int(pttl),
+        renewals=int(renewals or 0), depth=int(depth or 1), alias=alias,
+    )
+
+
+def held_entries(reply: list[Any]) -> list[HeldEntry]:
+    """Return the entries of one bucket from HELD_NAMES's reply {index, since}."""
+    index, since = reply
+    acquired = {text(since[i]): float(since[i + 1]) / 1000 for i in range(0, len(since), 2)}
+    entries = []
+    for position in range(0, len(index), 2):
+        name = text(index[position])
+        entries.append(HeldEntry(name, float(index[position + 1]) / 1000,
+                                 acquired.get(name, 0.0)))
+    return entries
+
+
+def block_seconds(timeout: float) -> float:
+    """BLPOP's timeout: seconds with millisecond resolution; 0 would mean "forever"."""
+    return max(round(timeout, 3), 0.001)

@@ -1,0 +1,237 @@
+"""ScriptedBackend: locks kept by the Lua scripts on a Redis server that a redis-py client
+reaches. A subclass supplies the client (RedisBackend builds its own; DjangoRedisBackend
+borrows a django-redis cache's).
+
+Every call goes through the client's public API: EVALSHA (EVAL when the server forgot the
+script), BLPOP and pipelines. Each call takes a connection from the client's pool and gives
+it back before it returns, so between calls distlock holds none; a waiter blocked on BLPOP
+holds one while it waits.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+
+from ..exceptions import BackendUnavailable
+from ..info import LockInfo
+from ..names import validate_name
+from . import calls
+from .base import Attempt, BaseLockBackend, HeldEntry
+from .calls import SCRIPT_SHAS, SCRIPT_SOURCES, Call
+
+# What the client raises when a call's outcome is unknown. RedisClusterException (an
+# unreachable cluster, while the client is built) is not a RedisError.
+CLIENT_ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException)
+# Cluster errors that mean "route this call again" (MovedError is an AskError).
+REDIRECTS = (redis.exceptions.AskError, redis.exceptions.TryAgainError)
+
+
+class ScriptedBackend(BaseLockBackend):
+    """Run the lock scripts on ``self.client`` (a subclass provides it)."""
+
+    # Set by RedisBackend's settings; a borrowed client never waits for replicas.
+    cluster = False
+    wait_replicas = 0
+    wait_timeout_ms = 0
+
+    @property
+    def client(self) -> Any:
+        raise NotImplementedError("subclasses of ScriptedBackend must provide a client")
+
+    @property
+    def address(self) -> str:
+        """Where the server is, for messages (never a password)."""
+        raise NotImplementedError("subclasses of ScriptedBackend must provide an address")
+
+    # --- running scripts ------------------------------------------------------------------
+    def run_script(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """Run script ``name`` once; return its reply; BackendUnavailable when the server
+        cannot be reached (the outcome is then unknown)."""
+        try:
+            client = self.client  # a Redis Cluster's connects to learn its slots
+            try:
+                return client.evalsha(SCRIPT_SHAS[name], len(keys), *keys, *args)
+            except redis.exceptions.NoScriptError:  # the server restarted or was flushed
+                return client.eval(SCRIPT_SOURCES[name], len(keys), *keys, *args)
+        except CLIENT_ERRORS as exc:
+            raise self._unavailable(exc) from exc
+
+    def run_pipelined(self, name: str, script_calls: list[Call]) -> list[Any]:
+        """Run script ``name`` once per call, in one round trip per server."""
+        if not script_calls:
+            return []
+        with self._translate_errors():
+            if self.cluster:
+                return self._pipelined_per_node(name, script_calls)
+            return self._pipelined(self.client, name, script_calls)
+
+    def _pipelined(self, client: Any, name: str, script_calls: list[Call]) -> list[Any]:
+        for _ in range(2):
+            pipe = client.pipeline(transaction=False)
+            for keys, args in script_calls:
+                pipe.evalsha(SCRIPT_SHAS[name], len(keys), *keys, *args)
+            replies = pipe.execute(raise_on_error=False)
+            if not any(isinstance(r, redis.exceptions.NoScriptError) for r in replies):
+                break
+            client.script_load(SCRIPT_SOURCES[name])  # then run them all again
+        for reply in replies:
+            if isinstance(reply, Exception) and not isinstance(reply, REDIRECTS):
+                try:
+                    raise reply
+                finally:
+                    del reply, replies  # no cycle through this frame (see detached.py)
+        return replies
+
+    def _pipelined_per_node(self, name: str, script_calls: list[Call]) -> list[Any]:
+        # A cluster pipeline cannot run scripts, so each master gets a plain pipeline of the
+        # calls whose keys it holds; a call redirected by a moving slot is sent again
+        # through the cluster client, which follows the redirection.
+        nodes: dict[str, Any] = {}
+        positions: dict[str, list[int]] = defaultdict(list)
+        for position, (keys, _) in enumerate(script_calls):
+            node = self.client.get_node_from_key(keys[0])
+            nodes[node.name] = node
+            positions[node.name].append(position)
+        replies: list[Any] = [None] * len(script_calls)
+        for node_name, node_positions in positions.items():
+            node_client = self.client.get_redis_connection(nodes[node_name])
+            node_replies = self._pipelined(node_client, name,
+                                           [script_calls[p] for p in node_positions])
+            for position, reply in zip(node_positions, node_replies, strict=True):
+                if isinstance(reply, REDIRECTS):
+                    reply = self.run_script(name, *script_calls[position])
+                replies[position] = reply
+        return replies
+
+    @contextmanager
+    def _translate_errors(self) -> Iterator[None]:
+        try:
+            yield
+        except CLIENT_ERRORS as exc:
+            raise self._unavailable(exc) from exc
+
+    def _unavailable(self, exc: Exception) -> BackendUnavailable:
+        return BackendUnavailable(
+            f"Redis at {self.address} did not answer ({type(exc).__name__}: {exc}); "
+            "the lock state is unknown, so nothing was assumed.",
+        )
+
+    # --- replica acknowledgement (WAIT_REPLICAS) ----------------------------------------
+    def _node_client(self, key: str) -> Any:
+        """Return the plain client of the server that holds ``key``."""
+        if self.cluster:
+            return self.client.get_redis_connection(self.client.get_node_from_key(key))
+        return self.client
+
+    def run_confirmed(self, name: str, keys: list[str], args: list[Any]) -> tuple[Any, int]:
+        """Run a script and WAIT for replicas on the same connection, in one round trip;
+        return the script's reply and how many replicas confirmed it."""
+        with self._translate_errors():
+            for attempt in range(3):
+                node = self._node_client(keys[0])
+                pipe = node.pipeline(transaction=False)
+                pipe.evalsha(SCRIPT_SHAS[name], len(keys), *keys, *args)
+                pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
+                try:
+                    reply, confirmed = pipe.execute()
+                    return reply, int(confirmed)
+                except redis.exceptions.NoScriptError:
+                    node.script_load(SCRIPT_SOURCES[name])  # a restarted server: load, rerun
+                except REDIRECTS:
+                    if attempt == 2:
+                        raise
+                    self.client.nodes_manager.initialize()  # the slot moved: learn where
+        raise AssertionError("unreachable: the script is loaded")  # pragma: no cover
+
+    def _unconfirmed(self, name: str, confirmed: int) -> BackendUnavailable:
+        return BackendUnavailable(
+            f"Only {confirmed} of the {self.wait_replicas} replicas required by WAIT_REPLICAS "
+            f"confirmed the lease on {name!r} within {self.wait_timeout_ms} ms at "
+            f"{self.address}; a failover could lose it, so it is not reported as held.",
+            name=name,
+        )
+
+    # --- primitives -------------------------------------------------------------------
+    def try_acquire(self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None,
+                    patience_ms: int) -> Attempt:
+        call = calls.acquire_call(self.layout, name, token, ttl_ms, meta, grant, patience_ms)
+        if not self.wait_replicas:
+            return calls.attempt_from(self.run_script("acquire", *call))
+        reply, confirmed = self.run_confirmed("acquire", *call)
+        attempt = calls.attempt_from(reply)
+        if attempt.acquired and confirmed < self.wait_replicas:
+            with contextlib.suppress(BackendUnavailable):
+                self.release(name, token)  # fail closed: give back what was not confirmed
+            raise self._unconfirmed(name, confirmed)
+        return attempt
+
+    def wait_for_turn(self, name: str, timeout: float) -> str | None:
+        try:
+            popped = self.client.blpop([self.layout.keys_for(name).signal],
+                                       calls.block_seconds(timeout))
+        except CLIENT_ERRORS as exc:
+            self._unless_late(exc)
+            return None
+        return calls.text(popped[1]) if popped else None
+
+    def _unless_late(self, exc: Exception) -> None:
+        """Raise BackendUnavailable for a BLPOP's error, except a reply later than the socket
+        timeout (a loaded server or client): that is "no signal", not an outage. Waiting
+        changes no lock state, and the acquire attempt that follows at once finds out whether
+        the server is there (raising BackendUnavailable within its own socket timeout if not).
+        A grant popped by the late reply is not lost for good: the server takes it back after
+        HANDOFF_GRACE_MS."""
+        if not isinstance(exc, redis.exceptions.TimeoutError):
+            raise self._unavailable(exc) from exc
+
+    def leave_queue(self, name: str, token: str) -> None:
+        self.run_script("leave_queue", *calls.leave_call(self.layout, name, token))
+
+    def release(self, name: str, token: str, *, force: bool = False) -> int:
+        return int(self.run_script("release",
+                                   *calls.release_call(self.layout, name, token, force)))
+
+    def extend(self, name: str, token: str, ttl_ms: int, *, renewal: bool = False,
+               reenter: bool = False) -> bool:
+        call = calls.extend_call(self.layout, name, token, ttl_ms, renewal, reenter,
+                                 self.max_renewals)
+        if not self.wait_replicas:
+            return self._extended(name, self.run_script("extend", *call))
+        return self._confirmed_extension(name, *self.run_confirmed("extend", *call))
+
+    def _extended(self, name: str, outcome: Any) -> bool:
+        if outcome == 2:
+            raise self.renewal_limit_reached(name)
+        return outcome == 1
+
+    def _confirmed_extension(self, name: str, reply: Any, confirmed: int) -> bool:
+        # An unconfirmed extension leaves the holder its earlier, replicated lease: the lock
+        # keeps its token and renewals retry while that lease lasts.
+        if reply == 1 and confirmed < self.wait_replicas:
+            raise self._unconfirmed(name, confirmed)
+        return self._extended(name, reply)
+
+    # --- introspection ----------------------------------------------------------------
+    def info(self, name: str) -> LockInfo | None:
+        validate_name(name)  # operators pass names by hand: a clear error, not an AttributeError
+        reply = self.run_script("inspect", *calls.inspect_call(self.layout, name))
+        return calls.lock_info_from(self.alias, name, reply)
+
+    def info_many(self, names: list[str]) -> list[LockInfo]:
+        replies = self.run_pipelined(
+            "inspect", [calls.inspect_call(self.layout, name) for name in names])
+        infos = (calls.lock_info_from(self.alias, name, reply)
+                 for name, reply in zip(names, replies, strict=True))
+        return [info for info in infos if info is not None]
+
+    def held_names(self, prefix: str = "") -> list[HeldEntry]:
+        replies = self.run_pipelined("held_names", calls.held_names_calls(self.layout))
+        found = [entry for reply in replies for entry in calls.held_entries(reply)
+                 if entry.name.startswith(prefix)]
+        found.sort()
+        return found
