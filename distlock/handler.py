@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
@@ -102,7 +103,7 @@ class LockHandler:
                 self._backends[alias] = create_backend(alias, configured_aliases())
             return self._backends[alias]
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[str]:
         return iter(configured_aliases())
 
     def all(self) -> list[BaseLockBackend]:

@@ -68,7 +68,7 @@ class LockKeys(NamedTuple):
     fence: str  # last fencing token issued for this name
     waiters: str  # zset of waiting tokens, scored by when they stop waiting
     signal: str  # list a release pushes a grant to; waiters BLPOP it
-    index: str  # zset of held names in this bucket, scored by lease end
+    index: str  # type: ignore[assignment]  # zset of held names in the bucket, by lease end
     since: str  # zset of the same names, scored by when they were acquired
 
 

@@ -104,5 +104,10 @@ class Renewer:
 renewer = Renewer()
 
 
-# A forked child has none of the parent's threads, and its parent's locks are not its own.
-os.register_at_fork(after_in_child=renewer.__init__)
+def _forget_after_fork() -> None:
+    # A forked child has none of the parent's threads, and its parent's locks are not its own.
+    renewer.__init__()  # type: ignore[misc]  # the same instance, started afresh
+
+
+if hasattr(os, "register_at_fork"):  # POSIX only
+    os.register_at_fork(after_in_child=_forget_after_fork)

@@ -33,12 +33,12 @@ from typing import Any
 
 from ..exceptions import LockLost
 
-LOST_SIGNAL = getattr(signal, "SIGUSR1", None)
-STOP_SIGNALS = tuple(
-    signum for signum in (getattr(signal, "SIGTERM", None), signal.SIGINT) if signum is not None
+LOST_SIGNAL: int = getattr(signal, "SIGUSR1", 0)  # 0: none on this platform
+STOP_SIGNALS: tuple[int, ...] = tuple(
+    signum for signum in (getattr(signal, "SIGTERM", 0), signal.SIGINT) if signum
 )
 # Signals can only be delivered to a chosen thread where pthread_kill exists (not Windows).
-CAN_TARGET_THREADS = LOST_SIGNAL is not None and hasattr(signal, "pthread_kill")
+CAN_TARGET_THREADS = bool(LOST_SIGNAL) and hasattr(signal, "pthread_kill")
 
 
 class CommandLockLost(LockLost):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,7 @@ class LockedCommandMixin:
     lock_using: str = "default"  # DISTLOCK alias
 
     _lock_argv: list[str] | None = None
+    handle: Callable[..., Any]  # BaseCommand's, shadowed while the lock is held
     stderr: OutputWrapper  # BaseCommand's
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
@@ -89,7 +91,8 @@ class LockedCommandMixin:
         plan = self.lock_plan(args, options)
         # BaseCommand.execute() sets up output and runs checks, then calls self.handle():
         # shadow it for this run with the locked version.
-        self.handle = functools.partial(self._handle_locked, plan, self.handle)
+        handle: Callable[..., Any] = functools.partial(self._handle_locked, plan, self.handle)
+        self.handle = handle
         try:
             return super().execute(*args, **options)  # type: ignore[misc]
         finally:

@@ -58,7 +58,8 @@ class Command(BaseCommand):
         release.add_argument("--using", default=DEFAULT_ALIAS, metavar="ALIAS")
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
-        actions = {"list": self.list_locks, "info": self.show_info, "release": self.release_lock}
+        actions: dict[str, Callable[..., None]] = {
+            "list": self.list_locks, "info": self.show_info, "release": self.release_lock}
         actions[action](**options)
 
     # --- list ---------------------------------------------------------------------------
