@@ -38,8 +38,7 @@ from ..info import LockInfo
 from ..names import validate_name
 from . import calls
 from .base import LIMIT_OPTIONS, Attempt, BaseLockBackend, HeldEntry
-from .calls import SCRIPT_SHAS, Call
-from .detached import detached
+from .calls import SCRIPT_SHAS, SCRIPT_SOURCES, Call
 from .fanout import Results, Skipped, afan_out, fan_out
 from .problems import Problems
 from .redis import RedisBackend
@@ -188,27 +187,29 @@ class RedlockBackend(BaseLockBackend):
              decided: Callable[[Results], bool], only: list[int] | None = None) -> Results:
         """Run ``script_calls`` of ``script`` on every node that is up (of ``only``), at once;
         return per node the list of replies or the exception that stands for them."""
+        up = self._up()
+        asked = [i for i in range(len(self.nodes)) if up[i] and (only is None or i in only)]
         sha = SCRIPT_SHAS[script]  # the same source, so the same digest everywhere
-        commands = [("EVALSHA", sha, len(keys), *keys, *args) for keys, args in script_calls]
-        pools = [node.client.connection_pool if up and (only is None or i in only) else None
-                 for i, (node, up) in enumerate(zip(self.nodes, self._up(), strict=True))]
-        results = fan_out(pools, commands, timeout=self.timeout, decided=decided,
-                          grace=self.grace)
-        for position, result in enumerate(results):
-            if isinstance(result, list) and any(_no_script(reply) for reply in result):
-                # A node restarted since it last ran the script: run it there with EVAL.
-                results[position] = self._run_on(position, script, script_calls)
+        results = self._fan_out(asked, [("EVALSHA", sha, len(keys), *keys, *args)
+                                        for keys, args in script_calls], decided)
+        forgot = [i for i, result in enumerate(results)
+                  if isinstance(result, list) and any(_no_script(reply) for reply in result)]
+        if forgot:
+            # Nodes restarted since they last ran the script: run it there with EVAL, all of
+            # them at once again (the server caches the script on the way).
+            source = SCRIPT_SOURCES[script]
+            again = self._fan_out(forgot, [("EVAL", source, len(keys), *keys, *args)
+                                           for keys, args in script_calls], _always)
+            for position in forgot:
+                results[position] = again[position]
         return self._note_failures(results)
 
-    def _run_on(self, position: int, script: str,
-                script_calls: list[Call]) -> list[Any] | Exception:
-        node = self.nodes[position]
-        try:
-            if len(script_calls) == 1:
-                return [node.run_script(script, *script_calls[0])]
-            return node.run_pipelined(script, script_calls)
-        except BackendUnavailable as exc:
-            return detached(exc)  # kept among the results
+    def _fan_out(self, positions: list[int], commands: list[tuple[Any, ...]],
+                 decided: Callable[[Results], bool]) -> Results:
+        pools = [node.client.connection_pool if i in positions else None
+                 for i, node in enumerate(self.nodes)]
+        return fan_out(pools, commands, timeout=self.timeout, decided=decided,
+                       grace=self.grace)
 
     async def _aask(self, script: str, keys: list[str], args: list[Any],
                     decided: Callable[[Results], bool], only: list[int] | None = None
