@@ -4,7 +4,7 @@ Two views of the same hot path, on a redis-server of its own:
 
 * **Layers** (always): the pair is timed with one layer added at a time, interleaved in
   shuffled rounds: distlock's two scripts pre-packed on a bare socket (the server's work and
-  the wire), then through ``DirectCalls`` (packing and socket I/O), then the backend
+  the wire), then through redis-py's client (``run_script``: EVALSHA), then the backend
   (``try_acquire``/``release``), then a whole ``distlock.lock()``. Wall time and the client
   process's CPU time per pair show what each layer adds.
 * **py-spy** (``--py-spy``, needs py-spy on PATH or in the venv): samples a loop of pairs,
@@ -69,9 +69,9 @@ def layers(url: str) -> dict[str, Callable[[], object]]:
             connection.send_packed_command(command, check_health=False)
             connection.read_response()
 
-    def direct() -> None:
+    def through_client() -> None:
         for script, (keys, args) in calls.items():
-            backend.direct.script(script, keys, args)
+            backend.run_script(script, keys, args)
 
     def through_backend() -> None:
         backend.try_acquire(NAME, SCRIPT_TOKEN, SCRIPT_TTL_MS, meta, None, SCRIPT_PATIENCE_MS)
@@ -82,7 +82,7 @@ def layers(url: str) -> dict[str, Callable[[], object]]:
         lock.acquire()
         lock.release()
 
-    return {"scripts, pre-packed, bare socket": bare, "+ DirectCalls": direct,
+    return {"scripts, pre-packed, bare socket": bare, "+ redis-py client": through_client,
             "+ backend": through_backend, "+ Lock (distlock.lock)": public_api}
 
 

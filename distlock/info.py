@@ -7,7 +7,7 @@ import socket
 import sys
 import threading
 from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
@@ -64,7 +64,7 @@ class LockInfo:
 
 
 def from_milliseconds(ms: int) -> datetime:
-    return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=ms)
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
 
 
 def holder_metadata(purpose: str | None) -> str:

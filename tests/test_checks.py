@@ -209,7 +209,7 @@ EXACT_ERRORS = [
         "DISTLOCK['default']['KEY_PREFIX'] must be a non-empty string without braces, "
         "wildcards, spaces or control characters, not 'a{b}'.",
         hint="For example 'KEY_PREFIX': 'distlock' or 'myproject:locks'.", id="distlock.E008")),
-    ({"BACKEND": REDIS, "LOCATON": URL}, Error(
+    ({"BACKEND": REDIS, "LOCATION": URL, "LOCATON": URL}, Error(
         "DISTLOCK['default'] has unknown keys: LOCATON.",
         hint="Use only BACKEND, KEY_PREFIX, LOCATION, OPTIONS, TIMEOUT; check for typos.",
         id="distlock.E009")),
@@ -220,3 +220,36 @@ EXACT_ERRORS = [
                          ids=[expected.id for _, expected in EXACT_ERRORS])
 def test_each_error_is_exactly_this(alias_setting: dict[str, Any], expected: Error) -> None:
     assert check({"default": alias_setting}) == [expected]
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    setting = {"BACKEND": REDIS, "LOCATON": URL, "TIMEOUT": -5,
+               "OPTIONS": {"socket_timout": 1, "socket_connect_timeout": "2", "WAIT_REPLICAS": -1}}
+    assert check({"default": setting}) == [
+        Error("DISTLOCK['default'] has unknown keys: LOCATON.",
+              hint="Use only BACKEND, KEY_PREFIX, LOCATION, OPTIONS, TIMEOUT; check for typos.",
+              id="distlock.E009"),
+        Error("DISTLOCK['default']['TIMEOUT'] must be > 0 seconds, not -5.",
+              hint="TIMEOUT is the default lease in seconds, e.g. 60.", id="distlock.E007"),
+        Error("DISTLOCK['default']['LOCATION'] must be a Redis URL string, not None.",
+              hint="For example 'LOCATION': 'redis://127.0.0.1:6379/0' (or rediss://, unix://).",
+              id="distlock.E005"),
+        Error("DISTLOCK['default']['OPTIONS']['socket_timout'] is not an option of the Redis "
+              "client.", hint="Did you mean 'socket_timeout'?", id="distlock.E006"),
+        Error("DISTLOCK['default']['OPTIONS']['socket_connect_timeout'] must be a finite number "
+              "of seconds > 0, not '2'.", hint="For example 'socket_connect_timeout': 2.",
+              id="distlock.E006"),
+        Error("DISTLOCK['default']['OPTIONS']['WAIT_REPLICAS'] must be a whole number of "
+              "replicas >= 0, not -1.",
+              hint="For example 'WAIT_REPLICAS': 1 to confirm every acquire on one replica (0 "
+              "turns it off).", id="distlock.E006"),
+    ]
+
+
+def test_a_lock_on_settings_with_several_problems_names_them_all() -> None:
+    import distlock
+
+    bad = override_settings(DISTLOCK={"default": {
+        "BACKEND": REDIS, "LOCATION": URL, "OPTIONS": {"socket_timout": 1, "pasword": "x"}}})
+    with bad, pytest.raises(InvalidLockBackendError, match="pasword.*and 1 more.*socket_timout"):
+        distlock.lock("x").acquire()

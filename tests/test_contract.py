@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from datetime import timezone
+from datetime import UTC
 
 import pytest
 
@@ -387,7 +387,7 @@ def test_info_held_and_force_release() -> None:
         info = backend.info("app:a")
         assert info.name == "app:a" and info.token == a.token
         assert info.fencing_token == a.fencing_token
-        assert info.acquired_at.tzinfo == timezone.utc
+        assert info.acquired_at.tzinfo == UTC
         assert info.expires_at > info.acquired_at
         assert 4 < info.ttl_remaining <= 5
         assert info.pid > 0 and info.host and info.thread == "MainThread"

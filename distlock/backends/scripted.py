@@ -49,17 +49,30 @@ class ScriptedBackend(BaseLockBackend):
         raise NotImplementedError("subclasses of ScriptedBackend must provide an address")
 
     # --- running scripts ------------------------------------------------------------------
-    def run_script(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        """Run script ``name`` once; return its reply; BackendUnavailable when the server
-        cannot be reached (the outcome is then unknown)."""
-        try:
-            client = self.client  # a Redis Cluster's connects to learn its slots
+    def run_script(self, name: str, keys: list[str], args: list[Any], *,
+                   idempotent: bool = False) -> Any:
+        """Run script ``name``; return its reply; BackendUnavailable when the server cannot
+        be reached (the outcome is then unknown).
+
+        An ``idempotent`` call (running it twice does what running it once does) is sent
+        once more on a fresh connection after a connection error: a pooled connection the
+        server or a middlebox dropped after the pool checked it fails the write, and the
+        caller should not pay for that. Other calls (a release, a reentrant extend) are never
+        sent twice: their outcome is then left for distlock's callers to settle.
+        """
+        for attempt in (1, 2):
             try:
-                return client.evalsha(SCRIPT_SHAS[name], len(keys), *keys, *args)
-            except redis.exceptions.NoScriptError:  # the server restarted or was flushed
-                return client.eval(SCRIPT_SOURCES[name], len(keys), *keys, *args)
-        except CLIENT_ERRORS as exc:
-            raise self._unavailable(exc) from exc
+                client = self.client  # a Redis Cluster's connects to learn its slots
+                try:
+                    return client.evalsha(SCRIPT_SHAS[name], len(keys), *keys, *args)
+                except redis.exceptions.NoScriptError:  # the server restarted or was flushed
+                    return client.eval(SCRIPT_SOURCES[name], len(keys), *keys, *args)
+            except redis.exceptions.ConnectionError as exc:
+                if not (idempotent and attempt == 1):
+                    raise self._unavailable(exc) from exc
+            except CLIENT_ERRORS as exc:
+                raise self._unavailable(exc) from exc
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     def run_pipelined(self, name: str, script_calls: list[Call]) -> list[Any]:
         """Run script ``name`` once per call, in one round trip per server."""
@@ -161,7 +174,7 @@ class ScriptedBackend(BaseLockBackend):
                     patience_ms: int) -> Attempt:
         call = calls.acquire_call(self.layout, name, token, ttl_ms, meta, grant, patience_ms)
         if not self.wait_replicas:
-            return calls.attempt_from(self.run_script("acquire", *call))
+            return calls.attempt_from(self.run_script("acquire", *call, idempotent=True))
         reply, confirmed = self.run_confirmed("acquire", *call)
         attempt = calls.attempt_from(reply)
         if attempt.acquired and confirmed < self.wait_replicas:
@@ -190,7 +203,8 @@ class ScriptedBackend(BaseLockBackend):
             raise self._unavailable(exc) from exc
 
     def leave_queue(self, name: str, token: str) -> None:
-        self.run_script("leave_queue", *calls.leave_call(self.layout, name, token))
+        self.run_script("leave_queue", *calls.leave_call(self.layout, name, token),
+                        idempotent=True)
 
     def release(self, name: str, token: str, *, force: bool = False) -> int:
         return int(self.run_script("release",
@@ -201,7 +215,10 @@ class ScriptedBackend(BaseLockBackend):
         call = calls.extend_call(self.layout, name, token, ttl_ms, renewal, reenter,
                                  self.max_renewals)
         if not self.wait_replicas:
-            return self._extended(name, self.run_script("extend", *call))
+            # Sent twice, a renewal would count twice against MAX_RENEWALS at worst; a
+            # reentrant acquire would add a level nobody releases.
+            outcome = self.run_script("extend", *call, idempotent=not reenter)
+            return self._extended(name, outcome)
         return self._confirmed_extension(name, *self.run_confirmed("extend", *call))
 
     def _extended(self, name: str, outcome: Any) -> bool:
@@ -219,7 +236,8 @@ class ScriptedBackend(BaseLockBackend):
     # --- introspection ----------------------------------------------------------------
     def info(self, name: str) -> LockInfo | None:
         validate_name(name)  # operators pass names by hand: a clear error, not an AttributeError
-        reply = self.run_script("inspect", *calls.inspect_call(self.layout, name))
+        reply = self.run_script("inspect", *calls.inspect_call(self.layout, name),
+                                idempotent=True)
         return calls.lock_info_from(self.alias, name, reply)
 
     def info_many(self, names: list[str]) -> list[LockInfo]:

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ElementTree
 from collections import Counter, defaultdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +113,7 @@ def render(entries: list[dict[str, Any]], outcomes: list[dict[str, Any]], scale:
 
 def header(machine: dict[str, Any], scale: str, counts: Counter[str], status: int) -> list[str]:
     start, end = machine.get("start"), machine.get("end")
-    when = datetime.fromtimestamp(start["time"], timezone.utc) if start else None
+    when = datetime.fromtimestamp(start["time"], UTC) if start else None
     minutes = (end["time"] - start["time"]) / 60 if start and end else 0
     load = (f"load average {start['load'][0]:.1f} when the run started and "
             f"{end['load'][0]:.1f} when it ended (1-minute averages)"

@@ -13,7 +13,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -211,7 +211,7 @@ def lock_table(held: list[LockInfo], *, show_alias: bool = False) -> str:
 
 
 def _when(moment: datetime) -> str:
-    return f"{moment.astimezone(timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
+    return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
 
 
 def _dumps(data: object) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
@@ -40,6 +40,6 @@ class Command(LockedCommandMixin, BaseCommand):
         self.say(self.style.SUCCESS(f"the {mailing_list!r} digest is sent"))
 
     def say(self, text: str) -> None:
-        now = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        now = datetime.now(UTC).isoformat(timespec="milliseconds")
         self.stdout.write(f"{now} {text}")
         self.stdout.flush()
