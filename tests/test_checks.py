@@ -251,5 +251,5 @@ def test_a_lock_on_settings_with_several_problems_names_them_all() -> None:
 
     bad = override_settings(DISTLOCK={"default": {
         "BACKEND": REDIS, "LOCATION": URL, "OPTIONS": {"socket_timout": 1, "pasword": "x"}}})
-    with bad, pytest.raises(InvalidLockBackendError, match="pasword.*and 1 more.*socket_timout"):
+    with bad, pytest.raises(InvalidLockBackendError, match=r"pasword.*and 1 more.*socket_timout"):
         distlock.lock("x").acquire()
