@@ -310,6 +310,9 @@ class HeldLockAdmin(admin.ModelAdmin):
             "title": "Held locks",
             "opts": self.opts,
             "cl": cl,
+            # The table needs the width (ten columns and the filters in 1,280 px); the
+            # breadcrumbs still lead back to the rest of the admin.
+            "is_nav_sidebar_enabled": False,
             **(extra_context or {}),
         }
         request.current_app = self.admin_site.name
