@@ -2,7 +2,7 @@
 
 Nothing here is in the database: HeldLock is an unmanaged model that gives the page its
 place in the admin, its permissions (``distlock.view_heldlock``, ``distlock.release_heldlock``)
-and its LogEntry records. The page reads the backends (see distlock.held_list).
+and its LogEntry records. The page reads the backends (see distlock.admin.listing).
 
 A force release names the hold by alias, name and fencing token (the holder's secret token
 never leaves the server), shows a confirmation page on GET, and releases on a CSRF-checked
@@ -32,8 +32,11 @@ from django.template.defaultfilters import pluralize
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
-from .handler import locks
-from .held_list import (
+from ..handler import locks
+from ..info import LockInfo
+from ..models import HeldLock
+from ..names import MAX_NAME_LENGTH
+from .listing import (
     ALIAS_ERRORS,
     DEFAULT_ORDER,
     ORDERS,
@@ -42,9 +45,6 @@ from .held_list import (
     read_infos,
     sort_held,
 )
-from .info import LockInfo
-from .models import HeldLock
-from .names import MAX_NAME_LENGTH
 
 PER_PAGE = 100
 # Query parameters of the list, as the admin's own changelist names them.
