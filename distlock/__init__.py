@@ -5,7 +5,6 @@
     with distlock.lock("reports:daily", ttl=60, wait=5) as lk:
         ...
 """
-from .decorators import lock_view
 from .exceptions import (
     BackendUnavailable,
     FencedUpdateRejected,
@@ -20,6 +19,7 @@ from .exceptions import (
 from .handler import locks
 from .info import LockInfo
 from .lock import Lock, lock
+from .views import lock_view
 
 __all__ = [
     "BackendUnavailable",

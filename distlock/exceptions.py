@@ -5,6 +5,8 @@ from typing import TYPE_CHECKING
 
 from django.core.exceptions import ImproperlyConfigured
 
+from .info import shorten
+
 if TYPE_CHECKING:
     from .info import LockInfo
 
@@ -26,7 +28,10 @@ class LockNotAcquired(LockError):
         by = ""
         if holder is not None:
             since = f"{holder.acquired_at:%Y-%m-%d %H:%M:%S} UTC"
-            by = f"; held by {holder.host} pid {holder.pid} since {since}"
+            # The purpose tells the person reading the log what is running; shortened, as in
+            # the skip line of a locked command.
+            purpose = f" ({shorten(holder.purpose, 60)})" if holder.purpose else ""
+            by = f"; held by {holder.host} pid {holder.pid} since {since}{purpose}"
         super().__init__(f"Lock {name!r} could not be acquired{waited}{by}.", name=name)
         self.holder = holder
         self.wait = wait

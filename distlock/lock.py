@@ -416,7 +416,7 @@ class Lock:
     # --- with, async with, decorator ----------------------------------------------------
     def __enter__(self) -> Lock:
         if not self.acquire():
-            raise LockNotAcquired(self.name, holder=self._holder(), wait=self.wait)
+            raise LockNotAcquired(self.name, holder=self.holder(), wait=self.wait)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -424,19 +424,25 @@ class Lock:
 
     async def __aenter__(self) -> Lock:
         if not await self.aacquire():
-            raise LockNotAcquired(self.name, holder=await self._aholder(), wait=self.wait)
+            raise LockNotAcquired(self.name, holder=await self.aholder(), wait=self.wait)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.arelease()
 
-    def _holder(self) -> LockInfo | None:
+    def holder(self) -> LockInfo | None:
+        """Return who holds this lock now, or None if nobody does or the server cannot say.
+
+        For messages that name the holder (a contended lock); never decide with it whether
+        the lock is free: that is what acquire() does, atomically.
+        """
         try:
             return self.backend.info(self.name)
         except LockError:
             return None
 
-    async def _aholder(self) -> LockInfo | None:
+    async def aholder(self) -> LockInfo | None:
+        """Async twin of holder()."""
         try:
             return await self.backend.ainfo(self.name)
         except LockError:

@@ -3,7 +3,10 @@
 Everything that differs between machines comes from environment variables, so that
 ``scripts/demo`` can point the project at a private redis-server:
 
-``REDIS_URL``             Redis used for locks (db as given) and the cache (db 1).
+``REDIS_URL``             Redis used for locks (db as given) and the cache (db 1). Default:
+                          the Redis of a running ``scripts/demo`` (which writes its URL to
+                          ``.demo-redis-url`` at the top of the clone), else
+                          ``redis://127.0.0.1:6379/0``.
 ``DJANGO_SECRET_KEY``     defaults to a development-only key.
 ``DJANGO_DEBUG``          "1" (default) or "0".
 ``DJANGO_ALLOWED_HOSTS``  comma-separated, default ``localhost,127.0.0.1``.
@@ -34,7 +37,15 @@ def _with_db(url: str, db: int) -> str:
     return urlunsplit((parts.scheme, parts.netloc, f"/{db}", parts.query, parts.fragment))
 
 
-REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+def _demo_redis_url() -> str | None:
+    """The URL of the Redis that a running scripts/demo started, if one runs."""
+    try:
+        return (BASE_DIR / ".demo-redis-url").read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+REDIS_URL = os.environ.get("REDIS_URL") or _demo_redis_url() or "redis://127.0.0.1:6379/0"
 
 SECRET_KEY = os.environ.get(
     "DJANGO_SECRET_KEY", "django-insecure-distlock-demo-key-for-development-only"

@@ -13,7 +13,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from distlock import lock_view
-from distlock.view_responses import wants_json
+from distlock.views import wants_json
 
 #: Seconds the demo "rebuild" holds its lock, long enough to click the link twice.
 REBUILD_SECONDS = 2

@@ -43,3 +43,11 @@ def distlock_settings(kind: str, url: str) -> tuple[dict[str, Any], dict[str, An
         backends[kind] = {"BACKEND": redis_backend, "LOCATION": f"redis://{SENTINEL_SERVICE}/0",
                           "OPTIONS": {**options, "SENTINELS": sentinels}}
     return {"default": {**backends[kind], "KEY_PREFIX": "test"}}, caches
+
+
+def with_alias_down(url: str, down_url: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Return (DISTLOCK, CACHES): "default" on the Redis at ``url`` and "down" on the one at
+    ``down_url`` (the test stops it), under another key prefix."""
+    aliases, caches = distlock_settings("redis", url)
+    down = {**aliases["default"], "LOCATION": down_url, "KEY_PREFIX": "down"}
+    return {**aliases, "down": down}, caches

@@ -46,11 +46,14 @@ TEMPLATES = [
 ]
 DATABASES = {
     "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
-    # A file, so that worker processes share it (tests/faults): one per test run.
+    # A file, so that worker processes share it (tests/faults): one per test run. It depends
+    # on no other database: Django's default for a second alias is to be created after
+    # "default", and a test that asks for "fencing" alone (databases=["fencing"]) would then
+    # fail at setup with "Circular dependency in TEST[DEPENDENCIES]".
     "fencing": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": FENCING_DB,
-        "TEST": {"NAME": FENCING_DB},
+        "TEST": {"NAME": FENCING_DB, "DEPENDENCIES": []},
         "OPTIONS": {"timeout": 30},
     },
 }

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from datetime import UTC
@@ -55,6 +56,8 @@ def test_context_manager_raises_lock_not_acquired_with_holder() -> None:
     assert caught.value.holder is not None
     assert caught.value.holder.purpose == "nightly report"
     assert "held by" in str(caught.value)
+    assert re.search(r"; held by \S+ pid \d+ since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC "
+                     r"\(nightly report\)\.\Z", str(caught.value)), str(caught.value)
 
 
 def test_wait_gives_up_after_wait_seconds() -> None:

@@ -24,7 +24,7 @@ from rest_framework.views import APIView
 
 import distlock
 from distlock import lock_view
-from distlock.view_responses import LockContended
+from distlock.views import LockContended
 
 pytestmark = pytest.mark.django_db(databases=[])
 

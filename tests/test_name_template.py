@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from distlock.name_template import DIGEST_MARK, fill_template, template_fields
 from distlock.names import MAX_NAME_LENGTH, validate_name
+from distlock.naming import DIGEST_MARK, fill_template, template_fields
 
 
 def test_values_are_percent_encoded():

@@ -7,6 +7,7 @@ admin password and serve the site; ``scripts/test`` must then run tests in that 
 """
 from __future__ import annotations
 
+import contextlib
 import http.cookiejar
 import os
 import re
@@ -114,7 +115,11 @@ def test_demo_then_tests_from_a_fresh_clone(fresh_clone) -> None:
             assert held_locks.status == 200 and "Held locks" in held_locks.read().decode()
     finally:
         os.killpg(demo.pid, signal.SIGINT)
-        rest, _ = demo.communicate(timeout=30)
+        try:
+            rest, _ = demo.communicate(timeout=30)
+        finally:  # whatever failed, nothing the demo started is left running
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(demo.pid, signal.SIGKILL)
     assert "stopping redis-server" in rest
 
     tests = subprocess.run(["scripts/test", "-q", "-p", "no:cacheprovider",

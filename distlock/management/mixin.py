@@ -19,13 +19,12 @@ from django.core.management.base import CommandError, CommandParser, OutputWrapp
 from ..exceptions import (
     BackendUnavailable,
     InvalidLockBackendError,
-    LockError,
     LockLost,
     LockNotOwned,
 )
-from ..info import LockInfo, shorten
+from ..info import shorten
 from ..lock import Lock
-from ..name_template import fill_template
+from ..naming import fill_template
 from ..validation import lease_milliseconds, seconds
 from .interrupt import CommandGuard, CommandInterrupted, CommandLockLost
 
@@ -205,7 +204,7 @@ class LockedCommandMixin:
 
 def skip_message(command: str, lock: Lock) -> str:
     """Return the one line that says a run was skipped, and who holds the lock."""
-    holder = _holder(lock)
+    holder = lock.holder()
     if holder is None:
         return (f"{command}: skipped, the lock {lock.name!r} was held by another instance "
                 "(it has just been released).")
@@ -213,13 +212,6 @@ def skip_message(command: str, lock: Lock) -> str:
         f"{command}: skipped, the lock {lock.name!r} is held by {holder.host} pid {holder.pid} "
         f"since {holder.acquired_at:%Y-%m-%d %H:%M:%S} UTC ({shorten(holder.purpose, 60)})."
     )
-
-
-def _holder(lock: Lock) -> LockInfo | None:
-    try:
-        return lock.backend.info(lock.name)
-    except LockError:
-        return None
 
 
 def _lock_setting(flag: str, option: object, attribute: str, default: object, *,

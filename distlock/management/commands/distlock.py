@@ -5,10 +5,14 @@
     manage.py distlock release NAME [--token T] [--yes] [--using ALIAS]
 
 ``list`` without ``--using`` lists every alias of DISTLOCK; ``info`` and ``release`` act on
-``--using`` (default "default").
+``--using`` (default "default"). Django's common options (``-v``, ``--settings``, ...) may also
+follow the action. When a lock server cannot be reached nothing is listed or shown (the state
+is unknown, so nothing may look like "no lock is held"): the error goes to stderr and the exit
+status is UNKNOWN_EXIT_CODE.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import sys
@@ -20,19 +24,32 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...backends.base import BaseLockBackend
-from ...exceptions import LockError
+from ...exceptions import BackendUnavailable, LockError
 from ...handler import DEFAULT_ALIAS, locks
 from ...info import LockInfo, shorten
 
 logger = logging.getLogger("distlock")
 PAGE = 500
 NOT_HELD_EXIT_CODE = 1
+# A lock server did not answer: what is held there is unknown (3 is "unknown" to monitoring
+# tools such as Nagios), distinct from 1, "not held".
+UNKNOWN_EXIT_CODE = 3
 
 
 class Command(BaseCommand):
     help = "List, inspect and force-release the locks distlock holds."
     requires_system_checks: list[str] = []  # an operator tool must work even with a bad check
     stealth_options = ("stdin",)
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        self._common_options: list[tuple[tuple[str, ...], dict[str, Any]]] = []
+        return super().create_parser(prog_name, subcommand, **kwargs)
+
+    def add_base_argument(self, parser: CommandParser, *args: str, **kwargs: Any) -> None:
+        """Add one of Django's common options, and remember it for the actions' parsers."""
+        super().add_base_argument(parser, *args, **kwargs)
+        if kwargs.get("action") != "version":
+            self._common_options.append((args, kwargs))
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -56,6 +73,20 @@ class Command(BaseCommand):
                              help="Release only if T still holds the lock (see `info`).")
         release.add_argument("--yes", action="store_true", help="Do not ask for confirmation.")
         release.add_argument("--using", default=DEFAULT_ALIAS, metavar="ALIAS")
+        for action_parser in (listing, info, release):
+            self._accept_common_options(action_parser)
+
+    def _accept_common_options(self, parser: CommandParser) -> None:
+        """Let ``distlock list -v 0`` and ``list --settings X`` work as on other commands.
+
+        argparse hands everything after the action to the action's parser, which would refuse
+        the common options. Each is added there too, hidden from its help and with no default,
+        so that when it is absent the value parsed before the action (or Django's default)
+        stays.
+        """
+        for args, kwargs in self._common_options:
+            parser.add_argument(*args, **{**kwargs, "default": argparse.SUPPRESS,
+                                          "help": argparse.SUPPRESS})
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         actions: dict[str, Callable[..., None]] = {
@@ -64,16 +95,25 @@ class Command(BaseCommand):
 
     # --- list ---------------------------------------------------------------------------
     def list_locks(self, *, using: str | None, prefix: str, as_json: bool, **options: Any) -> None:
-        aliases = [using] if using else list(locks)
+        aliases = [using] if using else _aliases()
         held: list[LockInfo] = []
-        unreachable = []
+        unreachable: dict[str, str] = {}
         for alias in aliases:
             try:
                 held.extend(_all_held(_backend(alias), prefix))
             except CommandError as exc:
-                if using:
+                if using or exc.returncode != UNKNOWN_EXIT_CODE:
                     raise
-                unreachable.append(exc)
+                unreachable[alias] = str(exc)
+        if unreachable:
+            # A listing without these aliases would look complete: list nothing.
+            answered = [alias for alias in aliases if alias not in unreachable]
+            hint = f" List the others with --using ALIAS ({', '.join(answered)})." if (
+                answered) else ""
+            raise CommandError(
+                f"{' '.join(unreachable.values())} Nothing is listed: what is held there is "
+                f"unknown.{hint}", returncode=UNKNOWN_EXIT_CODE,
+            )
         if as_json:
             self.stdout.write(_dumps([info.as_json_dict() for info in held]))
         elif held:
@@ -81,8 +121,6 @@ class Command(BaseCommand):
         else:
             where = f" starting with {prefix!r}" if prefix else ""
             self.stdout.write(f"No locks{where} are held.")
-        if unreachable:  # the others are listed; say which were not, and fail
-            raise CommandError(" ".join(str(exc) for exc in unreachable))
 
     # --- info ---------------------------------------------------------------------------
     def show_info(self, *, name: str, using: str, as_json: bool, **options: Any) -> None:
@@ -141,6 +179,13 @@ class Command(BaseCommand):
             raise CommandError(f"Not released: {info.name!r} is still held.")
 
 
+def _aliases() -> list[str]:
+    try:
+        return list(locks)
+    except ImproperlyConfigured as exc:
+        raise CommandError(str(exc)) from None
+
+
 def _backend(alias: str) -> BaseLockBackend:
     try:
         return locks[alias]
@@ -152,6 +197,8 @@ def _guarded(alias: str, call: Callable[..., Any], *args: Any, **kwargs: Any) ->
     """Return ``call(*args, **kwargs)``; a lock server error becomes a CommandError."""
     try:
         return call(*args, **kwargs)
+    except BackendUnavailable as exc:
+        raise CommandError(f"DISTLOCK[{alias!r}]: {exc}", returncode=UNKNOWN_EXIT_CODE) from None
     except LockError as exc:
         raise CommandError(f"DISTLOCK[{alias!r}]: {exc}") from None
 

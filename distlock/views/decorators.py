@@ -20,13 +20,14 @@ from typing import Any, TypeVar
 from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
-from .exceptions import BackendUnavailable, LockNotAcquired
-from .info import LockInfo
-from .lock import Lock
-from .validation import lease_milliseconds, seconds
-from .view_names import auser_value, callable_name, compile_template, user_value
-from .view_release import LockRelease
-from .view_responses import LockContended, LockServiceUnavailable
+from ..exceptions import BackendUnavailable, LockNotAcquired
+from ..info import LockInfo
+from ..lock import Lock
+from ..naming import compile_template
+from ..validation import lease_milliseconds, seconds
+from .names import auser_value, callable_name, user_value
+from .release import LockRelease
+from .responses import LockContended, LockServiceUnavailable
 
 logger = logging.getLogger("distlock")
 V = TypeVar("V", bound=Callable[..., Any])
@@ -196,7 +197,7 @@ class ViewLock:
             refusal = self._refuse_unavailable(request, lock, exc)
             return refusal if refusal is not None else view(request, *args, **kwargs)
         if not acquired:
-            return self.options.on_locked(request, self._contended(lock, lock._holder()))
+            return self.options.on_locked(request, self._contended(lock, lock.holder()))
         release = LockRelease(lock)
         try:
             response = view(request, *args, **kwargs)
@@ -217,7 +218,7 @@ class ViewLock:
             refusal = self._refuse_unavailable(request, lock, exc)
             return refusal if refusal is not None else await _result(view(request, *args, **kwargs))
         if not acquired:
-            exc = self._contended(lock, await lock._aholder())
+            exc = self._contended(lock, await lock.aholder())
             return await _result(self.options.on_locked(request, exc))
         release = LockRelease(lock)
         try:

@@ -16,8 +16,8 @@ import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from .exceptions import LockError, LockNotOwned
-from .lock import Lock
+from ..exceptions import LockError, LockNotOwned
+from ..lock import Lock
 
 logger = logging.getLogger("distlock")
 

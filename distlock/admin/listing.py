@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from .exceptions import BackendUnavailable, InvalidLockBackendError
-from .handler import locks
-from .info import LockInfo
+from ..exceptions import BackendUnavailable, InvalidLockBackendError
+from ..handler import locks
+from ..info import LockInfo
 
 # What can go wrong when reading an alias: its server is down, or its settings are broken.
 ALIAS_ERRORS = (BackendUnavailable, InvalidLockBackendError)

@@ -2,7 +2,7 @@
 
 Nothing here is in the database: HeldLock is an unmanaged model that gives the page its
 place in the admin, its permissions (``distlock.view_heldlock``, ``distlock.release_heldlock``)
-and its LogEntry records. The page reads the backends (see distlock.held_list).
+and its LogEntry records. The page reads the backends (see distlock.admin.listing).
 
 A force release names the hold by alias, name and fencing token (the holder's secret token
 never leaves the server), shows a confirmation page on GET, and releases on a CSRF-checked
@@ -28,11 +28,15 @@ from django.http import (
     HttpResponseRedirect,
     QueryDict,
 )
+from django.template.defaultfilters import pluralize
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
-from .handler import locks
-from .held_list import (
+from ..handler import locks
+from ..info import LockInfo
+from ..models import HeldLock
+from ..names import MAX_NAME_LENGTH
+from .listing import (
     ALIAS_ERRORS,
     DEFAULT_ORDER,
     ORDERS,
@@ -41,9 +45,6 @@ from .held_list import (
     read_infos,
     sort_held,
 )
-from .info import LockInfo
-from .models import HeldLock
-from .names import MAX_NAME_LENGTH
 
 PER_PAGE = 100
 # Query parameters of the list, as the admin's own changelist names them.
@@ -158,11 +159,53 @@ class HeldLockList:
     def alias_choices(self) -> list[Choice]:
         choices = [Choice("All", self.url_with(**{ALIAS: None}), not self.alias)]
         choices += [
-            Choice(f"{alias} ({self.counts[alias]})", self.url_with(**{ALIAS: alias}),
+            Choice(f"{alias} ({self.count_label(alias)})", self.url_with(**{ALIAS: alias}),
                    alias == self.alias)
             for alias in self.aliases
         ]
         return choices
+
+    def count_label(self, alias: str) -> str:
+        # An alias that could not be read has no count: "0" would say that nothing is held.
+        return "unavailable" if alias in self.unavailable else str(self.counts[alias])
+
+    @property
+    def not_counted(self) -> list[str]:
+        """The aliases shown (all, or the one selected) whose locks could not be read."""
+        shown = [self.alias] if self.alias else [*self.aliases, *self.unavailable]
+        return [alias for alias in dict.fromkeys(shown) if alias in self.unavailable]
+
+    @property
+    def answered(self) -> list[str]:
+        """The aliases shown whose locks were read."""
+        shown = [self.alias] if self.alias else self.aliases
+        return [alias for alias in shown if alias not in self.unavailable]
+
+    @property
+    def count_text(self) -> str:
+        """How many locks are listed, saying which aliases are not counted; "" when none is."""
+        count = f"{self.result_count} held lock{pluralize(self.result_count)}"
+        if not self.not_counted:
+            return count
+        if not self.answered:
+            return ""
+        return (f"{count} in {', '.join(self.answered)}; not counted: "
+                f"{', '.join(self.not_counted)} (unavailable)")
+
+    @property
+    def empty_text(self) -> str:
+        """What the page says when no row is shown, never "none held" for an unread alias."""
+        if not self.not_counted:
+            if self.query:
+                return f"No held lock has a name that starts with “{self.query}”."
+            return "No lock is held right now."
+        unknown = (f"What alias{'es' if len(self.not_counted) > 1 else ''} "
+                   f"{', '.join(self.not_counted)} hold{'' if len(self.not_counted) > 1 else 's'}"
+                   " is unknown: it could not be read.")
+        if not self.answered:
+            return unknown
+        matching = f" whose name starts with “{self.query}”" if self.query else ""
+        return f"No lock{matching} is held in {', '.join(self.answered)}. {unknown}"
 
     @property
     def order_choices(self) -> list[Choice]:
@@ -267,6 +310,9 @@ class HeldLockAdmin(admin.ModelAdmin):
             "title": "Held locks",
             "opts": self.opts,
             "cl": cl,
+            # The table needs the width (ten columns and the filters in 1,280 px); the
+            # breadcrumbs still lead back to the rest of the admin.
+            "is_nav_sidebar_enabled": False,
             **(extra_context or {}),
         }
         request.current_app = self.admin_site.name

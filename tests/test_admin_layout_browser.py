@@ -1,0 +1,68 @@
+"""The held locks table fits a 1,280 px wide window in a real headless Chromium: every
+column, the Force release button included, without scrolling sideways."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import distlock
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+WIDTH = 1280
+
+
+@pytest.fixture
+def held_locks(redis_backend: str) -> list[distlock.Lock]:
+    """Locks as production holds them: long names, hosts, threads and purposes."""
+    held = [
+        distlock.lock("reports:daily:tenant-4242:eu-west-1", ttl=3600,
+                      purpose="manage.py send_digest --list weekly --tenant 4242 (cron)"),
+        distlock.lock("demo:pay:123456", ttl=30,
+                      purpose="testproject.views.pay_with_a_rather_long_view_name"),
+        distlock.lock("rebuild:search-index:products", ttl=86_400, reentrant=True,
+                      purpose="celery task shop.tasks.rebuild_search_index"),
+    ]
+    for lock in held:
+        assert lock.acquire(wait=0)
+    held[2].acquire(wait=0)  # depth 2
+    for _ in range(3):
+        held[0].extend()  # renewals 3
+    return held
+
+
+def test_the_table_fits_1280_px_with_its_release_buttons(
+    page: Any, live_server: Any, django_user_model: Any, held_locks: list[distlock.Lock]
+) -> None:
+    from playwright.sync_api import expect
+
+    django_user_model.objects.create_superuser("operator", password="operator-pw")
+    page.set_viewport_size({"width": WIDTH, "height": 900})
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/distlock/heldlock/")
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", "operator-pw")
+    page.click("input[type=submit]")
+
+    rows = page.locator("#result_list tbody tr")
+    expect(rows).to_have_count(len(held_locks))
+    for index in range(len(held_locks)):
+        button = rows.nth(index).get_by_role("link", name="Force release")
+        expect(button).to_be_visible()
+        box = button.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= WIDTH, box
+    sizes = page.evaluate("""() => {
+        const results = document.querySelector('#changelist .results');
+        const table = document.querySelector('#result_list');
+        return {resultsScroll: results.scrollWidth, resultsClient: results.clientWidth,
+                tableRight: table.getBoundingClientRect().right,
+                pageScroll: document.documentElement.scrollWidth,
+                pageClient: document.documentElement.clientWidth};
+    }""")
+    assert sizes["resultsScroll"] <= sizes["resultsClient"], f"the table scrolls: {sizes}"
+    assert sizes["pageScroll"] <= sizes["pageClient"], f"the page scrolls sideways: {sizes}"
+    assert sizes["tableRight"] <= WIDTH, sizes
+    # Nothing was dropped to make it fit.
+    headers = page.locator("#result_list thead th").all_inner_texts()
+    assert [" ".join(header.split()).lower() for header in headers] == [
+        "name", "alias", "holder", "purpose", "acquired at", "expires in", "fencing token",
+        "renewals", "depth", "release"]
