@@ -124,7 +124,7 @@ class HeldLockList:
         self.result_count = len(selected)
         self.paginator = Paginator(sort_held(selected, self.order or DEFAULT_ORDER), PER_PAGE)
         self.page = self.paginator.get_page(self.params.get(PAGE))
-        self.rows = [self._row(info) for info in read_infos(self.page.object_list,
+        self.rows = [self._row(info) for info in read_infos(list(self.page.object_list),
                                                             self.unavailable)]
 
     def url_with(self, **changes: str | int | None) -> str:
@@ -249,7 +249,9 @@ class ReleaseForm(forms.Form):
 
     def __init__(self, data: QueryDict, *, aliases: list[str]) -> None:
         super().__init__(data)
-        self.fields["alias"].choices = [(alias, alias) for alias in aliases]
+        alias_field = self.fields["alias"]
+        assert isinstance(alias_field, forms.ChoiceField)
+        alias_field.choices = [(alias, alias) for alias in aliases]
 
 
 @admin.register(HeldLock)

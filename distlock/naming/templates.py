@@ -46,7 +46,7 @@ class Field:
         elif self.source == "kwarg":
             if self.key not in kwargs:
                 raise self._missing(where, f"keyword arguments {sorted(kwargs) or 'none'}")
-            value = kwargs[self.key]  # type: ignore[index]
+            value = kwargs[self.key]
         else:
             if self.key >= len(args):  # type: ignore[operator]
                 raise self._missing(where, f"{len(args)} positional argument(s)")
@@ -108,6 +108,7 @@ class NameTemplate:
         if problem:
             raise ValueError(f"lock_view name {self.template!r}: the field {shown} {problem}")
         root, *attributes = field_name.split(".")
+        key: str | int
         if root.isdigit():
             source, key = "arg", int(root)
         elif root in ("user", "request"):

@@ -66,7 +66,7 @@ def lock_view(
             raise TypeError(f"lock_view decorates views, not {type(view).__name__}.{hint}")
         view_lock = ViewLock(options, qualified_name(view))
         view_lock.check_parameters(view)
-        return view_lock.wrap(view)  # type: ignore[return-value]
+        return view_lock.wrap(view)
 
     return decorator
 
@@ -218,8 +218,8 @@ class ViewLock:
             refusal = self._refuse_unavailable(request, lock, exc)
             return refusal if refusal is not None else await _result(view(request, *args, **kwargs))
         if not acquired:
-            exc = self._contended(lock, await lock.aholder())
-            return await _result(self.options.on_locked(request, exc))
+            contended = self._contended(lock, await lock.aholder())
+            return await _result(self.options.on_locked(request, contended))
         release = LockRelease(lock)
         try:
             response = await _result(view(request, *args, **kwargs))
