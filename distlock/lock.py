@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from . import handler, renewal
-from .backends.base import Attempt, BaseLockBackend
+from .backends.base import HANDOFF_GRACE_MS, Attempt, BaseLockBackend
 from .exceptions import (
     BackendUnavailable,
     LockError,
@@ -111,16 +111,18 @@ class Lock:
         if self.token is not None:
             return self._reenter(self._check_reentry())
         attempts = _Attempts(self, self.backend, self._wait_argument(wait))
-        while True:
-            attempt = attempts.guarded(attempts.backend.try_acquire, *attempts.request())
-            if attempt.acquired:
-                self._take(attempts, attempt)
-                return True
+        backend = attempts.backend
+        attempt = attempts.guarded(backend.try_acquire, *attempts.request())
+        while not attempt.acquired:
             block = attempts.next_block(attempt)
             if block is None:
-                attempts.give_up(attempts.backend.leave_queue)
+                attempts.give_up(backend.leave_queue)
                 return False
-            attempts.grant = attempts.backend.wait_for_turn(self.name, block)
+            # Wait to be handed the lock, and claim it, in one call (one round trip on one
+            # server); the reply tells whether this object holds it now.
+            attempt = attempts.guarded(backend.wait_and_acquire, block, *attempts.waiting())
+        self._take(attempts, attempt)
+        return True
 
     async def aacquire(self, wait: float | None = _UNSET) -> bool:
         """Async twin of acquire()."""
@@ -128,16 +130,17 @@ class Lock:
         if self.token is not None:
             return await self._areenter(self._check_reentry())
         attempts = _Attempts(self, self.backend, self._wait_argument(wait))
-        while True:
-            attempt = await attempts.aguarded(attempts.backend.atry_acquire, *attempts.request())
-            if attempt.acquired:
-                self._take(attempts, attempt)
-                return True
+        backend = attempts.backend
+        attempt = await attempts.aguarded(backend.atry_acquire, *attempts.request())
+        while not attempt.acquired:
             block = attempts.next_block(attempt)
             if block is None:
-                await attempts.agive_up(attempts.backend.aleave_queue)
+                await attempts.agive_up(backend.aleave_queue)
                 return False
-            attempts.grant = await attempts.backend.await_for_turn(self.name, block)
+            attempt = await attempts.aguarded(backend.await_and_acquire, block,
+                                              *attempts.waiting())
+        self._take(attempts, attempt)
+        return True
 
     def _wait_argument(self, wait: Any) -> float | None:
         if wait is _UNSET:
@@ -155,7 +158,7 @@ class Lock:
         self._depth = 1
         if self.reentrant:  # only reentrant acquires compare owners
             self._owner = _current_owner()
-        self._lease_deadline = attempts.started + attempts.ttl_ms / 1000
+        self._lease_deadline = attempts.lease_started(attempt) + attempts.ttl_ms / 1000
         self._lost = self._releasing = False
         self._lost_because = None
         if self.auto_renew:
@@ -493,21 +496,43 @@ class _Attempts:
         self.meta = holder_metadata(lock.purpose)
         self.deadline = math.inf if wait is None else time.monotonic() + wait
         self.queue = wait != 0
-        self.grant: str | None = None
         self.contended = False
         self.started = 0.0
+        # A moment of the server's clock and a local time before it: (monotonic, server ms).
+        self.clock: tuple[float, int] | None = None
 
     def request(self) -> tuple[str, str, int, str, str | None, int]:
-        """Return the arguments of the next try_acquire call."""
+        """Return the arguments of the first try_acquire call (no grant yet)."""
         self.started = time.monotonic()
-        patience = 0
-        if self.queue:
-            block = min(self.deadline - self.started, self.backend.max_block)
-            patience = round((max(block, 0) + PATIENCE_MARGIN) * 1000)
-        return self.lock.name, self.token, self.ttl_ms, self.meta, self.grant, patience
+        return self.lock.name, self.token, self.ttl_ms, self.meta, None, self._patience()
+
+    def waiting(self) -> tuple[str, str, int, str, int]:
+        """Return the arguments of a wait_and_acquire call, after its timeout."""
+        self.started = time.monotonic()
+        return self.lock.name, self.token, self.ttl_ms, self.meta, self._patience()
+
+    def _patience(self) -> int:
+        """How long (ms) the server keeps this waiter registered: until the next call can
+        renew it, so a release never misses it, and a dead waiter is forgotten soon after."""
+        if not self.queue:
+            return 0
+        block = min(self.deadline - time.monotonic(), self.backend.max_block)
+        return round((max(block, 0) + PATIENCE_MARGIN) * 1000)
+
+    def lease_started(self, attempt: Attempt) -> float:
+        """Return a local time no later than when the server granted ``attempt``'s lease:
+        the request's send time, or later when the server's clock shows it ran later (a wait
+        that blocked before it acquired)."""
+        started = attempt.sent or self.started
+        if self.clock is not None and attempt.acquired_ms:
+            local, server_ms = self.clock  # server_ms was read after ``local``
+            started = max(started, local + (attempt.acquired_ms - server_ms - 1) / 1000)
+        return started
 
     def next_block(self, attempt: Attempt) -> float | None:
         """Return how long to wait for a turn, or None to give up."""
+        if attempt.server_ms and self.clock is None:
+            self.clock = (self.started, attempt.server_ms)
         if not self.contended:
             self.contended = True
             sender = type(self.backend)
@@ -518,7 +543,12 @@ class _Attempts:
             return None
         # Wake when the holder's lease ends at the latest: a crashed holder never releases.
         holder_left = max(attempt.holder_pttl_ms, 1) / 1000 + 0.002
-        return min(remaining, holder_left, self.backend.max_block)
+        block = min(remaining, holder_left, self.backend.max_block)
+        if attempt.place == 1:
+            # Next in line: look again once a handover's grace is over, in case the lock was
+            # handed to a waiter that died while queued (it never claims it).
+            block = min(block, HANDOFF_GRACE_MS / 1000)
+        return block
 
     def guarded(self, call: Callable[..., Attempt], *args: Any) -> Attempt:
         try:
@@ -544,7 +574,7 @@ class _Attempts:
 
     def _outlived(self, attempt: Attempt) -> bool:
         """Return True if the grant arrived after its lease had already ended."""
-        return time.monotonic() >= self.started + self.ttl_ms / 1000
+        return time.monotonic() >= self.lease_started(attempt) + self.ttl_ms / 1000
 
     async def _aforget_maybe_granted(self) -> None:
         with contextlib.suppress(LockError):

@@ -66,8 +66,9 @@ class LockKeys(NamedTuple):
 
     lock: str  # hash: token, fence, metadata; its TTL is the lease
     fence: str  # last fencing token issued for this name
-    waiters: str  # zset of waiting tokens, scored by when they stop waiting
-    signal: str  # list a release pushes a grant to; waiters BLPOP it
+    waiters: str  # zset of waiting tokens: by arrival (one server), or by when they stop (Redlock)
+    live: str  # zset of waiting tokens, by when their registration ends (one server)
+    signal: str  # list a Redlock release pushes a grant to; waiters BLPOP it
     index: str  # type: ignore[assignment]  # zset of held names in the bucket, by lease end
     since: str  # zset of the same names, scored by when they were acquired
 
@@ -93,6 +94,7 @@ class KeyLayout:
             lock=f"{base}:lock:{encoded}",
             fence=f"{base}:fence:{encoded}",
             waiters=f"{base}:wait:{encoded}",
+            live=f"{base}:live:{encoded}",
             signal=f"{base}:signal:{encoded}",
             index=self.index_keys[bucket],
             since=self.since_keys[bucket],

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import time
 from typing import Any, NamedTuple
 
 from asgiref.sync import sync_to_async
@@ -38,6 +39,9 @@ class Attempt(NamedTuple):
     fencing_token: int = 0
     acquired_ms: int = 0  # server time of the acquisition
     holder_pttl_ms: int = 0  # when not acquired: the holder's remaining lease
+    place: int = -1  # when not acquired: the place in the queue (0 first), -1 not queued
+    server_ms: int = 0  # when not acquired: the server's clock, if it told
+    sent: float = 0.0  # time.monotonic() when the request that acquired was sent, if known
 
 
 class HeldEntry(NamedTuple):
@@ -144,6 +148,15 @@ class BaseLockBackend:
             "subclasses of BaseLockBackend must provide a wait_for_turn() method"
         )
 
+    def wait_and_acquire(self, timeout: float, name: str, token: str, ttl_ms: int, meta: str,
+                         patience_ms: int) -> Attempt:
+        """Wait up to ``timeout`` for the lock to be handed over or freed, then try to acquire
+        it (with the grant the wait brought, if any). A backend that can do both in one round
+        trip does."""
+        grant = self.wait_for_turn(name, timeout)
+        sent = time.monotonic()
+        return self.try_acquire(name, token, ttl_ms, meta, grant, patience_ms)._replace(sent=sent)
+
     def leave_queue(self, name: str, token: str) -> None:
         raise NotImplementedError(
             "subclasses of BaseLockBackend must provide a leave_queue() method"
@@ -225,6 +238,13 @@ class BaseLockBackend:
 
     async def await_for_turn(self, name: str, timeout: float) -> str | None:
         return await sync_to_async(self.wait_for_turn, thread_sensitive=False)(name, timeout)
+
+    async def await_and_acquire(self, timeout: float, name: str, token: str, ttl_ms: int,
+                                meta: str, patience_ms: int) -> Attempt:
+        grant = await self.await_for_turn(name, timeout)
+        sent = time.monotonic()
+        attempt = await self.atry_acquire(name, token, ttl_ms, meta, grant, patience_ms)
+        return attempt._replace(sent=sent)
 
     async def aleave_queue(self, name: str, token: str) -> None:
         await sync_to_async(self.leave_queue, thread_sensitive=False)(name, token)

@@ -19,10 +19,14 @@ Call = tuple[list[str], list[Any]]
 SCRIPT_SOURCES = {
     "acquire": scripts.ACQUIRE,
     "release": scripts.RELEASE,
+    "leave_queue": scripts.LEAVE_QUEUE,
     "extend": scripts.EXTEND,
     "inspect": scripts.INSPECT,
     "held_names": scripts.HELD_NAMES,
-    "leave_queue": scripts.LEAVE_QUEUE,
+    # Redlock's: a grant pushed to one list all waiters block on (see RedlockBackend).
+    "grant_acquire": scripts.GRANT_ACQUIRE,
+    "grant_release": scripts.GRANT_RELEASE,
+    "grant_leave_queue": scripts.GRANT_LEAVE_QUEUE,
     "undo_acquire": scripts.UNDO_ACQUIRE,
 }
 # The SHA1 digest Redis knows a script by (EVALSHA): the same on every server.
@@ -36,13 +40,36 @@ def text(value: Any) -> str:
 
 # --- calls ------------------------------------------------------------------------------
 def acquire_call(layout: KeyLayout, name: str, token: str, ttl_ms: int, meta: str,
-                 grant: str | None, patience_ms: int) -> Call:
+                 patience_ms: int) -> Call:
+    k = layout.keys_for(name)
+    return ([k.lock, k.fence, k.waiters, k.live, k.index, k.since],
+            [token, ttl_ms, meta, name, patience_ms])
+
+
+def wake_key(layout: KeyLayout, name: str, token: str) -> str:
+    """The list a release pushes to when it hands the lock to waiter ``token``."""
+    return f"{layout.keys_for(name).waiters}:{token}"
+
+
+def release_call(layout: KeyLayout, name: str, token: str, force: bool) -> Call:
+    k = layout.keys_for(name)
+    return ([k.lock, k.waiters, k.live, k.index, k.since],
+            [token, name, "1" if force else "0", HANDOFF_GRACE_MS])
+
+
+def leave_call(layout: KeyLayout, name: str, token: str) -> Call:
+    k = layout.keys_for(name)
+    return [k.lock, k.waiters, k.live], [token, HANDOFF_GRACE_MS]
+
+
+def grant_acquire_call(layout: KeyLayout, name: str, token: str, ttl_ms: int, meta: str,
+                       grant: str | None, patience_ms: int) -> Call:
     k = layout.keys_for(name)
     return ([k.lock, k.fence, k.waiters, k.signal, k.index, k.since],
             [token, ttl_ms, meta, name, grant or "", patience_ms])
 
 
-def release_call(layout: KeyLayout, name: str, token: str, force: bool) -> Call:
+def grant_release_call(layout: KeyLayout, name: str, token: str, force: bool) -> Call:
     k = layout.keys_for(name)
     return ([k.lock, k.waiters, k.signal, k.index, k.since],
             [token, name, "1" if force else "0", HANDOFF_GRACE_MS])
@@ -56,7 +83,7 @@ def extend_call(layout: KeyLayout, name: str, token: str, ttl_ms: int, renewal: 
              "" if max_renewals is None else max_renewals])
 
 
-def leave_call(layout: KeyLayout, name: str, token: str) -> Call:
+def grant_leave_call(layout: KeyLayout, name: str, token: str) -> Call:
     return [layout.keys_for(name).waiters], [token]
 
 
@@ -79,6 +106,9 @@ def held_names_calls(layout: KeyLayout) -> list[Call]:
 def attempt_from(reply: list[Any]) -> Attempt:
     if int(reply[0]) == 1:
         return Attempt(True, fencing_token=int(reply[1]), acquired_ms=int(reply[2]))
+    if len(reply) > 2:  # one server: the place in the queue and the server's clock
+        return Attempt(False, holder_pttl_ms=int(reply[1]), place=int(reply[2]),
+                       server_ms=int(reply[3]))
     return Attempt(False, holder_pttl_ms=int(reply[1]))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 import weakref
 from collections.abc import AsyncIterator
 from typing import Any
@@ -142,16 +143,50 @@ class RedisBackend(ScriptedBackend):
     # --- async twins of the primitives ----------------------------------------------------
     async def atry_acquire(self, name: str, token: str, ttl_ms: int, meta: str,
                            grant: str | None, patience_ms: int) -> Attempt:
-        call = calls.acquire_call(self.layout, name, token, ttl_ms, meta, grant, patience_ms)
+        call = calls.acquire_call(self.layout, name, token, ttl_ms, meta, patience_ms)
         if not self.wait_replicas:
             return calls.attempt_from(await self.arun_script("acquire", *call))
-        reply, confirmed = await self._arun_confirmed("acquire", *call)
+        return await self._aconfirmed_attempt(name, token,
+                                              *await self._arun_confirmed("acquire", *call))
+
+    async def _aconfirmed_attempt(self, name: str, token: str, reply: Any,
+                                  confirmed: int) -> Attempt:
         attempt = calls.attempt_from(reply)
         if attempt.acquired and confirmed < self.wait_replicas:
             with contextlib.suppress(BackendUnavailable):
                 await self.arelease(name, token)
             raise self._unconfirmed(name, confirmed)
         return attempt
+
+    async def await_and_acquire(self, timeout: float, name: str, token: str, ttl_ms: int,
+                                meta: str, patience_ms: int) -> Attempt:
+        """Async twin of wait_and_acquire() (ScriptedBackend)."""
+        if self.cluster:  # a node's own client pipelines BLPOP and the script together
+            return await asyncio.to_thread(self.wait_and_acquire, timeout, name, token, ttl_ms,
+                                           meta, patience_ms)
+        call = calls.acquire_call(self.layout, name, token, ttl_ms, meta, patience_ms)
+        client = (await self._loop_client()).client
+        sent = time.monotonic()
+        try:
+            pipe = client.pipeline(transaction=False)
+            pipe.blpop([calls.wake_key(self.layout, name, token)], calls.block_seconds(timeout))
+            pipe.evalsha(SCRIPT_SHAS["acquire"], len(call[0]), *call[0], *call[1])
+            if self.wait_replicas:
+                pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
+            replies = await pipe.execute(raise_on_error=False)
+        except redis.exceptions.TimeoutError:
+            await self.arelease(name, token)  # see _late()
+            return Attempt(False)
+        except CLIENT_ERRORS as exc:
+            raise self._unavailable(exc) from exc
+        if any(isinstance(reply, Exception) for reply in replies):
+            del replies  # no cycle through this frame (see detached.py)
+            attempt = await self.atry_acquire(name, token, ttl_ms, meta, None, patience_ms)
+        elif self.wait_replicas:
+            attempt = await self._aconfirmed_attempt(name, token, replies[1], int(replies[2]))
+        else:
+            attempt = calls.attempt_from(replies[1])
+        return attempt._replace(sent=sent)
 
     async def await_for_turn(self, name: str, timeout: float) -> str | None:
         client = (await self._loop_client()).client

@@ -282,10 +282,11 @@ class RedlockBackend(BaseLockBackend):
     # not a majority is so tried again, shortly, before the waiter waits again.
     def try_acquire(self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None,
                     patience_ms: int) -> Attempt:
-        call = calls.acquire_call(self.layout, name, token, ttl_ms, meta, grant, patience_ms)
+        call = calls.grant_acquire_call(self.layout, name, token, ttl_ms, meta, grant,
+                                       patience_ms)
         for retry in range(GRANT_RETRIES + 1):
             started = time.monotonic()
-            results = self._ask("acquire", [call], self._acquire_decided)
+            results = self._ask("grant_acquire", [call], self._acquire_decided)
             attempt, undo, error = self._judge_acquire(name, ttl_ms, results, started)
             if undo:
                 # Queue where the lock was taken back, as the refusing nodes queued it; not
@@ -303,10 +304,11 @@ class RedlockBackend(BaseLockBackend):
 
     async def atry_acquire(self, name: str, token: str, ttl_ms: int, meta: str,
                            grant: str | None, patience_ms: int) -> Attempt:
-        call = calls.acquire_call(self.layout, name, token, ttl_ms, meta, grant, patience_ms)
+        call = calls.grant_acquire_call(self.layout, name, token, ttl_ms, meta, grant,
+                                       patience_ms)
         for retry in range(GRANT_RETRIES + 1):
             started = time.monotonic()
-            results = await self._aask("acquire", *call, self._acquire_decided)
+            results = await self._aask("grant_acquire", *call, self._acquire_decided)
             attempt, undo, error = self._judge_acquire(name, ttl_ms, results, started)
             if undo:
                 await self._aundo(name, token, 0 if error else patience_ms, undo)
@@ -380,14 +382,16 @@ class RedlockBackend(BaseLockBackend):
         return next((i for i, up in enumerate(self._up()) if up), 0)
 
     def leave_queue(self, name: str, token: str) -> None:
-        self._ask("leave_queue", [calls.leave_call(self.layout, name, token)], _always)
+        self._ask("grant_leave_queue", [calls.grant_leave_call(self.layout, name, token)],
+                  _always)
 
     async def aleave_queue(self, name: str, token: str) -> None:
-        await self._aask("leave_queue", *calls.leave_call(self.layout, name, token), _always)
+        await self._aask("grant_leave_queue",
+                         *calls.grant_leave_call(self.layout, name, token), _always)
 
     # --- release and extend -----------------------------------------------------------
     def _release_call(self, name: str, token: str, force: bool) -> Call:
-        keys, args = calls.release_call(self.layout, name, token, force)
+        keys, args = calls.grant_release_call(self.layout, name, token, force)
         # One grant, valid on every node; and the nodes the lock was not held on (a bare
         # majority held it) hand it to the waiters too, so no newcomer can take them first.
         # (A force release does not know the holder's token, hence its grant: it does not.)
@@ -395,11 +399,12 @@ class RedlockBackend(BaseLockBackend):
 
     def release(self, name: str, token: str, *, force: bool = False) -> int:
         call = self._release_call(name, token, force)
-        return self._judge_release(name, self._ask("release", [call], self._release_decided))
+        results = self._ask("grant_release", [call], self._release_decided)
+        return self._judge_release(name, results)
 
     async def arelease(self, name: str, token: str, *, force: bool = False) -> int:
         call = self._release_call(name, token, force)
-        return self._judge_release(name, await self._aask("release", *call,
+        return self._judge_release(name, await self._aask("grant_release", *call,
                                                           self._release_decided))
 
     def _judge_release(self, name: str, results: Results) -> int:

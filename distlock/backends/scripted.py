@@ -10,12 +10,14 @@ holds one while it waits.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import redis
+from asgiref.sync import sync_to_async
 
 from ..exceptions import BackendUnavailable
 from ..info import LockInfo
@@ -172,10 +174,13 @@ class ScriptedBackend(BaseLockBackend):
     # --- primitives -------------------------------------------------------------------
     def try_acquire(self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None,
                     patience_ms: int) -> Attempt:
-        call = calls.acquire_call(self.layout, name, token, ttl_ms, meta, grant, patience_ms)
+        # (No grants on one server: a release hands the lock to a waiter's token directly.)
+        call = calls.acquire_call(self.layout, name, token, ttl_ms, meta, patience_ms)
         if not self.wait_replicas:
             return calls.attempt_from(self.run_script("acquire", *call, idempotent=True))
-        reply, confirmed = self.run_confirmed("acquire", *call)
+        return self._confirmed_attempt(name, token, *self.run_confirmed("acquire", *call))
+
+    def _confirmed_attempt(self, name: str, token: str, reply: Any, confirmed: int) -> Attempt:
         attempt = calls.attempt_from(reply)
         if attempt.acquired and confirmed < self.wait_replicas:
             with contextlib.suppress(BackendUnavailable):
@@ -183,7 +188,51 @@ class ScriptedBackend(BaseLockBackend):
             raise self._unconfirmed(name, confirmed)
         return attempt
 
+    def wait_and_acquire(self, timeout: float, name: str, token: str, ttl_ms: int, meta: str,
+                         patience_ms: int) -> Attempt:
+        """Block on this waiter's own list until a release hands it the lock (or ``timeout``
+        passes), and run ACQUIRE right after, in the same round trip: the server runs the
+        pipelined script as soon as the BLPOP returns, so a waiter handed the lock learns it
+        holds it from the reply that woke it."""
+        call = calls.acquire_call(self.layout, name, token, ttl_ms, meta, patience_ms)
+        sent = time.monotonic()
+        try:
+            pipe = self._node_client(call[0][0]).pipeline(transaction=False)
+            pipe.blpop([calls.wake_key(self.layout, name, token)], calls.block_seconds(timeout))
+            pipe.evalsha(SCRIPT_SHAS["acquire"], len(call[0]), *call[0], *call[1])
+            if self.wait_replicas:
+                pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
+            replies = pipe.execute(raise_on_error=False)
+        except redis.exceptions.TimeoutError:
+            return self._late(name, token)
+        except CLIENT_ERRORS as exc:
+            raise self._unavailable(exc) from exc
+        if any(isinstance(reply, Exception) for reply in replies):
+            # The server forgot the script, or the slot moved: ask again the usual way (the
+            # lock a release reserved for this waiter waits for it for HANDOFF_GRACE_MS).
+            del replies  # no cycle through this frame (see detached.py)
+            attempt = self.try_acquire(name, token, ttl_ms, meta, None, patience_ms)
+        elif self.wait_replicas:
+            attempt = self._confirmed_attempt(name, token, replies[1], int(replies[2]))
+        else:
+            attempt = calls.attempt_from(replies[1])
+        return attempt._replace(sent=sent)
+
+    async def await_and_acquire(self, timeout: float, name: str, token: str, ttl_ms: int,
+                                meta: str, patience_ms: int) -> Attempt:
+        wait = sync_to_async(self.wait_and_acquire, thread_sensitive=False)
+        return await wait(timeout, name, token, ttl_ms, meta, patience_ms)
+
+    def _late(self, name: str, token: str) -> Attempt:
+        """A wait whose reply came later than the socket timeout (a loaded server or client):
+        its ACQUIRE may have run. Give back what it may have taken, which also tells whether
+        the server answers at all (BackendUnavailable if not), and report no turn."""
+        self.release(name, token)
+        return Attempt(False)
+
     def wait_for_turn(self, name: str, timeout: float) -> str | None:
+        """Block until a Redlock release pushes a grant to this lock's signal list (Redlock
+        waiters block on one node; on one server, wait_and_acquire does it all)."""
         try:
             popped = self.client.blpop([self.layout.keys_for(name).signal],
                                        calls.block_seconds(timeout))

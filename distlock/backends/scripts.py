@@ -41,28 +41,11 @@ end
 # or the server restarts empty, as long as the server's clock does not step back.
 FENCE_MEMORY_MS = 24 * 3600 * 1000
 
-# Acquire a lock, or join its queue of waiters.
-#   KEYS[1] lock hash   KEYS[2] fence   KEYS[3] waiters zset   KEYS[4] signal list
-#   KEYS[5] index zset of the bucket   KEYS[6] since zset of the bucket
-#   ARGV[1] token   ARGV[2] lease (ms)   ARGV[3] holder metadata (JSON)   ARGV[4] name
-#   ARGV[5] grant popped from the signal list, or ''   ARGV[6] patience (ms): how long to
-#   stay registered as a waiter when the lock is held; 0 to not queue
-# Returns {1, fencing token, server time ms} when acquired (also when this token already
-# holds it: a retried call whose first reply was lost), {0, remaining lease ms} when held.
-# A lock just released to waiters holds a reservation (field g) for the waiter that pops the
-# grant: newcomers cannot barge in before it, which keeps waiting fair and bounded.
-ACQUIRE = _NOW + """
-local state = redis.call('HMGET', KEYS[1], 't', 'g', 'f', 'a')
-local holder, reserved = state[1], state[2]
-if holder == ARGV[1] then
-  return {1, state[3], tonumber(state[4])}
-end
-if holder or (reserved and reserved ~= ARGV[5]) then
-  local patience = tonumber(ARGV[6])
-  if patience > 0 then
-""" + _JOIN_QUEUE + """  end
-  return {0, redis.call('PTTL', KEYS[1])}
-end
+# Shared snippet: make token ARGV[1] the holder of the lock, with a lease of ARGV[2] ms,
+# metadata ARGV[3], the next fencing token, and name ARGV[4] in the bucket's index; sets
+# ``fence``. Needs KEYS[1] lock hash, KEYS[2] fence, KEYS[5] index zset, KEYS[6] since zset,
+# ``reserved`` (the lock hash holds only a reservation) and now_ms, now_us.
+_TAKE = """
 local ttl = tonumber(ARGV[2])
 local fence = now_us
 local last = tonumber(redis.call('GET', KEYS[2]))
@@ -74,11 +57,8 @@ redis.call('SET', KEYS[2], fence, 'PX', ttl + """ + str(FENCE_MEMORY_MS) + """)
 if reserved then
   redis.call('DEL', KEYS[1])
 end
-redis.call('HSET', KEYS[1], 't', ARGV[1], 'f', fence, 'm', ARGV[3], 'a', now_ms, 'r', 0, 'd', 1)
+redis.call('HSET', KEYS[1], 't', ARGV[1], 'f', fence, 'm', ARGV[3], 'a', now_ms)
 redis.call('PEXPIRE', KEYS[1], ttl)
-if ARGV[5] ~= '' or tonumber(ARGV[6]) > 0 then
-  redis.call('ZREM', KEYS[3], ARGV[1])
-end
 redis.call('ZADD', KEYS[5], string.format('%.0f', now_ms + ttl), ARGV[4])
 redis.call('ZADD', KEYS[6], string.format('%.0f', now_ms), ARGV[4])
 -- On one acquire in 16, drop a few index entries whose lease ended without a release
@@ -90,10 +70,39 @@ if now_us % 16 == 0 then
     redis.call('ZREM', KEYS[6], unpack(ended))
   end
 end
+"""
+
+# Redlock's acquire: acquire a lock, or join its queue of waiters, on one node.
+#   KEYS[1] lock hash   KEYS[2] fence   KEYS[3] waiters zset   KEYS[4] signal list
+#   KEYS[5] index zset of the bucket   KEYS[6] since zset of the bucket
+#   ARGV[1] token   ARGV[2] lease (ms)   ARGV[3] holder metadata (JSON)   ARGV[4] name
+#   ARGV[5] grant popped from the signal list, or ''   ARGV[6] patience (ms): how long to
+#   stay registered as a waiter when the lock is held; 0 to not queue
+# Returns {1, fencing token, server time ms} when acquired (also when this token already
+# holds it: a retried call whose first reply was lost), {0, remaining lease ms} when held.
+# A lock just released to waiters holds a reservation (field g) for the waiter that pops the
+# grant: newcomers cannot barge in before it, which keeps waiting fair and bounded.
+GRANT_ACQUIRE = _NOW + """
+local state = redis.call('HMGET', KEYS[1], 't', 'g', 'f', 'a')
+local holder, reserved = state[1], state[2]
+if holder == ARGV[1] then
+  return {1, state[3], tonumber(state[4])}
+end
+if holder or (reserved and reserved ~= ARGV[5]) then
+  local patience = tonumber(ARGV[6])
+  if patience > 0 then
+""" + _JOIN_QUEUE + """  end
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+""" + _TAKE + """
+if ARGV[5] ~= '' or tonumber(ARGV[6]) > 0 then
+  redis.call('ZREM', KEYS[3], ARGV[1])
+end
 return {1, fence, now_ms}
 """
 
-# Release a lock (or one level of a reentrant hold) and hand it to a waiter if any waits.
+# Redlock's release: release a lock (or one level of a reentrant hold) on one node and hand it
+# to the waiters if any waits: a grant, pushed to the signal list they all block on.
 #   KEYS[1] lock hash   KEYS[2] waiters zset   KEYS[3] signal list   KEYS[4] index zset
 #   KEYS[5] since zset
 #   ARGV[1] token, or '' to release whoever holds it (operators' force release)
@@ -106,7 +115,7 @@ return {1, fence, now_ms}
 #   grant, a newcomer could take them from the waiter the other nodes were handed to).
 # Returns 0 when ARGV[1] does not hold the lock, 1 when released, 2 when one reentrant level
 # was released and the lock is still held.
-RELEASE = """
+GRANT_RELEASE = """
 local state = redis.call('HMGET', KEYS[1], 't', 'd')
 local holder = state[1]
 if not holder or (ARGV[1] ~= '' and holder ~= ARGV[1]) then
@@ -134,6 +143,111 @@ local grant, grace = holder .. ':' .. (ARGV[5] or now_us), ARGV[4]
 return 1
 """
 
+# Shared snippet: hand a lock that is free now to the longest waiter still waiting: reserve it
+# for that waiter's token (field g) for ``grace`` ms and wake it (its own list). Waiters whose
+# registration ran out (they gave up, or died) are dropped on the way. The woken waiter claims
+# the lock with ACQUIRE in the same round trip that woke it (see ScriptedBackend).
+# Needs KEYS[1] lock hash, KEYS[2] queue zset, KEYS[3] liveness zset, now_ms, grace.
+_HAND_OVER = """
+local queued = redis.call('ZRANGE', KEYS[2], 0, 15)
+for _, waiter in ipairs(queued) do
+  local alive = tonumber(redis.call('ZSCORE', KEYS[3], waiter))
+  if alive and alive > now_ms then
+    redis.call('HSET', KEYS[1], 'g', waiter)
+    redis.call('PEXPIRE', KEYS[1], grace)
+    local wake = KEYS[2] .. ':' .. waiter
+    redis.call('RPUSH', wake, 1)
+    redis.call('PEXPIRE', wake, grace)
+    break
+  end
+  redis.call('ZREM', KEYS[2], waiter)
+  redis.call('ZREM', KEYS[3], waiter)
+end
+"""
+
+# Acquire a lock, claim it when it was handed to this token, or join its queue of waiters.
+#   KEYS[1] lock hash   KEYS[2] fence   KEYS[3] queue zset (tokens by arrival, in us)
+#   KEYS[4] liveness zset (tokens by when their registration ends, ms)
+#   KEYS[5] index zset of the bucket   KEYS[6] since zset of the bucket
+#   ARGV[1] token   ARGV[2] lease (ms)   ARGV[3] holder metadata (JSON)   ARGV[4] name
+#   ARGV[5] patience (ms): how long to stay registered as a waiter when the lock is held;
+#   0 to not queue
+# Returns {1, fencing token, server time ms} when acquired (also when this token already
+# holds it: a retried call whose first reply was lost), {0, remaining lease ms, place in the
+# queue (0 first, -1 not queued), server time ms} when held. A lock handed to a waiter is
+# reserved for it (field g) for the grace: newcomers cannot barge in before it claims it.
+ACQUIRE = _NOW + """
+local state = redis.call('HMGET', KEYS[1], 't', 'g', 'f', 'a')
+local holder, reserved = state[1], state[2]
+if holder == ARGV[1] then
+  return {1, state[3], tonumber(state[4])}
+end
+local patience = tonumber(ARGV[5])
+if holder or (reserved and reserved ~= ARGV[1]) then
+  local place = -1
+  if patience > 0 then
+    redis.call('ZADD', KEYS[3], 'NX', string.format('%.0f', now_us), ARGV[1])
+    redis.call('ZADD', KEYS[4], string.format('%.0f', now_ms + patience), ARGV[1])
+    for _, key in ipairs({KEYS[3], KEYS[4]}) do
+      if redis.call('PTTL', key) < patience then
+        redis.call('PEXPIRE', key, patience)
+      end
+    end
+    place = redis.call('ZRANK', KEYS[3], ARGV[1])
+  end
+  return {0, redis.call('PTTL', KEYS[1]), place, now_ms}
+end
+""" + _TAKE + """
+if patience > 0 or reserved then
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('ZREM', KEYS[4], ARGV[1])
+end
+return {1, fence, now_ms}
+"""
+
+# Release a lock (or one level of a reentrant hold) and hand it to the longest waiter.
+#   KEYS[1] lock hash   KEYS[2] queue zset   KEYS[3] liveness zset   KEYS[4] index zset
+#   KEYS[5] since zset
+#   ARGV[1] token, or '' to release whoever holds it (operators' force release)
+#   ARGV[2] name   ARGV[3] '1' to release every reentrant level at once
+#   ARGV[4] how long the waiter handed the lock has to claim it (ms)
+# Returns 0 when ARGV[1] does not hold the lock, 1 when released, 2 when one reentrant level
+# was released and the lock is still held.
+RELEASE = """
+local state = redis.call('HMGET', KEYS[1], 't', 'd')
+local holder = state[1]
+if not holder or (ARGV[1] ~= '' and holder ~= ARGV[1]) then
+  return 0
+end
+if ARGV[3] ~= '1' and tonumber(state[2] or '1') > 1 then
+  redis.call('HINCRBY', KEYS[1], 'd', -1)
+  return 2
+end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[4], ARGV[2])
+redis.call('ZREM', KEYS[5], ARGV[2])
+if redis.call('EXISTS', KEYS[2]) == 1 then
+""" + _NOW + """
+  local grace = ARGV[4]
+""" + _HAND_OVER + """end
+return 1
+"""
+
+# Give up waiting. A lock handed to this waiter in the meantime goes on to the next one.
+#   KEYS[1] lock hash   KEYS[2] queue zset   KEYS[3] liveness zset
+#   ARGV[1] token   ARGV[2] how long the next waiter has to claim the lock (ms)
+LEAVE_QUEUE = """
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+local state = redis.call('HMGET', KEYS[1], 't', 'g')
+if not state[1] and state[2] == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+""" + _NOW + """
+  local grace = ARGV[2]
+""" + _HAND_OVER + """end
+return 1
+"""
+
 # Extend a held lease (also used for renewals and reentrant acquires).
 #   KEYS[1] lock hash   KEYS[2] index zset
 #   ARGV[1] token   ARGV[2] new lease (ms)   ARGV[3] name
@@ -142,7 +256,7 @@ return 1
 # Returns 1 when extended, 0 when the token does not hold the lock, 2 when a renewal was
 # refused because the hold already had ARGV[6] renewals (the lease is left as it was).
 EXTEND = """
-local state = redis.call('HMGET', KEYS[1], 't', 'r')
+local state = redis.call('HMGET', KEYS[1], 't', 'r', 'd')
 if state[1] ~= ARGV[1] then
   return 0
 end
@@ -156,7 +270,7 @@ if ARGV[4] == '1' then
   redis.call('HINCRBY', KEYS[1], 'r', 1)
 end
 if ARGV[5] == '1' then
-  redis.call('HINCRBY', KEYS[1], 'd', 1)
+  redis.call('HSET', KEYS[1], 'd', tonumber(state[3] or '1') + 1)  -- absent: one level
 end
 return 1
 """
@@ -188,9 +302,9 @@ return {redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES'),
         redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')}
 """
 
-# Give up waiting.
+# Redlock: give up waiting on one node.
 #   KEYS[1] waiters zset   ARGV[1] token
-LEAVE_QUEUE = """
+GRANT_LEAVE_QUEUE = """
 return redis.call('ZREM', KEYS[1], ARGV[1])
 """
 
