@@ -333,7 +333,7 @@ def test_a_majority_granted_too_late_is_not_held_and_is_taken_back(
         nodes: list[RedisServer]) -> None:
     # Every node grants the 300 ms lease, but the replies take 350 ms: validity = ttl -
     # elapsed - drift is negative, so the lock is not held, and every grant is undone.
-    slow_replies(locks["default"], "acquire", 0.35)
+    slow_replies(locks["default"], "grant_acquire", 0.35)
     lk = distlock.lock("late-majority", ttl=0.3)
     assert lk.acquire(wait=0) is False
     assert lk.token is None
