@@ -86,6 +86,10 @@ def test_a_waiter_killed_while_queued_delays_the_next_by_the_bound_at_most(
     assert 0 <= delay <= DEAD_WAITER_BOUND + 0.15, f"the next waiter got it after {delay:.3f}s"
 
 
+def acquire_into(lk: distlock.Lock, wait: float, result: list[bool]) -> None:
+    result.append(lk.acquire(wait=wait))
+
+
 def test_a_waiter_whose_wait_ran_out_is_never_made_holder(redis_backend: str) -> None:
     # A holder releases at a random moment around the end of a waiter's wait, over and over:
     # a waiter that returned False must never be left holding (or reserving) the lock.
@@ -98,8 +102,8 @@ def test_a_waiter_whose_wait_ran_out_is_never_made_holder(redis_backend: str) ->
         assert holder.acquire(wait=0)
         waiter = distlock.lock("gave-up", ttl=5)
         result: list[bool] = []
-        thread = threading.Thread(target=lambda lk=waiter, out=result, wait=rng.uniform(
-            0.005, 0.04): out.append(lk.acquire(wait=wait)))
+        thread = threading.Thread(target=acquire_into,
+                                  args=(waiter, rng.uniform(0.005, 0.04), result))
         thread.start()
         time.sleep(rng.uniform(0.0, 0.045))
         holder.release()
