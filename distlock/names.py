@@ -64,13 +64,12 @@ class LockKeys(NamedTuple):
     and a frozen dataclass's __init__ (object.__setattr__ per field) costs several times more.
     """
 
-    lock: str  # hash: token, fence, metadata; its TTL is the lease
+    lock: str  # string: token, fence, metadata (distlock.backends.scripts); its TTL is the lease
     fence: str  # last fencing token issued for this name
     waiters: str  # zset of waiting tokens: by arrival (one server), or by when they stop (Redlock)
     live: str  # zset of waiting tokens, by when their registration ends (one server)
     signal: str  # list a Redlock release pushes a grant to; waiters BLPOP it
     index: str  # type: ignore[assignment]  # zset of held names in the bucket, by lease end
-    since: str  # zset of the same names, scored by when they were acquired
 
 
 class KeyLayout:
@@ -79,7 +78,6 @@ class KeyLayout:
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self.index_keys = [self._bucket_key(bucket, "held") for bucket in range(BUCKETS)]
-        self.since_keys = [self._bucket_key(bucket, "since") for bucket in range(BUCKETS)]
         # Hot names (a cron job's, a view's) are locked again and again: build their keys once.
         self.keys_for = lru_cache(maxsize=4096)(self._keys_for)
 
@@ -97,5 +95,4 @@ class KeyLayout:
             live=f"{base}:live:{encoded}",
             signal=f"{base}:signal:{encoded}",
             index=self.index_keys[bucket],
-            since=self.since_keys[bucket],
         )

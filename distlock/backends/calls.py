@@ -40,10 +40,11 @@ def text(value: Any) -> str:
 
 # --- calls ------------------------------------------------------------------------------
 def acquire_call(layout: KeyLayout, name: str, token: str, ttl_ms: int, meta: str,
-                 patience_ms: int) -> Call:
+                 patience_ms: int, waited: bool = False) -> Call:
+    """``waited``: the token may be in the queue (it waited), so leave it once acquired."""
     k = layout.keys_for(name)
-    return ([k.lock, k.fence, k.waiters, k.live, k.index, k.since],
-            [token, ttl_ms, meta, name, patience_ms])
+    return ([k.lock, k.fence, k.waiters, k.live, k.index],
+            [token, ttl_ms, meta, name, patience_ms, "1" if waited else "0"])
 
 
 def wake_key(layout: KeyLayout, name: str, token: str) -> str:
@@ -53,7 +54,7 @@ def wake_key(layout: KeyLayout, name: str, token: str) -> str:
 
 def release_call(layout: KeyLayout, name: str, token: str, force: bool) -> Call:
     k = layout.keys_for(name)
-    return ([k.lock, k.waiters, k.live, k.index, k.since],
+    return ([k.lock, k.waiters, k.live, k.index],
             [token, name, "1" if force else "0", HANDOFF_GRACE_MS])
 
 
@@ -65,13 +66,13 @@ def leave_call(layout: KeyLayout, name: str, token: str) -> Call:
 def grant_acquire_call(layout: KeyLayout, name: str, token: str, ttl_ms: int, meta: str,
                        grant: str | None, patience_ms: int) -> Call:
     k = layout.keys_for(name)
-    return ([k.lock, k.fence, k.waiters, k.signal, k.index, k.since],
+    return ([k.lock, k.fence, k.waiters, k.signal, k.index],
             [token, ttl_ms, meta, name, grant or "", patience_ms])
 
 
 def grant_release_call(layout: KeyLayout, name: str, token: str, force: bool) -> Call:
     k = layout.keys_for(name)
-    return ([k.lock, k.waiters, k.signal, k.index, k.since],
+    return ([k.lock, k.waiters, k.signal, k.index],
             [token, name, "1" if force else "0", HANDOFF_GRACE_MS])
 
 
@@ -89,7 +90,7 @@ def grant_leave_call(layout: KeyLayout, name: str, token: str) -> Call:
 
 def undo_call(layout: KeyLayout, name: str, token: str, patience_ms: int) -> Call:
     k = layout.keys_for(name)
-    return [k.lock, k.index, k.waiters, k.since], [token, name, patience_ms]
+    return [k.lock, k.index, k.waiters], [token, name, patience_ms]
 
 
 def inspect_call(layout: KeyLayout, name: str) -> Call:
@@ -98,8 +99,7 @@ def inspect_call(layout: KeyLayout, name: str) -> Call:
 
 def held_names_calls(layout: KeyLayout) -> list[Call]:
     """One call per bucket: each lists the names held in it."""
-    return [([index, since], []) for index, since in
-            zip(layout.index_keys, layout.since_keys, strict=True)]
+    return [([index], []) for index in layout.index_keys]
 
 
 # --- replies ----------------------------------------------------------------------------
@@ -116,24 +116,21 @@ def lock_info_from(alias: str, name: str, reply: list[Any]) -> LockInfo | None:
     """Return the LockInfo in INSPECT's reply, None when the lock is not held."""
     if not reply:
         return None
-    token, fence, meta, acquired, renewals, depth, pttl, now = reply
+    value, pttl, now = reply
+    # TOKEN FENCE ACQUIRED_MS RENEWALS DEPTH METADATA (see distlock.backends.scripts)
+    token, fence, acquired, renewals, depth, meta = text(value).split(" ", 5)
     return LockInfo.from_stored(
-        name=name, token=text(token), fence=int(fence), meta_json=text(meta),
-        acquired_ms=int(acquired), now_ms=int(now), pttl_ms=int(pttl),
-        renewals=int(renewals or 0), depth=int(depth or 1), alias=alias,
+        name=name, token=token, fence=int(fence), meta_json=meta, acquired_ms=int(acquired),
+        now_ms=int(now), pttl_ms=int(pttl), renewals=int(renewals), depth=int(depth),
+        alias=alias,
     )
 
 
 def held_entries(reply: list[Any]) -> list[HeldEntry]:
-    """Return the entries of one bucket from HELD_NAMES's reply {index, since}."""
-    index, since = reply
-    acquired = {text(since[i]): float(since[i + 1]) / 1000 for i in range(0, len(since), 2)}
-    entries = []
-    for position in range(0, len(index), 2):
-        name = text(index[position])
-        entries.append(HeldEntry(name, float(index[position + 1]) / 1000,
-                                 acquired.get(name, 0.0)))
-    return entries
+    """Return the entries of one bucket from HELD_NAMES's reply: name, lease end (ms),
+    acquired (ms), ..."""
+    return [HeldEntry(text(reply[i]), float(reply[i + 1]) / 1000, float(reply[i + 2]) / 1000)
+            for i in range(0, len(reply), 3)]
 
 
 def block_seconds(timeout: float) -> float:

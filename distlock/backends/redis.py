@@ -143,7 +143,10 @@ class RedisBackend(ScriptedBackend):
     # --- async twins of the primitives ----------------------------------------------------
     async def atry_acquire(self, name: str, token: str, ttl_ms: int, meta: str,
                            grant: str | None, patience_ms: int) -> Attempt:
-        call = calls.acquire_call(self.layout, name, token, ttl_ms, meta, patience_ms)
+        return await self._aacquire(name, token, calls.acquire_call(
+            self.layout, name, token, ttl_ms, meta, patience_ms))
+
+    async def _aacquire(self, name: str, token: str, call: calls.Call) -> Attempt:
         if not self.wait_replicas:
             return calls.attempt_from(await self.arun_script("acquire", *call))
         return await self._aconfirmed_attempt(name, token,
@@ -164,7 +167,8 @@ class RedisBackend(ScriptedBackend):
         if self.cluster:  # a node's own client pipelines BLPOP and the script together
             return await asyncio.to_thread(self.wait_and_acquire, timeout, name, token, ttl_ms,
                                            meta, patience_ms)
-        call = calls.acquire_call(self.layout, name, token, ttl_ms, meta, patience_ms)
+        call = calls.acquire_call(self.layout, name, token, ttl_ms, meta, patience_ms,
+                                  waited=True)
         client = (await self._loop_client()).client
         sent = time.monotonic()
         try:
@@ -181,7 +185,7 @@ class RedisBackend(ScriptedBackend):
             raise self._unavailable(exc) from exc
         if any(isinstance(reply, Exception) for reply in replies):
             del replies  # no cycle through this frame (see detached.py)
-            attempt = await self.atry_acquire(name, token, ttl_ms, meta, None, patience_ms)
+            attempt = await self._aacquire(name, token, call)
         elif self.wait_replicas:
             attempt = await self._aconfirmed_attempt(name, token, replies[1], int(replies[2]))
         else:

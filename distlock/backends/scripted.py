@@ -175,7 +175,10 @@ class ScriptedBackend(BaseLockBackend):
     def try_acquire(self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None,
                     patience_ms: int) -> Attempt:
         # (No grants on one server: a release hands the lock to a waiter's token directly.)
-        call = calls.acquire_call(self.layout, name, token, ttl_ms, meta, patience_ms)
+        return self._acquire(name, token, calls.acquire_call(self.layout, name, token, ttl_ms,
+                                                             meta, patience_ms))
+
+    def _acquire(self, name: str, token: str, call: Call) -> Attempt:
         if not self.wait_replicas:
             return calls.attempt_from(self.run_script("acquire", *call, idempotent=True))
         return self._confirmed_attempt(name, token, *self.run_confirmed("acquire", *call))
@@ -194,7 +197,8 @@ class ScriptedBackend(BaseLockBackend):
         passes), and run ACQUIRE right after, in the same round trip: the server runs the
         pipelined script as soon as the BLPOP returns, so a waiter handed the lock learns it
         holds it from the reply that woke it."""
-        call = calls.acquire_call(self.layout, name, token, ttl_ms, meta, patience_ms)
+        call = calls.acquire_call(self.layout, name, token, ttl_ms, meta, patience_ms,
+                                  waited=True)
         sent = time.monotonic()
         try:
             pipe = self._node_client(call[0][0]).pipeline(transaction=False)
@@ -211,7 +215,7 @@ class ScriptedBackend(BaseLockBackend):
             # The server forgot the script, or the slot moved: ask again the usual way (the
             # lock a release reserved for this waiter waits for it for HANDOFF_GRACE_MS).
             del replies  # no cycle through this frame (see detached.py)
-            attempt = self.try_acquire(name, token, ttl_ms, meta, None, patience_ms)
+            attempt = self._acquire(name, token, call)
         elif self.wait_replicas:
             attempt = self._confirmed_attempt(name, token, replies[1], int(replies[2]))
         else:
