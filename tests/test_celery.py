@@ -1,0 +1,232 @@
+"""distlock.contrib.celery with real Celery workers: 2 worker processes of concurrency 4
+(prefork), a real redis-server as the broker, result backend and lock server."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from django.core.management import call_command
+
+from distlock.contrib.celery import TaskAlreadyQueued, was_skipped
+from distlock.handler import locks
+from tests.configs import distlock_settings
+from tests.redis_server import RedisServer
+
+celery = pytest.importorskip("celery", reason="pip install 'django-distlock[celery]'")
+
+ROOT = Path(__file__).resolve().parent.parent
+TTL = 2.0  # the lock_ttl of the test tasks (tests/celery_app.py)
+pytestmark = pytest.mark.django_db(databases=[])
+
+
+class Workers:
+    """Two ``celery worker`` processes and the servers they use."""
+
+    def __init__(self, server: RedisServer, log_dir: Path) -> None:
+        self.server = server
+        base = server.url.rsplit("/", 1)[0]
+        self.env = {
+            **os.environ, "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "DISTLOCK_TEST_KIND": "redis", "DISTLOCK_TEST_URL": f"{base}/0",
+            "DISTLOCK_TEST_BROKER": f"{base}/1", "DISTLOCK_TEST_DATA_URL": f"{base}/2",
+        }
+        self.data = redis.Redis.from_url(self.env["DISTLOCK_TEST_DATA_URL"],
+                                         decode_responses=True)
+        self.log_dir = log_dir
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start(self, count: int = 2) -> None:
+        for index in range(count):
+            with open(self.log_dir / f"worker{index}.log", "wb") as log:
+                self.processes.append(subprocess.Popen(
+                    [sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker",
+                     "--pool", "prefork", "--concurrency", "4", "--loglevel", "INFO",
+                     "--hostname", f"w{index}@%h", "--without-gossip", "--without-mingle",
+                     "--without-heartbeat"],
+                    cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                ))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if all(b"ready." in (self.log_dir / f"worker{i}.log").read_bytes()
+                   for i in range(count)):
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"the workers did not start:\n{self.logs()}")
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def logs(self) -> str:
+        return "\n".join(path.read_text(errors="replace")[-3000:]
+                         for path in sorted(self.log_dir.glob("worker*.log")))
+
+    def runs(self) -> list[tuple[str, str, float, float, int]]:
+        return [tuple(json.loads(item)) for item in self.data.lrange("runs", 0, -1)]
+
+    def started(self) -> list[list[Any]]:
+        return [json.loads(item) for item in self.data.lrange("started", 0, -1)]
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
+    server = RedisServer().start()
+    workers = Workers(server, tmp_path_factory.mktemp("celery"))
+    try:
+        workers.start()
+        yield workers
+    finally:
+        workers.stop()
+        server.stop()
+
+
+@pytest.fixture
+def tasks(workers: Workers, settings: Any) -> Iterator[Any]:
+    """The test tasks, sent to the workers' broker; DISTLOCK points at their lock server."""
+    from tests import celery_app
+
+    url = workers.env["DISTLOCK_TEST_URL"]
+    settings.DISTLOCK, settings.CACHES = distlock_settings("redis", url)
+    locks.reset()
+    workers.server.flushall()
+    previous = dict(celery_app.app.conf)
+    celery_app.app.conf.update(broker_url=workers.env["DISTLOCK_TEST_BROKER"],
+                               result_backend=workers.env["DISTLOCK_TEST_BROKER"])
+    yield celery_app
+    celery_app.app.conf.update(broker_url=previous["broker_url"],
+                               result_backend=previous["result_backend"])
+    locks.reset()
+
+
+def overlapping(runs: list[tuple[str, str, float, float, int]]) -> int:
+    """Return the most runs that were under way at the same moment."""
+    edges = sorted([(start, 1) for _, _, start, _, _ in runs]
+                   + [(end, -1) for _, _, _, end, _ in runs])
+    most = current = 0
+    for _, step in edges:
+        current += step
+        most = max(most, current)
+    return most
+
+
+def test_twenty_identical_tasks_run_the_body_once(tasks: Any, workers: Workers) -> None:
+    results = [tasks.skip_job.delay("same", 2.0) for _ in range(20)]
+    values = [result.get(timeout=30) for result in results]
+    assert values.count("ran same") == 1, values
+    assert sum(was_skipped(value) for value in values) == 19
+    skipped = next(value for value in values if was_skipped(value))
+    assert skipped["lock"] == "job:same"
+    assert "celery task tests.celery_app.skip_job[" in skipped["holder"]
+    assert len(workers.runs()) == 1
+    assert "skipped tests.celery_app.skip_job" in workers.logs()
+
+
+def test_twenty_different_tasks_all_run_concurrently(tasks: Any, workers: Workers) -> None:
+    results = [tasks.skip_job.delay(f"key{n}", 3.0) for n in range(20)]
+    assert [result.get(timeout=60) for result in results] == [f"ran key{n}" for n in range(20)]
+    runs = workers.runs()
+    assert sorted(run[1] for run in runs) == sorted(f"key{n}" for n in range(20))
+    assert overlapping(runs) == 8  # every pool process of both workers busy at once
+    assert len({run[4] for run in runs}) == 8
+
+
+def wait_for_holder(name: str, timeout: float = 20) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = locks["default"].info(name)
+        if info is not None:
+            return info
+        time.sleep(0.02)
+    raise AssertionError(f"nobody took {name!r} within {timeout}s")
+
+
+def wait_until_free(name: str, timeout: float) -> float:
+    """Return how long ``name`` took to be free."""
+    began = time.monotonic()
+    while locks["default"].info(name) is not None:
+        assert time.monotonic() - began < timeout, f"{name!r} still held after {timeout}s"
+        time.sleep(0.01)
+    return time.monotonic() - began
+
+
+def test_a_worker_killed_mid_task_frees_the_lock_within_its_lease(tasks: Any,
+                                                                  workers: Workers) -> None:
+    tasks.skip_job.delay("crash", 60.0)
+    holder = wait_for_holder("job:crash")
+    os.kill(holder.pid, signal.SIGKILL)  # the pool process running the task
+    killed = time.monotonic()
+    wait_until_free("job:crash", TTL + 1)
+    assert time.monotonic() - killed <= TTL + 1
+    assert tasks.skip_job.delay("crash", 0.1).get(timeout=30) == "ran crash"
+
+
+def test_retry_mode_runs_every_duplicate_one_after_another(tasks: Any,
+                                                           workers: Workers) -> None:
+    results = [tasks.retry_job.delay("serial", 0.5) for _ in range(4)]
+    assert [result.get(timeout=60) for result in results] == ["ran serial"] * 4
+    runs = workers.runs()
+    assert len(runs) == 4
+    assert overlapping(runs) == 1
+    assert "Retry in 0.3s" in workers.logs()
+
+
+def test_enqueue_mode_refuses_a_queued_duplicate(tasks: Any, workers: Workers) -> None:
+    first = tasks.once_job.delay("report", 1.5)
+    with pytest.raises(TaskAlreadyQueued) as refused:
+        tasks.once_job.delay("report", 1.5)
+    assert refused.value.name == "queued:report"
+    assert tasks.once_job.delay("other", 0.1).get(timeout=30) == "ran other"
+    wait_for_holder("queued:report")  # running now: still refused
+    with pytest.raises(TaskAlreadyQueued):
+        tasks.once_job.delay("report", 0.1)
+    assert first.get(timeout=30) == "ran report"
+    assert tasks.once_job.delay("report", 0.1).get(timeout=30) == "ran report"
+    assert len([run for run in workers.runs() if run[1] == "report"]) == 2
+
+
+@pytest.mark.parametrize("how", ["raise", "retry", "terminate"])
+def test_the_lock_is_released_when_the_task_ends(tasks: Any, workers: Workers, how: str) -> None:
+    result = tasks.failing_job.delay(how, how)
+    holder = wait_for_holder(f"fail:{how}")
+    assert holder.ttl_remaining > 20  # released by the task, not by its lease ending
+    if how == "terminate":
+        result.revoke(terminate=True)
+    if how == "raise":
+        with pytest.raises(RuntimeError):
+            result.get(timeout=30)
+    elif how == "retry":
+        wait_until_free(f"fail:{how}", 10)  # between the try and the retry
+        assert result.get(timeout=30) == "done"
+    assert wait_until_free(f"fail:{how}", 10) < 5
+
+
+def test_operators_see_the_task_and_its_id(tasks: Any, workers: Workers) -> None:
+    result = tasks.skip_job.delay("shown", 3.0)
+    holder = wait_for_holder("job:shown")
+    assert holder.purpose == f"celery task tests.celery_app.skip_job[{result.id}]"
+    listed = json.loads(_call("distlock", "list", "--json"))
+    assert [info["purpose"] for info in listed] == [holder.purpose]
+    result.get(timeout=30)
+
+
+def _call(*args: str) -> str:
+    from io import StringIO
+
+    out = StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
