@@ -2,8 +2,7 @@
 
 Configured like tests.workers (DISTLOCK_TEST_KIND, DISTLOCK_TEST_URL); the broker and the
 result backend are the redis-server at DISTLOCK_TEST_BROKER, and each task records its run
-(its argument, start and end on the monotonic clock, the process) in a Redis list at
-DISTLOCK_TEST_DATA_URL, so the test sees what ran when.
+in a Redis list (tests.worker_pool), so the test sees what ran when.
 """
 from __future__ import annotations
 
@@ -30,9 +29,8 @@ def _data() -> redis.Redis:
     return redis.Redis.from_url(os.environ["DISTLOCK_TEST_DATA_URL"])
 
 
-def _work(kind: str, key: str, seconds: float, task_id: str | None) -> str:
+def _work(kind: str, key: str, seconds: float) -> str:
     started = time.monotonic()
-    _data().rpush("started", json.dumps([kind, key, task_id, os.getpid()]))
     time.sleep(seconds)
     _data().rpush("runs", json.dumps([kind, key, started, time.monotonic(), os.getpid()]))
     return f"ran {key}"
@@ -40,23 +38,22 @@ def _work(kind: str, key: str, seconds: float, task_id: str | None) -> str:
 
 @app.task(bind=True, base=LockedTask, lock_name="job:{key}", lock_ttl=2)
 def skip_job(self: LockedTask, key: str, seconds: float = 1.0) -> str:
-    return _work("skip", key, seconds, self.request.id)
+    return _work("skip", key, seconds)
 
 
 @app.task(bind=True, base=LockedTask, lock_name="job:{key}", lock_ttl=2,
           lock_on_duplicate="retry", lock_retry_after=0.3, lock_max_retries=100)
 def retry_job(self: LockedTask, key: str, seconds: float = 1.0) -> str:
-    return _work("retry", key, seconds, self.request.id)
+    return _work("retry", key, seconds)
 
 
 @app.task(bind=True, base=LockedTask, lock_name="queued:{key}", lock_ttl=2, lock_at_enqueue=True)
 def once_job(self: LockedTask, key: str, seconds: float = 1.0) -> str:
-    return _work("once", key, seconds, self.request.id)
+    return _work("once", key, seconds)
 
 
 @app.task(bind=True, base=LockedTask, lock_name="fail:{key}", lock_ttl=30, max_retries=1)
 def failing_job(self: LockedTask, key: str, how: str) -> str:
-    _data().rpush("started", json.dumps(["fail", key, self.request.id, os.getpid()]))
     time.sleep(0.5)
     if how == "retry" and not self.request.retries:
         raise self.retry(countdown=0.5)

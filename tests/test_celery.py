@@ -5,94 +5,52 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from django.core.management import call_command
 
 from distlock.contrib.celery import TaskAlreadyQueued, was_skipped
 from distlock.handler import locks
 from tests.configs import distlock_settings
 from tests.redis_server import RedisServer
+from tests.worker_pool import WorkerPool, overlapping, running
 
 celery = pytest.importorskip("celery", reason="pip install 'django-distlock[celery]'")
 
-ROOT = Path(__file__).resolve().parent.parent
 TTL = 2.0  # the lock_ttl of the test tasks (tests/celery_app.py)
 pytestmark = pytest.mark.django_db(databases=[])
 
 
-class Workers:
-    """Two ``celery worker`` processes and the servers they use."""
+class Workers(WorkerPool):
+    """Two ``celery worker`` processes (prefork, concurrency 4)."""
 
-    def __init__(self, server: RedisServer, log_dir: Path) -> None:
-        self.server = server
-        base = server.url.rsplit("/", 1)[0]
-        self.env = {
-            **os.environ, "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "DISTLOCK_TEST_KIND": "redis", "DISTLOCK_TEST_URL": f"{base}/0",
-            "DISTLOCK_TEST_BROKER": f"{base}/1", "DISTLOCK_TEST_DATA_URL": f"{base}/2",
-        }
-        self.data = redis.Redis.from_url(self.env["DISTLOCK_TEST_DATA_URL"],
-                                         decode_responses=True)
-        self.log_dir = log_dir
-        self.processes: list[subprocess.Popen[bytes]] = []
+    def __init__(self, server: RedisServer, directory: Path) -> None:
+        super().__init__(server, directory, "tests.settings")
 
-    def start(self, count: int = 2) -> None:
-        for index in range(count):
-            with open(self.log_dir / f"worker{index}.log", "wb") as log:
-                self.processes.append(subprocess.Popen(
-                    [sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker",
-                     "--pool", "prefork", "--concurrency", "4", "--loglevel", "INFO",
-                     "--hostname", f"w{index}@%h", "--without-gossip", "--without-mingle",
-                     "--without-heartbeat"],
-                    cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                ))
+    def start(self) -> None:
+        logs = [self.directory / f"worker{index}.log" for index in range(2)]
+        for index, log in enumerate(logs):
+            self.spawn(["-m", "celery", "-A", "tests.celery_app", "worker", "--pool", "prefork",
+                        "--concurrency", "4", "--loglevel", "INFO", "--hostname", f"w{index}@%h",
+                        "--without-gossip", "--without-mingle", "--without-heartbeat"], log)
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if all(b"ready." in (self.log_dir / f"worker{i}.log").read_bytes()
-                   for i in range(count)):
-                return
+        while not all(log.exists() and b"ready." in log.read_bytes() for log in logs):
+            assert time.monotonic() < deadline, f"the workers did not start:\n{self.logs()}"
             time.sleep(0.2)
-        raise AssertionError(f"the workers did not start:\n{self.logs()}")
-
-    def stop(self) -> None:
-        for process in self.processes:
-            process.terminate()
-        for process in self.processes:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
 
     def logs(self) -> str:
         return "\n".join(path.read_text(errors="replace")[-3000:]
-                         for path in sorted(self.log_dir.glob("worker*.log")))
-
-    def runs(self) -> list[tuple[str, str, float, float, int]]:
-        return [tuple(json.loads(item)) for item in self.data.lrange("runs", 0, -1)]
-
-    def started(self) -> list[list[Any]]:
-        return [json.loads(item) for item in self.data.lrange("started", 0, -1)]
+                         for path in sorted(self.directory.glob("worker*.log")))
 
 
 @pytest.fixture(scope="module")
 def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
-    server = RedisServer().start()
-    workers = Workers(server, tmp_path_factory.mktemp("celery"))
-    try:
-        workers.start()
-        yield workers
-    finally:
-        workers.stop()
-        server.stop()
+    with running(Workers, tmp_path_factory.mktemp("celery")) as pool:
+        yield pool
 
 
 @pytest.fixture
@@ -111,17 +69,6 @@ def tasks(workers: Workers, settings: Any) -> Iterator[Any]:
     celery_app.app.conf.update(broker_url=previous["broker_url"],
                                result_backend=previous["result_backend"])
     locks.reset()
-
-
-def overlapping(runs: list[tuple[str, str, float, float, int]]) -> int:
-    """Return the most runs that were under way at the same moment."""
-    edges = sorted([(start, 1) for _, _, start, _, _ in runs]
-                   + [(end, -1) for _, _, _, end, _ in runs])
-    most = current = 0
-    for _, step in edges:
-        current += step
-        most = max(most, current)
-    return most
 
 
 def test_twenty_identical_tasks_run_the_body_once(tasks: Any, workers: Workers) -> None:

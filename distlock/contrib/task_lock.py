@@ -100,5 +100,18 @@ def release_quietly(lock: Lock, task: str, task_id: str | None) -> None:
     try:
         lock.release()
     except LockError as exc:
-        logger.warning("distlock: %s[%s] ended without its lock %r: %s", task, task_id,
-                       lock.name, exc)
+        _not_released(lock, task, task_id, exc)
+
+
+async def arelease_quietly(lock: Lock, task: str, task_id: str | None) -> None:
+    """Async twin of release_quietly()."""
+    try:
+        await lock.arelease()
+    except LockError as exc:
+        _not_released(lock, task, task_id, exc)
+
+
+def _not_released(lock: Lock, task: str, task_id: str | None, exc: LockError) -> None:
+    # If the lease was lost while the task ran, the renewer has already warned.
+    logger.warning("distlock: %s[%s] ended without its lock %r: %s", task, task_id,
+                   lock.name, exc)
