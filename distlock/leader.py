@@ -79,6 +79,16 @@ class Leader:
         return self._leading and self._lock.lease_left() > 0
 
     @property
+    def lease(self) -> float:
+        """The lease in seconds: ttl, or the alias's TIMEOUT."""
+        return self.ttl if self.ttl is not None else self._lock.backend.default_timeout
+
+    def lease_left(self) -> float:
+        """Return the seconds the leadership surely lasts by this process's clock (0.0 when
+        not leading): between two thirds of ttl and ttl while renewals succeed."""
+        return self._lock.lease_left() if self._leading else 0.0
+
+    @property
     def term(self) -> int | None:
         """The current (or last) term: the lock's fencing token, greater than every earlier
         term's. Pass it to what the leader writes, so that it can refuse an older term."""

@@ -19,6 +19,7 @@ import pytest
 from django.core.management import call_command
 
 import distlock
+from tests.lock_helpers import holder_index
 
 ROOT = Path(__file__).resolve().parent.parent
 TTL = 2.0
@@ -109,17 +110,9 @@ class Candidates:
         return [(kind, int(term), float(when)) for kind, term, when in
                 (line.split() for line in lines if line.count(" ") == 2)]
 
-    def leader_index(self, timeout: float = 10, other_than: int | None = None) -> int:
-        """Return the index of the process that holds the leadership now (once it is not
-        ``other_than``)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            info = distlock.locks["default"].info("scheduler")
-            pids = [process.pid for process in self.processes]
-            if info is not None and info.pid in pids and pids.index(info.pid) != other_than:
-                return pids.index(info.pid)
-            time.sleep(0.02)
-        raise AssertionError("nobody was elected")
+    def leader_index(self, other_than: int | None = None) -> int:
+        """Return the index of the process that leads now (once it is not ``other_than``)."""
+        return holder_index("scheduler", self.processes, other_than)
 
     def stop(self) -> None:
         for process in self.processes:

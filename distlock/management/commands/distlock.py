@@ -3,12 +3,14 @@
     manage.py distlock list [--using ALIAS] [--prefix P] [--json]
     manage.py distlock info NAME [--using ALIAS] [--json]
     manage.py distlock release NAME [--token T] [--yes] [--using ALIAS]
+    manage.py distlock lead NAME [--ttl S] [--grace S] [--using ALIAS] -- COMMAND ARGS...
 
 ``list`` without ``--using`` lists every alias of DISTLOCK; ``info`` and ``release`` act on
 ``--using`` (default "default").
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
@@ -23,6 +25,7 @@ from ...backends.base import BaseLockBackend
 from ...exceptions import LockError
 from ...handler import DEFAULT_ALIAS, locks
 from ...info import LockInfo, shorten
+from ..lead import add_lead_parser, lead
 
 logger = logging.getLogger("distlock")
 PAGE = 500
@@ -56,9 +59,11 @@ class Command(BaseCommand):
                              help="Release only if T still holds the lock (see `info`).")
         release.add_argument("--yes", action="store_true", help="Do not ask for confirmation.")
         release.add_argument("--using", default=DEFAULT_ALIAS, metavar="ALIAS")
+        add_lead_parser(actions)
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
-        actions = {"list": self.list_locks, "info": self.show_info, "release": self.release_lock}
+        actions = {"list": self.list_locks, "info": self.show_info, "release": self.release_lock,
+                   "lead": functools.partial(lead, self)}
         actions[action](**options)
 
     # --- list ---------------------------------------------------------------------------
