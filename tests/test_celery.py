@@ -7,11 +7,13 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.urls import reverse
 
 from distlock.contrib.celery import TaskAlreadyQueued, was_skipped
 from distlock.handler import locks
@@ -162,18 +164,15 @@ def test_the_lock_is_released_when_the_task_ends(tasks: Any, workers: Workers, h
     assert wait_until_free(f"fail:{how}", 10) < 5
 
 
-def test_operators_see_the_task_and_its_id(tasks: Any, workers: Workers) -> None:
+@pytest.mark.django_db
+def test_operators_see_the_task_and_its_id(tasks: Any, workers: Workers,
+                                           admin_client: Any) -> None:
     result = tasks.skip_job.delay("shown", 3.0)
     holder = wait_for_holder("job:shown")
     assert holder.purpose == f"celery task tests.celery_app.skip_job[{result.id}]"
-    listed = json.loads(_call("distlock", "list", "--json"))
-    assert [info["purpose"] for info in listed] == [holder.purpose]
-    result.get(timeout=30)
-
-
-def _call(*args: str) -> str:
-    from io import StringIO
-
     out = StringIO()
-    call_command(*args, stdout=out)
-    return out.getvalue()
+    call_command("distlock", "list", "--json", stdout=out)
+    assert [info["purpose"] for info in json.loads(out.getvalue())] == [holder.purpose]
+    page = admin_client.get(reverse("admin:distlock_heldlock_changelist"))
+    assert holder.purpose in page.content.decode()
+    result.get(timeout=30)

@@ -110,7 +110,8 @@ def test_a_task_enqueued_twice_runs_once(workers: DbWorkers) -> None:
     assert sorted(map(was_skipped, values)) == [False, True], values
     assert "ran weekly" in values
     skipped = next(value for value in values if was_skipped(value))
-    assert "django task tests.django_tasks.report[" in skipped["holder"]
+    ran = ids[values.index("ran weekly")]
+    assert f"(django task tests.django_tasks.report[{ran}])" in skipped["holder"]
     assert [run[1] for run in workers.runs()] == ["weekly"]
 
 

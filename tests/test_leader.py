@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.urls import reverse
 
 import distlock
 from tests.lock_helpers import holder_index
@@ -184,7 +185,8 @@ def test_three_processes_one_leader_at_a_time_through_kill_and_pause(
                for kind, _, when in logs[others[0]])
 
 
-def test_operators_see_the_leader(candidates: Candidates) -> None:
+@pytest.mark.django_db
+def test_operators_see_the_leader(candidates: Candidates, admin_client: Any) -> None:
     candidates.start(1)
     candidates.leader_index()
     out = StringIO()
@@ -192,3 +194,5 @@ def test_operators_see_the_leader(candidates: Candidates) -> None:
     [info] = json.loads(out.getvalue())
     assert info["purpose"] == "leader of scheduler"
     assert info["pid"] == candidates.processes[0].pid
+    page = admin_client.get(reverse("admin:distlock_heldlock_changelist"))
+    assert "leader of scheduler" in page.content.decode()
