@@ -60,6 +60,7 @@ class Leader:
         self.purpose = purpose or f"leader of {name}"
         # Made now, so that a bad name, ttl or alias fails here and not in the thread.
         self._lock = self._new_lock()
+        self._lock.backend  # noqa: B018 - raises InvalidLockBackendError for a bad alias
         self._term: int | None = None
         self._leading = False
         self._changed = threading.Condition()
@@ -152,8 +153,12 @@ class Leader:
 
     def _campaign(self) -> None:
         while not self._stopping.is_set():
-            if self._win():
-                self._lead()
+            try:
+                if self._win():
+                    self._lead()
+            except Exception:  # a bug must not end the campaign silently, nor spin
+                logger.exception("distlock: the campaign for %r failed", self.name)
+                self._stopping.wait(UNAVAILABLE_PAUSE)
 
     def _win(self) -> bool:
         """Try for the lock once (waiting up to CAMPAIGN_WAIT); return True if elected."""
@@ -188,8 +193,10 @@ class Leader:
         else:
             logger.warning("distlock: lost the leadership of %r, term %s", self.name,
                            self._term)
-        self._resign()
+        # Before the release: on resigning, the next leader is elected only once this one's
+        # on_revoked has finished.
         self._call(self.on_revoked)
+        self._resign()
 
     def _resign(self) -> None:
         with contextlib.suppress(LockError):  # a lost lease: nothing left to release

@@ -86,7 +86,7 @@ def test_twenty_identical_tasks_run_the_body_once(tasks: Any, workers: Workers) 
 
 
 def test_twenty_different_tasks_all_run_concurrently(tasks: Any, workers: Workers) -> None:
-    results = [tasks.skip_job.delay(f"key{n}", 3.0) for n in range(20)]
+    results = [tasks.skip_job.delay(f"key{n}", 2.0) for n in range(20)]
     assert [result.get(timeout=60) for result in results] == [f"ran key{n}" for n in range(20)]
     runs = workers.runs()
     assert sorted(run[1] for run in runs) == sorted(f"key{n}" for n in range(20))

@@ -46,7 +46,7 @@ def test_one_of_two_leads_and_the_other_takes_over_on_resignation(redis_backend:
             assert info.purpose == "leader of jobs" and info.fencing_token == first.term
             first.stop()
             assert not first.is_leader
-            assert second.wait_elected(1)
+            assert second.wait_elected(5)
             assert second.term > first.term
     assert [event[:2] for event in events] == [
         ("elected", "first"), ("revoked", "first"), ("elected", "second"), ("revoked", "second"),
