@@ -15,13 +15,13 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from distlock.contrib.celery import TaskAlreadyQueued, was_skipped
 from distlock.handler import locks
 from tests.configs import distlock_settings
 from tests.redis_server import RedisServer
 from tests.worker_pool import WorkerPool, overlapping, running
 
-celery = pytest.importorskip("celery", reason="pip install 'django-distlock[celery]'")
+pytest.importorskip("celery", reason="pip install 'django-distlock[celery]'")
+from distlock.contrib.celery import TaskAlreadyQueued, was_skipped
 
 TTL = 2.0  # the lock_ttl of the test tasks (tests/celery_app.py)
 pytestmark = pytest.mark.django_db(databases=[])
