@@ -27,6 +27,18 @@ TTL = 2.0
 pytestmark = pytest.mark.django_db(databases=[])
 
 
+def test_lease_left_counts_down_by_the_local_clock(redis_backend: str) -> None:
+    lk = distlock.lock("counted", ttl=0.5)
+    assert lk.lease_left() == 0.0
+    assert lk.acquire()
+    assert 0.3 < lk.lease_left() <= 0.5
+    time.sleep(0.6)  # as if the process had been paused past its lease
+    assert lk.lease_left() == 0.0
+    with pytest.raises(distlock.LockNotOwned):
+        lk.release()
+    assert lk.lease_left() == 0.0
+
+
 def test_one_of_two_leads_and_the_other_takes_over_on_resignation(redis_backend: str) -> None:
     events: list[tuple[str, str, int | None]] = []
 
