@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from django.core.management import CommandError, call_command
 
 import distlock
 from tests.lock_helpers import holder_index
@@ -172,4 +173,14 @@ def test_sigterm_stops_the_child_and_resigns(hosts: Hosts) -> None:
     _, err = host.communicate(timeout=20)
     assert host.returncode == 128 + signal.SIGTERM, err
     assert [line[0] for line in hosts.lines() if line[1] == child[1]][-1] == "stop"
+    assert distlock.locks["default"].info(LOCK) is None
+
+
+def test_what_to_run_is_checked_first(redis_backend: str) -> None:
+    with pytest.raises(CommandError, match="name the command to run"):
+        call_command("distlock", "lead", LOCK, "--")
+    with pytest.raises(CommandError, match="--grace must be >= 0"):
+        call_command("distlock", "lead", LOCK, "--grace", "-1", "--", "true")
+    with pytest.raises(CommandError, match="no alias 'nope'"):
+        call_command("distlock", "lead", LOCK, "--using", "nope", "--", "true")
     assert distlock.locks["default"].info(LOCK) is None

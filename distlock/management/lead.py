@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from ..exceptions import LockError
@@ -193,7 +194,7 @@ def lead(command: BaseCommand, *, name: str, rest: list[str], **options: Any) ->
     try:
         run = LeadRun(name, child, ttl=options["ttl"], grace=options["grace"],
                       using=options["using"], say=say)
-    except (TypeError, ValueError, LockError) as exc:
+    except (TypeError, ValueError, LockError, ImproperlyConfigured) as exc:
         raise CommandError(str(exc)) from None
     status = run.run()
     if status:
