@@ -183,4 +183,7 @@ def test_what_to_run_is_checked_first(redis_backend: str) -> None:
         call_command("distlock", "lead", LOCK, "--grace", "-1", "--", "true")
     with pytest.raises(CommandError, match="no alias 'nope'"):
         call_command("distlock", "lead", LOCK, "--using", "nope", "--", "true")
+    with pytest.raises(CommandError, match="exit status 127") as failed:
+        call_command("distlock", "lead", LOCK, "--", "/nonexistent/command")
+    assert failed.value.returncode == 127
     assert distlock.locks["default"].info(LOCK) is None

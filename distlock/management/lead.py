@@ -39,6 +39,7 @@ from ..leader import Leader
 
 POLL = 0.05  # seconds between two looks at the child and the leadership
 PR_SET_PDEATHSIG = 1
+CANNOT_RUN_EXIT_CODE = 127  # what shells answer for a command that cannot be run
 
 
 class LeadRun:
@@ -74,7 +75,12 @@ class LeadRun:
     def _lead(self) -> int | None:
         """Run the child while leading; return the exit status, or None to campaign again."""
         name, term = self.leader.name, self.leader.term
-        child = subprocess.Popen(self.command, preexec_fn=_die_with_parent(os.getpid()))
+        try:
+            child = subprocess.Popen(self.command, preexec_fn=_die_with_parent(os.getpid()))
+        except OSError as exc:  # not found, not executable: as a shell would say it
+            self.say(f"Cannot run {shlex.join(self.command)}: {exc}; giving up the leadership "
+                     f"of {name!r}.")
+            return CANNOT_RUN_EXIT_CODE
         self.say(f"Leading {name!r} (term {term}): started {shlex.join(self.command)} "
                  f"(pid {child.pid}).")
         while child.poll() is None and self.stop_signal is None and self._may_run():
@@ -97,8 +103,9 @@ class LeadRun:
         return self.leader.is_leader and self.leader.lease_left() > self.leader.lease / 3
 
     def _stop(self, child: subprocess.Popen[bytes]) -> None:
-        """SIGTERM, then SIGKILL after the grace period or when the lease ends, if sooner
-        (unless the leadership was resigned on purpose, the lease is what protects)."""
+        """SIGTERM, then SIGKILL after the grace period. While the lease still runs (the
+        renewals are failing) SIGKILL comes by its end at the latest, so that the child
+        never outlives it; once it is gone, or on a stop signal, the whole grace applies."""
         child.send_signal(signal.SIGTERM)
         lease_left = self.leader.lease_left()
         patience = self.grace if self.stop_signal is not None or lease_left <= 0 \
