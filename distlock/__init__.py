@@ -18,6 +18,7 @@ from .exceptions import (
 )
 from .handler import locks
 from .info import LockInfo
+from .leader import Leader, leader
 from .lock import Lock, lock
 from .views import lock_view
 
@@ -26,6 +27,7 @@ __all__ = [
     "FencedUpdateRejected",
     "InvalidLockBackendError",
     "InvalidLockName",
+    "Leader",
     "Lock",
     "LockError",
     "LockInfo",
@@ -33,6 +35,7 @@ __all__ = [
     "LockNotAcquired",
     "LockNotOwned",
     "RenewalLimitReached",
+    "leader",
     "lock",
     "lock_view",
     "locks",

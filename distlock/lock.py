@@ -316,6 +316,19 @@ class Lock:
         info = self.backend.info(self.name)
         return info.ttl_remaining if info is not None and self._is_mine(info) else None
 
+    def lease_left(self) -> float:
+        """Return the seconds this object can count on its lease, by this process's
+        monotonic clock and without a round trip: 0.0 when it does not hold the lock or a
+        renewal found the lease gone.
+
+        The count starts before each acquire or renewal was sent, so the server's lease
+        never ends before it (unless the lock is force-released); after a pause longer than
+        the lease (SIGSTOP, a stopped VM) it is 0.0 as soon as the process runs again.
+        """
+        if self.token is None or self._lost:
+            return 0.0
+        return max(self._lease_deadline - time.monotonic(), 0.0)
+
     def _is_mine(self, info: LockInfo | None) -> bool:
         return info is not None and info.token == self.token
 

@@ -33,3 +33,17 @@ def handoff_delay(holder: distlock.Lock, waiter: distlock.Lock, settle: float) -
     thread.join()
     assert acquired_at, f"the waiter never got {waiter.name!r}"
     return acquired_at[0] - released
+
+
+def holder_index(name: str, processes: list, other_than: int | None = None,
+                 timeout: float = 15) -> int:
+    """Return the index in ``processes`` (Popen objects) of the one that holds ``name``, once
+    it is not ``other_than``; raise AssertionError if none does within ``timeout`` seconds."""
+    pids = [process.pid for process in processes]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = distlock.locks["default"].info(name)
+        if info is not None and info.pid in pids and pids.index(info.pid) != other_than:
+            return pids.index(info.pid)
+        time.sleep(0.02)
+    raise AssertionError(f"none of the processes held {name!r} within {timeout}s")

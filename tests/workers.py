@@ -89,9 +89,32 @@ def waiter(name: str, rounds: str) -> None:
     say("done")
 
 
+def lead(name: str, ttl: str, log_path: str) -> None:
+    """Campaign for leadership of ``name``; log to ``log_path`` lines "elected TERM TIME",
+    "revoked TERM TIME" (from the callbacks) and, every 50 ms while leading, "act TERM TIME"
+    (wall clock, which every process of the test shares)."""
+    import distlock
+
+    with open(log_path, "a", buffering=1) as log:
+
+        def write(kind: str, term: object) -> None:
+            log.write(f"{kind} {term} {time.time():.6f}\n")
+
+        leader = distlock.leader(name, ttl=float(ttl),
+                                 on_elected=lambda lead: write("elected", lead.term),
+                                 on_revoked=lambda lead: write("revoked", lead.term))
+        with leader:
+            say("ready")
+            while True:
+                if leader.is_leader:
+                    write("act", leader.term)
+                time.sleep(0.05)
+
+
 if __name__ == "__main__":
     setup()
     command, *arguments = sys.argv[1:]
     {
         "counter": counter, "hold": hold, "hold_then_extend": hold_then_extend, "waiter": waiter,
+        "lead": lead,
     }[command](*arguments)

@@ -3,6 +3,7 @@
     manage.py distlock list [--using ALIAS] [--prefix P] [--json]
     manage.py distlock info NAME [--using ALIAS] [--json]
     manage.py distlock release NAME [--token T] [--yes] [--using ALIAS]
+    manage.py distlock lead NAME [--ttl S] [--grace S] [--using ALIAS] -- COMMAND ARGS...
 
 ``list`` without ``--using`` lists every alias of DISTLOCK; ``info`` and ``release`` act on
 ``--using`` (default "default"). Django's common options (``-v``, ``--settings``, ...) may also
@@ -13,6 +14,7 @@ status is UNKNOWN_EXIT_CODE.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import sys
@@ -27,6 +29,7 @@ from ...backends.base import BaseLockBackend
 from ...exceptions import BackendUnavailable, LockError
 from ...handler import DEFAULT_ALIAS, locks
 from ...info import LockInfo, shorten
+from ..lead import add_lead_parser, lead
 
 logger = logging.getLogger("distlock")
 PAGE = 500
@@ -75,6 +78,7 @@ class Command(BaseCommand):
         release.add_argument("--using", default=DEFAULT_ALIAS, metavar="ALIAS")
         for action_parser in (listing, info, release):
             self._accept_common_options(action_parser)
+        add_lead_parser(actions)  # takes the rest of the line after NAME (see lead.py)
 
     def _accept_common_options(self, parser: CommandParser) -> None:
         """Let ``distlock list -v 0`` and ``list --settings X`` work as on other commands.
@@ -90,7 +94,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         actions: dict[str, Callable[..., None]] = {
-            "list": self.list_locks, "info": self.show_info, "release": self.release_lock}
+            "list": self.list_locks, "info": self.show_info, "release": self.release_lock,
+            "lead": functools.partial(lead, self)}
         actions[action](**options)
 
     # --- list ---------------------------------------------------------------------------
