@@ -15,11 +15,13 @@ from .exceptions import (
     LockNotAcquired,
     LockNotOwned,
     RenewalLimitReached,
+    SemaphoresNotSupported,
 )
 from .handler import locks
-from .info import LockInfo
+from .info import LockInfo, SemaphoreInfo
 from .leader import Leader, leader
 from .lock import Lock, lock
+from .semaphore import Semaphore, semaphore
 from .views import lock_view
 
 __all__ = [
@@ -35,9 +37,13 @@ __all__ = [
     "LockNotAcquired",
     "LockNotOwned",
     "RenewalLimitReached",
+    "Semaphore",
+    "SemaphoreInfo",
+    "SemaphoresNotSupported",
     "leader",
     "lock",
     "lock_view",
     "locks",
+    "semaphore",
 ]
 __version__ = "0.1.0"

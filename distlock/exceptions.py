@@ -57,6 +57,10 @@ class BackendUnavailable(LockError):
     """The lock server could not be reached, or no quorum answered. Nothing was assumed."""
 
 
+class SemaphoresNotSupported(LockError, NotImplementedError):
+    """The alias's backend keeps no semaphores (RedlockBackend): use a RedisBackend alias."""
+
+
 class InvalidLockName(LockError, ValueError):
     """The lock name is empty, too long or contains control characters."""
 

@@ -118,3 +118,23 @@ def shorten(text: str, limit: int = 80) -> str:
     """Return ``text`` on one line, cut to ``limit`` characters with "..." if longer."""
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclass(frozen=True)
+class SemaphoreInfo:
+    """A semaphore someone holds a permit of (or waits for): its limit and its holders.
+
+    Each holder is a LockInfo (``fencing_token`` is the permit's number, rising per
+    semaphore), first lease to end first.
+    """
+
+    name: str
+    limit: int
+    holders: tuple[LockInfo, ...]
+    waiting: int  # tokens queued for a permit (reserved ones included)
+    alias: str = ""
+
+    def as_json_dict(self) -> dict[str, Any]:
+        """Return the fields as JSON-ready values, each holder as LockInfo.as_json_dict()."""
+        return {"name": self.name, "limit": self.limit, "waiting": self.waiting,
+                "alias": self.alias, "holders": [h.as_json_dict() for h in self.holders]}

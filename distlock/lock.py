@@ -253,13 +253,13 @@ class Lock:
         if outcome == 2:
             self._depth -= 1
             return
-        info = self._local_info() if lock_released.has_listeners(type(self._backend)) else None
+        info = self._local_info() if lock_released.has_listeners(_sender(self._backend)) else None
         backend = self._backend
         in_time = self._released_in_time
         self._forget()
         if outcome == 0 and not in_time:
             raise self._expired_error("release")
-        lock_released.send(type(backend), name=self.name, alias=self.using, info=info)
+        lock_released.send(_sender(backend), name=self.name, alias=self.using, info=info)
 
     # --- extend -------------------------------------------------------------------------
     def extend(self, ttl: float | None = None) -> None:
@@ -401,7 +401,7 @@ class Lock:
 
     def _report_lost(self) -> None:
         logger.warning("distlock: lost the lease on %r", self.name)
-        lock_lost.send(type(self._backend), name=self.name, alias=self.using,
+        lock_lost.send(_sender(self._backend), name=self.name, alias=self.using,
                        info=self._local_info())
         if self.on_lost is not None:
             try:
@@ -411,7 +411,7 @@ class Lock:
 
     # --- signals ------------------------------------------------------------------------
     def _send(self, signal: Any) -> None:
-        sender = type(self._backend)
+        sender = _sender(self._backend)
         if signal.has_listeners(sender):
             signal.send(sender, name=self.name, alias=self.using, info=self._local_info())
 
@@ -548,7 +548,7 @@ class _Attempts:
             self.clock = (self.started, attempt.server_ms)
         if not self.contended:
             self.contended = True
-            sender = type(self.backend)
+            sender = _sender(self.backend)
             if lock_contended.has_listeners(sender):
                 lock_contended.send(sender, name=self.lock.name, alias=self.lock.using, info=None)
         remaining = self.deadline - time.monotonic()
@@ -608,6 +608,12 @@ class _Attempts:
         if self.queue:
             with contextlib.suppress(LockError):
                 await leave(self.lock.name, self.token)
+
+
+def _sender(backend: Any) -> type:
+    """Return the sender of a lock's signals: the backend's class. (A semaphore's permits
+    are seen through an adapter, which names the class of the backend behind it.)"""
+    return getattr(backend, "signal_sender", None) or type(backend)
 
 
 def _current_owner() -> tuple[int, int | None]:

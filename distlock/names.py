@@ -77,17 +77,29 @@ class KeyLayout:
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
-        self.index_keys = [self._bucket_key(bucket, "held") for bucket in range(BUCKETS)]
+        self.index_keys = self.bucket_keys("held")
         # Hot names (a cron job's, a view's) are locked again and again: build their keys once.
         self.keys_for = lru_cache(maxsize=4096)(self._keys_for)
 
+    def _tag(self, bucket: int) -> str:
+        return f"{self.prefix}:{{b{bucket:02d}}}"
+
     def _bucket_key(self, bucket: int, kind: str) -> str:
-        return f"{self.prefix}:{{b{bucket:02d}}}:{kind}"
+        return f"{self._tag(bucket)}:{kind}"
+
+    def tag_of(self, name: str) -> str:
+        """Return the start of every key of ``name``, with its bucket's hash tag: keys built
+        on it (a semaphore's) share one Cluster slot with each other and the bucket's index."""
+        return self._tag(bucket_of(name))
+
+    def bucket_keys(self, kind: str) -> list[str]:
+        """Return the key ``kind`` of every bucket (an index kept per bucket)."""
+        return [self._bucket_key(bucket, kind) for bucket in range(BUCKETS)]
 
     def _keys_for(self, name: str) -> LockKeys:
         bucket = bucket_of(name)
         encoded = encode_name(name)
-        base = f"{self.prefix}:{{b{bucket:02d}}}"
+        base = self._tag(bucket)
         return LockKeys(
             lock=f"{base}:lock:{encoded}",
             fence=f"{base}:fence:{encoded}",

@@ -1,10 +1,17 @@
 """Measurements several lock test modules share."""
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import distlock
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def renewer_threads() -> int:
@@ -47,3 +54,39 @@ def holder_index(name: str, processes: list, other_than: int | None = None,
             return pids.index(info.pid)
         time.sleep(0.02)
     raise AssertionError(f"none of the processes held {name!r} within {timeout}s")
+
+
+@contextmanager
+def spawner(module: str, env: dict[str, str], *,
+            stdin: bool = False) -> Iterator[Callable[..., subprocess.Popen]]:
+    """Yield ``start(*arguments)``, which runs ``python -m module *arguments`` (stdout, and
+    stdin if asked, piped as text); every process started is killed and reaped at the end."""
+    started: list[subprocess.Popen] = []
+
+    def start(*arguments: str) -> subprocess.Popen:
+        process = subprocess.Popen(
+            [sys.executable, "-m", module, *arguments], cwd=ROOT,
+            env={**env, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+            stdin=subprocess.PIPE if stdin else None, text=True,
+        )
+        started.append(process)
+        return process
+
+    try:
+        yield start
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+            for stream in (process.stdin, process.stdout):
+                if stream:
+                    stream.close()
+
+
+def read_line(process: subprocess.Popen, expected: str) -> str:
+    """Return the next line a worker printed; AssertionError unless it starts with
+    ``expected``."""
+    line = process.stdout.readline().strip()
+    assert line.startswith(expected), f"worker said {line!r}, expected {expected!r}"
+    return line

@@ -4,18 +4,15 @@ from __future__ import annotations
 import os
 import signal
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
 
 import distlock
+from tests.lock_helpers import read_line, spawner
 
-ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.django_db(databases=[])
 
 
@@ -23,32 +20,10 @@ pytestmark = pytest.mark.django_db(databases=[])
 def spawn(shared_backend_kind: str, backend_location: str, redis_url: str) -> Iterator:
     """Start ``python -m tests.workers ...`` processes against the same lock servers; their
     shared data (the counter) lives on the standalone server at ``redis_url``."""
-    started: list[subprocess.Popen] = []
     env = {**os.environ, "DISTLOCK_TEST_KIND": shared_backend_kind,
-           "DISTLOCK_TEST_URL": backend_location, "DISTLOCK_TEST_DATA_URL": redis_url,
-           "PYTHONPATH": str(ROOT)}
-
-    def start(*arguments: str) -> subprocess.Popen:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tests.workers", *arguments], cwd=ROOT, env=env,
-            stdout=subprocess.PIPE, text=True,
-        )
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
-        if process.stdout:
-            process.stdout.close()
-
-
-def read_line(process: subprocess.Popen, expected: str) -> str:
-    line = process.stdout.readline().strip()
-    assert line.startswith(expected), f"worker said {line!r}, expected {expected!r}"
-    return line
+           "DISTLOCK_TEST_URL": backend_location, "DISTLOCK_TEST_DATA_URL": redis_url}
+    with spawner("tests.workers", env) as start:
+        yield start
 
 
 @pytest.mark.slow

@@ -449,3 +449,13 @@ def test_fan_outs_over_redis_pys_connection_keep_every_guarantee(
             client.script_flush()  # an error reply (NOSCRIPT) on every node, then EVAL
     with distlock.lock("resp3", ttl=5) as lk:
         assert lk.fencing_token > fences[-1]
+
+
+# --------------------------------------------------------------------------- semaphores
+
+
+def test_semaphores_are_refused_with_what_to_use_instead(nodes: list[RedisServer]) -> None:
+    with pytest.raises(distlock.SemaphoresNotSupported, match="RedisBackend"):
+        distlock.semaphore("pool", 2, wait=0).acquire()
+    with pytest.raises(NotImplementedError):
+        distlock.semaphore("pool", 2).locked()

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..info import LockInfo
 from ..names import KeyLayout
-from . import scripts
+from . import scripts, semaphore_scripts
 from .base import HANDOFF_GRACE_MS, Attempt, HeldEntry
 
 Call = tuple[list[str], list[Any]]
@@ -28,6 +28,8 @@ SCRIPT_SOURCES = {
     "grant_release": scripts.GRANT_RELEASE,
     "grant_leave_queue": scripts.GRANT_LEAVE_QUEUE,
     "undo_acquire": scripts.UNDO_ACQUIRE,
+    # Semaphores' (see distlock.backends.semaphores).
+    **semaphore_scripts.SCRIPT_SOURCES,
 }
 # The SHA1 digest Redis knows a script by (EVALSHA): the same on every server.
 SCRIPT_SHAS = {name: hashlib.sha1(source.encode()).hexdigest()

@@ -9,6 +9,7 @@ from typing import Any
 from ..info import LockInfo
 from ..names import validate_name
 from .base import Attempt, BaseLockBackend, HeldEntry
+from .locmem_semaphores import LocMemSemaphores
 from .problems import Problems
 
 # One store per LOCATION, shared by every backend instance that names it (as locmem caches).
@@ -32,6 +33,7 @@ class _Store:
     held: dict[str, _Held] = field(default_factory=dict)
     fences: dict[str, int] = field(default_factory=dict)
     changed: threading.Condition = field(default_factory=threading.Condition)
+    semaphores: dict[str, Any] = field(default_factory=dict)  # see locmem_semaphores
 
     def current(self, name: str) -> _Held | None:
         entry = self.held.get(name)
@@ -41,7 +43,7 @@ class _Store:
         return entry
 
 
-class LocMemBackend(BaseLockBackend):
+class LocMemBackend(LocMemSemaphores, BaseLockBackend):
     """Keep locks in this process's memory: no server, no mutual exclusion across processes.
 
     A system check warns when it is configured with ``DEBUG = False``.

@@ -164,25 +164,14 @@ class RedisBackend(ScriptedBackend):
     async def await_and_acquire(self, timeout: float, name: str, token: str, ttl_ms: int,
                                 meta: str, patience_ms: int) -> Attempt:
         """Async twin of wait_and_acquire() (ScriptedBackend)."""
-        if self.cluster:  # a node's own client pipelines BLPOP and the script together
-            return await asyncio.to_thread(self.wait_and_acquire, timeout, name, token, ttl_ms,
-                                           meta, patience_ms)
         call = calls.acquire_call(self.layout, name, token, ttl_ms, meta, patience_ms,
                                   waited=True)
-        client = (await self._loop_client()).client
         sent = time.monotonic()
-        try:
-            pipe = client.pipeline(transaction=False)
-            pipe.blpop([calls.wake_key(self.layout, name, token)], calls.block_seconds(timeout))
-            pipe.evalsha(SCRIPT_SHAS["acquire"], len(call[0]), *call[0], *call[1])
-            if self.wait_replicas:
-                pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
-            replies = await pipe.execute(raise_on_error=False)
-        except redis.exceptions.TimeoutError:
+        replies = await self.apop_then_run(calls.wake_key(self.layout, name, token), timeout,
+                                           "acquire", call, confirm=bool(self.wait_replicas))
+        if replies is None:
             await self.arelease(name, token)  # see _late()
             return Attempt(False)
-        except CLIENT_ERRORS as exc:
-            raise self._unavailable(exc) from exc
         if any(isinstance(reply, Exception) for reply in replies):
             del replies  # no cycle through this frame (see detached.py)
             attempt = await self._aacquire(name, token, call)
@@ -191,6 +180,27 @@ class RedisBackend(ScriptedBackend):
         else:
             attempt = calls.attempt_from(replies[1])
         return attempt._replace(sent=sent)
+
+    async def apop_then_run(self, wake: str, timeout: float, name: str, call: calls.Call, *,
+                            confirm: bool = False) -> list[Any] | None:
+        """Async twin of pop_then_run() (ScriptedBackend), on this loop's client."""
+        if self.cluster:  # a node's own client pipelines BLPOP and the script together
+            return await asyncio.to_thread(self.pop_then_run, wake, timeout, name, call,
+                                           confirm=confirm)
+        keys, args = call
+        client = (await self._loop_client()).client
+        try:
+            pipe = client.pipeline(transaction=False)
+            pipe.blpop([wake], calls.block_seconds(timeout))
+            pipe.evalsha(SCRIPT_SHAS[name], len(keys), *keys, *args)
+            if confirm:
+                pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
+            replies: list[Any] = await pipe.execute(raise_on_error=False)
+        except redis.exceptions.TimeoutError:
+            return None
+        except CLIENT_ERRORS as exc:
+            raise self._unavailable(exc) from exc
+        return replies
 
     async def await_for_turn(self, name: str, timeout: float) -> str | None:
         client = (await self._loop_client()).client

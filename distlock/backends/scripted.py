@@ -25,6 +25,7 @@ from ..names import validate_name
 from . import calls
 from .base import Attempt, BaseLockBackend, HeldEntry
 from .calls import SCRIPT_SHAS, SCRIPT_SOURCES, Call
+from .semaphores import RedisSemaphores
 
 # What the client raises when a call's outcome is unknown. RedisClusterException (an
 # unreachable cluster, while the client is built) is not a RedisError.
@@ -33,8 +34,8 @@ CLIENT_ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException)
 REDIRECTS = (redis.exceptions.AskError, redis.exceptions.TryAgainError)
 
 
-class ScriptedBackend(BaseLockBackend):
-    """Run the lock scripts on ``self.client`` (a subclass provides it)."""
+class ScriptedBackend(RedisSemaphores, BaseLockBackend):
+    """Run the lock and semaphore scripts on ``self.client`` (a subclass provides it)."""
 
     # Set by RedisBackend's settings; a borrowed client never waits for replicas.
     cluster = False
@@ -200,17 +201,10 @@ class ScriptedBackend(BaseLockBackend):
         call = calls.acquire_call(self.layout, name, token, ttl_ms, meta, patience_ms,
                                   waited=True)
         sent = time.monotonic()
-        try:
-            pipe = self._node_client(call[0][0]).pipeline(transaction=False)
-            pipe.blpop([calls.wake_key(self.layout, name, token)], calls.block_seconds(timeout))
-            pipe.evalsha(SCRIPT_SHAS["acquire"], len(call[0]), *call[0], *call[1])
-            if self.wait_replicas:
-                pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
-            replies = pipe.execute(raise_on_error=False)
-        except redis.exceptions.TimeoutError:
+        replies = self.pop_then_run(calls.wake_key(self.layout, name, token), timeout,
+                                    "acquire", call, confirm=bool(self.wait_replicas))
+        if replies is None:
             return self._late(name, token)
-        except CLIENT_ERRORS as exc:
-            raise self._unavailable(exc) from exc
         if any(isinstance(reply, Exception) for reply in replies):
             # The server forgot the script, or the slot moved: ask again the usual way (the
             # lock a release reserved for this waiter waits for it for HANDOFF_GRACE_MS).
@@ -221,6 +215,36 @@ class ScriptedBackend(BaseLockBackend):
         else:
             attempt = calls.attempt_from(replies[1])
         return attempt._replace(sent=sent)
+
+    def pop_then_run(self, wake: str, timeout: float, name: str, call: Call, *,
+                     confirm: bool = False) -> list[Any] | None:
+        """Block up to ``timeout`` seconds on list ``wake`` (BLPOP), then run script ``name``,
+        pipelined in one round trip (and WAIT for replicas if ``confirm``). Return the
+        replies, errors among them as values; None when the reply came later than the
+        socket timeout (a loaded server or client: the script may have run)."""
+        keys, args = call
+        try:
+            pipe = self._node_client(keys[0]).pipeline(transaction=False)
+            pipe.blpop([wake], calls.block_seconds(timeout))
+            pipe.evalsha(SCRIPT_SHAS[name], len(keys), *keys, *args)
+            if confirm:
+                pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
+            replies: list[Any] = pipe.execute(raise_on_error=False)
+        except redis.exceptions.TimeoutError:
+            return None
+        except CLIENT_ERRORS as exc:
+            raise self._unavailable(exc) from exc
+        return replies
+
+    async def apop_then_run(self, wake: str, timeout: float, name: str, call: Call, *,
+                            confirm: bool = False) -> list[Any] | None:
+        """Async twin of pop_then_run() (in a worker thread; RedisBackend's is native)."""
+        run = sync_to_async(self.pop_then_run, thread_sensitive=False)
+        return await run(wake, timeout, name, call, confirm=confirm)
+
+    async def arun_script(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """Async twin of run_script() (in a worker thread; RedisBackend's is native)."""
+        return await sync_to_async(self.run_script, thread_sensitive=False)(name, keys, args)
 
     async def await_and_acquire(self, timeout: float, name: str, token: str, ttl_ms: int,
                                 meta: str, patience_ms: int) -> Attempt:

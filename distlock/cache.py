@@ -1,0 +1,284 @@
+"""One rebuild per expired cache key, across every process: ``get_or_set``.
+
+    from distlock.cache import get_or_set
+
+    report = get_or_set("report", build_report, 300, stale=60)
+
+The value lives in any Django cache (``caches[cache]``), wrapped with the moment it stops
+being fresh and how long its build took; the rebuild is guarded by a distlock lock named
+after the cache alias and key, so among all processes one caller builds at a time:
+
+- **missing** (never built, evicted, or past ``timeout + stale``): one caller builds it;
+  the others wait, in the lock's queue (no polling), up to ``wait`` seconds, then read what
+  it stored. A caller that waited in vain builds the value itself, so that a hung builder
+  delays callers by ``wait`` at most and never fails them.
+- **stale** (past ``timeout`` but within ``stale`` more seconds): every caller gets the old
+  value at once; the first to find it stale takes the lock and rebuilds it in a background
+  thread started from its own request (the thread closes its database connections when
+  done). No caller waits for that build.
+- **fresh**: returned as it is, except that, with ``early > 0``, a caller may rebuild it
+  before it expires with a probability that rises as expiry nears and with the build's
+  duration (XFetch: Vattani, Chierichetti and Lowenstein, "Optimal Probabilistic Cache
+  Stampede Prevention", VLDB 2015). That caller takes the lock without waiting (if it is
+  held, someone is rebuilding already), rebuilds, and returns the new value: it is the one
+  caller that waits for the build; the others keep getting the fresh value.
+
+``aget_or_set`` is the async twin (the cache's async methods, the lock's async ones; a
+stale value is rebuilt in a task of the running event loop; ``build`` may be a coroutine
+function).
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import logging
+import math
+import random
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypedDict, TypeVar, Unpack, cast
+
+from django.core.cache import caches
+from django.db import connections
+
+from .exceptions import InvalidLockName
+from .lock import Lock
+from .names import validate_name
+from .validation import seconds
+
+logger = logging.getLogger("distlock")
+T = TypeVar("T")
+# What the cache holds: (TAG, value, fresh until (POSIX time), build duration (seconds)).
+# A plain tuple: every cache backend can store it, and an old entry of another shape is
+# simply treated as missing.
+TAG = "distlock.cache/1"
+DEFAULT_LOCK_TTL = 30.0
+_MISSING = object()
+# What a read found: judged by _Plan.judge, acted on by get_or_set and aget_or_set.
+MISSING, STALE, EARLY, FRESH = "missing", "stale", "early", "fresh"
+# Background rebuilds of aget_or_set: the loop keeps only weak references to its tasks.
+_TASKS: set[asyncio.Task[None]] = set()
+
+
+class Options(TypedDict, total=False):
+    """The keyword arguments of get_or_set() and aget_or_set()."""
+
+    cache: str  # the Django cache alias (default "default")
+    lock_ttl: float  # the rebuild lock's lease (default 30 s), renewed while the build runs
+    stale: float | None  # seconds a value is kept and served past its freshness (None: not)
+    wait: float | None  # the most a caller waits for another's build (default: lock_ttl)
+    early: float | None  # XFetch's beta; None: 1.0 without stale, 0 with it
+    using: str  # the DISTLOCK alias of the lock (default "default")
+    version: int | None  # the cache key's version
+
+
+def get_or_set(key: str, build: Callable[[], T], timeout: float, **options: Unpack[Options]) -> T:
+    """Return the value cached under ``key``, built by ``build()`` when it must be.
+
+    ``timeout``: seconds the value is fresh. ``stale``: seconds it is kept past that and
+    served while one caller rebuilds it in the background (None: not kept). ``lock_ttl``:
+    the lease of the rebuild lock (renewed while the build runs, so it only bounds how long
+    a crashed builder holds others up). ``wait``: how long a caller waits for someone
+    else's build of a missing value (default: ``lock_ttl``). ``early``: XFetch's beta
+    (0: no early rebuild; None: 1.0 without ``stale``, 0 with it, since serving stale values
+    already hides the rebuild). ``cache``/``version``: the Django cache and key version;
+    ``using``: the DISTLOCK alias of the lock.
+    """
+    plan = _Plan(key, build, timeout, **options)
+    state, value = plan.judge(plan.read())
+    if state == MISSING:
+        return plan.build_missing()
+    if state == STALE:
+        plan.refresh_in_background()
+    elif state == EARLY:
+        return plan.build_now(value)
+    return value
+
+
+async def aget_or_set(key: str, build: Callable[[], T] | Callable[[], Awaitable[T]],
+                      timeout: float, **options: Unpack[Options]) -> T:
+    """Async twin of get_or_set(); ``build`` may be a plain or a coroutine function."""
+    plan = _Plan(key, build, timeout, **options)
+    state, value = plan.judge(await plan.aread())
+    if state == MISSING:
+        return await plan.abuild_missing()
+    if state == STALE:
+        await plan.arefresh_in_background()
+    elif state == EARLY:
+        return await plan.abuild_now(value)
+    return value
+
+
+class _Plan:
+    """One get_or_set call: its checked arguments, its cache and its lock."""
+
+    def __init__(self, key: str, build: Callable[[], Any], timeout: float, *,
+                 cache: str = "default", lock_ttl: float = DEFAULT_LOCK_TTL,
+                 stale: float | None = None, wait: float | None = None,
+                 early: float | None = None, using: str = "default",
+                 version: int | None = None) -> None:
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"key must be a non-empty str, not {key!r}.")
+        if not callable(build):
+            raise TypeError(f"build must be a callable returning the value, not {build!r}.")
+        self.key, self.build, self.version = key, build, version
+        # Without allow_none, seconds() returns a float or raises.
+        self.timeout = cast(float, seconds("timeout", timeout))
+        self.stale = seconds("stale", stale, allow_none=True, allow_zero=True) or 0.0
+        self.lock_ttl = cast(float, seconds("lock_ttl", lock_ttl))
+        self.wait = seconds("wait", wait, allow_none=True, allow_zero=True)
+        if self.wait is None:
+            self.wait = self.lock_ttl
+        beta = seconds("early", early, allow_none=True, allow_zero=True)
+        self.beta = (0.0 if self.stale else 1.0) if beta is None else beta
+        self.cache = caches[cache]
+        self.cache_alias, self.using = cache, using
+        self._lock: Lock | None = None
+
+    @property
+    def lock(self) -> Lock:
+        """The rebuild lock, made only when needed (a fresh hit needs none)."""
+        if self._lock is None:
+            self._lock = Lock(_lock_name(self.cache_alias, self.key), ttl=self.lock_ttl,
+                              auto_renew=True, using=self.using,
+                              purpose=f"distlock.cache rebuild of {self.key[:80]!r}")
+        return self._lock
+
+    def judge(self, entry: Any) -> tuple[str, Any]:
+        """Return what to do with what the cache held, and the value it held."""
+        if not (isinstance(entry, tuple) and len(entry) == 4 and entry[0] == TAG):
+            return MISSING, None  # absent, or written by someone else
+        _, value, fresh_until, duration = entry
+        now = time.time()
+        if now >= fresh_until:
+            # Past its freshness but still there: served if meant to be, else (clocks of
+            # two hosts differ) treated as missing.
+            return (STALE, value) if self.stale else (MISSING, None)
+        if self.rebuild_early(now, fresh_until, duration):
+            return EARLY, value
+        return FRESH, value
+
+    def read(self) -> Any:
+        return self.cache.get(self.key, _MISSING, version=self.version)
+
+    async def aread(self) -> Any:
+        return await self.cache.aget(self.key, _MISSING, version=self.version)
+
+    def _entry(self, value: Any, started: float) -> tuple[Any, ...]:
+        return (TAG, value, time.time() + self.timeout, time.monotonic() - started)
+
+    def store(self) -> Any:
+        """Build the value and cache it; return it."""
+        started = time.monotonic()
+        value = self.build()
+        self.cache.set(self.key, self._entry(value, started), self.timeout + self.stale,
+                       version=self.version)
+        return value
+
+    async def astore(self) -> Any:
+        started = time.monotonic()
+        value = self.build()
+        if inspect.isawaitable(value):
+            value = await value
+        await self.cache.aset(self.key, self._entry(value, started), self.timeout + self.stale,
+                              version=self.version)
+        return value
+
+    def build_missing(self) -> Any:
+        """Build a missing value, or wait for whoever is building it and read theirs."""
+        if not self.lock.acquire(wait=self.wait):
+            logger.warning("distlock.cache: waited %.1fs for the rebuild of %r; building it "
+                           "here as well", self.wait, self.key)
+            return self.store()
+        try:
+            state, value = self.judge(self.read())  # built by the caller it waited for?
+            return value if state == FRESH else self.store()
+        finally:
+            self.lock.release()
+
+    async def abuild_missing(self) -> Any:
+        if not await self.lock.aacquire(wait=self.wait):
+            logger.warning("distlock.cache: waited %.1fs for the rebuild of %r; building it "
+                           "here as well", self.wait, self.key)
+            return await self.astore()
+        try:
+            state, value = self.judge(await self.aread())
+            return value if state == FRESH else await self.astore()
+        finally:
+            await self.lock.arelease()
+
+    def build_now(self, current: Any) -> Any:
+        """Rebuild a fresh value early (XFetch), unless someone else is at it."""
+        if not self.lock.acquire(wait=0):
+            return current
+        try:
+            return self.store()
+        finally:
+            self.lock.release()
+
+    async def abuild_now(self, current: Any) -> Any:
+        if not await self.lock.aacquire(wait=0):
+            return current
+        try:
+            return await self.astore()
+        finally:
+            await self.lock.arelease()
+
+    def refresh_in_background(self) -> None:
+        """Rebuild a stale value in a thread, unless someone else is at it."""
+        if not self.lock.acquire(wait=0):
+            return
+        threading.Thread(target=self._refresh, name=f"distlock-cache {self.key[:40]}",
+                         daemon=True).start()
+
+    def _refresh(self) -> None:
+        try:
+            self.store()
+        except Exception:
+            logger.exception("distlock.cache: the background rebuild of %r failed; the stale "
+                             "value is served until it expires", self.key)
+        finally:
+            try:
+                self.lock.release()
+            except Exception:  # its lease ends on its own
+                logger.exception("distlock.cache: releasing the rebuild lock of %r failed",
+                                 self.key)
+            connections.close_all()  # this thread's own: nobody else would close them
+
+    async def arefresh_in_background(self) -> None:
+        """Rebuild a stale value in a task of the running loop, unless someone else is at it."""
+        if not await self.lock.aacquire(wait=0):
+            return
+        task = asyncio.get_running_loop().create_task(self._arefresh())
+        _TASKS.add(task)
+        task.add_done_callback(_TASKS.discard)
+
+    async def _arefresh(self) -> None:
+        try:
+            await self.astore()
+        except Exception:
+            logger.exception("distlock.cache: the background rebuild of %r failed; the stale "
+                             "value is served until it expires", self.key)
+        finally:
+            try:
+                await self.lock.arelease()
+            except Exception:
+                logger.exception("distlock.cache: releasing the rebuild lock of %r failed",
+                                 self.key)
+
+    def rebuild_early(self, now: float, fresh_until: float, duration: float) -> bool:
+        """XFetch: True with a probability that rises as expiry nears, scaled by the build's
+        duration (``now - duration * beta * ln(rand) >= expiry``)."""
+        if self.beta <= 0 or duration <= 0:
+            return False
+        return now - duration * self.beta * math.log(1.0 - random.random()) >= fresh_until
+
+
+def _lock_name(cache: str, key: str) -> str:
+    name = f"distlock.cache:{cache}:{key}"
+    try:
+        return validate_name(name)
+    except InvalidLockName:  # too long, or control characters: one name per key all the same
+        return f"distlock.cache:{cache}:sha256:{hashlib.sha256(key.encode()).hexdigest()}"

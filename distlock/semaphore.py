@@ -1,0 +1,205 @@
+"""Semaphores: up to ``limit`` holders of one name at once, each with its own lease and token.
+
+A :class:`Semaphore` is a :class:`distlock.Lock` whose backend calls go to the semaphore
+operations of the same backend (through :class:`Permits`), so acquiring with ``wait``,
+release and extend by token, ``auto_renew`` with lost-lease notification, signals, ``with``/
+``async with`` and the decorator all behave as they do for locks.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol, cast
+
+from . import handler
+from .backends.base import Attempt, BaseLockBackend
+from .exceptions import LockError, SemaphoresNotSupported
+from .info import LockInfo, SemaphoreInfo
+from .lock import Lock
+
+# The operations a backend offers semaphores through (see backends/semaphores.py).
+OPERATIONS = ("semaphore_acquire", "semaphore_wait_and_acquire", "semaphore_leave",
+              "semaphore_release", "semaphore_extend", "semaphore_info")
+
+
+class SemaphoreBackend(Protocol):
+    """What a backend offers semaphores (backends/semaphores.py, backends/locmem_semaphores.py)
+    besides the lock operations; only the calls made outside the Permits adapter are named."""
+
+    def semaphore_info(self, name: str) -> SemaphoreInfo | None: ...
+
+    async def asemaphore_info(self, name: str) -> SemaphoreInfo | None: ...
+
+
+def semaphore_backend(using: str) -> SemaphoreBackend:
+    """Return the backend of alias ``using``, or raise SemaphoresNotSupported."""
+    backend = handler.locks[using]
+    if not all(hasattr(backend, operation) for operation in OPERATIONS):
+        raise SemaphoresNotSupported(
+            f"DISTLOCK[{using!r}] uses {type(backend).__name__}, which has no semaphores: a "
+            "permit count kept on several independent servers would need a quorum protocol "
+            "distlock does not implement. Add an alias with "
+            "distlock.backends.redis.RedisBackend (one server, Sentinel or Cluster) and pass "
+            "using=<that alias>.",
+        )
+    return cast(SemaphoreBackend, backend)
+
+
+class Permits:
+    """One acquire's view of a semaphore as the primitives a Lock's acquire loop calls.
+
+    Made afresh for each acquire (and kept while the permit is held): it remembers the token
+    of the attempt, so that info() shows this holder's own permit.
+    """
+
+    def __init__(self, backend: Any, limit: int) -> None:
+        self.backend = backend
+        self.limit = limit
+        self.signal_sender = type(backend)
+        self.default_timeout = backend.default_timeout
+        self.max_block = backend.max_block
+        self.lease_ms = backend.lease_ms
+        self._token = ""  # of the latest attempt: the holder's, once a permit is held
+
+    def try_acquire(self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None,
+                    patience_ms: int) -> Attempt:
+        self._token = token
+        return self.backend.semaphore_acquire(name, self.limit, token, ttl_ms, meta, patience_ms)
+
+    async def atry_acquire(self, name: str, token: str, ttl_ms: int, meta: str,
+                           grant: str | None, patience_ms: int) -> Attempt:
+        self._token = token
+        return await self.backend.asemaphore_acquire(name, self.limit, token, ttl_ms, meta,
+                                                     patience_ms)
+
+    def wait_and_acquire(self, timeout: float, name: str, token: str, ttl_ms: int, meta: str,
+                         patience_ms: int) -> Attempt:
+        return self.backend.semaphore_wait_and_acquire(timeout, name, self.limit, token, ttl_ms,
+                                                       meta, patience_ms)
+
+    async def await_and_acquire(self, timeout: float, name: str, token: str, ttl_ms: int,
+                                meta: str, patience_ms: int) -> Attempt:
+        return await self.backend.asemaphore_wait_and_acquire(timeout, name, self.limit, token,
+                                                              ttl_ms, meta, patience_ms)
+
+    def leave_queue(self, name: str, token: str) -> None:
+        self.backend.semaphore_leave(name, token)
+
+    async def aleave_queue(self, name: str, token: str) -> None:
+        await self.backend.asemaphore_leave(name, token)
+
+    def release(self, name: str, token: str, *, force: bool = False) -> int:
+        return self.backend.semaphore_release(name, token)
+
+    async def arelease(self, name: str, token: str, *, force: bool = False) -> int:
+        return await self.backend.asemaphore_release(name, token)
+
+    def extend(self, name: str, token: str, ttl_ms: int, *, renewal: bool = False,
+               reenter: bool = False) -> bool:
+        return self._extended(name, self.backend.semaphore_extend(name, token, ttl_ms,
+                                                                  renewal=renewal))
+
+    async def aextend(self, name: str, token: str, ttl_ms: int, *, renewal: bool = False,
+                      reenter: bool = False) -> bool:
+        outcome = await self.backend.asemaphore_extend(name, token, ttl_ms, renewal=renewal)
+        return self._extended(name, outcome)
+
+    def _extended(self, name: str, outcome: int) -> bool:
+        if outcome == 2:
+            raise self.backend.renewal_limit_reached(name)
+        return outcome == 1
+
+    def info(self, name: str) -> LockInfo | None:
+        """Return this holder's permit if it holds one, else the permit that ends first."""
+        return self._pick(self.backend.semaphore_info(name))
+
+    async def ainfo(self, name: str) -> LockInfo | None:
+        return self._pick(await self.backend.asemaphore_info(name))
+
+    def _pick(self, info: SemaphoreInfo | None) -> LockInfo | None:
+        if info is None or not info.holders:
+            return None
+        mine = [holder for holder in info.holders if holder.token == self._token]
+        return (mine or list(info.holders))[0]
+
+
+class Semaphore(Lock):
+    """Up to ``limit`` holders of ``name`` at once; this object holds at most one permit.
+
+    Make one with :func:`distlock.semaphore`. ``fencing_token`` is the permit's number:
+    rising per semaphore, unique among its holders (not a proof of exclusivity: ``limit``
+    holders run at once).
+    """
+
+    def __init__(self, name: str, limit: int, *, ttl: float | None = None,
+                 wait: float | None = None, auto_renew: bool = False,
+                 on_lost: Callable[[Lock], Any] | None = None, using: str = "default",
+                 purpose: str | None = None) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise TypeError(f"limit must be a whole number of permits, not {limit!r}.")
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, not {limit}.")
+        super().__init__(name, ttl=ttl, wait=wait, auto_renew=auto_renew, on_lost=on_lost,
+                         using=using, purpose=purpose)
+        self.limit = limit
+
+    def __repr__(self) -> str:
+        state = f"holds permit {self.fencing_token}" if self.token else "holds no permit"
+        return f"<Semaphore {self.name!r} limit {self.limit} using {self.using!r}: {state}>"
+
+    @property
+    def backend(self) -> Any:  # Permits: the primitives a Lock calls, on the semaphore
+        if self._backend is not None:
+            return self._backend
+        return Permits(semaphore_backend(self.using), self.limit)
+
+    def _check_reentry(self) -> BaseLockBackend:
+        raise LockError(
+            f"This Semaphore object already holds a permit of {self.name!r}: release it "
+            "first, or use another Semaphore object (one per concurrent holder).",
+            name=self.name,
+        )
+
+    def locked(self) -> bool:
+        """Return True if no permit is free right now (all ``limit`` are held)."""
+        return self._full(semaphore_backend(self.using).semaphore_info(self.name))
+
+    async def alocked(self) -> bool:
+        backend = semaphore_backend(self.using)
+        return self._full(await backend.asemaphore_info(self.name))
+
+    def _full(self, info: SemaphoreInfo | None) -> bool:
+        return info is not None and len(info.holders) >= self.limit
+
+    def holders(self) -> SemaphoreInfo | None:
+        """Return the semaphore's holders and waiters, or None if nobody holds or waits."""
+        return semaphore_backend(self.using).semaphore_info(self.name)
+
+    def copy(self, **changes: Any) -> Semaphore:
+        """Return a new Semaphore holding nothing, with the same settings (and ``changes``)."""
+        settings = {
+            "ttl": self.ttl, "wait": self.wait, "auto_renew": self.auto_renew,
+            "on_lost": self.on_lost, "using": self.using, "purpose": self.purpose,
+        }
+        name = changes.pop("name", self.name)
+        limit = changes.pop("limit", self.limit)
+        return Semaphore(name, limit, **{**settings, **changes})
+
+
+def semaphore(
+    name: str,
+    limit: int,
+    *,
+    ttl: float | None = None,
+    wait: float | None = None,
+    auto_renew: bool = False,
+    on_lost: Callable[[Lock], Any] | None = None,
+    using: str = "default",
+    purpose: str | None = None,
+) -> Semaphore:
+    """Return a Semaphore: at most ``limit`` holders of ``name`` at once, on alias ``using``.
+
+    ``ttl``, ``wait``, ``auto_renew``, ``on_lost`` and ``purpose`` mean what they mean for
+    :func:`distlock.lock`; each holder has its own lease.
+    """
+    return Semaphore(name, limit, ttl=ttl, wait=wait, auto_renew=auto_renew, on_lost=on_lost,
+                     using=using, purpose=purpose)
