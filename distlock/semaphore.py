@@ -23,11 +23,18 @@ OPERATIONS = ("semaphore_acquire", "semaphore_wait_and_acquire", "semaphore_leav
 
 class SemaphoreBackend(Protocol):
     """What a backend offers semaphores (backends/semaphores.py, backends/locmem_semaphores.py)
-    besides the lock operations; only the calls made outside the Permits adapter are named."""
+    besides the lock operations; only the calls made outside the Permits adapter (by
+    Semaphore, the admin and the command) are named."""
+
+    alias: str
 
     def semaphore_info(self, name: str) -> SemaphoreInfo | None: ...
 
     async def asemaphore_info(self, name: str) -> SemaphoreInfo | None: ...
+
+    def held_semaphores(self, prefix: str = "") -> list[SemaphoreInfo]: ...
+
+    def force_release_permit(self, name: str, token: str) -> bool: ...
 
 
 def semaphore_backend(using: str) -> SemaphoreBackend:

@@ -436,3 +436,44 @@ def test_a_stop_signal_right_after_the_grant_releases_the_lock(redis_backend: st
         in finished.stderr
     assert "digest is sent" not in finished.stdout
     assert distlock.locks["default"].info("send_digest:weekly") is None  # released, not leased
+
+
+# --- semaphores ---------------------------------------------------------------------------
+def hold_permits(name: str, limit: int, count: int) -> list[distlock.Semaphore]:
+    permits = [distlock.semaphore(name, limit, ttl=30, purpose="permit") for _ in range(count)]
+    for permit in permits:
+        assert permit.acquire(wait=0)
+    return permits
+
+
+def test_list_shows_a_semaphore_as_one_row_with_its_holders(redis_backend: str):
+    hold("reports:daily")
+    hold_permits("exports", 3, 2)
+    lines = distlock_command("list").splitlines()
+    assert lines[0].startswith("NAME ") and lines[1].startswith("reports:daily ")
+    assert lines[2] == ""
+    assert lines[3].split()[:3] == ["SEMAPHORE", "HELD", "WAITING"]
+    row = lines[4].split()
+    assert row[:3] == ["exports", "2/3", "0"] and lines[4].count(f":{os.getpid()} (") == 2
+    assert len(lines) == 5
+    listed = json.loads(distlock_command("list", "--json"))
+    permits = [entry for entry in listed if "semaphore" in entry]
+    assert [entry["name"] for entry in permits] == ["exports", "exports"]
+    assert permits[0]["semaphore"] == {"limit": 3, "waiting": 0}
+    assert distlock_command("list", "--prefix", "exp").splitlines()[0].startswith("SEMAPHORE")
+
+
+def test_info_and_release_free_one_permit_by_token(redis_backend: str):
+    permits = hold_permits("exports", 3, 2)
+    text = distlock_command("info", "exports")
+    assert "permits:        2 of 3 held, 0 waiting" in text
+    assert all(f"token {permit.token}:" in text for permit in permits)
+    assert json.loads(distlock_command("info", "exports", "--json"))["limit"] == 3
+    with pytest.raises(CommandError, match="pass --token") as raised:
+        distlock_command("release", "exports", "--yes")
+    assert raised.value.returncode == 1
+    with pytest.raises(CommandError, match="No permit"):
+        distlock_command("release", "exports", "--yes", "--token", "f" * 32)
+    out = distlock_command("release", "exports", "--yes", "--token", permits[0].token)
+    assert out.startswith("Freed the permit of the semaphore 'exports'")
+    assert not permits[0].owned() and permits[1].owned()

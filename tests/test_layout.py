@@ -10,7 +10,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "distlock"
 CORE = ["lock", "handler", "backends", "exceptions", "info", "names", "validation", "tokens",
-        "renewal", "fencing", "signals"]
+        "renewal", "fencing", "signals", "semaphore", "cache"]
 SURFACES = ["views", "admin", "naming", "management", "checks", "models", "apps"]
 
 

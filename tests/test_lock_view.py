@@ -599,10 +599,37 @@ def test_user_value_prefers_user_then_session_then_address(rf) -> None:
     ({"methods": ["PO ST"]}, ValueError), ({"using": 3}, TypeError),
     ({"on_locked": "409"}, TypeError), ({"fail_open": 1}, TypeError), ({"name": 5}, TypeError),
     ({"name": "a{b}{c}"}, ValueError), ({"name": "{b[0]}"}, ValueError),
+    ({"limit": 0}, ValueError), ({"limit": "2"}, TypeError), ({"limit": True}, TypeError),
 ])
 def test_bad_arguments_fail_at_decoration(arguments: dict, error: type) -> None:
     with pytest.raises(error):
         lock_view(**arguments)
+
+
+def test_limit_lets_that_many_run_and_answers_the_next_with_409(rf) -> None:
+    view = lock_view("limited:{0}", ttl=5, limit=2)(lambda request, key: HttpResponse("ran"))
+    running = [distlock.semaphore("limited:k", 2, ttl=5) for _ in range(2)]
+    assert running[0].acquire(wait=0)
+    assert view(rf.post("/"), "k").status_code == 200  # one of two permits was free
+    assert running[1].acquire(wait=0)
+    refused = view(rf.post("/", HTTP_ACCEPT="application/json"), "k")
+    assert refused.status_code == 409 and int(refused["Retry-After"]) >= 1
+    assert json.loads(refused.content)["lock"]["name"] == "limited:k"
+    running[0].release()
+    assert view(rf.post("/"), "k").status_code == 200
+    running[1].release()
+
+
+async def test_limit_on_an_async_view(async_rf) -> None:
+    @lock_view("alimited:{0}", ttl=5, limit=1)
+    async def view(request, key):
+        return HttpResponse("ran")
+
+    holder = distlock.semaphore("alimited:k", 1, ttl=5)
+    assert await holder.aacquire(wait=0)
+    assert (await view(async_rf.post("/"), "k")).status_code == 409
+    await holder.arelease()
+    assert (await view(async_rf.post("/"), "k")).status_code == 200
 
 
 # --- Redis unreachable (acceptance 5) -------------------------------------------------------

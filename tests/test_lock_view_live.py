@@ -136,6 +136,28 @@ def test_wait_queues_identical_posts_one_after_another(server, data) -> None:
         assert start >= previous_end, f"two bodies overlapped: {runs}"
 
 
+def test_limit_two_runs_two_at_once_and_refuses_the_rest(server, data) -> None:
+    answers = post_together(server, [f"/limited/order-l/?seconds={VIEW_SECONDS}"] * 10)
+    statuses = sorted(answer.status for answer in answers)
+    runs = spans(data)
+    assert peak_overlap(runs) == 2, f"not exactly two bodies at once: {runs}"
+    assert statuses == [200] * 2 + [409] * 8, f"{statuses}; bodies {runs}"
+    refused = [answer for answer in answers if answer.status == 409]
+    assert all(int(answer.retry_after) >= 1 for answer in refused)
+    assert all(b"Too many of these requests" in answer.body for answer in refused)
+
+
+def test_limit_two_with_wait_queues_the_rest(server, data) -> None:
+    started = time.monotonic()
+    answers = post_together(server, [f"/limited-queued/order-w/?seconds={VIEW_SECONDS}"] * 10)
+    elapsed = time.monotonic() - started
+    assert [answer.status for answer in answers] == [200] * 10
+    runs = spans(data)
+    assert len(runs) == 10 and peak_overlap(runs) == 2, runs
+    # Two at a time: five rounds of one view's time, not ten.
+    assert 5 * VIEW_SECONDS <= elapsed < 8 * VIEW_SECONDS + 1, f"took {elapsed:.2f}s"
+
+
 def test_demo_json_endpoint_charges_a_double_submission_once(redis_url: str,
                                                              tmp_path: Path) -> None:
     with demo_project(redis_url, tmp_path) as demo:

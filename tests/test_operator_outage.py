@@ -126,3 +126,25 @@ def test_admin_with_its_only_alias_down_claims_nothing(admin_client: Client,
     assert "What alias default holds is unknown: it could not be read." in content
     assert ">default (unavailable)</a>" in content
     assert "No lock is held" not in content and "0 held locks" not in content
+
+
+@pytest.mark.django_db(databases=[])
+@pytest.mark.parametrize("action", [["list"], ["list", "--json"], ["info", "exports"],
+                                    ["release", "exports", "--yes"]], ids=" ".join)
+def test_semaphores_that_cannot_be_read_show_nothing(redis_backend: str, monkeypatch: Any,
+                                                     action: list[str]) -> None:
+    """The lock listing answered, the semaphore one did not: still nothing is shown."""
+    assert distlock.lock("reports:daily", ttl=60).acquire(wait=0)
+    assert distlock.semaphore("exports", 2, ttl=60).acquire(wait=0)
+    backend = distlock.locks["default"]
+
+    def unreachable(*args: Any) -> None:
+        raise distlock.BackendUnavailable("Redis at the test server did not answer.")
+
+    for read in ("held_semaphores", "semaphore_info"):
+        monkeypatch.setattr(backend, read, unreachable)
+    out = io.StringIO()
+    with pytest.raises(CommandError, match=r"^DISTLOCK\['default'\]: Redis at the test") as raised:
+        call_command("distlock", *action, stdout=out)
+    assert raised.value.returncode == UNKNOWN_EXIT_CODE
+    assert out.getvalue() == ""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlencode
 
 from django import forms
@@ -45,6 +45,7 @@ from .listing import (
     read_infos,
     sort_held,
 )
+from .semaphores import release_permit, semaphore_rows
 
 PER_PAGE = 100
 # Query parameters of the list, as the admin's own changelist names them.
@@ -126,6 +127,9 @@ class HeldLockList:
         self.page = self.paginator.get_page(self.params.get(PAGE))
         self.rows = [self._row(info) for info in read_infos(list(self.page.object_list),
                                                             self.unavailable)]
+        self.semaphores = semaphore_rows([self.alias] if self.alias else self.aliases,
+                                         self.query, model_admin.url("release_permit"),
+                                         urlencode(self.params), self.unavailable)
 
     def url_with(self, **changes: str | int | None) -> str:
         """Return this page's query string with ``changes`` (None removes a parameter).
@@ -254,6 +258,16 @@ class ReleaseForm(forms.Form):
         alias_field.choices = [(alias, alias) for alias in aliases]
 
 
+class ReleaseRequest(NamedTuple):
+    """A valid release request: the hold it names, and the list page to go back to."""
+
+    form: ReleaseForm
+    alias: str
+    name: str
+    fencing_token: int
+    back: str
+
+
 @admin.register(HeldLock)
 class HeldLockAdmin(admin.ModelAdmin):
     """Held locks of every alias. Read-only but for the force release."""
@@ -282,12 +296,14 @@ class HeldLockAdmin(admin.ModelAdmin):
 
     # --- urls -----------------------------------------------------------------------------
     def get_urls(self) -> list[URLPattern]:
-        # Only these two: there are no rows in a table to add, change, delete or list history.
+        # Only these: there are no rows in a table to add, change, delete or list history.
         return [
             path("", self.admin_site.admin_view(self.changelist_view),
                  name=self.url_name("changelist")),
             path("release/", self.admin_site.admin_view(self.release_view),
                  name=self.url_name("release")),
+            path("release-permit/", self.admin_site.admin_view(self.release_permit_view),
+                 name=self.url_name("release_permit")),
         ]
 
     def url_name(self, view: str) -> str:
@@ -323,20 +339,10 @@ class HeldLockAdmin(admin.ModelAdmin):
     # --- force release --------------------------------------------------------------------
     def release_view(self, request: HttpRequest) -> HttpResponse:
         """GET: confirm what will be released. POST: release that hold, if it still is."""
-        if request.method not in ("GET", "HEAD", "POST"):
-            return HttpResponseNotAllowed(["GET", "HEAD", "POST"])
-        if not self.has_release_permission(request):
-            raise PermissionDenied
-        data = request.POST if request.method == "POST" else request.GET
-        form = ReleaseForm(data, aliases=aliases_or_problem()[0])
-        if not form.is_valid():
-            return HttpResponseBadRequest(
-                f"Not a valid release request:\n{form.errors.as_text()}",
-                content_type="text/plain; charset=utf-8",
-            )
-        alias, name = form.cleaned_data["alias"], form.cleaned_data["name"]
-        fencing_token = form.cleaned_data["fencing_token"]
-        back = self.url("changelist", list_filters(data.get(FILTERS, "")))
+        asked = self.release_request(request)
+        if isinstance(asked, HttpResponse):
+            return asked
+        form, alias, name, fencing_token, back = asked
         try:
             backend = locks[alias]
             info = backend.info(name)
@@ -361,6 +367,28 @@ class HeldLockAdmin(admin.ModelAdmin):
             f"held by {describe_holder(info)}.",
         )
         return HttpResponseRedirect(back)
+
+    def release_request(self, request: HttpRequest) -> ReleaseRequest | HttpResponse:
+        """Return what a release request (GET: to confirm, POST: to release) names, or the
+        answer refusing it. PermissionDenied without the release permission."""
+        if request.method not in ("GET", "HEAD", "POST"):
+            return HttpResponseNotAllowed(["GET", "HEAD", "POST"])
+        if not self.has_release_permission(request):
+            raise PermissionDenied
+        data = request.POST if request.method == "POST" else request.GET
+        form = ReleaseForm(data, aliases=aliases_or_problem()[0])
+        if not form.is_valid():
+            return HttpResponseBadRequest(
+                f"Not a valid release request:\n{form.errors.as_text()}",
+                content_type="text/plain; charset=utf-8",
+            )
+        asked = form.cleaned_data
+        back = self.url("changelist", list_filters(data.get(FILTERS, "")))
+        return ReleaseRequest(form, asked["alias"], asked["name"], asked["fencing_token"], back)
+
+    def release_permit_view(self, request: HttpRequest) -> HttpResponse:
+        """Free one permit of a semaphore (see distlock.admin.semaphores)."""
+        return release_permit(self, request)
 
     def _confirm(self, request: HttpRequest, form: ReleaseForm, info: LockInfo,
                  back: str) -> HttpResponse:

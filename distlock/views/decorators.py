@@ -24,6 +24,7 @@ from ..exceptions import BackendUnavailable, LockNotAcquired
 from ..info import LockInfo
 from ..lock import Lock
 from ..naming import compile_template
+from ..semaphore import Semaphore
 from ..validation import lease_milliseconds, seconds
 from .names import auser_value, callable_name, user_value
 from .release import LockRelease
@@ -33,6 +34,7 @@ logger = logging.getLogger("distlock")
 V = TypeVar("V", bound=Callable[..., Any])
 OnLocked = Callable[[HttpRequest, LockNotAcquired], Any]
 DEFAULT_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+AT_LIMIT_DETAIL = "Too many of these requests are in progress. Try again when one has finished."
 _METHOD = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")  # an HTTP token
 
 
@@ -45,6 +47,7 @@ def lock_view(
     using: str = "default",
     on_locked: OnLocked | None = None,
     fail_open: bool = False,
+    limit: int | None = None,
 ) -> Callable[[V], V]:
     """Decorate a view so that requests with the same lock name never run at the same time.
 
@@ -54,9 +57,12 @@ def lock_view(
     ``methods`` and whose lock is held (after waiting ``wait`` seconds) gets ``409 Conflict``
     with ``Retry-After``, or what ``on_locked(request, exc)`` returns. If the lock server cannot
     be reached the answer is ``503``, unless ``fail_open=True`` runs the view unlocked.
+
+    ``limit=N`` lets up to N requests with the same name run at once (a semaphore, see
+    distlock.semaphore) instead of one; the others are answered as above, or wait.
     """
     options = ViewLockOptions(name, ttl=ttl, wait=wait, methods=methods, using=using,
-                              on_locked=on_locked, fail_open=fail_open)
+                              on_locked=on_locked, fail_open=fail_open, limit=limit)
 
     def decorator(view: V) -> V:
         if isinstance(view, type):
@@ -75,7 +81,7 @@ class ViewLockOptions:
     """The arguments of one ``lock_view(...)`` call, checked when the view is decorated."""
 
     def __init__(self, name: Any, *, ttl: Any, wait: Any, methods: Any, using: Any,
-                 on_locked: Any, fail_open: Any) -> None:
+                 on_locked: Any, fail_open: Any, limit: Any = None) -> None:
         if name is not None and not isinstance(name, str) and not callable(name):
             raise TypeError(
                 "lock_view name must be a template str, a callable (request, *args, **kwargs) "
@@ -95,7 +101,13 @@ class ViewLockOptions:
             raise TypeError(
                 f"on_locked must be a callable (request, exc) -> HttpResponse, not {on_locked!r}."
             )
-        self.on_locked: OnLocked = on_locked or LockContended()
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise TypeError(f"limit must be a whole number of requests or None, not {limit!r}.")
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be at least 1, not {limit}.")
+        self.limit: int | None = limit
+        self.on_locked: OnLocked = on_locked or (LockContended() if limit is None
+                                                 else LockContended(AT_LIMIT_DETAIL))
         if not isinstance(fail_open, bool):
             raise TypeError(f"fail_open must be True or False, not {fail_open!r}.")
         self.fail_open = fail_open
@@ -166,6 +178,9 @@ class ViewLock:
     # --- naming -------------------------------------------------------------------------
     def lock_for(self, name: str) -> Lock:
         options = self.options
+        if options.limit is not None:
+            return Semaphore(name, options.limit, ttl=options.ttl, wait=options.wait,
+                             using=options.using, purpose=self.purpose)
         return Lock(name, ttl=options.ttl, wait=options.wait, using=options.using,
                     purpose=self.purpose)
 

@@ -52,6 +52,9 @@ def _pay(request: HttpRequest, order_id: str) -> HttpResponse:
 
 pay = lock_view("live:pay:{order_id}", ttl=10)(_pay)
 queued_pay = lock_view("live:queued:{order_id}", ttl=10, wait=5)(_pay)
+# At most two at once per order (a semaphore): the others refused, or queued.
+limited_pay = lock_view("live:limited:{order_id}", ttl=10, limit=2)(_pay)
+limited_queued_pay = lock_view("live:limited-queued:{order_id}", ttl=10, limit=2, wait=10)(_pay)
 
 
 @lock_view("live:apay:{order_id}", ttl=10)

@@ -5,6 +5,8 @@
     manage.py distlock release NAME [--token T] [--yes] [--using ALIAS]
     manage.py distlock lead NAME [--ttl S] [--grace S] [--using ALIAS] -- COMMAND ARGS...
 
+A semaphore (distlock.semaphore) is one row of ``list`` with its holders; ``info NAME`` shows
+its holders and ``release NAME --token T`` frees one permit (see distlock.management.semaphores).
 ``list`` without ``--using`` lists every alias of DISTLOCK; ``info`` and ``release`` act on
 ``--using`` (default "default"). Django's common options (``-v``, ``--settings``, ...) may also
 follow the action. When a lock server cannot be reached nothing is listed or shown (the state
@@ -28,8 +30,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ...backends.base import BaseLockBackend
 from ...exceptions import BackendUnavailable, LockError
 from ...handler import DEFAULT_ALIAS, locks
-from ...info import LockInfo, shorten
+from ...info import LockInfo, SemaphoreInfo, shorten
+from .. import semaphores
 from ..lead import add_lead_parser, lead
+from ..tables import aligned
 
 logger = logging.getLogger("distlock")
 PAGE = 500
@@ -102,10 +106,13 @@ class Command(BaseCommand):
     def list_locks(self, *, using: str | None, prefix: str, as_json: bool, **options: Any) -> None:
         aliases = [using] if using else _aliases()
         held: list[LockInfo] = []
+        held_semaphores: list[SemaphoreInfo] = []
         unreachable: dict[str, str] = {}
         for alias in aliases:
             try:
-                held.extend(_all_held(_backend(alias), prefix))
+                backend = _backend(alias)
+                held.extend(_all_held(backend, prefix))
+                held_semaphores += _guarded(alias, semaphores.held_semaphores, backend, prefix)
             except CommandError as exc:
                 if using or exc.returncode != UNKNOWN_EXIT_CODE:
                     raise
@@ -120,15 +127,25 @@ class Command(BaseCommand):
                 f"unknown.{hint}", returncode=UNKNOWN_EXIT_CODE,
             )
         if as_json:
-            self.stdout.write(_dumps([info.as_json_dict() for info in held]))
-        elif held:
-            self.stdout.write(lock_table(held, show_alias=len(aliases) > 1))
+            self.stdout.write(_dumps([info.as_json_dict() for info in held]
+                                     + semaphores.semaphore_json(held_semaphores)))
+        elif held or held_semaphores:
+            tables = [lock_table(held, show_alias=len(aliases) > 1)] if held else []
+            if held_semaphores:
+                tables.append(semaphores.semaphore_table(held_semaphores,
+                                                         show_alias=len(aliases) > 1))
+            self.stdout.write("\n\n".join(tables))
         else:
             where = f" starting with {prefix!r}" if prefix else ""
             self.stdout.write(f"No locks{where} are held.")
 
     # --- info ---------------------------------------------------------------------------
     def show_info(self, *, name: str, using: str, as_json: bool, **options: Any) -> None:
+        semaphore = _semaphore_instead(_backend(using), name)
+        if semaphore is not None:
+            self.stdout.write(_dumps(semaphore.as_json_dict()) if as_json
+                              else "\n".join(semaphores.describe_semaphore(semaphore)))
+            return
         info = _held_or_fail(_backend(using), name)
         if as_json:
             self.stdout.write(_dumps(info.as_json_dict()))
@@ -140,6 +157,10 @@ class Command(BaseCommand):
     def release_lock(self, *, name: str, using: str, token: str | None, yes: bool,
                 **options: Any) -> None:
         backend = _backend(using)
+        semaphore = _semaphore_instead(backend, name)
+        if semaphore is not None:
+            self._release_permit(backend, semaphore, token, yes, options)
+            return
         info = _held_or_fail(backend, name)
         if token is not None and token != info.token:
             raise CommandError(
@@ -165,6 +186,23 @@ class Command(BaseCommand):
             f"Released the lock {name!r} (alias {using!r}), held by {info.host} pid {info.pid} "
             f"since {_when(info.acquired_at)}, fencing token {info.fencing_token}."
         )
+
+    def _release_permit(self, backend: BaseLockBackend, semaphore: SemaphoreInfo,
+                        token: str | None, yes: bool, options: dict[str, Any]) -> None:
+        holder = semaphores.permit_of(semaphore, token)
+        if isinstance(holder, str):
+            raise CommandError(holder, returncode=NOT_HELD_EXIT_CODE)
+        if not yes:
+            self._confirm(holder, options.get("stdin") or sys.stdin)
+        if not _guarded(backend.alias, semaphores.free_permit, backend, holder.name,
+                        holder.token):
+            raise CommandError(f"The permit of {holder.name!r} was released or expired before "
+                               "it could be freed.", returncode=NOT_HELD_EXIT_CODE)
+        logger.info("distlock: freed a permit of the semaphore %r (alias %r, token %s, held by "
+                    "%s pid %s) with manage.py distlock release", holder.name, backend.alias,
+                    holder.token, holder.host, holder.pid)
+        self.stdout.write(f"Freed the permit of the semaphore {holder.name!r} (alias "
+                          f"{backend.alias!r}) held by {holder.host} pid {holder.pid}.")
 
     def _confirm(self, info: LockInfo, stdin: Any) -> None:
         if not (hasattr(stdin, "isatty") and stdin.isatty()):
@@ -218,6 +256,14 @@ def _all_held(backend: BaseLockBackend, prefix: str) -> Iterator[LockInfo]:
         offset += PAGE
 
 
+def _semaphore_instead(backend: BaseLockBackend, name: str) -> SemaphoreInfo | None:
+    """Return the held semaphore ``name`` when no lock of that name is held, else None."""
+    if _guarded(backend.alias, backend.info, name) is not None:
+        return None
+    found: SemaphoreInfo | None = _guarded(backend.alias, semaphores.semaphore_of, backend, name)
+    return found
+
+
 def _held_or_fail(backend: BaseLockBackend, name: str) -> LockInfo:
     info = _guarded(backend.alias, backend.info, name)
     if info is None:
@@ -251,15 +297,7 @@ def lock_table(held: list[LockInfo], *, show_alias: bool = False) -> str:
          str(info.fencing_token)]
         for info in held
     ]
-    if show_alias:
-        header.insert(0, "ALIAS")
-    else:
-        rows = [row[1:] for row in rows]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    )
+    return aligned(header, rows, show_alias=show_alias)
 
 
 def _when(moment: datetime) -> str:
