@@ -6,6 +6,7 @@ import os
 import signal
 import statistics
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -140,3 +141,38 @@ def test_freed_permit_reaches_a_waiter_in_another_process_quickly(spawn: Spawn) 
     print(f"handoff to another process: median {statistics.median(delays) * 1000:.1f} ms, "
           f"max {max(delays) * 1000:.1f} ms")
     assert statistics.median(delays) < 0.050, sorted(delays)
+
+
+def test_a_woken_waiter_holds_its_permit_from_the_reply_that_woke_it(
+        redis_backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wait and the acquire after it are one round trip (BLPOP and the script pipelined),
+    not a pop and then a second call."""
+    backend = distlock.locks["default"]
+    holder = distlock.semaphore("turn", 1, ttl=10)
+    assert holder.acquire(wait=0)
+    sent: list[str] = []
+    run_script, pop_then_run = backend.run_script, backend.pop_then_run
+
+    def counted_run(name: str, *args: object, **kwargs: object) -> object:
+        sent.append(name)
+        return run_script(name, *args, **kwargs)
+
+    def counted_pop(wake: str, timeout: float, name: str, *args: object,
+                    **kwargs: object) -> object:
+        sent.append(f"BLPOP+{name}")
+        return pop_then_run(wake, timeout, name, *args, **kwargs)
+
+    monkeypatch.setattr(backend, "run_script", counted_run)
+    monkeypatch.setattr(backend, "pop_then_run", counted_pop)
+    waiter = distlock.semaphore("turn", 1, ttl=10, wait=5)
+    result: list[bool] = []
+    thread = threading.Thread(target=lambda: result.append(waiter.acquire()))
+    thread.start()
+    time.sleep(0.3)  # it tried once and blocks now
+    holder.release()
+    thread.join()
+    assert result == [True]
+    waiter_calls = [name for name in sent if name != "semaphore_release"]
+    assert waiter_calls[0] == "semaphore_acquire"  # the first try, before waiting
+    assert waiter_calls[1:] and set(waiter_calls[1:]) == {"BLPOP+semaphore_acquire"}, sent
+    waiter.release()
