@@ -93,7 +93,7 @@ def test_clients_follow_a_failover_when_the_master_is_killed(group: RedisSentine
         held = [info.name for info in locks["default"].held()]
         # and the lock whose release the kill interrupted, if it reached the replica in time
         assert held[0] == "after" and all(name.startswith("busy-") for name in held[1:])
-        assert b"test:{b%02d}:lock:after" % bucket_of("after") in lock_keys(group.replica)
+        assert b"test:{b%04d}:lock:after" % bucket_of("after") in lock_keys(group.replica)
 
 
 def test_wait_replicas_confirms_and_fails_closed_when_replication_is_cut(
