@@ -1,10 +1,15 @@
 """Measurements several lock test modules share."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 import distlock
+from benchmarks import held
+from distlock.backends.scripted import ScriptedBackend
+from distlock.handler import locks
+from distlock.info import holder_metadata
 
 
 def renewer_threads() -> int:
@@ -33,3 +38,28 @@ def handoff_delay(holder: distlock.Lock, waiter: distlock.Lock, settle: float) -
     thread.join()
     assert acquired_at, f"the waiter never got {waiter.name!r}"
     return acquired_at[0] - released
+
+
+def hold_many(names: list[str], ttl: float) -> dict[str, str]:
+    """Hold every lock in ``names`` (free before) for ``ttl`` seconds on the default alias,
+    fast; return their tokens by name. Scripted backends take them with their own acquire
+    script, pipelined (benchmarks/held.py); the others one primitive call each."""
+    backend = locks["default"]
+    if isinstance(backend, ScriptedBackend):
+        return held.acquire_all(names, round(ttl * 1000))
+    meta = holder_metadata(None)
+    tokens = {name: os.urandom(16).hex() for name in names}
+    for name, token in tokens.items():
+        if not backend.try_acquire(name, token, round(ttl * 1000), meta, None, 0).acquired:
+            raise RuntimeError(f"{name!r} was meant to be free")
+    return tokens
+
+
+def release_many(tokens: dict[str, str]) -> None:
+    """Release the locks hold_many() took."""
+    backend = locks["default"]
+    if isinstance(backend, ScriptedBackend):
+        held.release_all(tokens)
+        return
+    for name, token in tokens.items():
+        backend.release(name, token)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 
@@ -21,14 +21,25 @@ from ..exceptions import BackendUnavailable
 from ..info import LockInfo
 from ..names import validate_name
 from . import calls
-from .base import Attempt, BaseLockBackend, HeldEntry
+from .base import Attempt, BaseLockBackend, HeldEntry, check_prefix
 from .calls import SCRIPT_SHAS, SCRIPT_SOURCES, Call
+
+_T = TypeVar("_T")
 
 # What the client raises when a call's outcome is unknown. RedisClusterException (an
 # unreachable cluster, while the client is built) is not a RedisError.
 CLIENT_ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException)
 # Cluster errors that mean "route this call again" (MovedError is an AskError).
 REDIRECTS = (redis.exceptions.AskError, redis.exceptions.TryAgainError)
+# What a Cluster node's failure looks like to a call routed by the cached slot map: the
+# master died (and a replica may have taken its slots since), or the cluster is failing over.
+STALE_ROUTE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+               redis.exceptions.ClusterDownError)
+# Scripts that only read (or drop ended index entries): safe to run again after a failure
+# whose outcome is unknown.
+REPEATABLE = frozenset({"inspect", "held_names"})
+# Index entries one ZSCAN call returns at most (a bucket's index is usually much smaller).
+SCAN_COUNT = 1000
 
 
 class ScriptedBackend(BaseLockBackend):
@@ -66,9 +77,23 @@ class ScriptedBackend(BaseLockBackend):
         if not script_calls:
             return []
         with self._translate_errors():
-            if self.cluster:
+            if not self.cluster:
+                return self._pipelined(self.client, name, script_calls)
+            if name not in REPEATABLE:
                 return self._pipelined_per_node(name, script_calls)
-            return self._pipelined(self.client, name, script_calls)
+            return self._rerouted(lambda: self._pipelined_per_node(name, script_calls))
+
+    def _rerouted(self, call: Callable[[], _T]) -> _T:
+        """Return ``call()``, a Cluster read routed by the cached slot map. When a node
+        fails, learn the slot map again (a replica may have taken the slots of a dead master)
+        and try once more. Lock operations refresh the map through the cluster client;
+        without this, a process that only lists (the admin, an operator's view) would keep
+        asking the dead master forever."""
+        try:
+            return call()
+        except STALE_ROUTE:
+            self.client.nodes_manager.initialize()
+            return call()
 
     def _pipelined(self, client: Any, name: str, script_calls: list[Call]) -> list[Any]:
         for _ in range(2):
@@ -235,3 +260,91 @@ class ScriptedBackend(BaseLockBackend):
                  if entry.name.startswith(prefix)]
         found.sort()
         return found
+
+    def iter_held(self, prefix: str = "") -> Iterator[LockInfo]:
+        """Yield the LockInfo of every held lock whose name starts with ``prefix``, in no
+        particular order: a walk of every bucket's index with ZSCAN (one pipeline per server
+        and round), the locks read in pipelined batches as their names arrive.
+
+        A lock held for the whole walk is yielded exactly once, however many others are
+        taken and released meanwhile (ZSCAN returns it at least once; repeats are dropped
+        here); one taken or released during the walk may or may not be. The cost is about
+        one read per held lock, not one per page.
+        """
+        check_prefix(prefix)
+        return self._walk(prefix)
+
+    def _walk(self, prefix: str) -> Iterator[LockInfo]:
+        seen: set[str] = set()
+        cursors = dict.fromkeys(self.layout.index_keys, 0)
+        while cursors:
+            with self._translate_errors():
+                found, cursors = self._scan_round(cursors, prefix)
+            fresh = [name for name in dict.fromkeys(found)
+                     if name not in seen and name.startswith(prefix)]
+            seen.update(fresh)
+            yield from self._read_in_batches(fresh)
+
+    def _scan_round(self, cursors: dict[str, int], prefix: str
+                    ) -> tuple[list[str], dict[str, int]]:
+        """Take one ZSCAN step on every index in ``cursors``; return the names found and the
+        cursors of the indexes not finished yet."""
+        if not self.cluster:
+            replies = self._zscan(self.client, cursors, prefix)
+        else:
+            def per_node() -> dict[str, Any]:
+                replies: dict[str, Any] = {}
+                for node_client, keys in self._by_node(list(cursors)):
+                    replies.update(self._zscan(node_client, {k: cursors[k] for k in keys},
+                                               prefix))
+                return replies
+
+            try:
+                replies = per_node()
+            except STALE_ROUTE:
+                # A failover: the new master's cursors differ, so restart those indexes
+                # from the beginning (names already yielded are dropped as repeats).
+                self.client.nodes_manager.initialize()
+                cursors = dict.fromkeys(cursors, 0)
+                replies = per_node()
+        found: list[str] = []
+        remaining = {}
+        for key, reply in replies.items():
+            if isinstance(reply, REDIRECTS):
+                # The index's slot is moving: walk it through the cluster client, which
+                # follows MOVED and ASK, from the start on its new server.
+                reply = self.client.zscan(key, 0, match=_pattern(prefix), count=SCAN_COUNT)
+            elif isinstance(reply, Exception):
+                raise reply
+            cursor, members = reply
+            found.extend(calls.text(member) for member, _ in members)
+            if int(cursor):
+                remaining[key] = int(cursor)
+        return found, remaining
+
+    @staticmethod
+    def _zscan(client: Any, cursors: dict[str, int], prefix: str) -> dict[str, Any]:
+        pipe = client.pipeline(transaction=False)
+        for key, cursor in cursors.items():
+            pipe.zscan(key, cursor, match=_pattern(prefix), count=SCAN_COUNT)
+        return dict(zip(cursors, pipe.execute(raise_on_error=False), strict=True))
+
+    def _by_node(self, keys: list[str]) -> list[tuple[Any, list[str]]]:
+        """Group Cluster keys by the master that holds them (by the cached slot map); return
+        each master's plain client with its keys."""
+        nodes: dict[str, Any] = {}
+        groups: dict[str, list[str]] = defaultdict(list)
+        for key in keys:
+            node = self.client.get_node_from_key(key)
+            nodes[node.name] = node
+            groups[node.name].append(key)
+        return [(self.client.get_redis_connection(nodes[name]), node_keys)
+                for name, node_keys in groups.items()]
+
+
+def _pattern(prefix: str) -> str | None:
+    """Return a ZSCAN MATCH pattern for names starting with ``prefix`` (glob characters in
+    it escaped), None for every name."""
+    if not prefix:
+        return None
+    return "".join("\\" + char if char in "*?[]\\" else char for char in prefix) + "*"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -25,7 +25,6 @@ from ...handler import DEFAULT_ALIAS, locks
 from ...info import LockInfo, shorten
 
 logger = logging.getLogger("distlock")
-PAGE = 500
 NOT_HELD_EXIT_CODE = 1
 
 
@@ -156,14 +155,13 @@ def _guarded(alias: str, call: Callable[..., Any], *args: Any, **kwargs: Any) ->
         raise CommandError(f"DISTLOCK[{alias!r}]: {exc}") from None
 
 
-def _all_held(backend: BaseLockBackend, prefix: str) -> Iterator[LockInfo]:
-    offset = 0
-    while True:
-        page = _guarded(backend.alias, backend.held, prefix=prefix, limit=PAGE, offset=offset)
-        yield from page
-        if len(page) < PAGE:
-            return
-        offset += PAGE
+def _all_held(backend: BaseLockBackend, prefix: str) -> list[LockInfo]:
+    # One walk of the index (iter_held), not pages by offset: offsets shift while others
+    # take and release locks, so pages dropped and repeated locks held all along.
+    def walk() -> list[LockInfo]:
+        return sorted(backend.iter_held(prefix), key=lambda info: info.name)
+
+    return _guarded(backend.alias, walk)
 
 
 def _held_or_fail(backend: BaseLockBackend, name: str) -> LockInfo:
