@@ -515,24 +515,26 @@ class RedisServer(_Managed):
 
 
 class RedisCluster(_Managed):
-    """``masters`` real redis-server processes in cluster mode, all slots assigned.
+    """``masters`` real redis-server processes in cluster mode, all slots assigned, each
+    with ``replicas`` replicas (default none).
 
     Each node runs in its own directory with ``--cluster-enabled yes --cluster-config-file
     <dir>/nodes.conf --cluster-node-timeout 2000`` (plus ``extra_args``); :meth:`start` runs
-    ``redis-cli --cluster create ... --cluster-replicas 0 --cluster-yes`` with the
+    ``redis-cli --cluster create ... --cluster-replicas <replicas> --cluster-yes`` with the
     ``redis-cli`` that sits next to the server binary, and waits until every node reports
-    ``cluster_state:ok``.
+    ``cluster_state:ok`` and every replica is in sync.
     """
 
     def __init__(self, masters: int = 3, extra_args: Sequence[str] = (),
-                 binary: str | None = None, cli: str | None = None) -> None:
+                 binary: str | None = None, cli: str | None = None, replicas: int = 0) -> None:
         if masters < 3:
             raise ValueError("redis-cli --cluster create needs at least 3 masters")
         self.binary: str = binary or find_redis_server()
         self.cli: str = cli or _cli_for(self.binary)
+        self.replicas = replicas
         root = _temporary_directory(self, "distlock-cluster-")
         self.nodes: list[RedisServer] = []
-        for i in range(masters):
+        for i in range(masters * (1 + replicas)):
             directory = root / f"node-{i}"
             args = ["--cluster-enabled", "yes",
                     "--cluster-config-file", str(directory / "nodes.conf"),
@@ -568,7 +570,7 @@ class RedisCluster(_Managed):
                 node.start()
             create = [self.cli, "--cluster", "create",
                       *(f"{node.host}:{node.port}" for node in self.nodes),
-                      "--cluster-replicas", "0", "--cluster-yes"]
+                      "--cluster-replicas", str(self.replicas), "--cluster-yes"]
             result = subprocess.run(
                 create, stdin=subprocess.DEVNULL, capture_output=True, check=False,
                 timeout=max(1.0, deadline - time.monotonic()),
@@ -582,15 +584,43 @@ class RedisCluster(_Managed):
             for node in self.nodes:
                 _wait_until(lambda node=node: _cluster_ok(node), deadline - time.monotonic(),
                             f"cluster_state:ok on {node.host}:{node.port}")
+            for node in self.nodes:
+                _wait_until(lambda node=node: _in_sync(node), deadline - time.monotonic(),
+                            f"{node.host}:{node.port} in sync with its master")
         except BaseException:
             self.stop()
             raise
         return self
 
+    def role(self, node: RedisServer) -> str:
+        """``"master"`` or ``"slave"``, as ``node`` reports itself now."""
+        with node.client(socket_timeout=1.0, decode_responses=True) as client:
+            return str(client.info("replication")["role"])
+
+    def masters(self) -> list[RedisServer]:
+        """The running nodes that are masters now."""
+        return [node for node in self.nodes if node.is_running() and self.role(node) == "master"]
+
+    def replica_of(self, master: RedisServer) -> RedisServer:
+        """A running node that replicates ``master`` now."""
+        for node in self.nodes:
+            if node is not master and node.is_running() and self.role(node) == "slave":
+                with node.client(socket_timeout=1.0, decode_responses=True) as client:
+                    if int(client.info("replication")["master_port"]) == master.port:
+                        return node
+        raise LookupError(f"no running replica of {master!r}")
+
     def stop(self) -> None:
         """Stop every node. Idempotent."""
         for node in self.nodes:
             node.stop()
+
+
+def _in_sync(node: RedisServer) -> bool:
+    """Whether ``node`` is a master, or a replica whose link to its master is up."""
+    with node.client(socket_timeout=1.0, decode_responses=True) as client:
+        info = client.info("replication")
+    return info["role"] == "master" or info.get("master_link_status") == "up"
 
 
 def _cluster_ok(node: RedisServer) -> bool:
