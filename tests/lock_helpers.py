@@ -1,9 +1,13 @@
 """Measurements several lock test modules share."""
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import distlock
 from benchmarks import held
@@ -63,3 +67,26 @@ def release_many(tokens: dict[str, str]) -> None:
         return
     for name, token in tokens.items():
         backend.release(name, token)
+
+
+@contextmanager
+def churning(names: int = 200) -> Iterator[Counter[str]]:
+    """Take and release ``churn:<n>`` locks on the default alias in a thread while the
+    block runs; yield a Counter whose "locks" counts them."""
+    done = threading.Event()
+    churned: Counter[str] = Counter()
+
+    def churn() -> None:
+        for number in itertools.cycle(range(names)):
+            if done.is_set():
+                return
+            with distlock.lock(f"churn:{number}", ttl=5):
+                churned["locks"] += 1
+
+    worker = threading.Thread(target=churn)
+    worker.start()
+    try:
+        yield churned
+    finally:
+        done.set()
+        worker.join()

@@ -2,9 +2,7 @@
 every backend, while other locks come and go beside the ones listed."""
 from __future__ import annotations
 
-import itertools
 import json
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from io import StringIO
@@ -15,7 +13,7 @@ from django.core.management import call_command
 import distlock
 from distlock.backends import scripted
 from distlock.handler import locks
-from tests.lock_helpers import hold_many, release_many
+from tests.lock_helpers import churning, hold_many, release_many
 
 pytestmark = pytest.mark.django_db(databases=[])
 HELD = 1200
@@ -23,22 +21,9 @@ HELD = 1200
 
 @pytest.fixture
 def churn(backend_kind: str) -> Iterator[Counter[str]]:
-    """A thread taking and releasing other locks while the test lists; counts its rounds."""
-    done = threading.Event()
-    rounds: Counter[str] = Counter()
-
-    def keep_churning() -> None:
-        for number in itertools.cycle(range(200)):
-            if done.is_set():
-                return
-            with distlock.lock(f"churn:{number}", ttl=5):
-                rounds["churn"] += 1
-
-    worker = threading.Thread(target=keep_churning)
-    worker.start()
-    yield rounds
-    done.set()
-    worker.join()
+    """Other locks taken and released while the test lists."""
+    with churning() as churned:
+        yield churned
 
 
 def assert_each_once(listed: list[str], held: list[str]) -> None:
@@ -63,7 +48,7 @@ def test_every_lock_held_throughout_is_walked_exactly_once(backend_kind: str,
         assert some == sorted(name for name in names if name.startswith("held:11"))
     finally:
         release_many(tokens)
-    assert churn["churn"] > 0  # the other locks did come and go meanwhile
+    assert churn["locks"] > 0  # the other locks did come and go meanwhile
 
 
 def test_the_list_command_shows_each_held_lock_once(backend_kind: str,

@@ -6,9 +6,7 @@ figure too. tests/test_held_walk.py is the short version (1,200 locks, every bac
 """
 from __future__ import annotations
 
-import itertools
 import json
-import threading
 import time
 from collections import Counter
 from io import StringIO
@@ -16,9 +14,8 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-import distlock
 from distlock.handler import locks
-from tests.lock_helpers import hold_many, release_many
+from tests.lock_helpers import churning, hold_many, release_many
 
 pytestmark = [pytest.mark.django_db(databases=[]), pytest.mark.slow]
 HELD = 50_000
@@ -29,29 +26,16 @@ def test_fifty_thousand_held_locks_list_once_each_in_under_3_s(redis_backend: st
                                                                record) -> None:
     names = [f"held:{number}" for number in range(HELD)]
     tokens = hold_many(names, ttl=300)
-    done = threading.Event()
-    churned = Counter[str]()
-
-    def churn() -> None:
-        for number in itertools.cycle(range(500)):
-            if done.is_set():
-                return
-            with distlock.lock(f"churn:{number}", ttl=5):
-                churned["locks"] += 1
-
-    worker = threading.Thread(target=churn)
-    worker.start()
     try:
-        started = time.monotonic()
-        walked = [info.name for info in locks["default"].iter_held()]
-        walk_seconds = time.monotonic() - started
-        out = StringIO()
-        started = time.monotonic()
-        call_command("distlock", "list", "--json", stdout=out)
-        command_seconds = time.monotonic() - started
+        with churning(500) as churned:
+            started = time.monotonic()
+            walked = [info.name for info in locks["default"].iter_held()]
+            walk_seconds = time.monotonic() - started
+            out = StringIO()
+            started = time.monotonic()
+            call_command("distlock", "list", "--json", stdout=out)
+            command_seconds = time.monotonic() - started
     finally:
-        done.set()
-        worker.join()
         release_many(tokens)
     listed = [entry["name"] for entry in json.loads(out.getvalue())]
     for found in (walked, listed):
