@@ -5,12 +5,15 @@ import itertools
 import os
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import distlock
 from benchmarks import held
+from distlock import BackendUnavailable
 from distlock.backends.scripted import ScriptedBackend
 from distlock.handler import locks
 from distlock.info import holder_metadata
@@ -90,3 +93,36 @@ def churning(names: int = 200) -> Iterator[Counter[str]]:
     finally:
         done.set()
         worker.join()
+
+
+class Holds:
+    """When each client believed it held the lock: from its acquire's reply to its release
+    (or, when the release failed, to the end of the lease counted from the acquire's start)."""
+
+    def __init__(self) -> None:
+        self.intervals: list[tuple[str, float, float]] = []
+        self.unavailable: Counter[str] = Counter()
+
+    def hold_once(self, client: str, backend: Any, name: str, ttl: float) -> None:
+        token = uuid.uuid4().hex
+        asked = time.monotonic()
+        try:
+            attempt = backend.try_acquire(name, token, round(ttl * 1000), "{}", None, 0)
+        except BackendUnavailable:
+            self.unavailable[client] += 1
+            return
+        if not attempt.acquired:
+            return
+        held_from = time.monotonic()
+        time.sleep(0.01)
+        held_until = time.monotonic()
+        try:
+            backend.release(name, token)
+        except BackendUnavailable:
+            held_until = asked + ttl  # the holder must assume it holds it until then
+        self.intervals.append((client, held_from, held_until))
+
+    def two_holders(self) -> list[tuple[tuple[str, float, float], ...]]:
+        ordered = sorted(self.intervals, key=lambda interval: interval[1])
+        return [(first, second) for first, second in itertools.combinations(ordered, 2)
+                if first[0] != second[0] and second[1] < first[2]]

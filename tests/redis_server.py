@@ -635,7 +635,8 @@ def _cluster_ok(node: RedisServer) -> bool:
 
 
 class RedisSentinelGroup(_Managed):
-    """A master, one replica of it and ``sentinels`` (default 3) sentinels monitoring it.
+    """A master, ``replicas`` (default 1) replicas of it and ``sentinels`` (default 3)
+    sentinels monitoring it; :attr:`replica` is the first replica, :attr:`replicas` all.
 
     Each sentinel gets a generated ``sentinel.conf`` in its own directory: ``sentinel
     monitor <service_name> 127.0.0.1 <master port> 2``, ``down-after-milliseconds 1000``,
@@ -646,12 +647,17 @@ class RedisSentinelGroup(_Managed):
     """
 
     def __init__(self, service_name: str = "distlock", sentinels: int = 3,
-                 extra_args: Sequence[str] = (), binary: str | None = None) -> None:
+                 extra_args: Sequence[str] = (), binary: str | None = None,
+                 replicas: int = 1) -> None:
         self.service_name: str = service_name
         self.binary: str = binary or find_redis_server()
         root = _temporary_directory(self, "distlock-sentinel-")
         self.master: RedisServer = RedisServer(extra_args, self.binary, directory=root / "master")
-        self.replica: RedisServer = RedisServer(extra_args, self.binary, directory=root / "replica")
+        self.replicas: list[RedisServer] = [
+            RedisServer(extra_args, self.binary, directory=root / f"replica-{i}")
+            for i in range(replicas)
+        ]
+        self.replica: RedisServer = self.replicas[0]
         self.sentinel_servers: list[RedisServer] = [
             RedisServer(["--sentinel"], self.binary, directory=root / f"sentinel-{i}",
                         config_file=root / f"sentinel-{i}" / "sentinel.conf")
@@ -684,8 +690,9 @@ class RedisSentinelGroup(_Managed):
         deadline = time.monotonic() + timeout
         try:
             self.master.start()
-            self.replica.extra_args += ["--replicaof", self.master.host, str(self.master.port)]
-            self.replica.start()
+            for replica in self.replicas:
+                replica.extra_args += ["--replicaof", self.master.host, str(self.master.port)]
+                replica.start()
             for sentinel in self.sentinel_servers:
                 assert sentinel.config_file is not None
                 sentinel.config_file.write_text(self._sentinel_conf())
@@ -701,8 +708,11 @@ class RedisSentinelGroup(_Managed):
         return self
 
     def _replica_in_sync(self) -> bool:
-        with self.replica.client() as client:
-            return client.info("replication").get("master_link_status") == "up"
+        for replica in self.replicas:
+            with replica.client() as client:
+                if client.info("replication").get("master_link_status") != "up":
+                    return False
+        return True
 
     def _sentinel_ready(self, index: int) -> bool:
         with self.sentinel_client(index) as client:
@@ -711,7 +721,8 @@ class RedisSentinelGroup(_Managed):
         ready = {int(entry["port"]) for entry in map(_pairs, replicas)
                  if "s_down" not in entry.get("flags", "")
                  and entry.get("master-link-status") == "ok"}
-        return self.replica.port in ready and len(peers) >= len(self.sentinels) - 1
+        return ({replica.port for replica in self.replicas} <= ready
+                and len(peers) >= len(self.sentinels) - 1)
 
     def master_address(self, index: int = 0) -> tuple[str, int]:
         """The master's ``(host, port)`` according to sentinel ``index``."""
@@ -736,7 +747,7 @@ class RedisSentinelGroup(_Managed):
     def stop(self) -> None:
         """Stop the sentinels (first, so that they do not react), the replica and the master.
         Idempotent."""
-        for server in [*self.sentinel_servers, self.replica, self.master]:
+        for server in [*self.sentinel_servers, *self.replicas, self.master]:
             server.stop()
 
 
