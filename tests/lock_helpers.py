@@ -126,3 +126,42 @@ class Holds:
         ordered = sorted(self.intervals, key=lambda interval: interval[1])
         return [(first, second) for first, second in itertools.combinations(ordered, 2)
                 if first[0] != second[0] and second[1] < first[2]]
+
+
+class Acknowledged:
+    """A thread taking a new lock (``acked:<n>``, a 60 s lease) on ``backend`` again and
+    again while the block runs: ``tokens`` of those acquired, ``refused`` counts the
+    attempts that raised BackendUnavailable."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.tokens: dict[str, str] = {}
+        self.refused = 0
+        self._stop = threading.Event()
+        self._worker = threading.Thread(target=self._keep_locking)
+
+    def _keep_locking(self) -> None:
+        for number in itertools.count():
+            if self._stop.is_set():
+                return
+            name, token = f"acked:{number}", uuid.uuid4().hex
+            try:
+                if self.backend.try_acquire(name, token, 60_000, "{}", None, 0).acquired:
+                    self.tokens[name] = token
+            except BackendUnavailable:
+                self.refused += 1
+                time.sleep(0.01)
+
+    def __enter__(self) -> Acknowledged:
+        self._worker.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._worker.join()
+
+    def lost(self, reader: Any) -> list[str]:
+        """Return the acquired locks that ``reader`` (another backend) does not see held
+        with the same token."""
+        held = {info.name: info.token for info in reader.iter_held("acked:")}
+        return [name for name, token in self.tokens.items() if held.get(name) != token]

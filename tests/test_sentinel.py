@@ -5,8 +5,6 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-import uuid
-from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +18,7 @@ from distlock.checks import check_settings
 from distlock.handler import locks
 from distlock.names import bucket_of
 from tests.configs import SENTINEL_SERVICE, distlock_settings
-from tests.lock_helpers import Holds
+from tests.lock_helpers import Acknowledged, Holds
 from tests.redis_server import RedisSentinelGroup, RedisServer
 
 pytestmark = pytest.mark.django_db(databases=[])
@@ -250,41 +248,18 @@ def kill_while_lagging(settings: Any, group: RedisSentinelGroup) -> tuple[int, i
     assert that every acknowledged lock is held on the new master, and return how many
     were acknowledged and how many refused (unconfirmed)."""
     confirmed_by_replicas(settings)
-    backend = locks["default"]
-    acknowledged: dict[str, str] = {}
-    refused = Counter[str]()
-    stop = threading.Event()
-
-    def keep_locking() -> None:
-        for number in itertools.count():
-            if stop.is_set():
-                return
-            name, token = f"acked:{number}", uuid.uuid4().hex
-            try:
-                if backend.try_acquire(name, token, 60_000, "{}", None, 0).acquired:
-                    acknowledged[name] = token
-            except BackendUnavailable:
-                refused["unconfirmed"] += 1
-                time.sleep(0.01)
-
-    worker = threading.Thread(target=keep_locking)
-    worker.start()
-    try:
+    with Acknowledged(locks["default"]) as acknowledged:
         time.sleep(0.5)
         group.replica.pause()  # replication stops; the master keeps taking writes
         time.sleep(1.0)
         group.master.kill()
         group.replica.resume()
         group.wait_for_failover(timeout=30)
-    finally:
-        stop.set()
-        worker.join()
-    assert acknowledged and refused["unconfirmed"] > 0
+    assert acknowledged.tokens and acknowledged.refused > 0
     fresh = RedisBackend("fresh", settings.DISTLOCK["default"])
     try:
-        held = {info.name: info.token for info in fresh.iter_held("acked:")}
+        lost = acknowledged.lost(fresh)
     finally:
         fresh.close()
-    lost = {name for name, token in acknowledged.items() if held.get(name) != token}
-    assert lost == set(), f"{len(lost)} of {len(acknowledged)} acknowledged locks were lost"
-    return len(acknowledged), refused["unconfirmed"]
+    assert lost == [], f"{len(lost)} of {len(acknowledged.tokens)} acknowledged locks were lost"
+    return len(acknowledged.tokens), acknowledged.refused
