@@ -592,6 +592,41 @@ class RedisCluster(_Managed):
             raise
         return self
 
+    def reshard(self, source: RedisServer, target: RedisServer, slots: int,
+                timeout: float = 120.0) -> None:
+        """Move ``slots`` hash slots, with their keys, from master ``source`` to master
+        ``target`` with ``redis-cli --cluster reshard`` (while clients keep running)."""
+        self._cli_cluster(["reshard", f"{source.host}:{source.port}",
+                           "--cluster-from", self.node_id(source),
+                           "--cluster-to", self.node_id(target),
+                           "--cluster-slots", str(slots), "--cluster-yes"], timeout)
+
+    def rebalance(self, timeout: float = 120.0) -> None:
+        """Spread the slots evenly over the masters again (``redis-cli --cluster rebalance``)."""
+        node = self.masters()[0]
+        self._cli_cluster(["rebalance", f"{node.host}:{node.port}"], timeout)
+
+    def _cli_cluster(self, arguments: list[str], timeout: float) -> None:
+        command = [self.cli, "--cluster", *arguments]
+        result = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True,
+                                check=False, timeout=timeout)
+        if result.returncode != 0:
+            raise RuntimeError(f"{subprocess.list2cmdline(command)} failed:\n"
+                               + result.stdout.decode(errors="replace")[-2000:]
+                               + result.stderr.decode(errors="replace"))
+
+    def slots_of(self, node: RedisServer) -> int:
+        """How many hash slots master ``node`` serves now."""
+        with node.client(socket_timeout=1.0) as client:
+            ranges = client.execute_command("CLUSTER", "SLOTS")
+        return sum(int(entry[1]) - int(entry[0]) + 1 for entry in ranges
+                   if int(entry[2][1]) == node.port)
+
+    @staticmethod
+    def node_id(node: RedisServer) -> str:
+        with node.client(socket_timeout=1.0, decode_responses=True) as client:
+            return str(client.execute_command("CLUSTER", "MYID"))
+
     def role(self, node: RedisServer) -> str:
         """``"master"`` or ``"slave"``, as ``node`` reports itself now."""
         with node.client(socket_timeout=1.0, decode_responses=True) as client:

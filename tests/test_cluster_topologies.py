@@ -3,18 +3,15 @@ lock keys spread over all of them?) and three masters with a replica each (does 
 that only lists recover from a master's death by itself?)."""
 from __future__ import annotations
 
-import itertools
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-import distlock
-from distlock import BackendUnavailable
 from distlock.backends.redis import RedisBackend
 from distlock.handler import locks
+from tests.cluster_load import ClusterLoad
 from tests.configs import distlock_settings
 from tests.lock_helpers import hold_many, release_many
 from tests.redis_server import RedisCluster, RedisServer
@@ -24,6 +21,8 @@ SPREAD_NAMES = 10_000
 HELD = 300
 # How soon after a replica took a dead master's slots both locking and listing must work.
 RECOVERY = 2.0
+# Slots moved between two masters while locks are taken and listed (of 16,384).
+RESHARDED_SLOTS = 1000
 
 
 @pytest.fixture(scope="module")
@@ -63,16 +62,6 @@ def test_lock_keys_spread_over_every_master(settings: Any, six_masters: RedisClu
         release_many(tokens)
 
 
-class Samples:
-    """What a thread saw, call after call: (when, succeeded)."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[float, bool]] = []
-
-    def first_success_after(self, moment: float) -> float | None:
-        return next((at for at, ok in self.seen if ok and at > moment), None)
-
-
 def test_listing_and_locking_recover_from_a_killed_master(settings: Any) -> None:
     with RedisCluster(masters=3, replicas=1) as cluster:
         params = use(settings, cluster)
@@ -80,47 +69,7 @@ def test_listing_and_locking_recover_from_a_killed_master(settings: Any) -> None
         time.sleep(0.5)  # replicated by now
         # A backend of its own, that only lists: nothing else refreshes its slot map.
         lister = RedisBackend("lister", params)
-        stop = threading.Event()
-        listings, lockings, overlaps, incomplete = Samples(), Samples(), [], []
-        inside: set[str] = set()
-
-        def keep_listing() -> None:
-            while not stop.is_set():
-                try:
-                    listed = [info.name for info in lister.iter_held("held:")]
-                    counted = lister.count("held:")
-                except BackendUnavailable:
-                    listings.seen.append((time.monotonic(), False))
-                    time.sleep(0.05)
-                    continue
-                listings.seen.append((time.monotonic(), True))
-                if len(listed) != HELD or counted != HELD or len(set(listed)) != HELD:
-                    incomplete.append((len(listed), counted))
-
-        def keep_locking(worker: int) -> None:
-            for attempt in itertools.count():
-                if stop.is_set():
-                    return
-                name = f"work:{(worker + attempt) % 12}"
-                try:
-                    with distlock.lock(name, ttl=5, wait=0.5):
-                        if name in inside:
-                            overlaps.append(name)
-                        inside.add(name)
-                        time.sleep(0.002)
-                        inside.discard(name)
-                    lockings.seen.append((time.monotonic(), True))
-                except BackendUnavailable:
-                    lockings.seen.append((time.monotonic(), False))
-                    time.sleep(0.05)
-                except distlock.LockNotAcquired:
-                    pass
-
-        threads = [threading.Thread(target=keep_listing)] + [
-            threading.Thread(target=keep_locking, args=(worker,)) for worker in range(4)]
-        for thread in threads:
-            thread.start()
-        try:
+        with ClusterLoad(lister, HELD) as load:
             time.sleep(0.5)
             victim = cluster.masters()[0]
             heir = cluster.replica_of(victim)
@@ -132,10 +81,7 @@ def test_listing_and_locking_recover_from_a_killed_master(settings: Any) -> None
                 time.sleep(0.02)
             promoted = time.monotonic()
             time.sleep(RECOVERY + 1.0)
-        finally:
-            stop.set()
-            for thread in threads:
-                thread.join()
+        listings, lockings = load.listings, load.lockings
         listed_again = listings.first_success_after(promoted)
         locked_again = lockings.first_success_after(promoted)
         print(f"promoted {promoted - killed:.2f} s after the kill; listing back "
@@ -146,6 +92,30 @@ def test_listing_and_locking_recover_from_a_killed_master(settings: Any) -> None
         assert locked_again is not None and locked_again - promoted < RECOVERY
         # once back, listing keeps working, and complete
         assert all(ok for at, ok in listings.seen if at > listed_again + 0.5)
-        assert overlaps == [] and incomplete == []
+        assert load.overlaps == [] and load.incomplete == [] and load.unexpected == []
+        lister.close()
+        release_many(tokens)
+
+
+def test_resharding_under_load_never_surfaces_a_redirect(settings: Any) -> None:
+    with RedisCluster(masters=3) as cluster:
+        params = use(settings, cluster)
+        tokens = hold_many([f"held:{number}" for number in range(HELD)], ttl=120)
+        lister = RedisBackend("lister", params)
+        source, target = cluster.nodes[0], cluster.nodes[1]
+        before = cluster.slots_of(target)
+        with ClusterLoad(lister, HELD) as load:
+            time.sleep(0.3)
+            started = time.monotonic()
+            cluster.reshard(source, target, RESHARDED_SLOTS)
+            moved = time.monotonic()
+            time.sleep(0.3)
+        during = [ok for at, ok in load.listings.seen if started <= at <= moved]
+        print(f"{RESHARDED_SLOTS} slots moved in {moved - started:.1f} s: {len(during)} "
+              f"listings meanwhile, {during.count(False)} BackendUnavailable; "
+              f"{len(load.lockings.seen)} locks taken")
+        assert load.unexpected == [] and load.overlaps == [] and load.incomplete == []
+        assert during and load.lockings.first_success_after(moved) is not None
+        assert cluster.slots_of(target) == before + RESHARDED_SLOTS  # they did move
         lister.close()
         release_many(tokens)

@@ -283,44 +283,34 @@ class ScriptedBackend(BaseLockBackend):
     def _walk(self, prefix: str) -> Iterator[LockInfo]:
         seen: set[str] = set()
         cursors = dict.fromkeys(self.layout.index_keys, 0)
+        moved: set[str] = set()  # indexes whose slot moved: walked through the cluster client
         while cursors:
             with self._translate_errors():
-                found, cursors = self._scan_round(cursors, prefix)
+                found, cursors = self._scan_round(cursors, moved, prefix)
             fresh = [name for name in dict.fromkeys(found)
                      if name not in seen and name.startswith(prefix)]
             seen.update(fresh)
             for start in range(0, len(fresh), WALK_BATCH):
                 yield from self.info_many(fresh[start : start + WALK_BATCH])
 
-    def _scan_round(self, cursors: dict[str, int], prefix: str
+    def _scan_round(self, cursors: dict[str, int], moved: set[str], prefix: str
                     ) -> tuple[list[str], dict[str, int]]:
         """Take one ZSCAN step on every index in ``cursors``; return the names found and the
         cursors of the indexes not finished yet."""
-        if not self.cluster:
-            replies = self._zscan(self.client, cursors, prefix)
-        else:
-            def per_node() -> dict[str, Any]:
-                replies: dict[str, Any] = {}
-                for node_client, keys in self._by_node(list(cursors)):
-                    replies.update(self._zscan(node_client, {k: cursors[k] for k in keys},
-                                               prefix))
-                return replies
-
-            try:
-                replies = per_node()
-            except STALE_ROUTE:
-                # A failover: the new master's cursors differ, so restart those indexes
-                # from the beginning (names already yielded are dropped as repeats).
-                self.client.nodes_manager.initialize()
-                cursors = dict.fromkeys(cursors, 0)
-                replies = per_node()
+        pattern = _pattern(prefix)
+        replies = self._scan_by_server({k: c for k, c in cursors.items() if k not in moved},
+                                       pattern)
+        for key in moved & cursors.keys():
+            replies[key] = self.client.zscan(key, cursors[key], match=pattern, count=SCAN_COUNT)
         found: list[str] = []
         remaining = {}
         for key, reply in replies.items():
             if isinstance(reply, REDIRECTS):
-                # The index's slot is moving: walk it through the cluster client, which
-                # follows MOVED and ASK, from the start on its new server.
-                reply = self.client.zscan(key, 0, match=_pattern(prefix), count=SCAN_COUNT)
+                # The index's slot is moving (resharding): from now on walk it through the
+                # cluster client, which follows MOVED and ASK, from the start on its new
+                # server (names already yielded are dropped as repeats).
+                moved.add(key)
+                reply = self.client.zscan(key, 0, match=pattern, count=SCAN_COUNT)
             elif isinstance(reply, Exception):
                 raise reply
             cursor, members = reply
@@ -329,11 +319,30 @@ class ScriptedBackend(BaseLockBackend):
                 remaining[key] = int(cursor)
         return found, remaining
 
+    def _scan_by_server(self, cursors: dict[str, int], pattern: str | None) -> dict[str, Any]:
+        """Return each index's ZSCAN reply (or error), one pipeline per server."""
+        if not self.cluster:
+            return self._zscan(self.client, cursors, pattern) if cursors else {}
+
+        def per_node(cursors: dict[str, int]) -> dict[str, Any]:
+            replies: dict[str, Any] = {}
+            for node_client, keys in self._by_node(list(cursors)):
+                replies.update(self._zscan(node_client, {k: cursors[k] for k in keys}, pattern))
+            return replies
+
+        try:
+            return per_node(cursors)
+        except STALE_ROUTE:
+            # A failover: learn the slot map again; the new master's cursors differ, so
+            # restart these indexes from the beginning (repeats are dropped by the walk).
+            self.client.nodes_manager.initialize()
+            return per_node(dict.fromkeys(cursors, 0))
+
     @staticmethod
-    def _zscan(client: Any, cursors: dict[str, int], prefix: str) -> dict[str, Any]:
+    def _zscan(client: Any, cursors: dict[str, int], pattern: str | None) -> dict[str, Any]:
         pipe = client.pipeline(transaction=False)
         for key, cursor in cursors.items():
-            pipe.zscan(key, cursor, match=_pattern(prefix), count=SCAN_COUNT)
+            pipe.zscan(key, cursor, match=pattern, count=SCAN_COUNT)
         return dict(zip(cursors, pipe.execute(raise_on_error=False), strict=True))
 
     def _by_node(self, keys: list[str]) -> list[tuple[Any, list[str]]]:

@@ -1,9 +1,10 @@
-"""A Cluster master SIGKILLed while its only replica lags, with WAIT_REPLICAS=1: no
-acknowledged lock lost; the shard then has no replica, so its locks fail closed until the
-old master comes back as the new master's replica.
+"""Clusters under faults, at length: a master SIGKILLed while its only replica lags, with
+WAIT_REPLICAS=1 (no acknowledged lock lost; the shard then has no replica, so its locks
+fail closed until the old master comes back as the new master's replica), and 3,000 slots
+resharded then rebalanced under a locking and listing load.
 
-Marked slow (a 3-master/3-replica cluster of its own); tests/test_cluster_topologies.py
-kills a master under load in the normal suite."""
+Marked slow (clusters of their own); tests/test_cluster_topologies.py kills a master and
+reshards 1,000 slots under load in the normal suite."""
 from __future__ import annotations
 
 import itertools
@@ -17,12 +18,15 @@ import pytest
 from distlock import BackendUnavailable
 from distlock.backends.redis import RedisBackend
 from distlock.handler import locks
+from tests.cluster_load import ClusterLoad
 from tests.configs import distlock_settings
-from tests.lock_helpers import Acknowledged
+from tests.lock_helpers import Acknowledged, hold_many, release_many
 from tests.redis_server import RedisCluster, RedisServer
 
 pytestmark = [pytest.mark.django_db(databases=[]), pytest.mark.slow, pytest.mark.timeout(300)]
 CONFIRMED = {"WAIT_REPLICAS": 1, "WAIT_TIMEOUT": 100}
+HELD = 300
+RESHARDED_SLOTS = 3000
 
 
 def names_on(backend: RedisBackend, node: RedisServer, count: int) -> list[str]:
@@ -97,3 +101,30 @@ def test_a_killed_master_with_a_lagging_replica_loses_no_acknowledged_lock(setti
            f"the old master rejoined as its replica, {back - restarted:.1f} s after its restart",
            acknowledged=len(acknowledged.tokens), lost=0, promotion=round(promoted - killed, 2),
            replica_back=round(back - restarted, 2))
+
+
+def test_resharding_and_rebalancing_under_load(settings: Any, record) -> None:
+    with RedisCluster(masters=3) as cluster:
+        config = distlock_settings("cluster", cluster.urls[0])[0]["default"]
+        settings.DISTLOCK = {"default": config}
+        locks.reset()
+        tokens = hold_many([f"held:{number}" for number in range(HELD)], ttl=300)
+        lister = RedisBackend("lister", config)
+        with ClusterLoad(lister, HELD) as load:
+            time.sleep(0.3)
+            started = time.monotonic()
+            cluster.reshard(cluster.nodes[0], cluster.nodes[1], RESHARDED_SLOTS)
+            cluster.rebalance()
+            moved = time.monotonic()
+            time.sleep(0.3)
+        lister.close()
+        release_many(tokens)
+    during = [ok for at, ok in load.listings.seen if started <= at <= moved]
+    assert load.unexpected == [] and load.overlaps == [] and load.incomplete == []
+    assert during and load.lockings.first_success_after(moved) is not None
+    record("Cluster resharding under load (3,000 slots moved, then rebalanced)",
+           f"{moved - started:.1f} s of slot moves: {len(load.lockings.seen)} locks taken, 0 "
+           f"overlaps, no MOVED/ASK/CROSSSLOT or other error reached a caller; {len(during)} "
+           f"listings meanwhile, each complete, {during.count(False)} BackendUnavailable",
+           seconds=round(moved - started, 1), listings=len(during),
+           unavailable=during.count(False), overlaps=0)
