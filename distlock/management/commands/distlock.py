@@ -32,7 +32,6 @@ from ...info import LockInfo, shorten
 from ..lead import add_lead_parser, lead
 
 logger = logging.getLogger("distlock")
-PAGE = 500
 NOT_HELD_EXIT_CODE = 1
 # A lock server did not answer: what is held there is unknown (3 is "unknown" to monitoring
 # tools such as Nagios), distinct from 1, "not held".
@@ -208,14 +207,13 @@ def _guarded(alias: str, call: Callable[..., Any], *args: Any, **kwargs: Any) ->
         raise CommandError(f"DISTLOCK[{alias!r}]: {exc}") from None
 
 
-def _all_held(backend: BaseLockBackend, prefix: str) -> Iterator[LockInfo]:
-    offset = 0
-    while True:
-        page = _guarded(backend.alias, backend.held, prefix=prefix, limit=PAGE, offset=offset)
-        yield from page
-        if len(page) < PAGE:
-            return
-        offset += PAGE
+def _all_held(backend: BaseLockBackend, prefix: str) -> list[LockInfo]:
+    # One walk of the index (iter_held), not pages by offset: offsets shift while others
+    # take and release locks, so pages dropped and repeated locks held all along.
+    def walk() -> list[LockInfo]:
+        return sorted(backend.iter_held(prefix), key=lambda info: info.name)
+
+    return _guarded(backend.alias, walk)
 
 
 def _held_or_fail(backend: BaseLockBackend, name: str) -> LockInfo:
