@@ -368,15 +368,15 @@ return holder and 1 or 0
 """
 
 # Read several held locks of one bucket in one call (listings read thousands at once).
-#   KEYS[1..n] lock hashes, all of one bucket (so of one hash slot)
-# Returns {server time ms, one entry per key}: {} when nobody holds that lock, else {token,
-# fence, metadata, acquired ms, renewals, depth, remaining lease ms}.
+#   KEYS[1..n] locks, all of one bucket (so of one hash slot)
+# Returns {server time ms, one entry per key}: {} when nobody holds that lock, else {value,
+# remaining lease ms} (the value as INSPECT returns it).
 INSPECT_MANY = _NOW + """
 local found = {now_ms}
 for i, key in ipairs(KEYS) do
-  local f = redis.call('HMGET', key, 't', 'f', 'm', 'a', 'r', 'd')
-  if f[1] then
-    found[i + 1] = {f[1], f[2], f[3], f[4], f[5], f[6], redis.call('PTTL', key)}
+  local value = redis.call('GET', key)
+  if value and string.sub(value, 1, 1) ~= '=' then
+    found[i + 1] = {value, redis.call('PTTL', key)}
   else
     found[i + 1] = {}
   end

@@ -18,7 +18,7 @@ import functools
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
