@@ -2,12 +2,13 @@
 SHELL := bash
 .DEFAULT_GOAL := help
 
-.PHONY: help demo test lint format bench profile reliability clean distclean
+.PHONY: help demo test legs lint format bench profile reliability clean distclean
 
 help:
 	@echo "make demo       run the demo project (scripts/demo; DEMO_PORT=8000)"
 	@echo "make test       ruff + the whole test suite (scripts/test; ARGS='-k name' for pytest)"
-	@echo "make lint       ruff check"
+	@echo "make legs       the oldest and a middle supported combination (scripts/test-legs)"
+	@echo "make lint       ruff check and mypy"
 	@echo "make format     ruff format + ruff check --fix"
 	@echo "make bench      run the benchmarks (benchmarks/run.py)"
 	@echo "make profile    where an acquire+release spends its time (benchmarks/profile_hot_path.py)"
@@ -21,8 +22,11 @@ demo:
 test:
 	scripts/test $(ARGS)
 
+legs:
+	scripts/test-legs $(ARGS)
+
 lint:
-	source scripts/_venv.sh && "$$VENV/bin/ruff" check .
+	source scripts/_venv.sh && "$$VENV/bin/ruff" check . && "$$VENV/bin/mypy"
 
 format:
 	source scripts/_venv.sh && "$$VENV/bin/ruff" format . && "$$VENV/bin/ruff" check --fix .
@@ -44,4 +48,4 @@ clean:
 	rm -f testproject/db.sqlite3 .venv/demo-redis.log
 
 distclean: clean
-	rm -rf .venv .hypothesis
+	rm -rf .venv .venv-oldest .venv-middle .hypothesis

@@ -6,7 +6,9 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
+from .backends.base import BaseLockBackend
 from .backends.locmem import LocMemBackend
+from .backends.redis import RedisBackend
 from .exceptions import InvalidLockBackendError
 from .handler import configured_aliases, create_backend
 
@@ -15,6 +17,17 @@ LOCMEM_IN_PRODUCTION = (
     "process only and do not exclude other processes or hosts."
 )
 LOCMEM_HINT = "Use distlock.backends.redis.RedisBackend (or another Redis backend) in production."
+REPLICATED_WITHOUT_WAIT = (
+    "DISTLOCK[{alias!r}] uses {deployment} without OPTIONS['WAIT_REPLICAS']: a lock is "
+    "reported as acquired before any replica has it. Replication is asynchronous, so when a "
+    "master fails over while its replicas lag, acknowledged locks are lost and a second "
+    "client can take a lock its holder still works under."
+)
+REPLICATED_HINT = (
+    "Set OPTIONS['WAIT_REPLICAS'] to the number of replicas of each master (e.g. 1) and "
+    "OPTIONS['WAIT_TIMEOUT'] (ms), see docs/deployments.md; or add 'distlock.W002' to "
+    "SILENCED_SYSTEM_CHECKS if losing locks at a failover is acceptable."
+)
 
 
 @register("distlock")
@@ -38,7 +51,22 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 Warning(LOCMEM_IN_PRODUCTION.format(alias=alias), hint=LOCMEM_HINT,
                         id="distlock.W001")
             )
+        messages.extend(_replication_warnings(alias, backend))
     return messages
+
+
+def _replication_warnings(alias: str, backend: BaseLockBackend) -> list[CheckMessage]:
+    """Warn when a replicated deployment acknowledges locks before a replica has them."""
+    if not isinstance(backend, RedisBackend) or backend.wait_replicas:
+        return []
+    if backend.cluster:
+        deployment = "Redis Cluster"
+    elif backend.sentinels:
+        deployment = "Redis Sentinel"
+    else:
+        return []  # one server: whether it has replicas is not known without connecting
+    return [Warning(REPLICATED_WITHOUT_WAIT.format(alias=alias, deployment=deployment),
+                    hint=REPLICATED_HINT, id="distlock.W002")]
 
 
 def create_backend_error(alias: str, aliases: dict[str, Any]) -> InvalidLockBackendError:

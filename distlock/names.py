@@ -19,7 +19,13 @@ from .exceptions import InvalidLockName
 
 MAX_NAME_LENGTH = 1024
 # Fixed for every client of an alias: changing it would give one name two different keys.
-BUCKETS = 16
+# 1024 hash tags spread the locks over every master of a Cluster (each master's share of
+# the buckets, so of the locks, is within a few percent of the mean up to ~100 masters).
+BUCKETS = 1024
+# The key layout's version, visible in the width of the bucket tag: version 1 had 16 buckets
+# (``{b07}``), version 2 has 1024 (``{b0007}``), so keys of the two never coincide. Processes
+# on different versions do not exclude each other: see docs/deployments.md, "Upgrading".
+LAYOUT_VERSION = 2
 # Characters kept as they are in keys; everything else is percent-encoded as UTF-8.
 SAFE_CHARACTERS = "-._~:/@+=,"
 # Control characters (Unicode category Cc), lone surrogates (Cs), line and paragraph separators.
@@ -73,7 +79,10 @@ class LockKeys(NamedTuple):
 
 
 class KeyLayout:
-    """Build the keys of an alias: ``<prefix>:{b<bucket>}:<kind>:<encoded name>``."""
+    """Build the keys of an alias: ``<prefix>:{b<bucket>}:<kind>:<encoded name>``, the
+    bucket written with four digits (layout version 2)."""
+
+    version = LAYOUT_VERSION
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
@@ -82,7 +91,7 @@ class KeyLayout:
         self.keys_for = lru_cache(maxsize=4096)(self._keys_for)
 
     def _tag(self, bucket: int) -> str:
-        return f"{self.prefix}:{{b{bucket:02d}}}"
+        return f"{self.prefix}:{{b{bucket:04d}}}"
 
     def _bucket_key(self, bucket: int, kind: str) -> str:
         return f"{self._tag(bucket)}:{kind}"

@@ -515,24 +515,26 @@ class RedisServer(_Managed):
 
 
 class RedisCluster(_Managed):
-    """``masters`` real redis-server processes in cluster mode, all slots assigned.
+    """``masters`` real redis-server processes in cluster mode, all slots assigned, each
+    with ``replicas`` replicas (default none).
 
     Each node runs in its own directory with ``--cluster-enabled yes --cluster-config-file
     <dir>/nodes.conf --cluster-node-timeout 2000`` (plus ``extra_args``); :meth:`start` runs
-    ``redis-cli --cluster create ... --cluster-replicas 0 --cluster-yes`` with the
+    ``redis-cli --cluster create ... --cluster-replicas <replicas> --cluster-yes`` with the
     ``redis-cli`` that sits next to the server binary, and waits until every node reports
-    ``cluster_state:ok``.
+    ``cluster_state:ok`` and every replica is in sync.
     """
 
     def __init__(self, masters: int = 3, extra_args: Sequence[str] = (),
-                 binary: str | None = None, cli: str | None = None) -> None:
+                 binary: str | None = None, cli: str | None = None, replicas: int = 0) -> None:
         if masters < 3:
             raise ValueError("redis-cli --cluster create needs at least 3 masters")
         self.binary: str = binary or find_redis_server()
         self.cli: str = cli or _cli_for(self.binary)
+        self.replicas = replicas
         root = _temporary_directory(self, "distlock-cluster-")
         self.nodes: list[RedisServer] = []
-        for i in range(masters):
+        for i in range(masters * (1 + replicas)):
             directory = root / f"node-{i}"
             args = ["--cluster-enabled", "yes",
                     "--cluster-config-file", str(directory / "nodes.conf"),
@@ -568,7 +570,7 @@ class RedisCluster(_Managed):
                 node.start()
             create = [self.cli, "--cluster", "create",
                       *(f"{node.host}:{node.port}" for node in self.nodes),
-                      "--cluster-replicas", "0", "--cluster-yes"]
+                      "--cluster-replicas", str(self.replicas), "--cluster-yes"]
             result = subprocess.run(
                 create, stdin=subprocess.DEVNULL, capture_output=True, check=False,
                 timeout=max(1.0, deadline - time.monotonic()),
@@ -582,15 +584,78 @@ class RedisCluster(_Managed):
             for node in self.nodes:
                 _wait_until(lambda node=node: _cluster_ok(node), deadline - time.monotonic(),
                             f"cluster_state:ok on {node.host}:{node.port}")
+            for node in self.nodes:
+                _wait_until(lambda node=node: _in_sync(node), deadline - time.monotonic(),
+                            f"{node.host}:{node.port} in sync with its master")
         except BaseException:
             self.stop()
             raise
         return self
 
+    def reshard(self, source: RedisServer, target: RedisServer, slots: int,
+                timeout: float = 120.0) -> None:
+        """Move ``slots`` hash slots, with their keys, from master ``source`` to master
+        ``target`` with ``redis-cli --cluster reshard`` (while clients keep running)."""
+        self._cli_cluster(["reshard", f"{source.host}:{source.port}",
+                           "--cluster-from", self.node_id(source),
+                           "--cluster-to", self.node_id(target),
+                           "--cluster-slots", str(slots), "--cluster-yes"], timeout)
+
+    def rebalance(self, timeout: float = 120.0) -> None:
+        """Spread the slots evenly over the masters again (``redis-cli --cluster rebalance``)."""
+        node = self.masters()[0]
+        self._cli_cluster(["rebalance", f"{node.host}:{node.port}"], timeout)
+
+    def _cli_cluster(self, arguments: list[str], timeout: float) -> None:
+        command = [self.cli, "--cluster", *arguments]
+        result = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True,
+                                check=False, timeout=timeout)
+        if result.returncode != 0:
+            raise RuntimeError(f"{subprocess.list2cmdline(command)} failed:\n"
+                               + result.stdout.decode(errors="replace")[-2000:]
+                               + result.stderr.decode(errors="replace"))
+
+    def slots_of(self, node: RedisServer) -> int:
+        """How many hash slots master ``node`` serves now."""
+        with node.client(socket_timeout=1.0) as client:
+            ranges = client.execute_command("CLUSTER", "SLOTS")
+        return sum(int(entry[1]) - int(entry[0]) + 1 for entry in ranges
+                   if int(entry[2][1]) == node.port)
+
+    @staticmethod
+    def node_id(node: RedisServer) -> str:
+        with node.client(socket_timeout=1.0, decode_responses=True) as client:
+            return str(client.execute_command("CLUSTER", "MYID"))
+
+    def role(self, node: RedisServer) -> str:
+        """``"master"`` or ``"slave"``, as ``node`` reports itself now."""
+        with node.client(socket_timeout=1.0, decode_responses=True) as client:
+            return str(client.info("replication")["role"])
+
+    def masters(self) -> list[RedisServer]:
+        """The running nodes that are masters now."""
+        return [node for node in self.nodes if node.is_running() and self.role(node) == "master"]
+
+    def replica_of(self, master: RedisServer) -> RedisServer:
+        """A running node that replicates ``master`` now."""
+        for node in self.nodes:
+            if node is not master and node.is_running() and self.role(node) == "slave":
+                with node.client(socket_timeout=1.0, decode_responses=True) as client:
+                    if int(client.info("replication")["master_port"]) == master.port:
+                        return node
+        raise LookupError(f"no running replica of {master!r}")
+
     def stop(self) -> None:
         """Stop every node. Idempotent."""
         for node in self.nodes:
             node.stop()
+
+
+def _in_sync(node: RedisServer) -> bool:
+    """Whether ``node`` is a master, or a replica whose link to its master is up."""
+    with node.client(socket_timeout=1.0, decode_responses=True) as client:
+        info = client.info("replication")
+    return info["role"] == "master" or info.get("master_link_status") == "up"
 
 
 def _cluster_ok(node: RedisServer) -> bool:
@@ -605,7 +670,8 @@ def _cluster_ok(node: RedisServer) -> bool:
 
 
 class RedisSentinelGroup(_Managed):
-    """A master, one replica of it and ``sentinels`` (default 3) sentinels monitoring it.
+    """A master, ``replicas`` (default 1) replicas of it and ``sentinels`` (default 3)
+    sentinels monitoring it; :attr:`replica` is the first replica, :attr:`replicas` all.
 
     Each sentinel gets a generated ``sentinel.conf`` in its own directory: ``sentinel
     monitor <service_name> 127.0.0.1 <master port> 2``, ``down-after-milliseconds 1000``,
@@ -616,12 +682,17 @@ class RedisSentinelGroup(_Managed):
     """
 
     def __init__(self, service_name: str = "distlock", sentinels: int = 3,
-                 extra_args: Sequence[str] = (), binary: str | None = None) -> None:
+                 extra_args: Sequence[str] = (), binary: str | None = None,
+                 replicas: int = 1) -> None:
         self.service_name: str = service_name
         self.binary: str = binary or find_redis_server()
         root = _temporary_directory(self, "distlock-sentinel-")
         self.master: RedisServer = RedisServer(extra_args, self.binary, directory=root / "master")
-        self.replica: RedisServer = RedisServer(extra_args, self.binary, directory=root / "replica")
+        self.replicas: list[RedisServer] = [
+            RedisServer(extra_args, self.binary, directory=root / f"replica-{i}")
+            for i in range(replicas)
+        ]
+        self.replica: RedisServer = self.replicas[0]
         self.sentinel_servers: list[RedisServer] = [
             RedisServer(["--sentinel"], self.binary, directory=root / f"sentinel-{i}",
                         config_file=root / f"sentinel-{i}" / "sentinel.conf")
@@ -654,8 +725,9 @@ class RedisSentinelGroup(_Managed):
         deadline = time.monotonic() + timeout
         try:
             self.master.start()
-            self.replica.extra_args += ["--replicaof", self.master.host, str(self.master.port)]
-            self.replica.start()
+            for replica in self.replicas:
+                replica.extra_args += ["--replicaof", self.master.host, str(self.master.port)]
+                replica.start()
             for sentinel in self.sentinel_servers:
                 assert sentinel.config_file is not None
                 sentinel.config_file.write_text(self._sentinel_conf())
@@ -671,8 +743,11 @@ class RedisSentinelGroup(_Managed):
         return self
 
     def _replica_in_sync(self) -> bool:
-        with self.replica.client() as client:
-            return client.info("replication").get("master_link_status") == "up"
+        for replica in self.replicas:
+            with replica.client() as client:
+                if client.info("replication").get("master_link_status") != "up":
+                    return False
+        return True
 
     def _sentinel_ready(self, index: int) -> bool:
         with self.sentinel_client(index) as client:
@@ -681,7 +756,8 @@ class RedisSentinelGroup(_Managed):
         ready = {int(entry["port"]) for entry in map(_pairs, replicas)
                  if "s_down" not in entry.get("flags", "")
                  and entry.get("master-link-status") == "ok"}
-        return self.replica.port in ready and len(peers) >= len(self.sentinels) - 1
+        return ({replica.port for replica in self.replicas} <= ready
+                and len(peers) >= len(self.sentinels) - 1)
 
     def master_address(self, index: int = 0) -> tuple[str, int]:
         """The master's ``(host, port)`` according to sentinel ``index``."""
@@ -706,7 +782,7 @@ class RedisSentinelGroup(_Managed):
     def stop(self) -> None:
         """Stop the sentinels (first, so that they do not react), the replica and the master.
         Idempotent."""
-        for server in [*self.sentinel_servers, self.replica, self.master]:
+        for server in [*self.sentinel_servers, *self.replicas, self.master]:
             server.stop()
 
 

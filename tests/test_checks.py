@@ -253,3 +253,50 @@ def test_a_lock_on_settings_with_several_problems_names_them_all() -> None:
         "BACKEND": REDIS, "LOCATION": URL, "OPTIONS": {"socket_timout": 1, "pasword": "x"}}})
     with bad, pytest.raises(InvalidLockBackendError, match=r"pasword.*and 1 more.*socket_timout"):
         distlock.lock("x").acquire()
+
+
+REPLICATED_HINT = (
+    "Set OPTIONS['WAIT_REPLICAS'] to the number of replicas of each master (e.g. 1) and "
+    "OPTIONS['WAIT_TIMEOUT'] (ms), see docs/deployments.md; or add 'distlock.W002' to "
+    "SILENCED_SYSTEM_CHECKS if losing locks at a failover is acceptable."
+)
+
+
+@pytest.mark.parametrize(("options", "location", "deployment"), [
+    ({"CLUSTER": True}, "redis://10.0.0.1:7000", "Redis Cluster"),
+    ({"SENTINELS": [("10.0.0.1", 26379)]}, "redis://mymaster/0", "Redis Sentinel"),
+])
+def test_replicated_deployments_without_wait_replicas_are_w002(options: dict[str, Any],
+                                                              location: str,
+                                                              deployment: str) -> None:
+    setting = {"BACKEND": REDIS, "LOCATION": location, "OPTIONS": options}
+    assert check({"default": setting, "other": setting}) == [
+        Warning(
+            f"DISTLOCK[{alias!r}] uses {deployment} without OPTIONS['WAIT_REPLICAS']: a lock "
+            "is reported as acquired before any replica has it. Replication is asynchronous, "
+            "so when a master fails over while its replicas lag, acknowledged locks are lost "
+            "and a second client can take a lock its holder still works under.",
+            hint=REPLICATED_HINT,
+            id="distlock.W002",
+        )
+        for alias in ("default", "other")
+    ]
+    confirmed = {**options, "WAIT_REPLICAS": 1, "WAIT_TIMEOUT": 100}
+    assert check({"default": {**setting, "OPTIONS": confirmed}}) == []
+
+
+def test_one_server_and_redlock_are_not_w002() -> None:
+    assert check({"default": {"BACKEND": REDIS, "LOCATION": URL}}) == []
+    redlock = {"BACKEND": "distlock.backends.redlock.RedlockBackend",
+               "LOCATION": [f"redis://10.0.0.{n}:6379/0" for n in (1, 2, 3)]}
+    assert check({"default": redlock}) == []
+
+
+def test_w002_can_be_silenced() -> None:
+    from django.core.management import call_command
+
+    setting = {"BACKEND": REDIS, "LOCATION": "redis://10.0.0.1:7000",
+               "OPTIONS": {"CLUSTER": True}}
+    with override_settings(DISTLOCK={"default": setting},
+                           SILENCED_SYSTEM_CHECKS=["distlock.W002"]):
+        call_command("check", "--fail-level", "WARNING")

@@ -100,17 +100,22 @@ def check(options: dict[str, Any], location: str = "redis://10.0.0.1:7000") -> l
 
 
 def test_cluster_settings_are_checked_without_connecting() -> None:
-    assert check({"CLUSTER": True}) == []  # nothing listens on 10.0.0.1: nothing is asked
-    assert check({"CLUSTER": True, "read_from_replicas": False, "socket_timeout": 1}) == []
+    confirmed = {"WAIT_REPLICAS": 1, "WAIT_TIMEOUT": 100}
+    # nothing listens on 10.0.0.1: nothing is asked
+    assert check({"CLUSTER": True, **confirmed}) == []
+    assert check({"CLUSTER": True, "read_from_replicas": False, "socket_timeout": 1,
+                  **confirmed}) == []
+    [warning] = check({"CLUSTER": True})  # see tests/test_checks.py
+    assert warning.id == "distlock.W002"
     for options, check_id in [
         ({"CLUSTER": "yes"}, "distlock.E006"),
         ({"CLUSTER": True, "SENTINELS": [("h", 26379)]}, "distlock.E006"),
         ({"CLUSTER": True, "no_such_option": 1}, "distlock.E006"),
         ({"CLUSTER": True, "WAIT_REPLICAS": -1}, "distlock.E006"),
     ]:
-        [error] = check(options)
+        [error] = [message for message in check(options) if message.is_serious()]
         assert error.id == check_id and error.hint, options
-    [error] = check({"CLUSTER": True}, "redis://10.0.0.1:7000/3")
+    [error] = check({"CLUSTER": True, **confirmed}, "redis://10.0.0.1:7000/3")
     assert error.id == "distlock.E005" and "only has database 0" in error.msg
-    [error] = check({"CLUSTER": True}, "unix:///run/redis.sock")
+    [error] = check({"CLUSTER": True, **confirmed}, "unix:///run/redis.sock")
     assert error.id == "distlock.E005" and "unix socket" in error.msg

@@ -13,10 +13,12 @@ from django.test import override_settings
 
 import distlock
 from distlock import BackendUnavailable
+from distlock.backends.redis import RedisBackend
 from distlock.checks import check_settings
 from distlock.handler import locks
 from distlock.names import bucket_of
 from tests.configs import SENTINEL_SERVICE, distlock_settings
+from tests.lock_helpers import Acknowledged, Holds
 from tests.redis_server import RedisSentinelGroup, RedisServer
 
 pytestmark = pytest.mark.django_db(databases=[])
@@ -25,14 +27,16 @@ WAIT_TIMEOUT_MS = 100
 
 
 @pytest.fixture
-def group(settings: Any) -> Iterator[RedisSentinelGroup]:
-    """A master, a replica and three sentinels of this test's own (failovers change them)."""
-    with RedisSentinelGroup() as started:
+def group(settings: Any, request: pytest.FixtureRequest) -> Iterator[RedisSentinelGroup]:
+    """A master, a replica (or ``request.param`` replicas) and three sentinels of this
+    test's own (failovers change them)."""
+    with RedisSentinelGroup(replicas=getattr(request, "param", 1)) as started:
         location = ",".join(f"{host}:{port}" for host, port in started.sentinels)
         settings.DISTLOCK = distlock_settings("sentinel", location)[0]
         locks.reset()
         yield started
-        started.replica.resume()
+        for replica in started.replicas:
+            replica.resume()
         locks["default"].close()
         locks.reset()
 
@@ -93,7 +97,7 @@ def test_clients_follow_a_failover_when_the_master_is_killed(group: RedisSentine
         held = [info.name for info in locks["default"].held()]
         # and the lock whose release the kill interrupted, if it reached the replica in time
         assert held[0] == "after" and all(name.startswith("busy-") for name in held[1:])
-        assert b"test:{b%02d}:lock:after" % bucket_of("after") in lock_keys(group.replica)
+        assert b"test:{b%04d}:lock:after" % bucket_of("after") in lock_keys(group.replica)
 
 
 def test_wait_replicas_confirms_and_fails_closed_when_replication_is_cut(
@@ -152,7 +156,8 @@ SENTINELS = [("10.0.0.1", 26379), ("10.0.0.2", 26379)]
 
 
 def test_sentinel_and_wait_settings_are_checked() -> None:
-    assert check({"SENTINELS": SENTINELS}) == []
+    [warning] = check({"SENTINELS": SENTINELS})  # see tests/test_checks.py
+    assert warning.id == "distlock.W002"
     assert check({"SENTINELS": SENTINELS, "SENTINEL_KWARGS": {"password": "x"},
                   "WAIT_REPLICAS": 1, "WAIT_TIMEOUT": 200}) == []
     for options in [
@@ -169,9 +174,92 @@ def test_sentinel_and_wait_settings_are_checked() -> None:
         {"WAIT_REPLICAS": 1, "WAIT_TIMEOUT": 0.5},
         {"WAIT_TIMEOUT": 100},
     ]:
-        [error] = check({"SENTINELS": SENTINELS, **options} if "SENTINELS" not in options
-                        and "SENTINEL_KWARGS" not in options else options)
+        [error] = [message for message in check(
+            {"SENTINELS": SENTINELS, **options} if "SENTINELS" not in options
+            and "SENTINEL_KWARGS" not in options else options) if message.is_serious()]
         assert error.id == "distlock.E006" and error.hint, options
     for location in ["redis:///0", "redis://service/db1", "unix:///run/redis.sock"]:
-        [error] = check({"SENTINELS": SENTINELS}, location)
+        [error] = [message for message in check({"SENTINELS": SENTINELS}, location)
+                   if message.is_serious()]
         assert error.id == "distlock.E005" and "SERVICE_NAME" in error.hint, location
+
+
+# --- failovers with WAIT_REPLICAS: never two holders ------------------------------------
+def sentinel_failover(group: RedisSentinelGroup) -> None:
+    with group.sentinel_client() as client:
+        client.execute_command("SENTINEL", "FAILOVER", group.service_name)
+
+
+def test_a_planned_failover_never_gives_two_holders_with_wait_replicas(
+        settings: Any, group: RedisSentinelGroup) -> None:
+    planned_failover_holds(settings, group)
+
+
+def planned_failover_holds(settings: Any, group: RedisSentinelGroup) -> Holds:
+    """Let a long-lived client and fresh ones take one lock through a SENTINEL FAILOVER, with
+    WAIT_REPLICAS as documented (every replica of the master); assert they never both held
+    it, and return what they did."""
+    confirmed_by_replicas(settings, replicas=len(group.replicas))
+    params = settings.DISTLOCK["default"]
+    long_lived = locks["default"]
+    holds, stop = Holds(), threading.Event()
+
+    def as_long_lived() -> None:  # one client, its connections made before the failover
+        while not stop.is_set():
+            holds.hold_once("long-lived", long_lived, "planned", ttl=2)
+
+    def as_fresh() -> None:  # a new client (a new Sentinel lookup) for every attempt
+        while not stop.is_set():
+            backend = RedisBackend("fresh", params)
+            holds.hold_once("fresh", backend, "planned", ttl=2)
+            backend.close()
+
+    threads = [threading.Thread(target=as_long_lived), threading.Thread(target=as_fresh)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(0.5)
+        started = time.monotonic()
+        sentinel_failover(group)
+        group.wait_for_failover(timeout=30)
+        # until the old master is a replica of the new one and both clients hold again
+        deadline = time.monotonic() + 30
+        while not all(any(c == client and at > started + 1 for c, at, _ in holds.intervals)
+                      for client in ("long-lived", "fresh")):
+            assert time.monotonic() < deadline, "the clients never held the lock again"
+            time.sleep(0.1)
+        time.sleep(1)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert holds.two_holders() == []
+    assert {client for client, _, _ in holds.intervals} == {"long-lived", "fresh"}
+    return holds
+
+
+def test_a_master_killed_while_replicas_lag_loses_no_acknowledged_lock(
+        settings: Any, group: RedisSentinelGroup) -> None:
+    kill_while_lagging(settings, group)
+
+
+def kill_while_lagging(settings: Any, group: RedisSentinelGroup) -> tuple[int, int]:
+    """Take locks with WAIT_REPLICAS while the replica is paused and the master is killed;
+    assert that every acknowledged lock is held on the new master, and return how many
+    were acknowledged and how many refused (unconfirmed)."""
+    confirmed_by_replicas(settings)
+    with Acknowledged(locks["default"]) as acknowledged:
+        time.sleep(0.5)
+        group.replica.pause()  # replication stops; the master keeps taking writes
+        time.sleep(1.0)
+        group.master.kill()
+        group.replica.resume()
+        group.wait_for_failover(timeout=30)
+    assert acknowledged.tokens and acknowledged.refused > 0
+    fresh = RedisBackend("fresh", settings.DISTLOCK["default"])
+    try:
+        lost = acknowledged.lost(fresh)
+    finally:
+        fresh.close()
+    assert lost == [], f"{len(lost)} of {len(acknowledged.tokens)} acknowledged locks were lost"
+    return len(acknowledged.tokens), acknowledged.refused

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from asgiref.sync import sync_to_async
@@ -21,6 +22,8 @@ DEFAULT_TIMEOUT = 60
 FALLBACK_RETRY = 1.0
 # How long a waiter handed a released lock has to claim it before anyone may take it.
 HANDOFF_GRACE_MS = 250
+# Locks read per batch (one round trip) while walking the held locks.
+HELD_BATCH = 2000
 KNOWN_SETTINGS = {"BACKEND", "LOCATION", "KEY_PREFIX", "TIMEOUT", "OPTIONS"}
 # Upper-case OPTIONS every backend in distlock understands: limits that keep one holder from
 # hogging a lock. MAX_TTL caps the lease of any acquire or extend (seconds); MAX_RENEWALS caps
@@ -195,14 +198,29 @@ class BaseLockBackend:
     # --- operators ----------------------------------------------------------------------
     def held(self, prefix: str = "", limit: int = 100, offset: int = 0) -> list[LockInfo]:
         """Return the held locks whose name starts with ``prefix``, sorted by name."""
-        _check_prefix(prefix)
+        check_prefix(prefix)
         _check_page(limit, offset)
         names = [entry.name for entry in self.held_names(prefix)[offset : offset + limit]]
         return self.info_many(names)
 
+    def iter_held(self, prefix: str = "") -> Iterator[LockInfo]:
+        """Yield the LockInfo of every held lock whose name starts with ``prefix``, in no
+        particular order. A lock held for the whole walk is yielded exactly once, however
+        many others come and go meanwhile, at a cost of about one read per held lock.
+
+        This default reads the index once (``held_names``: each name lives in one place,
+        read once) and the locks in batches.
+        """
+        check_prefix(prefix)
+        return self._read_in_batches([entry.name for entry in self.held_names(prefix)])
+
+    def _read_in_batches(self, names: list[str]) -> Iterator[LockInfo]:
+        for start in range(0, len(names), HELD_BATCH):
+            yield from self.info_many(names[start : start + HELD_BATCH])
+
     def count(self, prefix: str = "") -> int:
         """Return how many locks whose name starts with ``prefix`` are held."""
-        _check_prefix(prefix)
+        check_prefix(prefix)
         return len(self.held_names(prefix))
 
     def locked(self, name: str) -> bool:
@@ -332,7 +350,7 @@ def _parse_limits(alias: str, options: dict[str, Any],
     return max_ttl, max_renewals
 
 
-def _check_prefix(prefix: object) -> None:
+def check_prefix(prefix: object) -> None:
     if not isinstance(prefix, str):
         raise TypeError(f"prefix must be a str (\"\" for every lock), not {type(prefix).__name__}.")
 

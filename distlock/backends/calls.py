@@ -7,6 +7,7 @@ A call is ``(keys, args)``; see distlock.backends.scripts for what each position
 from __future__ import annotations
 
 import hashlib
+from collections import defaultdict
 from typing import Any
 
 from ..info import LockInfo
@@ -15,6 +16,8 @@ from . import scripts, semaphore_scripts
 from .base import HANDOFF_GRACE_MS, Attempt, HeldEntry
 
 Call = tuple[list[str], list[Any]]
+# Locks one INSPECT_MANY call reads at most (a bucket rarely holds more).
+INSPECT_MANY_KEYS = 500
 
 SCRIPT_SOURCES = {
     "acquire": scripts.ACQUIRE,
@@ -22,6 +25,7 @@ SCRIPT_SOURCES = {
     "leave_queue": scripts.LEAVE_QUEUE,
     "extend": scripts.EXTEND,
     "inspect": scripts.INSPECT,
+    "inspect_many": scripts.INSPECT_MANY,
     "held_names": scripts.HELD_NAMES,
     # Redlock's: a grant pushed to one list all waiters block on (see RedlockBackend).
     "grant_acquire": scripts.GRANT_ACQUIRE,
@@ -99,6 +103,21 @@ def inspect_call(layout: KeyLayout, name: str) -> Call:
     return [layout.keys_for(name).lock], []
 
 
+def inspect_many_calls(layout: KeyLayout, names: list[str]) -> list[tuple[list[str], Call]]:
+    """Group ``names`` by bucket, at most INSPECT_MANY_KEYS a call; return each call with
+    the names it reads."""
+    by_bucket: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for name in names:
+        keys = layout.keys_for(name)
+        by_bucket[keys.index].append((name, keys.lock))
+    grouped: list[tuple[list[str], Call]] = []
+    for bucket in by_bucket.values():
+        for start in range(0, len(bucket), INSPECT_MANY_KEYS):
+            chunk = bucket[start : start + INSPECT_MANY_KEYS]
+            grouped.append(([name for name, _ in chunk], ([lock for _, lock in chunk], [])))
+    return grouped
+
+
 def held_names_calls(layout: KeyLayout) -> list[Call]:
     """One call per bucket: each lists the names held in it."""
     return [([index], []) for index in layout.index_keys]
@@ -126,6 +145,14 @@ def lock_info_from(alias: str, name: str, reply: list[Any]) -> LockInfo | None:
         now_ms=int(now), pttl_ms=int(pttl), renewals=int(renewals), depth=int(depth),
         alias=alias,
     )
+
+
+def lock_infos_from(alias: str, names: list[str], reply: list[Any]) -> list[LockInfo]:
+    """Return the LockInfo of each of ``names`` still held, from INSPECT_MANY's reply."""
+    now, *entries = reply
+    return [info for info in (lock_info_from(alias, name, [*entry, now] if entry else entry)
+                              for name, entry in zip(names, entries, strict=True))
+            if info is not None]
 
 
 def held_entries(reply: list[Any]) -> list[HeldEntry]:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from asgiref.sync import sync_to_async
@@ -23,15 +23,29 @@ from ..exceptions import BackendUnavailable
 from ..info import LockInfo
 from ..names import validate_name
 from . import calls
-from .base import Attempt, BaseLockBackend, HeldEntry
+from .base import Attempt, BaseLockBackend, HeldEntry, check_prefix
 from .calls import SCRIPT_SHAS, SCRIPT_SOURCES, Call
 from .semaphores import RedisSemaphores
+
+_T = TypeVar("_T")
 
 # What the client raises when a call's outcome is unknown. RedisClusterException (an
 # unreachable cluster, while the client is built) is not a RedisError.
 CLIENT_ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException)
 # Cluster errors that mean "route this call again" (MovedError is an AskError).
 REDIRECTS = (redis.exceptions.AskError, redis.exceptions.TryAgainError)
+# What a Cluster node's failure looks like to a call routed by the cached slot map: the
+# master died (and a replica may have taken its slots since), or the cluster is failing over.
+STALE_ROUTE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+               redis.exceptions.ClusterDownError)
+# Scripts that only read (or drop ended index entries): safe to run again after a failure
+# whose outcome is unknown.
+REPEATABLE = frozenset({"inspect", "inspect_many", "held_names"})
+# Index entries one ZSCAN call returns at most (a bucket's index is usually much smaller).
+SCAN_COUNT = 1000
+# Names read per info_many() while walking: as many as fit, since info_many makes one call
+# per bucket whatever the count.
+WALK_BATCH = 20_000
 
 
 class ScriptedBackend(RedisSemaphores, BaseLockBackend):
@@ -82,9 +96,23 @@ class ScriptedBackend(RedisSemaphores, BaseLockBackend):
         if not script_calls:
             return []
         with self._translate_errors():
-            if self.cluster:
+            if not self.cluster:
+                return self._pipelined(self.client, name, script_calls)
+            if name not in REPEATABLE:
                 return self._pipelined_per_node(name, script_calls)
-            return self._pipelined(self.client, name, script_calls)
+            return self._rerouted(lambda: self._pipelined_per_node(name, script_calls))
+
+    def _rerouted(self, call: Callable[[], _T]) -> _T:
+        """Return ``call()``, a Cluster read routed by the cached slot map. When a node
+        fails, learn the slot map again (a replica may have taken the slots of a dead master)
+        and try once more. Lock operations refresh the map through the cluster client;
+        without this, a process that only lists (the admin, an operator's view) would keep
+        asking the dead master forever."""
+        try:
+            return call()
+        except STALE_ROUTE:
+            self.client.nodes_manager.initialize()
+            return call()
 
     def _pipelined(self, client: Any, name: str, script_calls: list[Call]) -> list[Any]:
         for _ in range(2):
@@ -318,11 +346,14 @@ class ScriptedBackend(RedisSemaphores, BaseLockBackend):
         return calls.lock_info_from(self.alias, name, reply)
 
     def info_many(self, names: list[str]) -> list[LockInfo]:
-        replies = self.run_pipelined(
-            "inspect", [calls.inspect_call(self.layout, name) for name in names])
-        infos = (calls.lock_info_from(self.alias, name, reply)
-                 for name, reply in zip(names, replies, strict=True))
-        return [info for info in infos if info is not None]
+        # One call per bucket (INSPECT_MANY), not per lock: reading 50,000 locks then costs
+        # about 1,000 calls instead of 50,000.
+        grouped = calls.inspect_many_calls(self.layout, names)
+        replies = self.run_pipelined("inspect_many", [call for _, call in grouped])
+        found = {info.name: info
+                 for (group, _), reply in zip(grouped, replies, strict=True)
+                 for info in calls.lock_infos_from(self.alias, group, reply)}
+        return [found[name] for name in names if name in found]
 
     def held_names(self, prefix: str = "") -> list[HeldEntry]:
         replies = self.run_pipelined("held_names", calls.held_names_calls(self.layout))
@@ -330,3 +361,101 @@ class ScriptedBackend(RedisSemaphores, BaseLockBackend):
                  if entry.name.startswith(prefix)]
         found.sort()
         return found
+
+    def iter_held(self, prefix: str = "") -> Iterator[LockInfo]:
+        """Yield the LockInfo of every held lock whose name starts with ``prefix``, in no
+        particular order: a walk of every bucket's index with ZSCAN (one pipeline per server
+        and round), the locks read in pipelined batches as their names arrive.
+
+        A lock held for the whole walk is yielded exactly once, however many others are
+        taken and released meanwhile (ZSCAN returns it at least once; repeats are dropped
+        here); one taken or released during the walk may or may not be. The cost is about
+        one read per held lock, not one per page.
+        """
+        check_prefix(prefix)
+        return self._walk(prefix)
+
+    def _walk(self, prefix: str) -> Iterator[LockInfo]:
+        seen: set[str] = set()
+        cursors = dict.fromkeys(self.layout.index_keys, 0)
+        moved: set[str] = set()  # indexes whose slot moved: walked through the cluster client
+        while cursors:
+            with self._translate_errors():
+                found, cursors = self._scan_round(cursors, moved, prefix)
+            fresh = [name for name in dict.fromkeys(found)
+                     if name not in seen and name.startswith(prefix)]
+            seen.update(fresh)
+            for start in range(0, len(fresh), WALK_BATCH):
+                yield from self.info_many(fresh[start : start + WALK_BATCH])
+
+    def _scan_round(self, cursors: dict[str, int], moved: set[str], prefix: str
+                    ) -> tuple[list[str], dict[str, int]]:
+        """Take one ZSCAN step on every index in ``cursors``; return the names found and the
+        cursors of the indexes not finished yet."""
+        pattern = _pattern(prefix)
+        replies = self._scan_by_server({k: c for k, c in cursors.items() if k not in moved},
+                                       pattern)
+        for key in moved & cursors.keys():
+            replies[key] = self.client.zscan(key, cursors[key], match=pattern, count=SCAN_COUNT)
+        found: list[str] = []
+        remaining = {}
+        for key, reply in replies.items():
+            if isinstance(reply, REDIRECTS):
+                # The index's slot is moving (resharding): from now on walk it through the
+                # cluster client, which follows MOVED and ASK, from the start on its new
+                # server (names already yielded are dropped as repeats).
+                moved.add(key)
+                reply = self.client.zscan(key, 0, match=pattern, count=SCAN_COUNT)
+            elif isinstance(reply, Exception):
+                raise reply
+            cursor, members = reply
+            found.extend(calls.text(member) for member, _ in members)
+            if int(cursor):
+                remaining[key] = int(cursor)
+        return found, remaining
+
+    def _scan_by_server(self, cursors: dict[str, int], pattern: str | None) -> dict[str, Any]:
+        """Return each index's ZSCAN reply (or error), one pipeline per server."""
+        if not self.cluster:
+            return self._zscan(self.client, cursors, pattern) if cursors else {}
+
+        def per_node(cursors: dict[str, int]) -> dict[str, Any]:
+            replies: dict[str, Any] = {}
+            for node_client, keys in self._by_node(list(cursors)):
+                replies.update(self._zscan(node_client, {k: cursors[k] for k in keys}, pattern))
+            return replies
+
+        try:
+            return per_node(cursors)
+        except STALE_ROUTE:
+            # A failover: learn the slot map again; the new master's cursors differ, so
+            # restart these indexes from the beginning (repeats are dropped by the walk).
+            self.client.nodes_manager.initialize()
+            return per_node(dict.fromkeys(cursors, 0))
+
+    @staticmethod
+    def _zscan(client: Any, cursors: dict[str, int], pattern: str | None) -> dict[str, Any]:
+        pipe = client.pipeline(transaction=False)
+        for key, cursor in cursors.items():
+            pipe.zscan(key, cursor, match=pattern, count=SCAN_COUNT)
+        return dict(zip(cursors, pipe.execute(raise_on_error=False), strict=True))
+
+    def _by_node(self, keys: list[str]) -> list[tuple[Any, list[str]]]:
+        """Group Cluster keys by the master that holds them (by the cached slot map); return
+        each master's plain client with its keys."""
+        nodes: dict[str, Any] = {}
+        groups: dict[str, list[str]] = defaultdict(list)
+        for key in keys:
+            node = self.client.get_node_from_key(key)
+            nodes[node.name] = node
+            groups[node.name].append(key)
+        return [(self.client.get_redis_connection(nodes[name]), node_keys)
+                for name, node_keys in groups.items()]
+
+
+def _pattern(prefix: str) -> str | None:
+    """Return a ZSCAN MATCH pattern for names starting with ``prefix`` (glob characters in
+    it escaped), None for every name."""
+    if not prefix:
+        return None
+    return "".join("\\" + char if char in "*?[]\\" else char for char in prefix) + "*"

@@ -20,7 +20,7 @@ import functools
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,7 +36,6 @@ from ..lead import add_lead_parser, lead
 from ..tables import aligned
 
 logger = logging.getLogger("distlock")
-PAGE = 500
 NOT_HELD_EXIT_CODE = 1
 # A lock server did not answer: what is held there is unknown (3 is "unknown" to monitoring
 # tools such as Nagios), distinct from 1, "not held".
@@ -246,14 +245,13 @@ def _guarded(alias: str, call: Callable[..., Any], *args: Any, **kwargs: Any) ->
         raise CommandError(f"DISTLOCK[{alias!r}]: {exc}") from None
 
 
-def _all_held(backend: BaseLockBackend, prefix: str) -> Iterator[LockInfo]:
-    offset = 0
-    while True:
-        page = _guarded(backend.alias, backend.held, prefix=prefix, limit=PAGE, offset=offset)
-        yield from page
-        if len(page) < PAGE:
-            return
-        offset += PAGE
+def _all_held(backend: BaseLockBackend, prefix: str) -> list[LockInfo]:
+    # One walk of the index (iter_held), not pages by offset: offsets shift while others
+    # take and release locks, so pages dropped and repeated locks held all along.
+    def walk() -> list[LockInfo]:
+        return sorted(backend.iter_held(prefix), key=lambda info: info.name)
+
+    return _guarded(backend.alias, walk)
 
 
 def _semaphore_instead(backend: BaseLockBackend, name: str) -> SemaphoreInfo | None:
