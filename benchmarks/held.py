@@ -30,7 +30,7 @@ def acquire_all(names: list[str], ttl_ms: int) -> dict[str, str]:
         for name in batch:
             tokens[name] = os.urandom(16).hex()
             acquires.append(calls.acquire_call(backend.layout, name, tokens[name], ttl_ms, meta,
-                                               None, 0))
+                                               0))
         replies = backend.run_pipelined("acquire", acquires)
         if not all(int(reply[0]) == 1 for reply in replies):
             raise RuntimeError("a lock meant to be free was held")

@@ -66,7 +66,7 @@ def script_calls(name: str) -> dict[str, tuple[list[str], list[Any]]]:
     layout = locks["default"].layout
     return {
         "acquire": calls.acquire_call(layout, name, SCRIPT_TOKEN, SCRIPT_TTL_MS,
-                                      holder_metadata(None), None, SCRIPT_PATIENCE_MS),
+                                      holder_metadata(None), SCRIPT_PATIENCE_MS),
         "release": calls.release_call(layout, name, SCRIPT_TOKEN, False),
     }
 
