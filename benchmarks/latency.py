@@ -207,10 +207,11 @@ def summarise(samples: dict[Key, dict[float, list[float]]], profile: Profile
             "samples_per_delay": min(len(times) for times in samples[(operation, library)]
                                      .values()),
             "a_ms": round(a * 1000, 3),
-            "k": round(k, 3),
-            "calibrated": round(k / ping_k, 3),
-            "k_large": round(k_large, 3),
-            "calibrated_large": round(k_large / ping_k_large, 3),
+            # (+ 0.0: no "-0" for a flat line)
+            "k": round(k, 3) + 0.0,
+            "calibrated": round(k / ping_k, 3) + 0.0,
+            "k_large": round(k_large, 3) + 0.0,
+            "calibrated_large": round(k_large / ping_k_large, 3) + 0.0,
             "poll_bound": operation == HANDOFF and library in anchors.POLLING,
         }
     return {

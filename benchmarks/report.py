@@ -135,8 +135,8 @@ def _latency(latency: dict[str, Any]) -> list[str]:
         f"each k divided by a bare PING's from the same run (the PING's own k: "
         f"{latency['ping_k']}). A bare SET NX PX + DEL pair reads {floor['calibrated']}. "
         "The limit is the least any client can do; lower is better. A waiter that polls is "
-        "bound by its poll interval, not by round trips: its handoff shows the median with no "
-        "delay."
+        "bound by its poll interval, not by round trips: its handoff shows its median time "
+        "at 0 delay.",
         "",
     ]
     lines += _table(["operation", "limit", *libraries],
