@@ -136,12 +136,14 @@ def cases(urls: list[str], profile: Profile) -> dict[Key, Case]:
     found: dict[Key, Case] = {}
     for library in anchors.LATENCY_LIBRARIES:
         make = anchors.lock_factory(library, urls[0])
-        calls[(PAIR, library)] = anchors.pair(make, lambda: "latency:pair")
-        found[(HANDOFF, library)] = _handoffs(make, profile.latency_handoffs)
+        name = f"latency:{library.split()[0]}"  # redis-py's and redlock-py's keys are bare
+        calls[(PAIR, library)] = anchors.pair(make, lambda name=name: f"{name}:pair")
+        found[(HANDOFF, library)] = _handoffs(make, f"{name}:handoff", profile.latency_handoffs)
     for nodes, operation in REDLOCK.items():
         for library in anchors.REDLOCK_LIBRARIES:
             make = anchors.redlock_factory(library, urls[:nodes], using=f"redlock{nodes}")
-            calls[(operation, library)] = anchors.pair(make, lambda: "latency:redlock")
+            name = f"latency:{library.split()[0]}:redlock"
+            calls[(operation, library)] = anchors.pair(make, lambda name=name: name)
     for key, call in calls.items():
         for _ in range(WARMUP_CALLS):  # connections, scripts loaded
             call()
@@ -152,10 +154,10 @@ def cases(urls: list[str], profile: Profile) -> dict[Key, Case]:
     return found
 
 
-def _handoffs(make: Callable[[str], Any], count: int) -> Case:
+def _handoffs(make: Callable[[str], Any], name: str, count: int) -> Case:
     def case(delay: float) -> list[float]:
         settle = SETTLE_S + SETTLE_ROUND_TRIPS * 2 * delay
-        return [handoff(make, "latency:handoff", settle) for _ in range(count)]
+        return [handoff(make, name, settle) for _ in range(count)]
 
     return case
 

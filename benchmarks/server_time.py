@@ -70,7 +70,8 @@ def run(profile: Profile, url: str) -> dict[str, Any]:
     client = redis.Redis.from_url(url)
     libraries = {}
     for library in anchors.LATENCY_LIBRARIES:
-        pair = anchors.pair(anchors.lock_factory(library, url), lambda: NAME)
+        name = f"{NAME}:{library.split()[0]}"
+        pair = anchors.pair(anchors.lock_factory(library, url), lambda name=name: name)
         libraries[library] = measure(client, pair, profile.server_time_pairs)
     theirs = libraries[anchors.REDIS_PY]["us_per_pair"]
     return {
