@@ -21,15 +21,15 @@ CONTENDED_LIBRARIES = (DISTLOCK, PYTHON_REDIS_LOCK, REDIS_PY)
 # Measured in round trips (benchmarks/latency.py) and server time (benchmarks/server_time.py).
 LATENCY_LIBRARIES = (*UNCONTENDED_LIBRARIES, REDLOCK_PY)
 REDLOCK_LIBRARIES = (DISTLOCK, POTTERY, REDLOCK_PY)
-# A waiter of these learns of a release by trying again after a sleep, not by a wake-up.
-POLLING = {
-    REDIS_PY: "polls every 1 ms here",
-    POTTERY: "polls every 0-200 ms",
-    REDLOCK_PY: "retries every 200 ms",
-}
 # redis-py's Lock polls a held lock: it sleeps this long between tries (its default is 0.1 s,
 # which would make it look far worse than it need be).
 REDIS_PY_SLEEP = 0.001
+# A waiter of these learns of a release by trying again after a sleep, not by a wake-up.
+POLLING = {
+    REDIS_PY: f"polls every {REDIS_PY_SLEEP * 1000:g} ms here",
+    POTTERY: "polls every 0-200 ms",  # a random sleep up to its _RETRY_DELAY
+    REDLOCK_PY: "retries every 200 ms",  # its retry_delay's default
+}
 TTL = 10  # seconds; every lock here is released long before
 # redlock-py gives up after this many tries (each followed by its retry_delay, 0.2 s by
 # default); RedlockPyLock.acquire() asks again until it holds the lock.
