@@ -1,6 +1,7 @@
 """What every section shares: the run's profile, interleaved timing, statistics, settings."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import os
@@ -10,7 +11,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
@@ -35,6 +36,12 @@ class Profile:
     scale_levels: tuple[int, ...]
     scale_pairs: int  # acquire+release pairs timed per round at each level
     scale_repeats: int
+    latency_delays_ms: tuple[float, ...]  # one-way delays the proxies add
+    latency_large_ms: float  # the bias check fits the delays from this one up only
+    latency_rounds: int  # interleaved rounds over every delay and case
+    latency_batch: int  # timed calls per case, delay and round
+    latency_handoffs: int  # timed handoffs per library, delay and round
+    server_time_pairs: int  # acquire+release pairs per library under INFO commandstats
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -44,11 +51,15 @@ QUICK = Profile(
     name="quick", repeats=5, seconds_per_case=0.1, contention_repeats=2,
     contention_seconds=0.8, contention_ks=(2, 4, 8), memory_locks=20_000,
     scale_levels=(1, 1_000, 10_000, 100_000), scale_pairs=200, scale_repeats=5,
+    latency_delays_ms=(0, 1, 2), latency_large_ms=1, latency_rounds=3, latency_batch=4,
+    latency_handoffs=2, server_time_pairs=300,
 )
 FULL = Profile(
     name="full", repeats=7, seconds_per_case=0.35, contention_repeats=5,
     contention_seconds=3.0, contention_ks=(2, 4, 8), memory_locks=100_000,
     scale_levels=(1, 1_000, 10_000, 100_000, 1_000_000), scale_pairs=1000, scale_repeats=5,
+    latency_delays_ms=(0, 0.5, 1, 2, 4, 8), latency_large_ms=2, latency_rounds=5,
+    latency_batch=5, latency_handoffs=3, server_time_pairs=2000,
 )
 
 
@@ -143,6 +154,25 @@ def configure_distlock(url: str) -> None:
 
     settings.DISTLOCK["default"]["LOCATION"] = url
     locks.reset()
+
+
+@contextlib.contextmanager
+def distlock_aliases(aliases: dict[str, dict[str, Any]]) -> Iterator[None]:
+    """Add (or replace) these DISTLOCK aliases for a while; every alias is back as it was
+    afterwards. configure_distlock must have run."""
+    from django.conf import settings
+
+    from distlock.handler import locks
+
+    saved = {name: dict(params) for name, params in settings.DISTLOCK.items()}
+    settings.DISTLOCK.update(aliases)
+    locks.reset()
+    try:
+        yield
+    finally:
+        settings.DISTLOCK.clear()
+        settings.DISTLOCK.update(saved)
+        locks.reset()
 
 
 # --- the machine --------------------------------------------------------------------------

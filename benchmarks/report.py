@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from . import anchors
+from .latency import CLIENT, HANDOFF, OPERATIONS, PAIR
 from .uncontended import DISTINCT, FLOOR, FLOOR_BARE, PING, PING_BARE, SAME, SCRIPTS_BARE
 
 
@@ -77,6 +78,10 @@ def markdown(results: dict[str, Any]) -> str:
                  pairs["distlock_ratios"][mode][f"vs {floor}"])])
         lines += _table(["library", "same name pairs/s", "us", "distlock ratio",
                          "distinct names pairs/s", "us", "distlock ratio"], rows)
+    if sections.get("latency"):
+        lines += _latency(sections["latency"])
+    if sections.get("server_time"):
+        lines += _server_time(sections["server_time"])
     contention = sections.get("contention")
     if contention:
         lines += [f"## Contention: K processes, one lock, read-modify-write inside "
@@ -98,6 +103,12 @@ def markdown(results: dict[str, Any]) -> str:
         rows.append(["distlock, per name after release (fencing memory, 24 h)",
                      memory["distlock_bytes_per_released_name"]])
         lines += _table(["library", "bytes"], rows)
+        checks = memory.get("anchor_key_checks", {})
+        if checks:
+            same = all(check["same"] for check in checks.values())
+            lines += [f"The anchors' locks are pipelined copies of the SET each one's acquire() "
+                      f"sends; one lock taken through each library had "
+                      f"{'the same' if same else '**not** the same'} key and value lengths.", ""]
     scale = sections.get("scale")
     if scale:
         lines += ["## Acquire+release latency vs locks held", ""]
@@ -110,6 +121,69 @@ def markdown(results: dict[str, Any]) -> str:
     for name, external in sections.get("external", {}).items():
         lines += _external(name, external)
     return "\n".join(lines)
+
+
+def _latency(latency: dict[str, Any]) -> list[str]:
+    libraries = anchors.LATENCY_LIBRARIES
+    fits = latency["fits"]
+    delays = ", ".join(f"{delay:g}" for delay in latency["delays_ms"])
+    floor = fits[FLOOR][CLIENT]
+    lines = [
+        f"## Round trips per operation (a delaying proxy per server, one-way delays {delays} ms)",
+        "",
+        "Time = a + k x RTT, fitted by least squares through the median time at each delay; "
+        f"each k divided by a bare PING's from the same run (the PING's own k: "
+        f"{latency['ping_k']}). A bare SET NX PX + DEL pair reads {floor['calibrated']}. "
+        "The limit is the least any client can do; lower is better. A waiter that polls is "
+        "bound by its poll interval, not by round trips: its handoff shows its median time "
+        "at 0 delay.",
+        "",
+    ]
+    lines += _table(["operation", "limit", *libraries],
+                    _latency_rows(latency, "calibrated"))
+    lines += [f"Bias check: the same, fitted over the delays from {latency['large_from_ms']:g} ms "
+              f"up only (the PING's k there: {latency['ping_k_large']}).", ""]
+    lines += _table(["operation", "limit", *libraries],
+                    _latency_rows(latency, "calibrated_large"))
+    lines += ["Every fit (median ms at each one-way delay in ms):", ""]
+    rows = [[operation, library, fit["a_ms"], fit["k"], fit["calibrated"],
+             fit["calibrated_large"], *fit["median_ms"].values()]
+            for operation, by_library in fits.items() for library, fit in by_library.items()]
+    return lines + _table(["operation", "library", "a ms", "k", "calibrated",
+                           "calibrated (large)", *latency["fits"][PAIR][anchors.DISTLOCK]
+                           ["median_ms"]], rows)
+
+
+def _latency_rows(latency: dict[str, Any], figure: str) -> list[list[Any]]:
+    rows = []
+    for operation in OPERATIONS:
+        row: list[Any] = [operation, latency["limits"][operation]]
+        for library in anchors.LATENCY_LIBRARIES:
+            fit = latency["fits"][operation].get(library)
+            if fit is None:
+                row.append("-")
+            elif fit["poll_bound"]:
+                first = next(iter(fit["median_ms"].values()))
+                row.append(f"poll-bound: {_number(first)} ms at 0 delay "
+                           f"({latency['polling'][library]})")
+            else:
+                row.append(fit[figure])
+        rows.append(row)
+    return rows
+
+
+def _server_time(server_time: dict[str, Any]) -> list[str]:
+    libraries = server_time["libraries"]
+    theirs = libraries[anchors.REDIS_PY]["us_per_pair"]
+    lines = ["## Server time per uncontended acquire+release (INFO commandstats)", "",
+             "The usec of the commands each library sends (a script's time includes the "
+             "commands it runs), over the pairs.", ""]
+    rows = [[library, measured["us_per_pair"],
+             round(measured["us_per_pair"] / theirs, 2) if theirs else "",
+             ", ".join(f"{name} x{calls:g}" for name, calls in measured["calls_per_pair"].items())]
+            for library, measured in libraries.items()]
+    return lines + _table(["library", "us per pair", f"x {anchors.REDIS_PY}",
+                           "commands sent per pair"], rows)
 
 
 def _external(name: str, data: dict[str, Any]) -> list[str]:
@@ -158,14 +232,18 @@ def plot(results: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     sections = results["sections"]
-    figure, axes = plt.subplots(2, 3, figsize=(17, 9.5))
+    figure, axes = plt.subplots(3, 3, figsize=(17, 14))
     colours = {anchors.DISTLOCK: "#1f77b4", anchors.REDIS_PY: "#d62728",
-               anchors.PYTHON_REDIS_LOCK: "#2ca02c", anchors.POTTERY: "#9467bd"}
+               anchors.PYTHON_REDIS_LOCK: "#2ca02c", anchors.POTTERY: "#9467bd",
+               anchors.REDLOCK_PY: "#ff7f0e", CLIENT: "#7f7f7f"}
     _plot_uncontended(axes[0][0], sections.get("uncontended"), colours)
     _plot_contention(axes[0][1], axes[0][2], sections.get("contention"), colours)
     _plot_scale(axes[1][0], sections.get("scale"), colours)
     _plot_memory(axes[1][1], sections.get("memory"), colours)
     _plot_targets(axes[1][2], results["targets"])
+    for ax, operation in ((axes[2][0], PAIR), (axes[2][1], HANDOFF)):
+        _plot_latency(ax, operation, sections.get("latency"), colours)
+    _plot_server_time(axes[2][2], sections.get("server_time"), colours)
     env = results["environment"]
     figure.suptitle(f"distlock benchmarks ({results['profile']['name']} run, {env['date']}; "
                     f"{env['machine']}, {env['cpus']} CPUs, load {env['load_average_at_start']})",
@@ -243,6 +321,37 @@ def _plot_memory(ax: Any, memory: dict[str, Any] | None, colours: dict[str, str]
                   color=[colours.get(label, "#7f7f7f") for label in labels])
     ax.bar_label(bars, fmt="%.0f", fontsize=8)
     ax.set_xticks(range(len(values)), labels, fontsize=8)
+
+
+def _plot_latency(ax: Any, operation: str, latency: dict[str, Any] | None,
+                  colours: dict[str, str]) -> None:
+    ax.set_title(f"{operation}: median ms vs added RTT (slope: round trips)", fontsize=10)
+    if not latency:
+        return
+    shown = {**latency["fits"][operation], f"PING ({CLIENT})": latency["fits"][PING][CLIENT]}
+    for library, fit in shown.items():
+        rtts = [2 * float(delay) for delay in fit["median_ms"]]
+        label = f"{library}: {fit['calibrated']:.2f}" + (" (polls)" if fit["poll_bound"] else "")
+        ax.plot(rtts, list(fit["median_ms"].values()), marker="o", label=label,
+                color=colours.get(library, colours[CLIENT]),
+                linestyle=":" if library.startswith("PING") else "-")
+    if operation == HANDOFF:
+        ax.set_yscale("log")
+    ax.set_xlabel("added round trip, ms")
+    ax.legend(fontsize=7)
+
+
+def _plot_server_time(ax: Any, server_time: dict[str, Any] | None,
+                      colours: dict[str, str]) -> None:
+    ax.set_title("Server time per acquire+release (us, INFO commandstats)", fontsize=10)
+    if not server_time:
+        return
+    libraries = list(server_time["libraries"])
+    values = [server_time["libraries"][library]["us_per_pair"] for library in libraries]
+    bars = ax.bar(range(len(values)), values, color=[colours[library] for library in libraries])
+    ax.bar_label(bars, fmt="%.1f", fontsize=8)
+    ax.set_xticks(range(len(values)), [lib.replace(" ", "\n", 1) for lib in libraries],
+                  fontsize=8)
 
 
 def _plot_targets(ax: Any, targets: list[dict[str, Any]]) -> None:

@@ -21,12 +21,23 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the package under test, tests.redis_server, benchmarks.*
 
-from benchmarks import contention, memory, report, scale, targets, uncontended  # noqa: E402
+from benchmarks import (  # noqa: E402
+    contention,
+    latency,
+    memory,
+    report,
+    scale,
+    server_time,
+    targets,
+    uncontended,
+)
 from benchmarks.harness import FULL, QUICK, RESULTS, Profile, configure_distlock, environment, log  # noqa: E402
 from tests.redis_server import RedisServer  # noqa: E402
 
 SECTIONS: dict[str, Callable[[Profile, str], dict[str, Any]]] = {
     "uncontended": uncontended.run,
+    "latency": latency.run,
+    "server_time": server_time.run,
     "contention": contention.run,
     "memory": memory.run,
     "scale": scale.run,

@@ -1,16 +1,22 @@
-"""The targets of issue #7, checked against ratios taken within one run."""
+"""The targets of issues #7 and #14, checked against ratios taken within one run."""
 from __future__ import annotations
 
 import math
 from typing import Any
 
 from .anchors import DISTLOCK, PYTHON_REDIS_LOCK, REDIS_PY
+from .latency import HANDOFF, PAIR, REDLOCK
 from .uncontended import DISTINCT, FLOOR, FLOOR_BARE, SAME
 
 # Latency at the largest number of held locks over latency at one held lock, divided by the
 # same growth of redis-py's Lock measured in the same rounds (which cannot depend on how many
 # distlock locks are held, so it is the machine's drift).
 FLAT_LIMIT = 1.25
+# Issue 14: round trips (calibrated: over a bare PING's), server time and memory.
+ROUND_TRIP_LIMITS = {HANDOFF: 1.15, PAIR: 2.1, REDLOCK[3]: 2.2, REDLOCK[5]: 2.2}
+SERVER_TIME_LIMIT = 3.0  # distlock's server time per pair over redis-py Lock's
+BYTES_PER_LOCK_LIMIT = 600
+HANDOFFS_LIMIT = 1.5  # contended handoffs/s over python-redis-lock's, at every K
 
 
 def _target(name: str, value: float, limit: float, at_least: bool) -> dict[str, Any]:
@@ -33,23 +39,16 @@ def check(sections: dict[str, Any]) -> list[dict[str, Any]]:
                                  ratios[f"vs {FLOOR}"], 0.85, True))
             found.append(_target(f"uncontended ({mode}) vs floor: {FLOOR_BARE}",
                                  ratios[f"vs {FLOOR_BARE}"], 0.85, True))
-    contention = sections.get("contention")
-    if contention:
-        ks = sorted(int(key[2:]) for key in contention["by_k"])
-        low, high = ks[0], ks[-1]
-        ratios = contention["distlock_ratios"]
-        found.append(_target(f"handoffs/s vs {PYTHON_REDIS_LOCK}, K={low}",
-                             ratios[f"K={low}"][f"handoffs/s vs {PYTHON_REDIS_LOCK}"], 1.0, True))
-        found.append(_target(f"handoffs/s vs {PYTHON_REDIS_LOCK}, K={high}",
-                             ratios[f"K={high}"][f"handoffs/s vs {PYTHON_REDIS_LOCK}"], 1.5, True))
-        found.append(_target(f"p99 wait vs {PYTHON_REDIS_LOCK}, K={high}",
-                             ratios[f"K={high}"][f"p99 wait vs {PYTHON_REDIS_LOCK}"], 0.5, False))
-        for k in ks:
-            ours = contention["by_k"][f"K={k}"][DISTLOCK]
-            found.append(_target(f"max wait / p99 wait, K={k}",
-                                 round(ours["wait_max_ms"] / ours["wait_p99_ms"], 2), 5, False))
-        lost = sum(row[DISTLOCK]["lost_updates"] for row in contention["by_k"].values())
-        found.append(_target("lost updates (distlock, every K)", lost, 0, False))
+    found += _contention(sections.get("contention"))
+    found += _round_trips(sections.get("latency"))
+    server_time = sections.get("server_time")
+    if server_time:
+        found.append(_target(f"server time per acquire+release vs {REDIS_PY}",
+                             server_time["distlock_vs_redis_py"], SERVER_TIME_LIMIT, False))
+    memory = sections.get("memory")
+    if memory:
+        found.append(_target("Redis memory per held lock (bytes)",
+                             memory["bytes_per_lock"][DISTLOCK], BYTES_PER_LOCK_LIMIT, False))
     scale = sections.get("scale")
     if scale:
         found.append(_target(
@@ -58,6 +57,35 @@ def check(sections: dict[str, Any]) -> list[dict[str, Any]]:
     for name, external in sections.get("external", {}).items():
         found.extend(external.get("targets") or _verdicts(name, external))
     return found
+
+
+def _contention(contention: dict[str, Any] | None) -> list[dict[str, Any]]:
+    if not contention:
+        return []
+    found = []
+    ks = sorted(int(key[2:]) for key in contention["by_k"])
+    ratios = contention["distlock_ratios"]
+    for k in ks:
+        found.append(_target(f"handoffs/s vs {PYTHON_REDIS_LOCK}, K={k}",
+                             ratios[f"K={k}"][f"handoffs/s vs {PYTHON_REDIS_LOCK}"],
+                             HANDOFFS_LIMIT, True))
+    found.append(_target(f"p99 wait vs {PYTHON_REDIS_LOCK}, K={ks[-1]}",
+                         ratios[f"K={ks[-1]}"][f"p99 wait vs {PYTHON_REDIS_LOCK}"], 0.5, False))
+    for k in ks:
+        ours = contention["by_k"][f"K={k}"][DISTLOCK]
+        found.append(_target(f"max wait / p99 wait, K={k}",
+                             round(ours["wait_max_ms"] / ours["wait_p99_ms"], 2), 5, False))
+    lost = sum(row[DISTLOCK]["lost_updates"] for row in contention["by_k"].values())
+    found.append(_target("lost updates (distlock, every K)", lost, 0, False))
+    return found
+
+
+def _round_trips(latency: dict[str, Any] | None) -> list[dict[str, Any]]:
+    if not latency:
+        return []
+    return [_target(f"{operation}, round trips (calibrated)",
+                    latency["fits"][operation][DISTLOCK]["calibrated"], limit, False)
+            for operation, limit in ROUND_TRIP_LIMITS.items()]
 
 
 # Keys the other issues' scripts use for a verdict, the figure it is about, and its bound.

@@ -114,6 +114,11 @@ class _Link:
         self.client = client
         self.server = server
         self.closed = False
+        # Both ends of the real path (redis-py, redis-server) turn Nagle's algorithm off; left
+        # on here, a reply in two chunks (a pipeline's) can sit 40 ms for a delayed ACK.
+        for sock in (client, server):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._threads = [
             threading.Thread(target=pump, args=args, daemon=True, name=f"proxy-{name}")
             for name, pump, args in self._pumps()

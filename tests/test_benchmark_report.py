@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from benchmarks import anchors, check_outputs, report, targets
+from benchmarks import anchors, check_outputs, latency, report, targets
 from benchmarks.harness import QUICK, paired_ratio, percentile
 from benchmarks.uncontended import (
     DISTINCT,
@@ -31,6 +31,35 @@ def contention_row(handoffs: float, p99: float, lost: int = 0) -> dict[str, Any]
             "acquisitions": 100, "repeats": 1}
 
 
+def fit(calibrated: float, *, poll_bound: bool = False) -> dict[str, Any]:
+    return {"median_ms": {"0": 0.5, "1": 0.5 + 2 * calibrated}, "samples_per_delay": 3,
+            "a_ms": 0.5, "k": calibrated, "calibrated": calibrated, "k_large": calibrated,
+            "calibrated_large": calibrated, "poll_bound": poll_bound}
+
+
+def latency_section(handoff: float, pair: float) -> dict[str, Any]:
+    fits: dict[str, dict[str, Any]] = {
+        PING: {latency.CLIENT: fit(1.0)}, FLOOR: {latency.CLIENT: fit(2.0)},
+        latency.PAIR: {library: fit(pair) for library in anchors.LATENCY_LIBRARIES},
+        latency.HANDOFF: {library: fit(2.0, poll_bound=library in anchors.POLLING)
+                          for library in anchors.LATENCY_LIBRARIES},
+    }
+    fits[latency.HANDOFF][anchors.DISTLOCK] = fit(handoff)
+    for operation in latency.REDLOCK.values():
+        fits[operation] = {library: fit(2.05) for library in anchors.REDLOCK_LIBRARIES}
+    return {"delays_ms": [0, 1], "large_from_ms": 1, "ping_k": 1.04, "ping_k_large": 1.01,
+            "limits": latency.LIMITS, "polling": anchors.POLLING, "fits": fits}
+
+
+def server_time_section(ours: float) -> dict[str, Any]:
+    libraries = {library: {"us_per_pair": 5.0, "calls_per_pair": {"evalsha": 1.0, "set": 1.0},
+                           "scripted_commands": ["del"], "pairs": 10}
+                 for library in anchors.LATENCY_LIBRARIES}
+    libraries[anchors.DISTLOCK] = {"us_per_pair": ours, "calls_per_pair": {"evalsha": 2.0},
+                                   "scripted_commands": ["set"], "pairs": 10}
+    return {"libraries": libraries, "distlock_vs_redis_py": ours / 5.0}
+
+
 def results(*, vs_redis_py: float, lost: int) -> dict[str, Any]:
     floor = {name: measured(1000.0) for name in (PING, PING_BARE, FLOOR, FLOOR_BARE)}
     locks = {mode: {library: measured(500.0) for library in anchors.UNCONTENDED_LIBRARIES}
@@ -47,6 +76,11 @@ def results(*, vs_redis_py: float, lost: int) -> dict[str, Any]:
                             anchors.CONTENDED_LIBRARIES[1:]} for k in (2, 8)}
     sections = {
         "uncontended": {"floor": floor, "locks": locks, "distlock_ratios": ratios},
+        "latency": latency_section(handoff=1.1, pair=2.0),
+        "server_time": server_time_section(12.0),
+        "memory": {"locks": 10, "bytes_per_lock": {anchors.DISTLOCK: 550.0,
+                                                   anchors.REDIS_PY: 150.0},
+                   "distlock_bytes_per_released_name": 150.0},
         "contention": {"by_k": by_k, "distlock_ratios": contention_ratios,
                        "seconds_per_run": 1.0, "redis_py_sleep_s": 0.001},
         "external": {
@@ -75,6 +109,51 @@ def test_targets_follow_the_ratios() -> None:
     bad = {t["target"]: t["met"] for t in results(vs_redis_py=0.9, lost=2)["targets"]}
     assert bad["uncontended (distinct names) vs redis-py Lock"] is False
     assert bad["lost updates (distlock, every K)"] is False
+
+
+def test_round_trip_server_time_and_memory_targets_follow_the_figures() -> None:
+    found = results(vs_redis_py=1.2, lost=0)
+    met = {t["target"]: t["met"] for t in found["targets"]}
+    assert met["handoff, round trips (calibrated)"] is True  # 1.1 <= 1.15
+    assert met["uncontended acquire+release, round trips (calibrated)"] is True
+    assert met["Redlock pair, 5 nodes, round trips (calibrated)"] is True
+    assert met["server time per acquire+release vs redis-py Lock"] is True  # 2.4x <= 3x
+    assert met["Redis memory per held lock (bytes)"] is True
+    assert met["handoffs/s vs python-redis-lock, K=2"] is True  # 1.5x at every K
+    sections = found["sections"]
+    sections["latency"] = latency_section(handoff=1.96, pair=2.11)
+    sections["server_time"] = server_time_section(20.0)
+    sections["memory"]["bytes_per_lock"][anchors.DISTLOCK] = 1230.0
+    sections["contention"]["distlock_ratios"]["K=2"][
+        f"handoffs/s vs {anchors.PYTHON_REDIS_LOCK}"] = 1.2
+    missed = {t["target"] for t in targets.check(sections) if not t["met"]}
+    assert {"handoff, round trips (calibrated)",
+            "uncontended acquire+release, round trips (calibrated)",
+            "server time per acquire+release vs redis-py Lock",
+            "Redis memory per held lock (bytes)",
+            "handoffs/s vs python-redis-lock, K=2"} <= missed
+
+
+def test_the_latency_table_has_a_row_per_operation_and_a_column_per_library() -> None:
+    text = report.markdown(results(vs_redis_py=1.2, lost=0))
+    assert ("| operation | limit | distlock | redis-py Lock | python-redis-lock | "
+            "pottery Redlock | redlock-py |") in text
+    assert "| uncontended acquire+release | 2 | 2 | 2 | 2 | 2 | 2 |" in text
+    # A polling waiter shows its median wait; an operation a library lacks shows "-".
+    assert ("| handoff | 1 | 1.1 | poll-bound: 0.5 ms at 0 delay (polls every 1 ms here) | 2 |"
+            in text)
+    assert "| Redlock pair, 3 nodes | 2 | 2.05 | - | - | 2.05 | 2.05 |" in text
+    assert "| distlock | 12.0 | 2.4 | evalsha x2 |" in text
+    assert "| python-redis-lock | 5 | 1 | evalsha x1, set x1 |" in text
+
+
+def test_the_fit_gives_round_trips_from_the_medians() -> None:
+    # 0.3 ms of fixed cost plus 2 round trips (a one-way delay d ms is a 2d ms round trip)
+    medians = {delay: 0.0003 + 2 * (2 * delay / 1000) for delay in (0, 0.5, 1, 2)}
+    intercept, slope = latency.fit(medians)
+    assert round(intercept, 6) == 0.0003 and round(slope, 6) == 2
+    medians[0] = 0.01  # only the delays from 1 ms count for the bias check
+    assert round(latency.fit(medians, from_ms=1)[1], 6) == 2
 
 
 def test_markdown_lists_targets_sections_and_external_results() -> None:
