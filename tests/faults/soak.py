@@ -177,6 +177,15 @@ class Soak:
                 if self.counted() < self.target:
                     self.start_worker()
 
+    def _kill_next(self) -> bool:
+        """Kill or pause? The first fault kills and the second pauses, so that a short run
+        (a fast lock reaches its count in seconds) has both; after that, a coin decides."""
+        if not self.faults.kills:
+            return True
+        if not self.faults.pauses:
+            return False
+        return self.random.random() < 0.5
+
     def inject_fault(self) -> None:
         holder = self.backend.info(LOCK_NAME)
         holder_pid = holder.pid if holder and holder.pid in self.children else None
@@ -191,7 +200,7 @@ class Soak:
         child = self.children[pid]
         if child.reaped:
             return
-        if self.random.random() < 0.5:
+        if self._kill_next():
             child.kill()
             # Taken after the signal: the process may have run until then, not longer.
             self.faults.killed_at[self.log_of[pid]] = time.monotonic()
