@@ -32,7 +32,7 @@ def acquire_all(names: list[str], ttl_ms: int) -> dict[str, str]:
             acquires.append(calls.acquire_call(backend.layout, name, tokens[name], ttl_ms, meta,
                                                0))
         replies = backend.run_pipelined("acquire", acquires)
-        if not all(int(reply[0]) == 1 for reply in replies):
+        if not all(calls.attempt_from(reply).acquired for reply in replies):
             raise RuntimeError("a lock meant to be free was held")
     return tokens
 

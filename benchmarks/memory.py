@@ -4,8 +4,8 @@ distlock stores, per lock, what its acquire script writes (holder, fencing token
 index entry). The anchors store one string each (their token); they are held by pipelining
 exactly the SET each one's acquire() sends, and one lock taken through each library checks
 that: its keys and values must be as long as the pipelined ones. The figure after
-release is what distlock keeps per name once every lock is released: the fencing memory,
-which expires a day after the last lease.
+release is what distlock keeps per name once every lock is released: its share of the
+fencing memory, one key per bucket of names (1,024 in all), kept for good.
 """
 from __future__ import annotations
 

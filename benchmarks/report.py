@@ -100,7 +100,7 @@ def markdown(results: dict[str, Any]) -> str:
     if memory:
         lines += [f"## Redis memory per held lock ({memory['locks']:,} locks)", ""]
         rows = [[library, value] for library, value in memory["bytes_per_lock"].items()]
-        rows.append(["distlock, per name after release (fencing memory, 24 h)",
+        rows.append(["distlock, per name after release (fencing memory: one key per bucket)",
                      memory["distlock_bytes_per_released_name"]])
         lines += _table(["library", "bytes"], rows)
         checks = memory.get("anchor_key_checks", {})

@@ -71,7 +71,7 @@ class LockKeys(NamedTuple):
     """
 
     lock: str  # string: token, fence, metadata (distlock.backends.scripts); its TTL is the lease
-    fence: str  # last fencing token issued for this name
+    fence: str  # last fencing token issued in the bucket (one key per bucket, never expires)
     waiters: str  # zset of waiting tokens: by arrival (one server), or by when they stop (Redlock)
     live: str  # zset of waiting tokens, by when their registration ends (one server)
     signal: str  # list a Redlock release pushes a grant to; waiters BLPOP it
@@ -87,6 +87,7 @@ class KeyLayout:
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self.index_keys = self.bucket_keys("held")
+        self.fence_keys = self.bucket_keys("fence")
         # Hot names (a cron job's, a view's) are locked again and again: build their keys once.
         self.keys_for = lru_cache(maxsize=4096)(self._keys_for)
 
@@ -111,7 +112,7 @@ class KeyLayout:
         base = self._tag(bucket)
         return LockKeys(
             lock=f"{base}:lock:{encoded}",
-            fence=f"{base}:fence:{encoded}",
+            fence=self.fence_keys[bucket],
             waiters=f"{base}:wait:{encoded}",
             live=f"{base}:live:{encoded}",
             signal=f"{base}:signal:{encoded}",

@@ -96,6 +96,38 @@ def test_fencing_tokens_keep_rising_when_the_server_loses_its_data(data) -> None
         assert lk.fencing_token > before
 
 
+def test_fencing_memory_is_one_key_per_bucket_that_never_expires(data) -> None:
+    layout = locks["default"].layout
+    with distlock.lock("fence-a", ttl=5) as lk:
+        first = lk.fencing_token
+    fence_key = layout.keys_for("fence-a").fence
+    assert data.keys("*") == [fence_key]  # nothing is left behind per name
+    assert data.pttl(fence_key) == -1 and int(data.get(fence_key)) == first
+    # As if the server's clock had stepped back 1,000 s: the remembered token wins, for this
+    # name and for every other name of the bucket.
+    ahead = first + 1_000_000_000
+    data.set(fence_key, ahead)
+    neighbour = next(f"fence-{n}" for n in range(10_000)
+                     if layout.keys_for(f"fence-{n}").fence == fence_key)
+    tokens = []
+    for name in ("fence-a", neighbour, "fence-a"):
+        with distlock.lock(name, ttl=5) as lk:
+            tokens.append(lk.fencing_token)
+    assert tokens == [ahead + 1, ahead + 2, ahead + 3]
+
+
+def test_a_lock_acquired_with_its_lease_left_to_run_out_keeps_its_token_memory(data) -> None:
+    lk = distlock.lock("fence-expired", ttl=0.05)
+    lk.acquire()  # never released: the lease runs out, as after a crash
+    first = lk.fencing_token
+    fence_key = locks["default"].layout.keys_for("fence-expired").fence
+    time.sleep(0.1)
+    ahead = first + 1_000_000_000
+    data.set(fence_key, ahead)  # a clock that stepped back 1,000 s
+    with distlock.lock("fence-expired", ttl=5) as again:
+        assert again.fencing_token == ahead + 1
+
+
 def test_metadata_is_json_never_pickle(data) -> None:
     with distlock.lock("meta", ttl=5, purpose="nightly export"):
         # TOKEN FENCE ACQUIRED_MS RENEWALS DEPTH METADATA (distlock.backends.scripts)

@@ -124,7 +124,12 @@ def held_names_calls(layout: KeyLayout) -> list[Call]:
 
 
 # --- replies ----------------------------------------------------------------------------
-def attempt_from(reply: list[Any]) -> Attempt:
+def attempt_from(reply: Any) -> Attempt:
+    """Return the Attempt in ACQUIRE's reply ("FENCE ACQUIRED_MS" when acquired) or in
+    GRANT_ACQUIRE's ({1, fence, acquired ms})."""
+    if isinstance(reply, (bytes, str)):
+        fence, acquired = text(reply).split(" ")
+        return Attempt(True, fencing_token=int(fence), acquired_ms=int(acquired))
     if int(reply[0]) == 1:
         return Attempt(True, fencing_token=int(reply[1]), acquired_ms=int(reply[2]))
     if len(reply) > 2:  # one server: the place in the queue and the server's clock

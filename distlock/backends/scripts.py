@@ -20,6 +20,19 @@ local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 """
 
+# Shared prelude of the acquire scripts (the hot path): the server's clock as strings of
+# digits, ``now_ms`` (13 digits) and ``now_us`` (16), cut from TIME's two strings. Joining
+# strings is exact and costs a fraction of tonumber() arithmetic plus string.format('%.0f'),
+# which Lua needs for numbers over 14 digits. Lua turns them into numbers where arithmetic
+# uses them (``now_ms + ttl``), and redis.call() passes such a number on with 17 significant
+# digits, exactly.
+_CLOCK = """
+local clock = redis.call('TIME')
+local micros = string.sub('00000' .. clock[2], -6)
+local now_us = clock[1] .. micros
+local now_ms = clock[1] .. string.sub(micros, 1, 3)
+"""
+
 # Shared prelude: read the lock KEYS[1]. Sets ``holder`` (nil when nobody holds it), its
 # ``fence``, ``acquired``, ``renewals``, ``depth`` and ``meta``, and ``reserved`` (the token or
 # grant the lock was handed to, nil when it was not).
@@ -42,29 +55,29 @@ _HELD_VALUE = (
     "holder .. ' ' .. fence .. ' ' .. acquired .. ' ' .. renewals .. ' ' .. depth .. ' ' .. meta"
 )
 
-# How long a name's last fencing token is remembered after its lease (ms). Tokens are also
-# seeded from the server clock in microseconds, so they keep rising after the memory expires
-# or the server restarts empty, as long as the server's clock does not step back.
-FENCE_MEMORY_MS = 24 * 3600 * 1000
-
 # Shared snippet: make token ARGV[1] the holder of the lock, with a lease of ARGV[2] ms,
 # metadata ARGV[3], the next fencing token, and name ARGV[4] in the bucket's index; sets
-# ``fence``. Needs KEYS[1] lock, KEYS[2] fence, KEYS[5] index zset, now_ms and now_us.
+# ``fence``. Needs KEYS[1] lock, KEYS[2] the bucket's fence, KEYS[5] index zset, and the
+# strings now_ms and now_us (_CLOCK).
+#
+# Fencing tokens come from the server's clock in microseconds, and are at least one more than
+# the last token issued in the lock's bucket, which KEYS[2] remembers for good (one small key
+# per bucket; SET ... GET swaps it in one command). So they keep rising while the server's
+# clock steps back, and after a restart that lost the memory, as long as the clock has moved
+# past the last token by then. (Digit strings of one length compare as their numbers do.)
 _TAKE = """
-local ttl = tonumber(ARGV[2])
 local fence = now_us
-local last = tonumber(redis.call('GET', KEYS[2]))
-if last and last >= fence then
-  fence = last + 1
+local last = redis.call('SET', KEYS[2], fence, 'GET')
+if last and (#last > #fence or (#last == #fence and last >= fence)) then
+  fence = string.format('%.0f', tonumber(last) + 1)
+  redis.call('SET', KEYS[2], fence)
 end
-fence = string.format('%.0f', fence)
-redis.call('SET', KEYS[2], fence, 'PX', ttl + """ + str(FENCE_MEMORY_MS) + """)
-redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. fence .. ' ' .. string.format('%.0f', now_ms)
-  .. ' 0 1 ' .. ARGV[3], 'PX', ttl)
-redis.call('ZADD', KEYS[5], string.format('%.0f', now_ms + ttl), ARGV[4])
--- On one acquire in 16, drop a few index entries whose lease ended without a release
+redis.call('PSETEX', KEYS[1], ARGV[2],
+  ARGV[1] .. ' ' .. fence .. ' ' .. now_ms .. ' 0 1 ' .. ARGV[3])
+redis.call('ZADD', KEYS[5], now_ms + ARGV[2], ARGV[4])
+-- On one acquire in 10, drop a few index entries whose lease ended without a release
 -- (crashed holders), so the index stays about the size of the set of held locks.
-if now_us % 16 == 0 then
+if string.sub(now_us, -1) == '0' then
   local ended = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms, 'LIMIT', 0, 32)
   if #ended > 0 then
     redis.call('ZREM', KEYS[5], unpack(ended))
@@ -107,26 +120,27 @@ end
 """
 
 # Acquire a lock, claim it when it was handed to this token, or join its queue of waiters.
-#   KEYS[1] lock   KEYS[2] fence   KEYS[3] queue zset (tokens by arrival, in us)
+#   KEYS[1] lock   KEYS[2] the bucket's fence   KEYS[3] queue zset (tokens by arrival, in us)
 #   KEYS[4] liveness zset (tokens by when their registration ends, ms)
 #   KEYS[5] index zset of the bucket (names by lease end)
 #   ARGV[1] token   ARGV[2] lease (ms)   ARGV[3] holder metadata (JSON)   ARGV[4] name
 #   ARGV[5] patience (ms): how long to stay registered as a waiter when the lock is held;
 #   0 to not queue   ARGV[6] '1' when this token may be queued already (it waited)
-# Returns {1, fencing token, server time ms} when acquired (also when this token already
-# holds it: a retried call whose first reply was lost), {0, remaining lease ms, place in the
-# queue (0 first, -1 not queued), server time ms} when held. A lock handed to a waiter is
-# reserved for it for the grace: newcomers cannot barge in before it claims it.
-ACQUIRE = _NOW + _READ + """
+# Returns the string "FENCE ACQUIRED_MS" when acquired (also when this token already holds
+# it: a retried call whose first reply was lost; one string costs the server less than a
+# table), {0, remaining lease ms, place in the queue (0 first, -1 not queued), server time
+# ms} when held. A lock handed to a waiter is reserved for it for the grace: newcomers cannot
+# barge in before it claims it.
+ACQUIRE = _CLOCK + _READ + """
 if holder == ARGV[1] then
-  return {1, fence, tonumber(acquired)}
+  return fence .. ' ' .. acquired
 end
-local patience = tonumber(ARGV[5])
 if holder or (reserved and reserved ~= ARGV[1]) then
+  local patience = tonumber(ARGV[5])
   local place = -1
   if patience > 0 then
-    redis.call('ZADD', KEYS[3], 'NX', string.format('%.0f', now_us), ARGV[1])
-    redis.call('ZADD', KEYS[4], string.format('%.0f', now_ms + patience), ARGV[1])
+    redis.call('ZADD', KEYS[3], 'NX', now_us, ARGV[1])
+    redis.call('ZADD', KEYS[4], now_ms + patience, ARGV[1])
     for _, key in ipairs({KEYS[3], KEYS[4]}) do
       if redis.call('PTTL', key) < patience then
         redis.call('PEXPIRE', key, patience)
@@ -141,7 +155,7 @@ if ARGV[6] == '1' or reserved then
   redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('ZREM', KEYS[4], ARGV[1])
 end
-return {1, fence, now_ms}
+return fence .. ' ' .. now_ms
 """
 
 # Release a lock (or one level of a reentrant hold) and hand it to the longest waiter.
@@ -151,11 +165,22 @@ return {1, fence, now_ms}
 #   ARGV[4] how long the waiter handed the lock has to claim it (ms)
 # Returns 0 when ARGV[1] does not hold the lock, 1 when released, 2 when one reentrant level
 # was released and the lock is still held.
-RELEASE = _READ + """
+# (The hot path reads only the holder and the depth; the whole value only for a reentrant
+# level. A reservation, ``=TOKEN``, has no holder: it matches nothing here.)
+RELEASE = """
+local value = redis.call('GET', KEYS[1])
+if not value then
+  return 0
+end
+local holder, depth = string.match(value, '^([^=]%S*) %S+ %S+ %S+ (%S+) ')
 if not holder or (ARGV[1] ~= '' and holder ~= ARGV[1]) then
   return 0
 end
-""" + _ONE_LEVEL + """
+if ARGV[3] ~= '1' and depth ~= '1' then
+  local fence, acquired, renewals, meta
+  holder, fence, acquired, renewals, depth, meta =
+    string.match(value, '^(%S+) (%S+) (%S+) (%S+) (%S+) (.*)$')
+""" + _ONE_LEVEL + """end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[4], ARGV[2])
 if redis.call('EXISTS', KEYS[2]) == 1 then
@@ -287,7 +312,7 @@ end
 # holds it: a retried call whose first reply was lost), {0, remaining lease ms} when held.
 # A lock just released to waiters is reserved for the waiter that pops the grant: newcomers
 # cannot barge in before it, which keeps waiting fair and bounded.
-GRANT_ACQUIRE = _NOW + _READ + """
+GRANT_ACQUIRE = _CLOCK + _READ + """
 if holder == ARGV[1] then
   return {1, fence, tonumber(acquired)}
 end
