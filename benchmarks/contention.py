@@ -8,9 +8,18 @@ holder was another process: what a lock must do fast when work moves between pro
 the wait of each acquire() call (median, p99, max, over every acquisition of every repeat),
 and lost updates (acquisitions minus the final counter: anything but 0 means two processes
 were inside the lock at once).
+
+The longest waits are explained, not dropped: every worker reports, for each acquisition, how
+long it was runnable but not running (its run-queue delay, /proc/self/schedstat) while it
+waited and while it held the lock. For each wait longer than LONG_WAIT_P99S times the p99
+(and the longest wait), the report gives the waiter's own run-queue delay and that of the
+processes that held the lock during the wait (each hold's delay, capped at its overlap with
+the wait): a wait is "scheduler-bound" when those delays cover at least half of its excess
+over the p99. The same is done for every library; max and p99 are over every wait, as before.
 """
 from __future__ import annotations
 
+import bisect
 import json
 import random
 import subprocess
@@ -24,6 +33,7 @@ from . import anchors
 from .harness import ROOT, Profile, log, median, paired_ratio, percentile
 
 START_DELAY = 0.2  # seconds between sending a job and its start: every worker has it by then
+LONG_WAIT_P99S = 5  # a wait longer than this many p99s is explained in the report
 
 
 class Workers:
@@ -110,6 +120,49 @@ def _one_run(results: list[dict[str, Any]], final_count: int, seconds: float) ->
         "handoffs_per_s": handoffs / seconds,
         "lost_updates": acquisitions - final_count,
         "waits_us": [wait for result in results for wait in result["waits_us"]],
+        "spans": [result["spans"] for result in results],  # per worker, as it reported them
+        "run_queue": all(result["run_queue"] for result in results),
+    }
+
+
+def _long_waits(repeats: list[dict[str, Any]], p99_us: float) -> dict[str, Any]:
+    """How much of the long waits (over LONG_WAIT_P99S p99s) and of the longest one was
+    run-queue delay: the waiter's own, and that of the processes holding the lock meanwhile."""
+    threshold = LONG_WAIT_P99S * p99_us
+    long_count = bound = 0
+    worst: dict[str, Any] | None = None
+    for repeat in repeats:
+        holds = sorted((span[1], span[2], span[4], worker)
+                       for worker, spans in enumerate(repeat["spans"]) for span in spans)
+        starts = [hold[0] for hold in holds]
+        longest_hold = max((end - start for start, end, _, _ in holds), default=0)
+        for worker, spans in enumerate(repeat["spans"]):
+            for began, acquired, _, waiter_queued, _ in spans:
+                wait = acquired - began
+                if wait <= threshold and (worst is not None and wait <= worst["wait_us"]):
+                    continue
+                holders_queued = sum(
+                    min(queued, min(end, acquired) - max(start, began))
+                    for start, end, queued, other in holds[
+                        bisect.bisect_left(starts, began - longest_hold):
+                        bisect.bisect_left(starts, acquired)]
+                    if other != worker and end > began)
+                explained = waiter_queued + holders_queued >= (wait - p99_us) / 2
+                if wait > threshold:
+                    long_count += 1
+                    bound += explained
+                if worst is None or wait > worst["wait_us"]:
+                    worst = {"wait_us": wait, "waiter": waiter_queued,
+                             "holders": holders_queued}
+    known = all(repeat["run_queue"] for repeat in repeats)
+    return {
+        "long_wait_threshold_ms": round(threshold / 1000, 3),
+        "long_waits": long_count,
+        "long_waits_scheduler_bound": bound if known else None,
+        "worst_wait_waiter_run_queue_ms":
+            round(worst["waiter"] / 1000, 3) if worst and known else None,
+        "worst_wait_holders_run_queue_ms":
+            round(worst["holders"] / 1000, 3) if worst and known else None,
     }
 
 
@@ -128,9 +181,11 @@ def _aggregate(profile: Profile, runs: dict[tuple[int, str], list[dict[str, Any]
                 "wait_median_ms": round(median(waits) / 1000, 3),
                 "wait_p99_ms": round(percentile(waits, 0.99) / 1000, 3),
                 "wait_max_ms": round(max(waits, default=0) / 1000, 3),
+                "wait_p999_ms": round(percentile(waits, 0.999) / 1000, 3),
                 "lost_updates": sum(r["lost_updates"] for r in repeats),
                 "acquisitions": len(waits),
                 "repeats": len(repeats),
+                **_long_waits(repeats, percentile(waits, 0.99)),
             }
         ours = runs[(k, anchors.DISTLOCK)]
         ratios[f"K={k}"] = {}
@@ -144,4 +199,4 @@ def _aggregate(profile: Profile, runs: dict[tuple[int, str], list[dict[str, Any]
         by_k[f"K={k}"] = row
     return {"by_k": by_k, "distlock_ratios": ratios,
             "seconds_per_run": profile.contention_seconds,
-            "redis_py_sleep_s": anchors.REDIS_PY_SLEEP}
+            "redis_py_sleep_s": anchors.REDIS_PY_SLEEP, "long_wait_p99s": LONG_WAIT_P99S}

@@ -5,6 +5,12 @@ JSON line. A job names a library, a lock, a counter key and a time window (``sta
 ``end``, on the wall clock every worker shares). Until ``end`` the worker takes the lock,
 does a deliberately non-atomic read-modify-write of the counter (GET, then SET), and
 releases. The counter holds ``count:pid`` so the next holder sees who held it last.
+
+For every acquisition it also reports when the wait began, when acquire() returned and when
+release() returned (wall clock), and how long this process was runnable but not running
+(its run-queue delay, from /proc/self/schedstat) while it waited and while it held the lock.
+Those reads happen outside the timed wait, the same way for every library; where the file
+does not exist (not Linux) the delays are reported as None.
 """
 from __future__ import annotations
 
@@ -21,6 +27,21 @@ from benchmarks import anchors
 from benchmarks.harness import configure_distlock
 
 
+class RunQueue:
+    """This process's total run-queue delay so far (ns), from /proc/self/schedstat."""
+
+    def __init__(self) -> None:
+        try:
+            self.fd: int | None = os.open("/proc/self/schedstat", os.O_RDONLY)
+        except OSError:
+            self.fd = None
+
+    def delay_ns(self) -> int:
+        if self.fd is None:
+            return 0
+        return int(os.pread(self.fd, 128, 0).split()[1])
+
+
 def compete(make: Callable[[str], Any], data: redis.Redis, job: dict[str, Any],
             me: str) -> dict[str, Any]:
     name, counter = job["name"], job["counter"]
@@ -29,19 +50,34 @@ def compete(make: Callable[[str], Any], data: redis.Redis, job: dict[str, Any],
         time.sleep(delay)
     clock = time.perf_counter
     waits: list[int] = []
+    # Per acquisition: wait began, acquired, released (us since job["start"]), and the
+    # run-queue delay (us) while waiting and while holding.
+    spans: list[tuple[int, int, int, int, int]] = []
+    run_queue = RunQueue()
+    start = job["start"]
     handoffs = 0
     while time.time() < job["end"]:
         lock = make(name)
+        queued = run_queue.delay_ns()
+        began = time.time()
         asked = clock()
         lock.acquire()
         waited = clock() - asked
+        acquired = time.time()
+        queued_acquired = run_queue.delay_ns()
         value = data.get(counter)
         count, _, previous = (value or b"0:").decode().partition(":")
         data.set(counter, f"{int(count) + 1}:{me}")
         lock.release()
+        released = time.time()
+        queued_released = run_queue.delay_ns()
         waits.append(round(waited * 1e6))
+        spans.append((round((began - start) * 1e6), round((acquired - start) * 1e6),
+                       round((released - start) * 1e6), (queued_acquired - queued) // 1000,
+                       (queued_released - queued_acquired) // 1000))
         handoffs += previous not in ("", me)
-    return {"acquisitions": len(waits), "handoffs": handoffs, "waits_us": waits}
+    return {"acquisitions": len(waits), "handoffs": handoffs, "waits_us": waits,
+            "spans": spans, "run_queue": run_queue.fd is not None}
 
 
 def main(url: str) -> None:

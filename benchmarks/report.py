@@ -96,6 +96,7 @@ def markdown(results: dict[str, Any]) -> str:
                              measured["lost_updates"]])
         lines += _table(["K", "library", "acquisitions/s", "handoffs/s", "wait median ms",
                          "wait p99 ms", "wait max ms", "lost updates"], rows)
+        lines += _long_waits(contention)
     memory = sections.get("memory")
     if memory:
         lines += [f"## Redis memory per held lock ({memory['locks']:,} locks)", ""]
@@ -272,6 +273,34 @@ def _plot_uncontended(ax: Any, pairs: dict[str, Any] | None, colours: dict[str, 
                   fontsize=8)
     ax.set_yscale("log")
     ax.legend(fontsize=7)
+
+
+def _long_waits(contention: dict[str, Any]) -> list[str]:
+    """The table of the long waits and the run-queue delay in them (absent from runs made
+    before the workers reported it)."""
+    rows = []
+    for k, row in contention["by_k"].items():
+        for library, measured in row.items():
+            if "long_waits" not in measured:
+                return []
+            rows.append([k, library, measured["wait_p999_ms"], measured["wait_max_ms"],
+                         _or_na(measured["worst_wait_waiter_run_queue_ms"]),
+                         _or_na(measured["worst_wait_holders_run_queue_ms"]),
+                         measured["long_wait_threshold_ms"], measured["long_waits"],
+                         _or_na(measured["long_waits_scheduler_bound"])])
+    times = contention.get("long_wait_p99s", 5)
+    lines = [f"Long waits, every library alike: run-queue delay is the time a process was "
+             f"runnable but not running (/proc/self/schedstat); the holders' is that of the "
+             f"processes holding the lock during the wait, each capped at its overlap with it. "
+             f"A long wait (over {times:g} p99s) is scheduler-bound when these delays cover at "
+             f"least half its excess over the p99. No wait is dropped from any figure.", ""]
+    return lines + _table(["K", "library", "wait p99.9 ms", "wait max ms",
+                           "max: waiter's run queue ms", "max: holders' run queue ms",
+                           "long wait from ms", "long waits", "of which scheduler-bound"], rows)
+
+
+def _or_na(value: Any) -> Any:
+    return "n/a" if value is None else value
 
 
 def _plot_contention(rate_ax: Any, wait_ax: Any, contention: dict[str, Any] | None,

@@ -228,3 +228,23 @@ def test_missing_outputs_and_failed_sections_are_named(tmp_path: Path) -> None:
     ]
     prefix.with_suffix(".md").unlink()
     assert check_outputs.problems(prefix) == [f"{prefix}.md was not written"]
+
+
+def test_long_waits_are_attributed_to_the_run_queue_not_dropped() -> None:
+    from benchmarks import contention
+
+    # Worker 0 holds 0-50 ms, 48 ms of it runnable but not running; worker 1 waits 0-50 ms.
+    # Short waits of 1 ms make the p99 small, so the 50 ms wait is a long one.
+    short = [(100_000 + i * 10, 101_000 + i * 10, 101_005 + i * 10, 0, 0) for i in range(200)]
+    repeat = {"spans": [[(0, 0, 50_000, 0, 48_000)], [(0, 50_000, 50_100, 100, 0), *short]],
+              "run_queue": True}
+    found = contention._long_waits([repeat], 1_000)
+    assert found["long_waits"] == 1
+    assert found["long_waits_scheduler_bound"] == 1
+    assert found["worst_wait_waiter_run_queue_ms"] == 0.1
+    assert found["worst_wait_holders_run_queue_ms"] == 48.0
+    # Without the holder's delay, the same wait is not scheduler-bound, and still counted.
+    repeat["spans"][0] = [(0, 0, 50_000, 0, 0)]
+    assert contention._long_waits([repeat], 1_000)["long_waits_scheduler_bound"] == 0
+    repeat["run_queue"] = False
+    assert contention._long_waits([repeat], 1_000)["long_waits_scheduler_bound"] is None
