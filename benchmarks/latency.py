@@ -9,6 +9,9 @@ another:
 - an uncontended acquire+release of distlock and each anchor, on one server;
 - the handoff: a holder thread calls release() while a waiter thread is blocked in
   acquire(); the time from the start of release() until the waiter's acquire() returns;
+- distlock's handoff through Sentinel: a sentinel (not delayed: clients ask it only when
+  they connect) monitors the first server at its proxy's address, so the clients that it
+  points at the master go through the proxy;
 - Redlock acquire+release over 3 and 5 servers (distlock's RedlockBackend, pottery,
   redlock-py).
 
@@ -36,18 +39,21 @@ from urllib.parse import urlsplit
 
 import redis
 
-from tests.redis_server import RedisServer
+from tests.redis_server import RedisServer, _wait_until
 
 from . import anchors
 from .harness import KEY_PREFIX, ROOT, Profile, distlock_aliases, log
 from .uncontended import FLOOR, PING
 
 PAIR, HANDOFF = "uncontended acquire+release", "handoff"
+HANDOFF_SENTINEL = "handoff through Sentinel"
+SENTINEL_SERVICE = "bench"
 REDLOCK = {3: "Redlock pair, 3 nodes", 5: "Redlock pair, 5 nodes"}
 CLIENT = "redis-py client"  # who sends the bare commands
 # The physical limit of each operation, in round trips.
-LIMITS = {PING: 1, FLOOR: 2, PAIR: 2, HANDOFF: 1, REDLOCK[3]: 2, REDLOCK[5]: 2}
-OPERATIONS = (PAIR, HANDOFF, REDLOCK[3], REDLOCK[5])
+LIMITS = {PING: 1, FLOOR: 2, PAIR: 2, HANDOFF: 1, HANDOFF_SENTINEL: 1, REDLOCK[3]: 2,
+          REDLOCK[5]: 2}
+OPERATIONS = (PAIR, HANDOFF, HANDOFF_SENTINEL, REDLOCK[3], REDLOCK[5])
 NODES = 5
 # A handoff's waiter gets this long, plus SETTLE_ROUND_TRIPS, to be waiting before the
 # holder releases: queued and blocked (distlock, python-redis-lock) or polling.
@@ -139,6 +145,8 @@ def cases(urls: list[str], profile: Profile) -> dict[Key, Case]:
         name = f"latency:{library.split()[0]}"  # redis-py's and redlock-py's keys are bare
         calls[(PAIR, library)] = anchors.pair(make, lambda name=name: f"{name}:pair")
         found[(HANDOFF, library)] = _handoffs(make, f"{name}:handoff", profile.latency_handoffs)
+    found[(HANDOFF_SENTINEL, anchors.DISTLOCK)] = _handoffs(
+        _on_alias("sentinel"), "latency:distlock:sentinel", profile.latency_handoffs)
     for nodes, operation in REDLOCK.items():
         for library in anchors.REDLOCK_LIBRARIES:
             make = anchors.redlock_factory(library, urls[:nodes], using=f"redlock{nodes}")
@@ -152,6 +160,12 @@ def cases(urls: list[str], profile: Profile) -> dict[Key, Case]:
         if key[0] == HANDOFF:
             found[key](0.0)
     return found
+
+
+def _on_alias(alias: str) -> Callable[[str], Any]:
+    import distlock
+
+    return lambda name: distlock.lock(name, ttl=anchors.TTL, using=alias)
 
 
 def _handoffs(make: Callable[[str], Any], name: str, count: int) -> Case:
@@ -230,6 +244,8 @@ def summarise(samples: dict[Key, dict[float, list[float]]], profile: Profile
 # --- the section ------------------------------------------------------------------------
 def run(profile: Profile, url: str) -> dict[str, Any]:
     extra = [RedisServer() for _ in range(NODES - 1)]
+    sentinel = RedisServer(["--sentinel"])
+    sentinel.config_file = sentinel.directory / "sentinel.conf"
     proxies = None
     try:
         for server in extra:
@@ -237,21 +253,47 @@ def run(profile: Profile, url: str) -> dict[str, Any]:
         ports = [urlsplit(url).port or 6379, *(server.port for server in extra)]
         proxies = Proxies(ports)
         urls = [f"redis://127.0.0.1:{port}/0" for port in proxies.ports]
-        with distlock_aliases(_aliases(urls)):
+        _start_sentinel(sentinel, proxies.ports[0])
+        with distlock_aliases(_aliases(urls, sentinel.address)):
             samples = measure(cases(urls, profile), proxies, profile)
     finally:
         if proxies:
             proxies.close()
-        for server in extra:
+        for server in (*extra, sentinel):
             server.stop()
     return summarise(samples, profile)
 
 
-def _aliases(urls: list[str]) -> dict[str, dict[str, Any]]:
-    """distlock's default alias on the first proxied server, and Redlock over 3 and 5."""
+def _start_sentinel(sentinel: RedisServer, master_port: int) -> None:
+    """Start ``sentinel`` monitoring the master at ``master_port`` (its proxy); return once
+    it answers for the master there."""
+    assert sentinel.config_file is not None
+    sentinel.config_file.write_text("\n".join([
+        "sentinel resolve-hostnames no",
+        f"sentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {master_port} 1",
+        f"sentinel down-after-milliseconds {SENTINEL_SERVICE} 60000",  # delays are not outages
+        "",
+    ]))
+    sentinel.start()
+
+    def knows_master() -> bool:
+        with sentinel.client() as client:
+            found = client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME",
+                                           SENTINEL_SERVICE)
+        return bool(found) and int(found[1]) == master_port
+
+    _wait_until(knows_master, 10.0, "the sentinel to know the master")
+
+
+def _aliases(urls: list[str], sentinel: tuple[str, int]) -> dict[str, dict[str, Any]]:
+    """distlock's default alias on the first proxied server, the same server through the
+    sentinel, and Redlock over 3 and 5."""
     aliases: dict[str, dict[str, Any]] = {
         "default": {"BACKEND": "distlock.backends.redis.RedisBackend", "LOCATION": urls[0],
-                    "KEY_PREFIX": KEY_PREFIX}}
+                    "KEY_PREFIX": KEY_PREFIX},
+        "sentinel": {"BACKEND": "distlock.backends.redis.RedisBackend",
+                     "LOCATION": f"redis://{SENTINEL_SERVICE}/0",
+                     "OPTIONS": {"SENTINELS": [sentinel]}, "KEY_PREFIX": KEY_PREFIX}}
     for nodes in REDLOCK:
         aliases[f"redlock{nodes}"] = {"BACKEND": "distlock.backends.redlock.RedlockBackend",
                                       "LOCATION": urls[:nodes], "KEY_PREFIX": KEY_PREFIX}

@@ -45,6 +45,7 @@ def latency_section(handoff: float, pair: float) -> dict[str, Any]:
                           for library in anchors.LATENCY_LIBRARIES},
     }
     fits[latency.HANDOFF][anchors.DISTLOCK] = fit(handoff)
+    fits[latency.HANDOFF_SENTINEL] = {anchors.DISTLOCK: fit(handoff)}
     for operation in latency.REDLOCK.values():
         fits[operation] = {library: fit(2.05) for library in anchors.REDLOCK_LIBRARIES}
     return {"delays_ms": [0, 1], "large_from_ms": 1, "ping_k": 1.04, "ping_k_large": 1.01,
@@ -115,6 +116,7 @@ def test_round_trip_server_time_and_memory_targets_follow_the_figures() -> None:
     found = results(vs_redis_py=1.2, lost=0)
     met = {t["target"]: t["met"] for t in found["targets"]}
     assert met["handoff, round trips (calibrated)"] is True  # 1.1 <= 1.15
+    assert met["handoff through Sentinel, round trips (calibrated)"] is True
     assert met["uncontended acquire+release, round trips (calibrated)"] is True
     assert met["Redlock pair, 5 nodes, round trips (calibrated)"] is True
     assert met["server time per acquire+release vs redis-py Lock"] is True  # 2.4x <= 3x
@@ -128,6 +130,7 @@ def test_round_trip_server_time_and_memory_targets_follow_the_figures() -> None:
         f"handoffs/s vs {anchors.PYTHON_REDIS_LOCK}"] = 1.2
     missed = {t["target"] for t in targets.check(sections) if not t["met"]}
     assert {"handoff, round trips (calibrated)",
+            "handoff through Sentinel, round trips (calibrated)",
             "uncontended acquire+release, round trips (calibrated)",
             "server time per acquire+release vs redis-py Lock",
             "Redis memory per held lock (bytes)",
@@ -143,6 +146,7 @@ def test_the_latency_table_has_a_row_per_operation_and_a_column_per_library() ->
     assert ("| handoff | 1 | 1.1 | poll-bound: 0.5 ms at 0 delay (polls every 1 ms here) | 2 |"
             in text)
     assert "| Redlock pair, 3 nodes | 2 | 2.05 | - | - | 2.05 | 2.05 |" in text
+    assert "| handoff through Sentinel | 1 | 1.1 | - | - | - | - |" in text
     assert "| distlock | 12.0 | 2.4 | evalsha x2 |" in text
     assert "| python-redis-lock | 5 | 1 | evalsha x1, set x1 |" in text
 
