@@ -215,7 +215,7 @@ class Lock:
         """
         backend, token, final = self._begin_release()
         try:
-            outcome = backend.release(self.name, token)
+            outcome = backend.release(self.name, token, every_level=final)
         except BaseException:
             self._abort_release(final)
             raise
@@ -225,7 +225,7 @@ class Lock:
         """Async twin of release()."""
         backend, token, final = self._begin_release()
         try:
-            outcome = await backend.arelease(self.name, token)
+            outcome = await backend.arelease(self.name, token, every_level=final)
         except BaseException:
             self._abort_release(final)
             raise

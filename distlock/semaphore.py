@@ -94,10 +94,10 @@ class Permits:
     async def aleave_queue(self, name: str, token: str) -> None:
         await self.backend.asemaphore_leave(name, token)
 
-    def release(self, name: str, token: str, *, force: bool = False) -> int:
+    def release(self, name: str, token: str, *, every_level: bool = False) -> int:
         return self.backend.semaphore_release(name, token)
 
-    async def arelease(self, name: str, token: str, *, force: bool = False) -> int:
+    async def arelease(self, name: str, token: str, *, every_level: bool = False) -> int:
         return await self.backend.asemaphore_release(name, token)
 
     def extend(self, name: str, token: str, ttl_ms: int, *, renewal: bool = False,

@@ -316,3 +316,19 @@ def test_acquire_while_the_lease_runs_still_refuses(redis_backend: str) -> None:
     with pytest.raises(distlock.LockError, match="already holds"):
         lk.acquire(wait=0)
     lk.release()
+
+
+def test_the_last_release_frees_the_lock_even_if_the_server_counted_one_more_level(
+    backend_kind: str,
+) -> None:
+    """A reentrant acquire whose reply was lost leaves the server one level deeper than the
+    Lock object knows. The object's last release() frees the lock all the same: it releases
+    every level, not one, rather than leave the lock held until its lease ends."""
+    lk = distlock.lock("re-lost", ttl=5, reentrant=True)
+    lk.acquire()
+    backend = distlock.locks["default"]
+    assert lk.token is not None
+    assert backend.extend("re-lost", lk.token, 5000, reenter=True)  # the level that was lost
+    lk.release()
+    assert backend.info("re-lost") is None
+    assert distlock.lock("re-lost", ttl=5).acquire(wait=0)

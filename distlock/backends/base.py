@@ -165,8 +165,10 @@ class BaseLockBackend:
             "subclasses of BaseLockBackend must provide a leave_queue() method"
         )
 
-    def release(self, name: str, token: str, *, force: bool = False) -> int:
-        """Return 0 if ``token`` does not hold ``name``, 1 if released, 2 if one level was."""
+    def release(self, name: str, token: str, *, every_level: bool = False) -> int:
+        """Return 0 if ``token`` does not hold ``name``, 1 if released, 2 if one reentrant
+        level was. ``every_level``: release every reentrant level at once (the holder's last
+        level, or an operator's force release); ``token`` "" releases whoever holds it."""
         raise NotImplementedError(
             "subclasses of BaseLockBackend must provide a release() method"
         )
@@ -231,7 +233,7 @@ class BaseLockBackend:
         something was released; waiters are handed the lock as after a normal release."""
         _check_token(token)
         info = self.info(name)
-        released = self.release(name, token or "", force=True) == 1
+        released = self.release(name, token or "", every_level=True) == 1
         if released:
             lock_force_released.send(type(self), name=name, alias=self.alias, info=info)
         return released
@@ -267,8 +269,9 @@ class BaseLockBackend:
     async def aleave_queue(self, name: str, token: str) -> None:
         await sync_to_async(self.leave_queue, thread_sensitive=False)(name, token)
 
-    async def arelease(self, name: str, token: str, *, force: bool = False) -> int:
-        return await sync_to_async(self.release, thread_sensitive=False)(name, token, force=force)
+    async def arelease(self, name: str, token: str, *, every_level: bool = False) -> int:
+        release = sync_to_async(self.release, thread_sensitive=False)
+        return await release(name, token, every_level=every_level)
 
     async def aextend(self, name: str, token: str, ttl_ms: int, *, renewal: bool = False,
                       reenter: bool = False) -> bool:

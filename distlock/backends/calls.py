@@ -58,10 +58,10 @@ def wake_key(layout: KeyLayout, name: str, token: str) -> str:
     return f"{layout.keys_for(name).waiters}:{token}"
 
 
-def release_call(layout: KeyLayout, name: str, token: str, force: bool) -> Call:
+def release_call(layout: KeyLayout, name: str, token: str, every_level: bool) -> Call:
     k = layout.keys_for(name)
     return ([k.lock, k.waiters, k.live, k.index],
-            [token, name, "1" if force else "0", HANDOFF_GRACE_MS])
+            [token, name, "1" if every_level else "0", HANDOFF_GRACE_MS])
 
 
 def leave_call(layout: KeyLayout, name: str, token: str) -> Call:
@@ -76,10 +76,10 @@ def grant_acquire_call(layout: KeyLayout, name: str, token: str, ttl_ms: int, me
             [token, ttl_ms, meta, name, grant or "", patience_ms])
 
 
-def grant_release_call(layout: KeyLayout, name: str, token: str, force: bool) -> Call:
+def grant_release_call(layout: KeyLayout, name: str, token: str, every_level: bool) -> Call:
     k = layout.keys_for(name)
     return ([k.lock, k.waiters, k.signal, k.index],
-            [token, name, "1" if force else "0", HANDOFF_GRACE_MS])
+            [token, name, "1" if every_level else "0", HANDOFF_GRACE_MS])
 
 
 def extend_call(layout: KeyLayout, name: str, token: str, ttl_ms: int, renewal: bool,

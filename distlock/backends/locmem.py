@@ -84,13 +84,13 @@ class LocMemBackend(LocMemSemaphores, BaseLockBackend):
     def leave_queue(self, name: str, token: str) -> None:
         """Waiters are not queued in memory: nothing to leave."""
 
-    def release(self, name: str, token: str, *, force: bool = False) -> int:
+    def release(self, name: str, token: str, *, every_level: bool = False) -> int:
         store = self._store
         with store.changed:
             entry = store.current(name)
             if entry is None or (token and entry.token != token):
                 return 0
-            if entry.depth > 1 and not force:
+            if entry.depth > 1 and not every_level:
                 entry.depth -= 1
                 return 2
             del store.held[name]

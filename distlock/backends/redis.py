@@ -215,8 +215,8 @@ class RedisBackend(ScriptedBackend):
     async def aleave_queue(self, name: str, token: str) -> None:
         await self.arun_script("leave_queue", *calls.leave_call(self.layout, name, token))
 
-    async def arelease(self, name: str, token: str, *, force: bool = False) -> int:
-        call = calls.release_call(self.layout, name, token, force)
+    async def arelease(self, name: str, token: str, *, every_level: bool = False) -> int:
+        call = calls.release_call(self.layout, name, token, every_level)
         return int(await self.arun_script("release", *call))
 
     async def aextend(self, name: str, token: str, ttl_ms: int, *, renewal: bool = False,

@@ -390,20 +390,20 @@ class RedlockBackend(BaseLockBackend):
                          *calls.grant_leave_call(self.layout, name, token), _always)
 
     # --- release and extend -----------------------------------------------------------
-    def _release_call(self, name: str, token: str, force: bool) -> Call:
-        keys, args = calls.grant_release_call(self.layout, name, token, force)
+    def _release_call(self, name: str, token: str, every_level: bool) -> Call:
+        keys, args = calls.grant_release_call(self.layout, name, token, every_level)
         # One grant, valid on every node; and the nodes the lock was not held on (a bare
         # majority held it) hand it to the waiters too, so no newcomer can take them first.
         # (A force release does not know the holder's token, hence its grant: it does not.)
         return keys, [*args, os.urandom(8).hex(), "1" if token else "0"]
 
-    def release(self, name: str, token: str, *, force: bool = False) -> int:
-        call = self._release_call(name, token, force)
+    def release(self, name: str, token: str, *, every_level: bool = False) -> int:
+        call = self._release_call(name, token, every_level)
         results = self._ask("grant_release", [call], self._release_decided)
         return self._judge_release(name, results)
 
-    async def arelease(self, name: str, token: str, *, force: bool = False) -> int:
-        call = self._release_call(name, token, force)
+    async def arelease(self, name: str, token: str, *, every_level: bool = False) -> int:
+        call = self._release_call(name, token, every_level)
         return self._judge_release(name, await self._aask("grant_release", *call,
                                                           self._release_decided))
 

@@ -311,9 +311,9 @@ class ScriptedBackend(RedisSemaphores, BaseLockBackend):
         self.run_script("leave_queue", *calls.leave_call(self.layout, name, token),
                         idempotent=True)
 
-    def release(self, name: str, token: str, *, force: bool = False) -> int:
+    def release(self, name: str, token: str, *, every_level: bool = False) -> int:
         return int(self.run_script("release",
-                                   *calls.release_call(self.layout, name, token, force)))
+                                   *calls.release_call(self.layout, name, token, every_level)))
 
     def extend(self, name: str, token: str, ttl_ms: int, *, renewal: bool = False,
                reenter: bool = False) -> bool:

@@ -55,25 +55,31 @@ _HELD_VALUE = (
     "holder .. ' ' .. fence .. ' ' .. acquired .. ' ' .. renewals .. ' ' .. depth .. ' ' .. meta"
 )
 
-# Shared snippet: make token ARGV[1] the holder of the lock, with a lease of ARGV[2] ms,
-# metadata ARGV[3], the next fencing token, and name ARGV[4] in the bucket's index; sets
-# ``fence``. Needs KEYS[1] lock, KEYS[2] the bucket's fence, KEYS[5] index zset, and the
-# strings now_ms and now_us (_CLOCK).
+# Shared snippet: the fencing token of an acquire that succeeds, as ``next_fence``. Needs
+# KEYS[2] the bucket's fence and the string now_us (_CLOCK).
 #
 # Fencing tokens come from the server's clock in microseconds, and are at least one more than
 # the last token issued in the lock's bucket, which KEYS[2] remembers for good (one small key
 # per bucket; SET ... GET swaps it in one command). So they keep rising while the server's
 # clock steps back, and after a restart that lost the memory, as long as the clock has moved
-# past the last token by then. (Digit strings of one length compare as their numbers do.)
-_TAKE = """
-local fence = now_us
-local last = redis.call('SET', KEYS[2], fence, 'GET')
-if last and (#last > #fence or (#last == #fence and last >= fence)) then
-  fence = string.format('%.0f', tonumber(last) + 1)
-  redis.call('SET', KEYS[2], fence)
+# past the last token by then. (Digit strings of one length compare as their numbers do. A
+# token drawn by an attempt that then finds the lock held is simply never used.)
+_NEXT_FENCE = """
+local next_fence = now_us
+local last = redis.call('SET', KEYS[2], next_fence, 'GET')
+if last and (#last > #next_fence or (#last == #next_fence and last >= next_fence)) then
+  next_fence = string.format('%.0f', tonumber(last) + 1)
+  redis.call('SET', KEYS[2], next_fence)
 end
-redis.call('PSETEX', KEYS[1], ARGV[2],
-  ARGV[1] .. ' ' .. fence .. ' ' .. now_ms .. ' 0 1 ' .. ARGV[3])
+"""
+
+# Shared expression: the value of the lock held by token ARGV[1] from now on, with metadata
+# ARGV[3] (see the module's docstring). Needs next_fence and now_ms.
+_NEW_VALUE = "ARGV[1] .. ' ' .. next_fence .. ' ' .. now_ms .. ' 0 1 ' .. ARGV[3]"
+
+# Shared snippet: put name ARGV[4] in the bucket's index KEYS[5] until its lease (ARGV[2] ms)
+# ends. Needs the strings now_ms and now_us.
+_INDEX = """
 redis.call('ZADD', KEYS[5], now_ms + ARGV[2], ARGV[4])
 -- On one acquire in 10, drop a few index entries whose lease ended without a release
 -- (crashed holders), so the index stays about the size of the set of held locks.
@@ -84,6 +90,12 @@ if string.sub(now_us, -1) == '0' then
   end
 end
 """
+
+# Shared snippet: make token ARGV[1] the holder of the lock KEYS[1] whatever it held, with a
+# lease of ARGV[2] ms, the next fencing token (``next_fence``) and name ARGV[4] in the index.
+_TAKE = _NEXT_FENCE + """
+redis.call('PSETEX', KEYS[1], ARGV[2], """ + _NEW_VALUE + """)
+""" + _INDEX
 
 # Shared snippet (releases): drop one reentrant level of the hold read by _READ, keeping its
 # lease, and return 2. Needs ARGV[3] ('1': release every level at once).
@@ -131,7 +143,16 @@ end
 # table), {0, remaining lease ms, place in the queue (0 first, -1 not queued), server time
 # ms} when held. A lock handed to a waiter is reserved for it for the grace: newcomers cannot
 # barge in before it claims it.
-ACQUIRE = _CLOCK + _READ + """
+ACQUIRE = _CLOCK + _NEXT_FENCE + """
+if redis.call('SET', KEYS[1], """ + _NEW_VALUE + """, 'NX', 'PX', ARGV[2]) then
+""" + _INDEX + """
+  if ARGV[6] == '1' then
+    redis.call('ZREM', KEYS[3], ARGV[1])
+    redis.call('ZREM', KEYS[4], ARGV[1])
+  end
+  return next_fence .. ' ' .. now_ms
+end
+""" + _READ + """
 if holder == ARGV[1] then
   return fence .. ' ' .. acquired
 end
@@ -150,35 +171,33 @@ if holder or (reserved and reserved ~= ARGV[1]) then
   end
   return {0, redis.call('PTTL', KEYS[1]), place, now_ms}
 end
-""" + _TAKE + """
-if ARGV[6] == '1' or reserved then
-  redis.call('ZREM', KEYS[3], ARGV[1])
-  redis.call('ZREM', KEYS[4], ARGV[1])
-end
-return fence .. ' ' .. now_ms
+-- Handed to this token by a release: claim it.
+redis.call('PSETEX', KEYS[1], ARGV[2], """ + _NEW_VALUE + """)
+""" + _INDEX + """
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+return next_fence .. ' ' .. now_ms
 """
 
 # Release a lock (or one level of a reentrant hold) and hand it to the longest waiter.
 #   KEYS[1] lock   KEYS[2] queue zset   KEYS[3] liveness zset   KEYS[4] index zset
 #   ARGV[1] token, or '' to release whoever holds it (operators' force release)
-#   ARGV[2] name   ARGV[3] '1' to release every reentrant level at once
+#   ARGV[2] name   ARGV[3] '1' to release every reentrant level at once (the holder's last
+#   level: Lock objects know their own depth, and send it so that the usual release only
+#   compares the token at the start of the value)
 #   ARGV[4] how long the waiter handed the lock has to claim it (ms)
 # Returns 0 when ARGV[1] does not hold the lock, 1 when released, 2 when one reentrant level
-# was released and the lock is still held.
-# (The hot path reads only the holder and the depth; the whole value only for a reentrant
-# level. A reservation, ``=TOKEN``, has no holder: it matches nothing here.)
+# was released and the lock is still held. A reservation (``=TOKEN``) is held by nobody yet.
 RELEASE = """
 local value = redis.call('GET', KEYS[1])
-if not value then
+if not value or string.sub(value, 1, 1) == '=' then
   return 0
 end
-local holder, depth = string.match(value, '^([^=]%S*) %S+ %S+ %S+ (%S+) ')
-if not holder or (ARGV[1] ~= '' and holder ~= ARGV[1]) then
+if ARGV[1] ~= '' and string.sub(value, 1, #ARGV[1] + 1) ~= ARGV[1] .. ' ' then
   return 0
 end
-if ARGV[3] ~= '1' and depth ~= '1' then
-  local fence, acquired, renewals, meta
-  holder, fence, acquired, renewals, depth, meta =
+if ARGV[3] ~= '1' then
+  local holder, fence, acquired, renewals, depth, meta =
     string.match(value, '^(%S+) (%S+) (%S+) (%S+) (%S+) (.*)$')
 """ + _ONE_LEVEL + """end
 redis.call('DEL', KEYS[1])
@@ -326,7 +345,7 @@ end
 if ARGV[5] ~= '' or tonumber(ARGV[6]) > 0 then
   redis.call('ZREM', KEYS[3], ARGV[1])
 end
-return {1, fence, now_ms}
+return {1, next_fence, now_ms}
 """
 
 # Release a lock (or one level of a reentrant hold) on one node and hand it to the waiters if
