@@ -12,6 +12,8 @@ another:
 - distlock's handoff through Sentinel: a sentinel (not delayed: clients ask it only when
   they connect) monitors the first server at its proxy's address, so the clients that it
   points at the master go through the proxy;
+- distlock's handoff on a Redis Cluster of 3 masters, each announcing its proxy's port
+  (``cluster-announce-port``), so the slot map sends every call through a proxy;
 - Redlock acquire+release over 3 and 5 servers (distlock's RedlockBackend, pottery,
   redlock-py).
 
@@ -39,7 +41,7 @@ from urllib.parse import urlsplit
 
 import redis
 
-from tests.redis_server import RedisServer, _wait_until
+from tests.redis_server import RedisCluster, RedisServer, _wait_until, free_port
 
 from . import anchors
 from .harness import KEY_PREFIX, ROOT, Profile, distlock_aliases, log
@@ -47,13 +49,14 @@ from .uncontended import FLOOR, PING
 
 PAIR, HANDOFF = "uncontended acquire+release", "handoff"
 HANDOFF_SENTINEL = "handoff through Sentinel"
+HANDOFF_CLUSTER = "handoff on a Cluster"
 SENTINEL_SERVICE = "bench"
 REDLOCK = {3: "Redlock pair, 3 nodes", 5: "Redlock pair, 5 nodes"}
 CLIENT = "redis-py client"  # who sends the bare commands
 # The physical limit of each operation, in round trips.
-LIMITS = {PING: 1, FLOOR: 2, PAIR: 2, HANDOFF: 1, HANDOFF_SENTINEL: 1, REDLOCK[3]: 2,
-          REDLOCK[5]: 2}
-OPERATIONS = (PAIR, HANDOFF, HANDOFF_SENTINEL, REDLOCK[3], REDLOCK[5])
+LIMITS = {PING: 1, FLOOR: 2, PAIR: 2, HANDOFF: 1, HANDOFF_SENTINEL: 1, HANDOFF_CLUSTER: 1,
+          REDLOCK[3]: 2, REDLOCK[5]: 2}
+OPERATIONS = (PAIR, HANDOFF, HANDOFF_SENTINEL, HANDOFF_CLUSTER, REDLOCK[3], REDLOCK[5])
 NODES = 5
 # A handoff's waiter gets this long, plus SETTLE_ROUND_TRIPS, to be waiting before the
 # holder releases: queued and blocked (distlock, python-redis-lock) or polling.
@@ -145,8 +148,9 @@ def cases(urls: list[str], profile: Profile) -> dict[Key, Case]:
         name = f"latency:{library.split()[0]}"  # redis-py's and redlock-py's keys are bare
         calls[(PAIR, library)] = anchors.pair(make, lambda name=name: f"{name}:pair")
         found[(HANDOFF, library)] = _handoffs(make, f"{name}:handoff", profile.latency_handoffs)
-    found[(HANDOFF_SENTINEL, anchors.DISTLOCK)] = _handoffs(
-        _on_alias("sentinel"), "latency:distlock:sentinel", profile.latency_handoffs)
+    for operation, alias in ((HANDOFF_SENTINEL, "sentinel"), (HANDOFF_CLUSTER, "cluster")):
+        found[(operation, anchors.DISTLOCK)] = _handoffs(
+            _on_alias(alias), f"latency:distlock:{alias}", profile.latency_handoffs)
     for nodes, operation in REDLOCK.items():
         for library in anchors.REDLOCK_LIBRARIES:
             make = anchors.redlock_factory(library, urls[:nodes], using=f"redlock{nodes}")
@@ -246,22 +250,42 @@ def run(profile: Profile, url: str) -> dict[str, Any]:
     extra = [RedisServer() for _ in range(NODES - 1)]
     sentinel = RedisServer(["--sentinel"])
     sentinel.config_file = sentinel.directory / "sentinel.conf"
+    cluster = None
     proxies = None
     try:
         for server in extra:
             server.start()
-        ports = [urlsplit(url).port or 6379, *(server.port for server in extra)]
+        cluster_ports = [free_port(cluster_bus=True) for _ in range(3)]
+        ports = [urlsplit(url).port or 6379, *(server.port for server in extra), *cluster_ports]
         proxies = Proxies(ports)
-        urls = [f"redis://127.0.0.1:{port}/0" for port in proxies.ports]
+        urls = [f"redis://127.0.0.1:{port}/0" for port in proxies.ports[:NODES]]
         _start_sentinel(sentinel, proxies.ports[0])
-        with distlock_aliases(_aliases(urls, sentinel.address)):
+        # Each node announces its proxy, so the slot map sends every call through one.
+        cluster = RedisCluster(3, ports=cluster_ports, announce_ports=proxies.ports[NODES:])
+        cluster.start()
+        _wait_for_proxied_slots(cluster, proxies.ports[NODES:])
+        with distlock_aliases(_aliases(urls, sentinel.address, proxies.ports[NODES])):
             samples = measure(cases(urls, profile), proxies, profile)
     finally:
         if proxies:
             proxies.close()
         for server in (*extra, sentinel):
             server.stop()
+        if cluster:
+            cluster.stop()
     return summarise(samples, profile)
+
+
+def _wait_for_proxied_slots(cluster: RedisCluster, ports: list[int]) -> None:
+    """Return once every node's slot map names only the proxies ``ports``."""
+
+    def proxied(node: RedisServer) -> bool:
+        with node.client() as client:
+            slots = client.execute_command("CLUSTER", "SLOTS")
+        return all(int(master[1]) in ports for *_, master in slots)
+
+    for node in cluster.nodes:
+        _wait_until(lambda node=node: proxied(node), 20.0, "the cluster to announce its proxies")
 
 
 def _start_sentinel(sentinel: RedisServer, master_port: int) -> None:
@@ -285,15 +309,19 @@ def _start_sentinel(sentinel: RedisServer, master_port: int) -> None:
     _wait_until(knows_master, 10.0, "the sentinel to know the master")
 
 
-def _aliases(urls: list[str], sentinel: tuple[str, int]) -> dict[str, dict[str, Any]]:
+def _aliases(urls: list[str], sentinel: tuple[str, int], cluster_port: int
+             ) -> dict[str, dict[str, Any]]:
     """distlock's default alias on the first proxied server, the same server through the
-    sentinel, and Redlock over 3 and 5."""
+    sentinel, the proxied cluster, and Redlock over 3 and 5."""
     aliases: dict[str, dict[str, Any]] = {
         "default": {"BACKEND": "distlock.backends.redis.RedisBackend", "LOCATION": urls[0],
                     "KEY_PREFIX": KEY_PREFIX},
         "sentinel": {"BACKEND": "distlock.backends.redis.RedisBackend",
                      "LOCATION": f"redis://{SENTINEL_SERVICE}/0",
-                     "OPTIONS": {"SENTINELS": [sentinel]}, "KEY_PREFIX": KEY_PREFIX}}
+                     "OPTIONS": {"SENTINELS": [sentinel]}, "KEY_PREFIX": KEY_PREFIX},
+        "cluster": {"BACKEND": "distlock.backends.redis.RedisBackend",
+                    "LOCATION": f"redis://127.0.0.1:{cluster_port}/0",
+                    "OPTIONS": {"CLUSTER": True}, "KEY_PREFIX": KEY_PREFIX}}
     for nodes in REDLOCK:
         aliases[f"redlock{nodes}"] = {"BACKEND": "distlock.backends.redlock.RedlockBackend",
                                       "LOCATION": urls[:nodes], "KEY_PREFIX": KEY_PREFIX}

@@ -5,7 +5,7 @@ import math
 from typing import Any
 
 from .anchors import DISTLOCK, PYTHON_REDIS_LOCK, REDIS_PY
-from .latency import HANDOFF, HANDOFF_SENTINEL, PAIR, REDLOCK
+from .latency import HANDOFF, HANDOFF_CLUSTER, HANDOFF_SENTINEL, PAIR, REDLOCK
 from .uncontended import DISTINCT, FLOOR, FLOOR_BARE, SAME
 
 # Latency at the largest number of held locks over latency at one held lock, divided by the
@@ -13,8 +13,8 @@ from .uncontended import DISTINCT, FLOOR, FLOOR_BARE, SAME
 # distlock locks are held, so it is the machine's drift).
 FLAT_LIMIT = 1.25
 # Issue 14: round trips (calibrated: over a bare PING's), server time and memory.
-ROUND_TRIP_LIMITS = {HANDOFF: 1.15, HANDOFF_SENTINEL: 1.15, PAIR: 2.1, REDLOCK[3]: 2.2,
-                     REDLOCK[5]: 2.2}
+ROUND_TRIP_LIMITS = {HANDOFF: 1.15, HANDOFF_SENTINEL: 1.15, HANDOFF_CLUSTER: 1.15, PAIR: 2.1,
+                     REDLOCK[3]: 2.2, REDLOCK[5]: 2.2}
 SERVER_TIME_LIMIT = 3.0  # distlock's server time per pair over redis-py Lock's
 BYTES_PER_LOCK_LIMIT = 600
 HANDOFFS_LIMIT = 1.5  # contended handoffs/s over python-redis-lock's, at every K

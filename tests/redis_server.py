@@ -523,23 +523,36 @@ class RedisCluster(_Managed):
     ``redis-cli --cluster create ... --cluster-replicas <replicas> --cluster-yes`` with the
     ``redis-cli`` that sits next to the server binary, and waits until every node reports
     ``cluster_state:ok`` and every replica is in sync.
+
+    ``ports`` pins the nodes' ports (see :func:`free_port`); with them, ``announce_ports``
+    makes each node tell clients and the other nodes another port than its own (a proxy in
+    front of it: ``--cluster-announce-port``), its cluster bus staying where it is.
     """
 
     def __init__(self, masters: int = 3, extra_args: Sequence[str] = (),
-                 binary: str | None = None, cli: str | None = None, replicas: int = 0) -> None:
+                 binary: str | None = None, cli: str | None = None, replicas: int = 0, *,
+                 ports: Sequence[int] | None = None,
+                 announce_ports: Sequence[int] | None = None) -> None:
         if masters < 3:
             raise ValueError("redis-cli --cluster create needs at least 3 masters")
+        count = masters * (1 + replicas)
+        if announce_ports is not None and (ports is None or len(announce_ports) != count):
+            raise ValueError("announce_ports needs ports, and one of each per node")
         self.binary: str = binary or find_redis_server()
         self.cli: str = cli or _cli_for(self.binary)
         self.replicas = replicas
         root = _temporary_directory(self, "distlock-cluster-")
         self.nodes: list[RedisServer] = []
-        for i in range(masters * (1 + replicas)):
+        for i in range(count):
             directory = root / f"node-{i}"
             args = ["--cluster-enabled", "yes",
                     "--cluster-config-file", str(directory / "nodes.conf"),
                     "--cluster-node-timeout", "2000", *extra_args]
-            self.nodes.append(RedisServer(args, self.binary, directory=directory))
+            if ports is not None and announce_ports is not None:
+                args += ["--cluster-announce-port", str(announce_ports[i]),
+                         "--cluster-announce-bus-port", str(ports[i] + CLUSTER_BUS_OFFSET)]
+            port = ports[i] if ports is not None else None
+            self.nodes.append(RedisServer(args, self.binary, directory=directory, port=port))
 
     @property
     def urls(self) -> list[str]:

@@ -46,6 +46,7 @@ def latency_section(handoff: float, pair: float) -> dict[str, Any]:
     }
     fits[latency.HANDOFF][anchors.DISTLOCK] = fit(handoff)
     fits[latency.HANDOFF_SENTINEL] = {anchors.DISTLOCK: fit(handoff)}
+    fits[latency.HANDOFF_CLUSTER] = {anchors.DISTLOCK: fit(handoff)}
     for operation in latency.REDLOCK.values():
         fits[operation] = {library: fit(2.05) for library in anchors.REDLOCK_LIBRARIES}
     return {"delays_ms": [0, 1], "large_from_ms": 1, "ping_k": 1.04, "ping_k_large": 1.01,
@@ -117,6 +118,7 @@ def test_round_trip_server_time_and_memory_targets_follow_the_figures() -> None:
     met = {t["target"]: t["met"] for t in found["targets"]}
     assert met["handoff, round trips (calibrated)"] is True  # 1.1 <= 1.15
     assert met["handoff through Sentinel, round trips (calibrated)"] is True
+    assert met["handoff on a Cluster, round trips (calibrated)"] is True
     assert met["uncontended acquire+release, round trips (calibrated)"] is True
     assert met["Redlock pair, 5 nodes, round trips (calibrated)"] is True
     assert met["server time per acquire+release vs redis-py Lock"] is True  # 2.4x <= 3x
@@ -131,6 +133,7 @@ def test_round_trip_server_time_and_memory_targets_follow_the_figures() -> None:
     missed = {t["target"] for t in targets.check(sections) if not t["met"]}
     assert {"handoff, round trips (calibrated)",
             "handoff through Sentinel, round trips (calibrated)",
+            "handoff on a Cluster, round trips (calibrated)",
             "uncontended acquire+release, round trips (calibrated)",
             "server time per acquire+release vs redis-py Lock",
             "Redis memory per held lock (bytes)",
