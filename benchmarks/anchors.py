@@ -36,6 +36,13 @@ TTL = 10  # seconds; every lock here is released long before
 REDLOCK_PY_RETRIES = 3
 
 
+def distlock_factory(using: str = "default") -> Callable[[str], Any]:
+    """Return ``make(name)`` building an unheld distlock lock on the DISTLOCK alias ``using``."""
+    import distlock
+
+    return lambda name: distlock.lock(name, ttl=TTL, using=using)
+
+
 def lock_factory(library: str, url: str) -> Callable[[str], Any]:
     """Return ``make(name)`` building an unheld lock of ``library`` on its own client.
 
@@ -44,9 +51,7 @@ def lock_factory(library: str, url: str) -> Callable[[str], Any]:
     if library == REDLOCK_PY:
         return redlock_factory(library, [url])
     if library == DISTLOCK:
-        import distlock
-
-        return lambda name: distlock.lock(name, ttl=TTL)
+        return distlock_factory()
     client = redis.Redis.from_url(url)
     if library == REDIS_PY:
         return lambda name: client.lock(name, timeout=TTL, sleep=REDIS_PY_SLEEP)
@@ -67,9 +72,7 @@ def redlock_factory(library: str, urls: list[str], using: str = "default"
     """Like lock_factory, for a lock over every server in ``urls`` (one of
     REDLOCK_LIBRARIES; distlock's is the RedlockBackend alias ``using`` over them)."""
     if library == DISTLOCK:
-        import distlock
-
-        return lambda name: distlock.lock(name, ttl=TTL, using=using)
+        return distlock_factory(using)
     if library == POTTERY:
         from pottery import Redlock
 

@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 
 import redis
 
-from tests.redis_server import RedisCluster, RedisServer, _wait_until, free_port
+from tests.redis_server import RedisCluster, RedisServer, free_port, wait_until
 
 from . import anchors
 from .harness import KEY_PREFIX, ROOT, Profile, distlock_aliases, log
@@ -150,7 +150,8 @@ def cases(urls: list[str], profile: Profile) -> dict[Key, Case]:
         found[(HANDOFF, library)] = _handoffs(make, f"{name}:handoff", profile.latency_handoffs)
     for operation, alias in ((HANDOFF_SENTINEL, "sentinel"), (HANDOFF_CLUSTER, "cluster")):
         found[(operation, anchors.DISTLOCK)] = _handoffs(
-            _on_alias(alias), f"latency:distlock:{alias}", profile.latency_handoffs)
+            anchors.distlock_factory(alias), f"latency:distlock:{alias}",
+            profile.latency_handoffs)
     for nodes, operation in REDLOCK.items():
         for library in anchors.REDLOCK_LIBRARIES:
             make = anchors.redlock_factory(library, urls[:nodes], using=f"redlock{nodes}")
@@ -164,12 +165,6 @@ def cases(urls: list[str], profile: Profile) -> dict[Key, Case]:
         if key[0] == HANDOFF:
             found[key](0.0)
     return found
-
-
-def _on_alias(alias: str) -> Callable[[str], Any]:
-    import distlock
-
-    return lambda name: distlock.lock(name, ttl=anchors.TTL, using=alias)
 
 
 def _handoffs(make: Callable[[str], Any], name: str, count: int) -> Case:
@@ -285,7 +280,7 @@ def _wait_for_proxied_slots(cluster: RedisCluster, ports: list[int]) -> None:
         return all(int(master[1]) in ports for *_, master in slots)
 
     for node in cluster.nodes:
-        _wait_until(lambda node=node: proxied(node), 20.0, "the cluster to announce its proxies")
+        wait_until(lambda node=node: proxied(node), 20.0, "the cluster to announce its proxies")
 
 
 def _start_sentinel(sentinel: RedisServer, master_port: int) -> None:
@@ -306,7 +301,7 @@ def _start_sentinel(sentinel: RedisServer, master_port: int) -> None:
                                            SENTINEL_SERVICE)
         return bool(found) and int(found[1]) == master_port
 
-    _wait_until(knows_master, 10.0, "the sentinel to know the master")
+    wait_until(knows_master, 10.0, "the sentinel to know the master")
 
 
 def _aliases(urls: list[str], sentinel: tuple[str, int], cluster_port: int

@@ -20,6 +20,7 @@ from distlock import BackendUnavailable
 from distlock.backends.scripted import ScriptedBackend
 from distlock.handler import locks
 from distlock.info import holder_metadata
+from tests.processes import end_processes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -85,13 +86,7 @@ def spawner(module: str, env: dict[str, str], *,
     try:
         yield start
     finally:
-        for process in started:
-            if process.poll() is None:
-                process.kill()
-            process.wait()
-            for stream in (process.stdin, process.stdout):
-                if stream:
-                    stream.close()
+        end_processes(started)
 
 
 def read_line(process: subprocess.Popen, expected: str) -> str:

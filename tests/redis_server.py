@@ -214,7 +214,7 @@ def _temporary_directory(owner: object, prefix: str) -> Path:
     return Path(path)
 
 
-def _wait_until(condition: Callable[[], _T | None], timeout: float, what: str,
+def wait_until(condition: Callable[[], _T | None], timeout: float, what: str,
                 interval: float = 0.05) -> _T:
     """Poll ``condition`` until it returns something truthy; TimeoutError naming ``what``.
 
@@ -595,10 +595,10 @@ class RedisCluster(_Managed):
                     + result.stderr.decode(errors="replace")
                 )
             for node in self.nodes:
-                _wait_until(lambda node=node: _cluster_ok(node), deadline - time.monotonic(),
+                wait_until(lambda node=node: _cluster_ok(node), deadline - time.monotonic(),
                             f"cluster_state:ok on {node.host}:{node.port}")
             for node in self.nodes:
-                _wait_until(lambda node=node: _in_sync(node), deadline - time.monotonic(),
+                wait_until(lambda node=node: _in_sync(node), deadline - time.monotonic(),
                             f"{node.host}:{node.port} in sync with its master")
         except BaseException:
             self.stop()
@@ -745,10 +745,10 @@ class RedisSentinelGroup(_Managed):
                 assert sentinel.config_file is not None
                 sentinel.config_file.write_text(self._sentinel_conf())
                 sentinel.start()
-            _wait_until(self._replica_in_sync, deadline - time.monotonic(),
+            wait_until(self._replica_in_sync, deadline - time.monotonic(),
                         "the replica to sync with the master")
             for i, address in enumerate(self.sentinels):
-                _wait_until(lambda i=i: self._sentinel_ready(i), deadline - time.monotonic(),
+                wait_until(lambda i=i: self._sentinel_ready(i), deadline - time.monotonic(),
                             f"sentinel {address} to see the replica and its peers")
         except BaseException:
             self.stop()
@@ -790,7 +790,7 @@ class RedisSentinelGroup(_Managed):
                 if address[1] != self.master.port:
                     return address
             return None
-        return _wait_until(new_master, timeout, f"a failover of {self.service_name!r}", 0.1)
+        return wait_until(new_master, timeout, f"a failover of {self.service_name!r}", 0.1)
 
     def stop(self) -> None:
         """Stop the sentinels (first, so that they do not react), the replica and the master.

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import distlock
+from tests.processes import end_processes
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -26,11 +27,7 @@ def holder(redis_backend: str) -> Iterator[subprocess.Popen]:
         cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )
     yield process
-    if process.poll() is None:
-        process.kill()
-    process.wait()
-    process.stdin.close()
-    process.stdout.close()
+    end_processes([process])
 
 
 def said(process: subprocess.Popen) -> list[str]:

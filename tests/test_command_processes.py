@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import distlock
+from tests.processes import end_processes
 from tests.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,19 +49,12 @@ def _starter(url: str, tmp_path: Path) -> tuple[Start, list[subprocess.Popen]]:
     return start, started
 
 
-def _stop_all(started: list[subprocess.Popen]) -> None:
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.communicate()
-
-
 @pytest.fixture
 def manage(redis_backend: str, tmp_path: Path) -> Iterator[Start]:
     """Start ``python manage.py ...`` of the demo project, on the test's Redis server."""
     start, started = _starter(redis_backend, tmp_path)
     yield start
-    _stop_all(started)
+    end_processes(started)
 
 
 def finish(process: subprocess.Popen, timeout: float = 60) -> tuple[int, str, str]:
@@ -189,7 +183,7 @@ def test_redis_unreachable_the_command_does_not_run(private_redis: RedisServer,
     try:
         code, out, err = finish(start("send_digest", "--seconds", "0"))
     finally:
-        _stop_all(started)
+        end_processes(started)
     assert code == 1, (code, out, err)
     assert out == "", "the work never started"
     assert "CommandError: Did not run: the lock server of DISTLOCK['default'] cannot be " \

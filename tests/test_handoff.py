@@ -22,6 +22,7 @@ from distlock.backends.base import HANDOFF_GRACE_MS
 from distlock.handler import locks
 from tests.configs import distlock_settings
 from tests.lock_helpers import handoff_delay
+from tests.processes import end_processes
 from tests.tcp_proxy import TcpProxy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,12 +59,7 @@ def waiter_process(redis_backend: str) -> Iterator[Any]:
         return process
 
     yield start
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
-        if process.stdout:
-            process.stdout.close()
+    end_processes(started)
 
 
 def test_a_waiter_killed_while_queued_delays_the_next_by_the_bound_at_most(

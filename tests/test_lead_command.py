@@ -18,6 +18,7 @@ from django.core.management import CommandError, call_command
 
 import distlock
 from tests.lock_helpers import holder_index
+from tests.processes import end_processes
 from tests.redis_server import RedisServer
 from tests.tcp_proxy import TcpProxy
 
@@ -85,15 +86,7 @@ class Hosts:
         raise AssertionError(f"no {kind!r} line after {after} within {timeout}s")
 
     def stop(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.terminate()
-        for process in self.processes:
-            try:
-                process.communicate(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.communicate()
+        end_processes(self.processes, grace=10)
         for proxy in self.proxies:
             proxy.close()
 

@@ -21,6 +21,7 @@ from django.urls import reverse
 
 import distlock
 from tests.lock_helpers import holder_index
+from tests.processes import end_processes
 
 ROOT = Path(__file__).resolve().parent.parent
 TTL = 2.0
@@ -128,11 +129,7 @@ class Candidates:
         return holder_index("scheduler", self.processes, other_than)
 
     def stop(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                os.kill(process.pid, signal.SIGCONT)
-                process.kill()
-            process.communicate()
+        end_processes(self.processes)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import redis
 
+from tests.processes import end_processes
 from tests.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,14 +48,7 @@ class WorkerPool:
         return process
 
     def stop(self) -> None:
-        for process in self.processes:
-            process.terminate()
-        for process in self.processes:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        end_processes(self.processes, grace=15)
 
     def runs(self) -> list[list[Any]]:
         return [json.loads(item) for item in self.data.lrange("runs", 0, -1)]

@@ -124,14 +124,17 @@ def held_names_calls(layout: KeyLayout) -> list[Call]:
 
 
 # --- replies ----------------------------------------------------------------------------
+def took_lock(reply: Any) -> bool:
+    """Whether an ACQUIRE or GRANT_ACQUIRE reply says the lock was taken: only then is it a
+    string, "FENCE ACQUIRED_MS" (an error or a table otherwise)."""
+    return isinstance(reply, (bytes, str))
+
+
 def attempt_from(reply: Any) -> Attempt:
-    """Return the Attempt in ACQUIRE's reply ("FENCE ACQUIRED_MS" when acquired) or in
-    GRANT_ACQUIRE's ({1, fence, acquired ms})."""
-    if isinstance(reply, (bytes, str)):
+    """Return the Attempt in an ACQUIRE or GRANT_ACQUIRE reply."""
+    if took_lock(reply):
         fence, acquired = text(reply).split(" ")
         return Attempt(True, fencing_token=int(fence), acquired_ms=int(acquired))
-    if int(reply[0]) == 1:
-        return Attempt(True, fencing_token=int(reply[1]), acquired_ms=int(reply[2]))
     if len(reply) > 2:  # one server: the place in the queue and the server's clock
         return Attempt(False, holder_pttl_ms=int(reply[1]), place=int(reply[2]),
                        server_ms=int(reply[3]))

@@ -103,7 +103,7 @@ class RedlockBackend(BaseLockBackend):
         self.grace = GRACE if self.timeout is None else min(GRACE, self.timeout / 2)
         self._down_until = [0.0] * len(self.nodes)
         self._failures = [0] * len(self.nodes)  # in a row, per node
-        self._acquire_decided = self._decided(_granted)
+        self._acquire_decided = self._decided(calls.took_lock)
         self._release_decided = self._decided(_released)
         self._extend_decided = self._decided(_extended)
 
@@ -326,17 +326,19 @@ class RedlockBackend(BaseLockBackend):
                        ) -> tuple[Attempt, list[int], BackendUnavailable | None]:
         """Return the attempt's outcome, the nodes to take the lock back from, and the error
         to raise instead of an outcome."""
-        granted = [i for i, r in enumerate(results) if isinstance(r, list) and _granted(r[0])]
-        refused = [i for i, r in enumerate(results) if isinstance(r, list) and not _granted(r[0])]
+        answered = [(i, calls.took_lock(r[0])) for i, r in enumerate(results)
+                    if isinstance(r, list)]
+        granted = [i for i, took in answered if took]
+        refused = [i for i, took in answered if not took]
         unanswered = [i for i, r in enumerate(results)
                       if isinstance(r, Exception) and not isinstance(r, Skipped)]
         validity = ttl_ms - (time.monotonic() - started) * 1000 - self._drift_ms(ttl_ms)
         if len(granted) >= self.quorum and validity > 0:
-            replies = [results[i][0] for i in granted]
+            grants = [calls.attempt_from(results[i][0]) for i in granted]
             return Attempt(
                 True,
-                fencing_token=max(int(reply[1]) for reply in replies),
-                acquired_ms=min(int(reply[2]) for reply in replies),
+                fencing_token=max(grant.fencing_token for grant in grants),
+                acquired_ms=min(grant.acquired_ms for grant in grants),
             ), [], None
         if len(granted) + len(refused) < self.quorum:
             # No majority answered: nothing can be known. (The Lock then releases on every
@@ -551,12 +553,8 @@ def _no_script(reply: Any) -> bool:
     return isinstance(reply, redis.exceptions.NoScriptError)
 
 
-def _granted(reply: Any) -> bool:
-    return isinstance(reply, list) and int(reply[0]) == 1
-
-
 def _granted_anywhere(results: Results) -> bool:
-    return any(isinstance(result, list) and _granted(result[0]) for result in results)
+    return any(isinstance(result, list) and calls.took_lock(result[0]) for result in results)
 
 
 def _released(reply: Any) -> bool:

@@ -13,13 +13,6 @@ a held lock small whatever the metadata's length: Redis stores a hash with a fie
 bytes as a hash table, several times larger.
 """
 
-# Shared prelude: the server's clock in milliseconds and microseconds.
-_NOW = """
-local clock = redis.call('TIME')
-local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-"""
-
 # Shared prelude of the acquire scripts (the hot path): the server's clock as strings of
 # digits, ``now_ms`` (13 digits) and ``now_us`` (16), cut from TIME's two strings. Joining
 # strings is exact and costs a fraction of tonumber() arithmetic plus string.format('%.0f'),
@@ -31,6 +24,12 @@ local clock = redis.call('TIME')
 local micros = string.sub('00000' .. clock[2], -6)
 local now_us = clock[1] .. micros
 local now_ms = clock[1] .. string.sub(micros, 1, 3)
+"""
+
+# Shared prelude of the other scripts: the same clock as numbers (exact: below 2^53), for
+# scripts that compare times.
+_NOW = _CLOCK + """
+now_us, now_ms = tonumber(now_us), tonumber(now_ms)
 """
 
 # Shared prelude: read the lock KEYS[1]. Sets ``holder`` (nil when nobody holds it), its
@@ -144,7 +143,8 @@ end
 # ms} when held. A lock handed to a waiter is reserved for it for the grace: newcomers cannot
 # barge in before it claims it.
 ACQUIRE = _CLOCK + _NEXT_FENCE + """
-if redis.call('SET', KEYS[1], """ + _NEW_VALUE + """, 'NX', 'PX', ARGV[2]) then
+local held_value = """ + _NEW_VALUE + """
+if redis.call('SET', KEYS[1], held_value, 'NX', 'PX', ARGV[2]) then
 """ + _INDEX + """
   if ARGV[6] == '1' then
     redis.call('ZREM', KEYS[3], ARGV[1])
@@ -172,7 +172,7 @@ if holder or (reserved and reserved ~= ARGV[1]) then
   return {0, redis.call('PTTL', KEYS[1]), place, now_ms}
 end
 -- Handed to this token by a release: claim it.
-redis.call('PSETEX', KEYS[1], ARGV[2], """ + _NEW_VALUE + """)
+redis.call('PSETEX', KEYS[1], ARGV[2], held_value)
 """ + _INDEX + """
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
@@ -327,13 +327,13 @@ end
 #   ARGV[1] token   ARGV[2] lease (ms)   ARGV[3] holder metadata (JSON)   ARGV[4] name
 #   ARGV[5] grant popped from the signal list, or ''   ARGV[6] patience (ms): how long to
 #   stay registered as a waiter when the lock is held; 0 to not queue
-# Returns {1, fencing token, server time ms} when acquired (also when this token already
+# Returns "FENCE ACQUIRED_MS" when acquired, as ACQUIRE does (also when this token already
 # holds it: a retried call whose first reply was lost), {0, remaining lease ms} when held.
 # A lock just released to waiters is reserved for the waiter that pops the grant: newcomers
 # cannot barge in before it, which keeps waiting fair and bounded.
 GRANT_ACQUIRE = _CLOCK + _READ + """
 if holder == ARGV[1] then
-  return {1, fence, tonumber(acquired)}
+  return fence .. ' ' .. acquired
 end
 if holder or (reserved and reserved ~= ARGV[5]) then
   local patience = tonumber(ARGV[6])
@@ -345,7 +345,7 @@ end
 if ARGV[5] ~= '' or tonumber(ARGV[6]) > 0 then
   redis.call('ZREM', KEYS[3], ARGV[1])
 end
-return {1, next_fence, now_ms}
+return next_fence .. ' ' .. now_ms
 """
 
 # Release a lock (or one level of a reentrant hold) on one node and hand it to the waiters if
