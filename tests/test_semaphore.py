@@ -77,7 +77,11 @@ def test_released_permit_goes_to_the_longest_waiter_first() -> None:
     for position in range(4):
         threads.append(threading.Thread(target=wait, args=(position,)))
         threads[-1].start()
-        time.sleep(0.15)  # queued in this order
+        # Queued in this order: the next one starts once this one waits (not after a fixed
+        # pause, which a loaded machine can outlast).
+        deadline = time.monotonic() + 5
+        while holder.holders().waiting < position + 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
     holder.release()
     for thread in threads:
         thread.join()
