@@ -564,9 +564,12 @@ class _Attempts:
         return block
 
     def guarded(self, call: Callable[..., Attempt], *args: Any) -> Attempt:
+        """Return ``call(*args)``. When it does not return (the server did not answer, or a
+        signal, KeyboardInterrupt or task cancellation cut the wait short), the server may
+        have granted the lock all the same: give it back before the error goes on."""
         try:
             attempt = call(*args)
-        except BackendUnavailable:
+        except BaseException:
             self._forget_maybe_granted()
             raise
         if attempt.acquired and self._outlived(attempt):
@@ -577,7 +580,7 @@ class _Attempts:
     async def aguarded(self, call: Callable[..., Any], *args: Any) -> Attempt:
         try:
             attempt = await call(*args)
-        except BackendUnavailable:
+        except BaseException:  # as guarded()
             await self._aforget_maybe_granted()
             raise
         if attempt.acquired and self._outlived(attempt):

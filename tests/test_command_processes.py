@@ -167,6 +167,9 @@ def test_sigkill_leaves_the_lock_to_its_lease(manage: Start) -> None:
 def test_stop_signal_releases_the_lock_at_once(manage: Start, stop: signal.Signals) -> None:
     command = manage("send_digest", "--seconds", "60")  # the demo's lease: 30 s
     wait_until_held(command)
+    # The server shows the lock held a moment before the command has the reply: stop it once
+    # it is sending (its first line), as the test means to.
+    assert command.stdout is not None and "sending" in command.stdout.readline()
     command.send_signal(stop)
     code, out, err = finish(command, timeout=10)
     assert code == 128 + stop, (code, out, err)

@@ -8,6 +8,7 @@ a library driving sockets itself.
 from __future__ import annotations
 
 import ast
+import asyncio
 import os
 import threading
 import warnings
@@ -332,3 +333,42 @@ def test_the_last_release_frees_the_lock_even_if_the_server_counted_one_more_lev
     lk.release()
     assert backend.info("re-lost") is None
     assert distlock.lock("re-lost", ttl=5).acquire(wait=0)
+
+
+def test_an_acquire_cut_short_after_the_grant_gives_the_lock_back(
+    backend_kind: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C (or a stop signal a command turns into KeyboardInterrupt) can land after the
+    server granted the lock and before acquire() returned: the lock must not stay held until
+    its lease ends by a holder that never knew it held it."""
+    backend = locks["default"]
+    grant = backend.try_acquire
+
+    def grant_then_interrupt(*args: Any) -> Any:
+        grant(*args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(backend, "try_acquire", grant_then_interrupt)
+    lk = distlock.lock("cut-short", ttl=30)
+    with pytest.raises(KeyboardInterrupt):
+        lk.acquire()
+    assert lk.token is None
+    assert backend.info("cut-short") is None
+
+
+async def test_an_async_acquire_cancelled_after_the_grant_gives_the_lock_back(
+    backend_kind: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    backend = locks["default"]
+    grant = backend.atry_acquire
+
+    async def grant_then_cancel(*args: Any) -> Any:
+        await grant(*args)
+        raise asyncio.CancelledError
+
+    monkeypatch.setattr(backend, "atry_acquire", grant_then_cancel)
+    lk = distlock.lock("cut-short-async", ttl=30)
+    with pytest.raises(asyncio.CancelledError):
+        await lk.aacquire()
+    assert lk.token is None
+    assert await backend.ainfo("cut-short-async") is None
