@@ -183,8 +183,15 @@ def _server_time(server_time: dict[str, Any]) -> list[str]:
              round(measured["us_per_pair"] / theirs, 2) if theirs else "",
              ", ".join(f"{name} x{calls:g}" for name, calls in measured["calls_per_pair"].items())]
             for library, measured in libraries.items()]
-    return lines + _table(["library", "us per pair", f"x {anchors.REDIS_PY}",
-                           "commands sent per pair"], rows)
+    lines += _table(["library", "us per pair", f"x {anchors.REDIS_PY}",
+                     "commands sent per pair"], rows)
+    floor = server_time.get("commands_only")
+    if floor:
+        lines += [f"The commands distlock's scripts run, with constant values and no Lua logic "
+                  f"(benchmarks/server_time.py COMMANDS_ONLY), take {floor['us_per_pair']} us "
+                  f"per pair: {floor['vs_redis_py']}x {anchors.REDIS_PY}'s whole pair, before "
+                  "any of distlock's own work.", ""]
+    return lines
 
 
 def _external(name: str, data: dict[str, Any]) -> list[str]:

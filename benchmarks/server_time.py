@@ -6,6 +6,10 @@ them). Then, after CONFIG RESETSTAT, it does ``server_time_pairs`` pairs; the ``
 those commands in INFO commandstats, divided by the pairs, is its server time per pair.
 That is the time the server spends executing them, without reading and parsing requests
 or writing replies (which cost about the same for every library).
+
+One more case shows how much of distlock's figure its features cost before any of its Lua
+runs: two scripts that run the same commands as distlock's uncontended acquire and release
+(COMMANDS_ONLY), with distlock's keys and arguments but constant values and no logic.
 """
 from __future__ import annotations
 
@@ -21,6 +25,29 @@ from .harness import Profile
 
 NAME = "server-time"
 SAMPLE_PAIRS = 3  # pairs watched with MONITOR to learn which commands a library sends
+
+# The commands distlock's acquire and release scripts run for an uncontended pair, in order
+# (the clock, the fencing token, the lock, the index; the token check, the delete, the index,
+# the look at the queue), with constant values instead of the scripts' string work (the
+# lock's value is the holder's metadata alone, its largest part). The index's 1-in-10
+# pruning is left out. tests/test_benchmark_server_time.py checks that these are the
+# commands MONITOR sees the real scripts run.
+COMMANDS_ONLY = {
+    "acquire": """
+redis.call('TIME')
+redis.call('SET', KEYS[2], '1795000000000000', 'GET')
+redis.call('SET', KEYS[1], ARGV[3], 'NX', 'PX', ARGV[2])
+redis.call('ZADD', KEYS[5], '1795000010000', ARGV[4])
+return '1795000000000000 1795000000000'
+""",
+    "release": """
+redis.call('GET', KEYS[1])
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[4], ARGV[2])
+redis.call('EXISTS', KEYS[2])
+return 1
+""",
+}
 
 
 def sent_commands(client: redis.Redis, pair: Callable[[], None]) -> dict[str, Counter[str]]:
@@ -66,6 +93,21 @@ def measure(client: redis.Redis, pair: Callable[[], None], pairs: int) -> dict[s
     }
 
 
+def commands_only_pair(client: redis.Redis) -> Callable[[], None]:
+    """Return a pair of COMMANDS_ONLY calls, with the keys and arguments distlock's own
+    acquire and release of one free lock would send."""
+    from .uncontended import script_calls
+
+    found = script_calls(f"{NAME}:commands-only")
+    shas = {script: client.script_load(source) for script, source in COMMANDS_ONLY.items()}
+
+    def pair() -> None:
+        for script, (keys, args) in found.items():
+            client.evalsha(shas[script], len(keys), *keys, *args)
+
+    return pair
+
+
 def run(profile: Profile, url: str) -> dict[str, Any]:
     client = redis.Redis.from_url(url)
     libraries = {}
@@ -73,9 +115,17 @@ def run(profile: Profile, url: str) -> dict[str, Any]:
         name = f"{NAME}:{library.split()[0]}"
         pair = anchors.pair(anchors.lock_factory(library, url), lambda name=name: name)
         libraries[library] = measure(client, pair, profile.server_time_pairs)
+    commands_only = measure(client, commands_only_pair(client), profile.server_time_pairs)
     theirs = libraries[anchors.REDIS_PY]["us_per_pair"]
     return {
         "libraries": libraries,
-        "distlock_vs_redis_py": round(libraries[anchors.DISTLOCK]["us_per_pair"] / theirs, 2)
-        if theirs else float("nan"),
+        "distlock_vs_redis_py": _ratio(libraries[anchors.DISTLOCK]["us_per_pair"], theirs),
+        # What distlock's features cost before any of its Lua logic (see COMMANDS_ONLY).
+        "commands_only": {"us_per_pair": commands_only["us_per_pair"],
+                          "vs_redis_py": _ratio(commands_only["us_per_pair"], theirs),
+                          "scripted_commands": commands_only["scripted_commands"]},
     }
+
+
+def _ratio(ours: float, theirs: float) -> float:
+    return round(ours / theirs, 2) if theirs else float("nan")

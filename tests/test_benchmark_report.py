@@ -59,7 +59,9 @@ def server_time_section(ours: float) -> dict[str, Any]:
                  for library in anchors.LATENCY_LIBRARIES}
     libraries[anchors.DISTLOCK] = {"us_per_pair": ours, "calls_per_pair": {"evalsha": 2.0},
                                    "scripted_commands": ["set"], "pairs": 10}
-    return {"libraries": libraries, "distlock_vs_redis_py": ours / 5.0}
+    return {"libraries": libraries, "distlock_vs_redis_py": ours / 5.0,
+            "commands_only": {"us_per_pair": 7.5, "vs_redis_py": 1.5,
+                              "scripted_commands": ["del", "set"]}}
 
 
 def results(*, vs_redis_py: float, lost: int) -> dict[str, Any]:
@@ -170,6 +172,7 @@ def test_markdown_lists_targets_sections_and_external_results() -> None:
     assert "| K=8 | distlock | 300 | 300 |" in text
     assert "## Redlock" in text and "| 3 | 900 |" in text
     assert "Not measured: bench_admin.py exited with 1: boom" in text
+    assert "take 7.5 us per pair: 1.5x redis-py Lock's whole pair" in text
 
 
 def test_ratios_are_taken_round_by_round() -> None:
