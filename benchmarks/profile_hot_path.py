@@ -75,7 +75,7 @@ def layers(url: str) -> dict[str, Callable[[], object]]:
 
     def through_backend() -> None:
         backend.try_acquire(NAME, SCRIPT_TOKEN, SCRIPT_TTL_MS, meta, None, SCRIPT_PATIENCE_MS)
-        backend.release(NAME, SCRIPT_TOKEN)
+        backend.release(NAME, SCRIPT_TOKEN, every_level=True)  # as a Lock's last release
 
     def public_api() -> None:
         lock = distlock.lock(NAME, ttl=SCRIPT_TTL_MS / 1000)

@@ -58,7 +58,8 @@ def floor_cases(url: str) -> dict[str, Callable[[], object]]:
 
 def script_calls(name: str) -> dict[str, tuple[list[str], list[Any]]]:
     """The keys and arguments of distlock's acquire and release of the free lock ``name``,
-    built by its Redis backend (DISTLOCK['default']) exactly as it sends them."""
+    built by its Redis backend (DISTLOCK['default']) exactly as a Lock sends them (its last
+    release releases every level)."""
     from distlock.backends import calls
     from distlock.handler import locks
     from distlock.info import holder_metadata
@@ -67,7 +68,7 @@ def script_calls(name: str) -> dict[str, tuple[list[str], list[Any]]]:
     return {
         "acquire": calls.acquire_call(layout, name, SCRIPT_TOKEN, SCRIPT_TTL_MS,
                                       holder_metadata(None), SCRIPT_PATIENCE_MS),
-        "release": calls.release_call(layout, name, SCRIPT_TOKEN, False),
+        "release": calls.release_call(layout, name, SCRIPT_TOKEN, every_level=True),
     }
 
 

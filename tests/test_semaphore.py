@@ -12,6 +12,7 @@ import distlock
 from distlock import LockError, LockLost, LockNotAcquired, LockNotOwned
 from distlock.signals import lock_force_released, lock_lost
 from tests.conftest import _use, location_of
+from tests.redis_server import wait_until
 
 pytestmark = pytest.mark.django_db(databases=[])
 # Every backend kind of conftest.BACKENDS but Redlock's, which refuses semaphores.
@@ -79,9 +80,8 @@ def test_released_permit_goes_to_the_longest_waiter_first() -> None:
         threads[-1].start()
         # Queued in this order: the next one starts once this one waits (not after a fixed
         # pause, which a loaded machine can outlast).
-        deadline = time.monotonic() + 5
-        while holder.holders().waiting < position + 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda position=position: holder.holders().waiting >= position + 1, 5,
+                   f"waiter {position} to queue", 0.01)
     holder.release()
     for thread in threads:
         thread.join()

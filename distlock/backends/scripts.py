@@ -72,9 +72,12 @@ if last and (#last > #next_fence or (#last == #next_fence and last >= next_fence
 end
 """
 
-# Shared expression: the value of the lock held by token ARGV[1] from now on, with metadata
-# ARGV[3] (see the module's docstring). Needs next_fence and now_ms.
-_NEW_VALUE = "ARGV[1] .. ' ' .. next_fence .. ' ' .. now_ms .. ' 0 1 ' .. ARGV[3]"
+# Shared snippet: the next fencing token (_NEXT_FENCE) and ``held_value``, the value of the
+# lock once token ARGV[1] holds it, with metadata ARGV[3] (see the module's docstring).
+# Needs now_ms.
+_NEW_HOLD = _NEXT_FENCE + """
+local held_value = ARGV[1] .. ' ' .. next_fence .. ' ' .. now_ms .. ' 0 1 ' .. ARGV[3]
+"""
 
 # Shared snippet: put name ARGV[4] in the bucket's index KEYS[5] until its lease (ARGV[2] ms)
 # ends. Needs the strings now_ms and now_us.
@@ -90,10 +93,10 @@ if string.sub(now_us, -1) == '0' then
 end
 """
 
-# Shared snippet: make token ARGV[1] the holder of the lock KEYS[1] whatever it held, with a
-# lease of ARGV[2] ms, the next fencing token (``next_fence``) and name ARGV[4] in the index.
-_TAKE = _NEXT_FENCE + """
-redis.call('PSETEX', KEYS[1], ARGV[2], """ + _NEW_VALUE + """)
+# Shared snippet: store ``held_value`` (_NEW_HOLD) in the lock KEYS[1] whatever it held, with
+# a lease of ARGV[2] ms, and put name ARGV[4] in the index.
+_TAKE = """
+redis.call('PSETEX', KEYS[1], ARGV[2], held_value)
 """ + _INDEX
 
 # Shared snippet (releases): drop one reentrant level of the hold read by _READ, keeping its
@@ -142,8 +145,7 @@ end
 # table), {0, remaining lease ms, place in the queue (0 first, -1 not queued), server time
 # ms} when held. A lock handed to a waiter is reserved for it for the grace: newcomers cannot
 # barge in before it claims it.
-ACQUIRE = _CLOCK + _NEXT_FENCE + """
-local held_value = """ + _NEW_VALUE + """
+ACQUIRE = _CLOCK + _NEW_HOLD + """
 if redis.call('SET', KEYS[1], held_value, 'NX', 'PX', ARGV[2]) then
 """ + _INDEX + """
   if ARGV[6] == '1' then
@@ -172,8 +174,7 @@ if holder or (reserved and reserved ~= ARGV[1]) then
   return {0, redis.call('PTTL', KEYS[1]), place, now_ms}
 end
 -- Handed to this token by a release: claim it.
-redis.call('PSETEX', KEYS[1], ARGV[2], held_value)
-""" + _INDEX + """
+""" + _TAKE + """
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
 return next_fence .. ' ' .. now_ms
@@ -341,7 +342,7 @@ if holder or (reserved and reserved ~= ARGV[5]) then
 """ + _JOIN_QUEUE + """  end
   return {0, redis.call('PTTL', KEYS[1])}
 end
-""" + _TAKE + """
+""" + _NEW_HOLD + _TAKE + """
 if ARGV[5] ~= '' or tonumber(ARGV[6]) > 0 then
   redis.call('ZREM', KEYS[3], ARGV[1])
 end
