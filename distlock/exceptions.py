@@ -89,3 +89,9 @@ class FencedUpdateRejected(LockError):
         super().__init__(message)
         self.token = token
         self.newest = newest
+
+
+class IsolationLevelWarning(RuntimeWarning):
+    """A lock was acquired inside a transaction whose snapshot may predate it (REPEATABLE READ
+    or SERIALIZABLE): rows read under the lock may be older than the previous holder's
+    commit. Take the lock before the transaction begins (docs/transactions.md)."""

@@ -10,6 +10,7 @@ import logging
 import math
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -17,6 +18,7 @@ from . import handler, renewal
 from .backends.base import HANDOFF_GRACE_MS, Attempt, BaseLockBackend
 from .exceptions import (
     BackendUnavailable,
+    IsolationLevelWarning,
     LockError,
     LockLost,
     LockNotAcquired,
@@ -27,6 +29,14 @@ from .info import LockInfo, from_milliseconds, holder_metadata
 from .names import validate_name
 from .signals import lock_acquired, lock_contended, lock_lost, lock_released
 from .tokens import new_token
+from .transactions import (
+    PendingRelease,
+    forget_waiting_release,
+    note_waiting_release,
+    open_transactions,
+    snapshot_isolation_aliases,
+    waiting_release,
+)
 from .validation import lease_milliseconds, seconds
 
 logger = logging.getLogger("distlock")
@@ -45,6 +55,8 @@ class Lock:
     with``), a decorator, or through ``acquire()``/``release()`` and their async twins.
     """
 
+    kind = "lock"  # what the name names: a lock and a semaphore of one name are unrelated
+
     def __init__(
         self,
         name: str,
@@ -56,13 +68,15 @@ class Lock:
         on_lost: Callable[[Lock], Any] | None = None,
         using: str = "default",
         purpose: str | None = None,
+        hold_until_commit: bool = True,
     ) -> None:
         self.name = validate_name(name)
         self.ttl = seconds("ttl", ttl, allow_none=True)
         if self.ttl is not None:
             lease_milliseconds("ttl", self.ttl)
         self.wait = seconds("wait", wait, allow_none=True, allow_zero=True)
-        for label, flag in (("auto_renew", auto_renew), ("reentrant", reentrant)):
+        for label, flag in (("auto_renew", auto_renew), ("reentrant", reentrant),
+                            ("hold_until_commit", hold_until_commit)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{label} must be True or False, not {flag!r}.")
         if on_lost is not None and not callable(on_lost):
@@ -76,6 +90,7 @@ class Lock:
         self.on_lost = on_lost
         self.using = using
         self.purpose = purpose
+        self.hold_until_commit = hold_until_commit
         self.token: str | None = None
         self.fencing_token: int | None = None
         self._backend: BaseLockBackend | None = None
@@ -91,6 +106,7 @@ class Lock:
         self._release_began = 0.0
         self._released_in_time = False  # a release went unanswered, sent while the lease ran
         self._renewal: int | None = None
+        self._pending: PendingRelease | None = None  # a release waiting for a transaction
         self._mutex = threading.Lock()  # orders renewals against release
 
     def __repr__(self) -> str:
@@ -107,9 +123,13 @@ class Lock:
     # --- acquire ------------------------------------------------------------------------
     def acquire(self, wait: float | None = _UNSET) -> bool:
         """Acquire the lock, waiting up to ``wait`` seconds; return True if acquired."""
+        held = self._waiting_release()
+        if held is not None and self._take_back(held):
+            return True
         self._forget_an_ended_lease()
         if self.token is not None:
             return self._reenter(self._check_reentry())
+        self._warn_if_snapshot_predates()
         attempts = _Attempts(self, self.backend, self._wait_argument(wait))
         backend = attempts.backend
         attempt = attempts.guarded(backend.try_acquire, *attempts.request())
@@ -126,6 +146,9 @@ class Lock:
 
     async def aacquire(self, wait: float | None = _UNSET) -> bool:
         """Async twin of acquire()."""
+        held = self._waiting_release()
+        if held is not None and await self._atake_back(held):
+            return True
         self._forget_an_ended_lease()
         if self.token is not None:
             return await self._areenter(self._check_reentry())
@@ -212,7 +235,15 @@ class Lock:
         Raise LockNotOwned if this object does not hold it (any more), LockLost if automatic
         renewal found the lease gone. If the server cannot be reached, raise
         BackendUnavailable and keep the token, so release() can be called again.
+
+        Inside a database transaction (``hold_until_commit``), the lock stays held, its lease
+        kept alive, until the transaction ends: see docs/transactions.md.
         """
+        if self._wait_for_transactions():
+            return
+        self._release_now()
+
+    def _release_now(self) -> None:
         backend, token, final = self._begin_release()
         try:
             outcome = backend.release(self.name, token, every_level=final)
@@ -223,6 +254,8 @@ class Lock:
 
     async def arelease(self) -> None:
         """Async twin of release()."""
+        if self._wait_for_transactions():
+            return
         backend, token, final = self._begin_release()
         try:
             outcome = await backend.arelease(self.name, token, every_level=final)
@@ -260,6 +293,125 @@ class Lock:
         if outcome == 0 and not in_time:
             raise self._expired_error("release")
         lock_released.send(_sender(backend), name=self.name, alias=self.using, info=info)
+
+    # --- database transactions ----------------------------------------------------------
+    def _wait_for_transactions(self) -> bool:
+        """If this thread is inside ``transaction.atomic()``, keep the lock held until the
+        transaction ends, its lease kept alive, and return True; else return False."""
+        if self._pending is not None:
+            raise LockNotOwned(
+                f"{self.name!r} was released already: its release waits for the database "
+                "transaction to end.", name=self.name)
+        if not self.hold_until_commit or self._depth > 1 or self._lost or self.token is None:
+            return False
+        transactions = open_transactions()
+        left = self.lease_left()
+        if not transactions or left <= 0:
+            return False
+        with self._mutex:
+            self._pending = PendingRelease(self._release_after_transactions, transactions)
+            if self._renewal is None:  # keep the lease alive until the transaction ends
+                interval = min(self._ttl_ms / 1000 * RENEW_FRACTION, left / 2)
+                self._renewal = renewal.renewer.register(self, max(interval, 0.01))
+        note_waiting_release(self._resource(), self)
+        return True
+
+    def _release_after_transactions(self) -> None:
+        """Free the lock: every transaction its release waited for has ended."""
+        with self._mutex:
+            self._pending = None
+        forget_waiting_release(self._resource(), self)
+        if self.token is None or self._lost:
+            self._forget()  # the lost lease was reported when a renewal found it gone
+            return
+        try:
+            self._release_now()
+        except LockNotOwned:  # the lease ended before the transaction did
+            self._report_lost()
+        except LockError as exc:
+            logger.warning("distlock: could not release %r after its transaction ended (%s); "
+                           "it ends with its lease.", self.name, exc)
+            self._forget()
+
+    def _waiting_release(self) -> Lock | None:
+        """Return this thread's hold of this lock whose release waits for a transaction."""
+        return waiting_release(self._resource()) if self._pending or self.token is None else None
+
+    def _resource(self) -> tuple[str, str, str]:
+        return self.kind, self.using, self.name
+
+    def _take_back(self, held: Lock) -> bool:
+        """Hold again, at once, the lock whose release waits for this thread's transaction
+        (an order met twice in one transaction), as the database's own locks stack within a
+        session. Return False if that hold has ended meanwhile."""
+        ttl_ms = self._stop_waiting(held)
+        if ttl_ms is None:
+            return False
+        started = time.monotonic()
+        try:
+            extended = held.backend.extend(self.name, held.token or "", ttl_ms)
+        except BaseException:
+            held._forget()
+            raise
+        return self._adopt(held, extended, started, ttl_ms)
+
+    async def _atake_back(self, held: Lock) -> bool:
+        ttl_ms = self._stop_waiting(held)
+        if ttl_ms is None:
+            return False
+        started = time.monotonic()
+        try:
+            extended = await held.backend.aextend(self.name, held.token or "", ttl_ms)
+        except BaseException:
+            held._forget()
+            raise
+        return self._adopt(held, extended, started, ttl_ms)
+
+    def _stop_waiting(self, held: Lock) -> int | None:
+        """Cancel ``held``'s waiting release; return this lock's lease (ms), or None when the
+        release has begun already."""
+        pending = held._pending
+        if pending is None or not pending.cancel():
+            return None
+        with held._mutex:
+            held._pending = None
+        forget_waiting_release(self._resource(), held)
+        backend = held.backend
+        return backend.lease_ms(self.ttl if self.ttl is not None else backend.default_timeout)
+
+    def _adopt(self, held: Lock, extended: bool, started: float, ttl_ms: int) -> bool:
+        if not extended:
+            held._forget()  # its lease ended while the transaction ran (reported if renewed)
+            return False
+        if held is not self:
+            self._backend, self.token = held._backend, held.token
+            self.fencing_token, self._acquired_ms = held.fencing_token, held._acquired_ms
+            self._meta = held._meta
+            held._forget()
+        elif self._renewal is not None and not self.auto_renew:  # no more keep-alive
+            renewal.renewer.unregister(self._renewal)
+            self._renewal = None
+        self._ttl_ms, self._depth, self._lost = ttl_ms, 1, False
+        self._owner = _current_owner() if self.reentrant else None
+        self._lease_deadline = started + ttl_ms / 1000
+        if self.auto_renew and self._renewal is None:
+            self._renewal = renewal.renewer.register(self, ttl_ms / 1000 * RENEW_FRACTION)
+        return True
+
+    def _warn_if_snapshot_predates(self) -> None:
+        """Warn when acquiring inside a transaction that reads from a snapshot: it may have
+        been taken before the lock, and then rows read under the lock can be stale."""
+        if not self.hold_until_commit:
+            return
+        aliases = snapshot_isolation_aliases()
+        if aliases:
+            warnings.warn(
+                f"{self.name!r} is acquired inside a transaction on {', '.join(aliases)} at "
+                "REPEATABLE READ or SERIALIZABLE isolation: if the transaction read anything "
+                "before the lock was granted, its snapshot predates the previous holder's "
+                "commit and rows read now may be stale. Take the lock before the transaction "
+                "begins (with lock: with atomic(): ...). See docs/transactions.md.",
+                IsolationLevelWarning, stacklevel=3)
 
     # --- extend -------------------------------------------------------------------------
     def extend(self, ttl: float | None = None) -> None:
@@ -341,6 +493,9 @@ class Lock:
         return self._backend, self.token
 
     def _forget(self) -> None:
+        if self._pending is not None:
+            self._pending.cancel()
+            self._pending = None
         if self._renewal is not None:
             renewal.renewer.unregister(self._renewal)
             self._renewal = None
@@ -488,7 +643,7 @@ class Lock:
         settings = {
             "ttl": self.ttl, "wait": self.wait, "auto_renew": self.auto_renew,
             "reentrant": self.reentrant, "on_lost": self.on_lost, "using": self.using,
-            "purpose": self.purpose,
+            "purpose": self.purpose, "hold_until_commit": self.hold_until_commit,
         }
         return Lock(changes.pop("name", self.name), **{**settings, **changes})
 
@@ -638,11 +793,14 @@ def lock(
     on_lost: Callable[[Lock], Any] | None = None,
     using: str = "default",
     purpose: str | None = None,
+    hold_until_commit: bool = True,
 ) -> Lock:
     """Return a Lock on ``name`` for the DISTLOCK alias ``using``.
 
     ``ttl`` is the lease in seconds (None: the alias's TIMEOUT); ``wait`` how long acquire()
-    waits (0: try once, None: until acquired).
+    waits (0: try once, None: until acquired). ``hold_until_commit``: a release inside a
+    database transaction waits for it to end (False: release at once).
     """
     return Lock(name, ttl=ttl, wait=wait, auto_renew=auto_renew, reentrant=reentrant,
-                on_lost=on_lost, using=using, purpose=purpose)
+                on_lost=on_lost, using=using, purpose=purpose,
+                hold_until_commit=hold_until_commit)

@@ -137,16 +137,18 @@ class Semaphore(Lock):
     holders run at once).
     """
 
+    kind = "semaphore"
+
     def __init__(self, name: str, limit: int, *, ttl: float | None = None,
                  wait: float | None = None, auto_renew: bool = False,
                  on_lost: Callable[[Lock], Any] | None = None, using: str = "default",
-                 purpose: str | None = None) -> None:
+                 purpose: str | None = None, hold_until_commit: bool = True) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise TypeError(f"limit must be a whole number of permits, not {limit!r}.")
         if limit < 1:
             raise ValueError(f"limit must be at least 1, not {limit}.")
         super().__init__(name, ttl=ttl, wait=wait, auto_renew=auto_renew, on_lost=on_lost,
-                         using=using, purpose=purpose)
+                         using=using, purpose=purpose, hold_until_commit=hold_until_commit)
         self.limit = limit
 
     def __repr__(self) -> str:
@@ -186,6 +188,7 @@ class Semaphore(Lock):
         settings = {
             "ttl": self.ttl, "wait": self.wait, "auto_renew": self.auto_renew,
             "on_lost": self.on_lost, "using": self.using, "purpose": self.purpose,
+            "hold_until_commit": self.hold_until_commit,
         }
         name = changes.pop("name", self.name)
         limit = changes.pop("limit", self.limit)
@@ -202,11 +205,13 @@ def semaphore(
     on_lost: Callable[[Lock], Any] | None = None,
     using: str = "default",
     purpose: str | None = None,
+    hold_until_commit: bool = True,
 ) -> Semaphore:
     """Return a Semaphore: at most ``limit`` holders of ``name`` at once, on alias ``using``.
 
     ``ttl``, ``wait``, ``auto_renew``, ``on_lost`` and ``purpose`` mean what they mean for
-    :func:`distlock.lock`; each holder has its own lease.
+    :func:`distlock.lock`; each holder has its own lease. ``hold_until_commit``: a release
+    inside a database transaction waits for it to end, as a lock's does.
     """
     return Semaphore(name, limit, ttl=ttl, wait=wait, auto_renew=auto_renew, on_lost=on_lost,
-                     using=using, purpose=purpose)
+                     using=using, purpose=purpose, hold_until_commit=hold_until_commit)

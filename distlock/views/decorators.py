@@ -29,6 +29,7 @@ from ..validation import lease_milliseconds, seconds
 from .names import auser_value, callable_name, user_value
 from .release import LockRelease
 from .responses import LockContended, LockServiceUnavailable
+from .transactions import RequestTransactions, request_transactions
 
 logger = logging.getLogger("distlock")
 V = TypeVar("V", bound=Callable[..., Any])
@@ -48,6 +49,7 @@ def lock_view(
     on_locked: OnLocked | None = None,
     fail_open: bool = False,
     limit: int | None = None,
+    hold_until_commit: bool = True,
 ) -> Callable[[V], V]:
     """Decorate a view so that requests with the same lock name never run at the same time.
 
@@ -60,9 +62,14 @@ def lock_view(
 
     ``limit=N`` lets up to N requests with the same name run at once (a semaphore, see
     distlock.semaphore) instead of one; the others are answered as above, or wait.
+
+    Under ``ATOMIC_REQUESTS`` the lock is taken before the request's transaction begins and
+    released after it ends. Inside a transaction of the caller's, the release waits for it
+    (``hold_until_commit``, see distlock.lock).
     """
     options = ViewLockOptions(name, ttl=ttl, wait=wait, methods=methods, using=using,
-                              on_locked=on_locked, fail_open=fail_open, limit=limit)
+                              on_locked=on_locked, fail_open=fail_open, limit=limit,
+                              hold_until_commit=hold_until_commit)
 
     def decorator(view: V) -> V:
         if isinstance(view, type):
@@ -81,7 +88,8 @@ class ViewLockOptions:
     """The arguments of one ``lock_view(...)`` call, checked when the view is decorated."""
 
     def __init__(self, name: Any, *, ttl: Any, wait: Any, methods: Any, using: Any,
-                 on_locked: Any, fail_open: Any, limit: Any = None) -> None:
+                 on_locked: Any, fail_open: Any, limit: Any = None,
+                 hold_until_commit: Any = True) -> None:
         if name is not None and not isinstance(name, str) and not callable(name):
             raise TypeError(
                 "lock_view name must be a template str, a callable (request, *args, **kwargs) "
@@ -108,9 +116,11 @@ class ViewLockOptions:
         self.limit: int | None = limit
         self.on_locked: OnLocked = on_locked or (LockContended() if limit is None
                                                  else LockContended(AT_LIMIT_DETAIL))
-        if not isinstance(fail_open, bool):
-            raise TypeError(f"fail_open must be True or False, not {fail_open!r}.")
+        for label, flag in (("fail_open", fail_open), ("hold_until_commit", hold_until_commit)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{label} must be True or False, not {flag!r}.")
         self.fail_open = fail_open
+        self.hold_until_commit = hold_until_commit
 
 
 def _checked_methods(methods: Any) -> frozenset[str]:
@@ -161,8 +171,12 @@ class ViewLock:
         if self.template is not None:
             self.template.check_view_arguments(_keyword_parameters(view), self.where)
 
-    def wrap(self, view: V) -> V:
-        """Return ``view`` running under this lock (a sync or an async function, like it)."""
+    def wrap(self, view: V, transactions: RequestTransactions | None = None) -> V:
+        """Return ``view`` running under this lock (a sync or an async function, like it).
+
+        A sync view opens its ``ATOMIC_REQUESTS`` transactions itself, inside the lock
+        (views/transactions.py); ``transactions`` are a class-based view's, when given.
+        """
         if iscoroutinefunction(view) or _dispatches_async_handlers(view):
 
             async def async_locked(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
@@ -170,19 +184,24 @@ class ViewLock:
 
             return functools.wraps(view)(async_locked)  # type: ignore[return-value]
 
-        def locked(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            return self.run(view, request, args, kwargs)
+        inside = transactions if transactions is not None else request_transactions(view)
 
-        return functools.wraps(view)(locked)  # type: ignore[return-value]
+        def locked(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            return self.run(view, request, args, kwargs, inside)
+
+        wrapped = functools.wraps(view)(locked)
+        wrapped._non_atomic_requests = inside  # type: ignore[attr-defined]
+        return wrapped  # type: ignore[return-value]
 
     # --- naming -------------------------------------------------------------------------
     def lock_for(self, name: str) -> Lock:
         options = self.options
         if options.limit is not None:
             return Semaphore(name, options.limit, ttl=options.ttl, wait=options.wait,
-                             using=options.using, purpose=self.purpose)
+                             using=options.using, purpose=self.purpose,
+                             hold_until_commit=options.hold_until_commit)
         return Lock(name, ttl=options.ttl, wait=options.wait, using=options.using,
-                    purpose=self.purpose)
+                    purpose=self.purpose, hold_until_commit=options.hold_until_commit)
 
     def name_for(self, request: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         template = self.template
@@ -201,21 +220,26 @@ class ViewLock:
 
     # --- running ------------------------------------------------------------------------
     def run(self, view: Callable[..., Any], request: Any, args: tuple[Any, ...],
-            kwargs: dict[str, Any]) -> Any:
-        """Call a sync view under the lock."""
+            kwargs: dict[str, Any], transactions: RequestTransactions) -> Any:
+        """Call a sync view under the lock, inside the request's transactions."""
         if request.method not in self.methods:
-            return view(request, *args, **kwargs)
+            with transactions.opened():
+                return view(request, *args, **kwargs)
         lock = self.lock_for(self.name_for(request, args, kwargs))
         try:
             acquired = lock.acquire()
         except BackendUnavailable as exc:
             refusal = self._refuse_unavailable(request, lock, exc)
-            return refusal if refusal is not None else view(request, *args, **kwargs)
+            if refusal is not None:
+                return refusal
+            with transactions.opened():
+                return view(request, *args, **kwargs)
         if not acquired:
             return self.options.on_locked(request, self._contended(lock, lock.holder()))
         release = LockRelease(lock)
         try:
-            response = view(request, *args, **kwargs)
+            with transactions.opened():
+                response = view(request, *args, **kwargs)
         except BaseException:
             release.release()
             raise
@@ -275,6 +299,8 @@ def _decorate_class(cls: type, options: ViewLockOptions) -> type:
             f"method); {cls.__qualname__} has no dispatch()."
         )
     view_lock = ViewLock(options, qualified_name(cls))
+    transactions = request_transactions(dispatch)
+    is_async = bool(getattr(cls, "view_is_async", False))
 
     @functools.wraps(dispatch)
     def locked_dispatch(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
@@ -282,9 +308,15 @@ def _decorate_class(cls: type, options: ViewLockOptions) -> type:
             handler_name = request.method.lower()
             handler = getattr(self, handler_name, None)
             if handler is not None:
-                setattr(self, handler_name, view_lock.wrap(handler))
-        return dispatch(self, request, *args, **kwargs)
+                setattr(self, handler_name, view_lock.wrap(handler, transactions))
+                return dispatch(self, request, *args, **kwargs)
+        if is_async:
+            return dispatch(self, request, *args, **kwargs)
+        with transactions.opened():  # an unlocked method: the transaction Django would open
+            return dispatch(self, request, *args, **kwargs)
 
+    if not is_async:  # Django refuses ATOMIC_REQUESTS for async views: leave that to it
+        locked_dispatch._non_atomic_requests = transactions  # type: ignore[attr-defined]
     cls.dispatch = locked_dispatch  # type: ignore[attr-defined]
     return cls
 
