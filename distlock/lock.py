@@ -128,7 +128,11 @@ class Lock:
             return True
         self._forget_an_ended_lease()
         if self.token is not None:
-            return self._reenter(self._check_reentry())
+            if self.reentrant and self._reenter(self._check_reentry()):
+                return True
+            if not self.reentrant and self._is_mine(self.backend.info(self.name)):
+                raise self._already_held_error()
+            self._forget()  # its hold ended on the server (force release, lease): start anew
         self._warn_if_snapshot_predates()
         attempts = _Attempts(self, self.backend, self._wait_argument(wait))
         backend = attempts.backend
@@ -151,7 +155,11 @@ class Lock:
             return True
         self._forget_an_ended_lease()
         if self.token is not None:
-            return await self._areenter(self._check_reentry())
+            if self.reentrant and await self._areenter(self._check_reentry()):
+                return True
+            if not self.reentrant and self._is_mine(await self.backend.ainfo(self.name)):
+                raise self._already_held_error()
+            self._forget()
         attempts = _Attempts(self, self.backend, self._wait_argument(wait))
         backend = attempts.backend
         attempt = await attempts.aguarded(backend.atry_acquire, *attempts.request())
@@ -198,13 +206,14 @@ class Lock:
         if self._lost or time.monotonic() >= self._lease_deadline:
             self._forget()
 
+    def _already_held_error(self) -> LockError:
+        return LockError(
+            f"This Lock object already holds {self.name!r}. Release it first, make it with "
+            "reentrant=True, or use another Lock object.",
+            name=self.name,
+        )
+
     def _check_reentry(self) -> BaseLockBackend:
-        if not self.reentrant:
-            raise LockError(
-                f"This Lock object already holds {self.name!r}. Release it first, make it with "
-                "reentrant=True, or use another Lock object.",
-                name=self.name,
-            )
         if self._owner != _current_owner():
             raise LockError(
                 f"{self.name!r} is held through this Lock object by another thread or task; "
@@ -217,16 +226,19 @@ class Lock:
         return self._backend
 
     def _reenter(self, backend: BaseLockBackend) -> bool:
+        """Enter once more; return False if the hold has ended on the server."""
         started = time.monotonic()
-        self._after_extend(backend.extend(self.name, self.token or "", self._ttl_ms, reenter=True),
-                           started, reentered=True)
-        return True
+        extended = backend.extend(self.name, self.token or "", self._ttl_ms, reenter=True)
+        if extended:
+            self._after_extend(extended, started, reentered=True)
+        return extended
 
     async def _areenter(self, backend: BaseLockBackend) -> bool:
         started = time.monotonic()
         extended = await backend.aextend(self.name, self.token or "", self._ttl_ms, reenter=True)
-        self._after_extend(extended, started, reentered=True)
-        return True
+        if extended:
+            self._after_extend(extended, started, reentered=True)
+        return extended
 
     # --- release ------------------------------------------------------------------------
     def release(self) -> None:

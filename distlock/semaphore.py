@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, cast
 
 from . import handler
-from .backends.base import Attempt, BaseLockBackend
+from .backends.base import Attempt
 from .exceptions import LockError, SemaphoresNotSupported
 from .info import LockInfo, SemaphoreInfo
 from .lock import Lock
@@ -161,8 +161,8 @@ class Semaphore(Lock):
             return self._backend
         return Permits(semaphore_backend(self.using), self.limit)
 
-    def _check_reentry(self) -> BaseLockBackend:
-        raise LockError(
+    def _already_held_error(self) -> LockError:
+        return LockError(
             f"This Semaphore object already holds a permit of {self.name!r}: release it "
             "first, or use another Semaphore object (one per concurrent holder).",
             name=self.name,

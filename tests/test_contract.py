@@ -152,6 +152,37 @@ def test_non_reentrant_second_acquire_raises_instead_of_deadlocking() -> None:
     lk.release()
 
 
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_force_released_holder_acquires_again(reentrant: bool) -> None:
+    lk = distlock.lock("forced-out", ttl=5, wait=0, reentrant=reentrant)
+    assert lk.acquire()
+    first = lk.fencing_token
+    assert distlock.locks["default"].force_release("forced-out")
+    assert not lk.owned()
+    assert lk.acquire(), "owned() said False, yet acquire() refused"
+    assert lk.owned() and lk.fencing_token > first
+    lk.release()
+    assert not lk.locked()
+
+
+async def test_a_force_released_holder_acquires_again_async() -> None:
+    lk = distlock.lock("forced-out-async", ttl=5, wait=0)
+    assert await lk.aacquire()
+    assert await distlock.locks["default"].aforce_release("forced-out-async")
+    assert not await lk.aowned()
+    assert await lk.aacquire() and await lk.aowned()
+    await lk.arelease()
+
+
+def test_a_holder_whose_lease_ran_out_on_the_server_acquires_again() -> None:
+    lk = distlock.lock("ran-out", ttl=0.2, wait=0)
+    assert lk.acquire()
+    time.sleep(0.3)
+    assert not lk.owned()
+    assert lk.acquire() and lk.owned()
+    lk.release()
+
+
 def test_reentrant_lock_refuses_another_thread() -> None:
     lk = distlock.lock("re-thread", ttl=5, reentrant=True)
     lk.acquire()

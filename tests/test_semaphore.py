@@ -195,3 +195,15 @@ def test_async() -> None:
 def test_bad_limits(limit: object) -> None:
     with pytest.raises((TypeError, ValueError)):
         distlock.semaphore("bad", limit)  # type: ignore[arg-type]
+
+
+def test_a_force_released_permit_holder_acquires_again() -> None:
+    permit = distlock.semaphore("forced-permit", 2, ttl=5, wait=0)
+    assert permit.acquire()
+    backend: Any = distlock.locks["default"]
+    assert backend.force_release_permit("forced-permit", permit.token)
+    assert not permit.owned()
+    assert permit.acquire() and permit.owned()
+    with pytest.raises(LockError, match="already holds a permit"):
+        permit.acquire()
+    permit.release()

@@ -85,6 +85,7 @@ class LockedTask(celery.Task):
     lock_at_enqueue: bool = False
     lock_queued_ttl: float = 3600
     lock_using: str = "default"
+    lock_hold_until_commit: bool = True  # a release inside a transaction waits for it
 
     _lock_namer: TaskLockName | None = None
 
@@ -106,7 +107,8 @@ class LockedTask(celery.Task):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         task_id = self.request.id
         lock = Lock(self.lock_name_for(args, kwargs), ttl=self.lock_ttl, wait=0,
-                    auto_renew=True, using=self.lock_using, purpose=self._purpose(task_id))
+                    auto_renew=True, using=self.lock_using, purpose=self._purpose(task_id),
+                    hold_until_commit=self.lock_hold_until_commit)
         if not lock.acquire():
             return self._duplicate(lock, task_id)
         self._forget_queued()

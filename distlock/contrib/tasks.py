@@ -57,12 +57,14 @@ def locked(
     on_duplicate: str = "skip",
     retry_after: float = 5,
     using: str = "default",
+    hold_until_commit: bool = True,
 ) -> Callable[[Task], Task]:
     """Return a decorator that makes a ``django.tasks`` Task hold a lock while it runs.
 
     ``name`` is a template over the task function's parameters (default: the task's module
     path, one run at a time overall); ``ttl`` the lease in seconds, renewed while the task
-    runs (default: the alias's TIMEOUT); ``on_duplicate`` ``"skip"`` or ``"retry"``.
+    runs (default: the alias's TIMEOUT); ``on_duplicate`` ``"skip"`` or ``"retry"``;
+    ``hold_until_commit``: a release inside a database transaction waits for it to end.
     """
 
     def decorate(task: Task) -> Task:
@@ -78,7 +80,7 @@ def locked(
                 f"which the task backend {task.backend!r} does not support."
             )
         namer = TaskLockName(name or task.module_path, task.func, where)
-        run = _LockedRun(task, namer, ttl, on_duplicate, retry_after, using)
+        run = _LockedRun(task, namer, ttl, on_duplicate, retry_after, using, hold_until_commit)
         return dataclasses.replace(task, func=run.wrapper(), takes_context=True)
 
     return decorate
@@ -88,7 +90,7 @@ class _LockedRun:
     """Run one task function under its lock; called by the worker with the task context."""
 
     def __init__(self, task: Task, namer: TaskLockName, ttl: float | None, on_duplicate: str,
-                 retry_after: float, using: str) -> None:
+                 retry_after: float, using: str, hold_until_commit: bool) -> None:
         self.func = task.func
         self.takes_context = task.takes_context
         self.label = task.module_path
@@ -97,6 +99,7 @@ class _LockedRun:
         self.on_duplicate = on_duplicate
         self.retry_after = retry_after
         self.using = using
+        self.hold_until_commit = hold_until_commit
 
     def wrapper(self) -> Callable[..., Any]:
         if inspect.iscoroutinefunction(self.func):
@@ -142,7 +145,7 @@ class _LockedRun:
         name = self.namer.render(self._arguments(context, args), kwargs)
         purpose = f"django task {self.label}[{context.task_result.id}]"
         return Lock(name, ttl=self.ttl, wait=0, auto_renew=True, using=self.using,
-                    purpose=purpose)
+                    purpose=purpose, hold_until_commit=self.hold_until_commit)
 
     def _duplicate(self, lock: Lock, context: TaskContext, args: tuple[Any, ...],
                    kwargs: dict[str, Any]) -> dict[str, Any]:

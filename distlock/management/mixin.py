@@ -54,6 +54,8 @@ class LockedCommandMixin:
     lock_wait: float | None = 0  # seconds to wait for a running instance (None: no limit)
     lock_skip_exit_code: int = 0  # exit status of a run skipped because the lock was held
     lock_using: str = "default"  # DISTLOCK alias
+    # Inside a database transaction, the release waits for it to end (False: at once).
+    lock_hold_until_commit: bool = True
 
     _lock_argv: list[str] | None = None
     handle: Callable[..., Any]  # BaseCommand's, shadowed while the lock is held
@@ -134,7 +136,8 @@ class LockedCommandMixin:
     def _handle_locked(self, plan: LockPlan, handle: Any, *args: Any, **options: Any) -> Any:
         guard = CommandGuard(plan.name)
         lock = Lock(plan.name, ttl=plan.ttl, wait=plan.wait, auto_renew=True,
-                    on_lost=guard.lease_lost, using=self.lock_using, purpose=plan.purpose)
+                    on_lost=guard.lease_lost, using=self.lock_using, purpose=plan.purpose,
+                    hold_until_commit=self.lock_hold_until_commit)
         # The handlers are in place before the lock can be granted: a SIGTERM just after the
         # grant must release it, not kill the process and leave the lock to its lease.
         with guard.installed():
