@@ -101,6 +101,10 @@ DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.environ.get("DJANGO_DB_PATH", str(PROJECT_DIR / "db.sqlite3")),
+        # Each request in a transaction: @lock_view takes its lock before the transaction
+        # begins and releases it after COMMIT (the Pay button, views.pay).
+        "ATOMIC_REQUESTS": True,
+        "OPTIONS": {"timeout": 20},
     }
 }
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import secrets
 import time
 
-from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
@@ -14,6 +13,8 @@ from django.views.decorators.http import require_POST
 
 from distlock import lock_view
 from distlock.views import wants_json
+
+from .models import Order, Payment
 
 #: Seconds the demo "rebuild" holds its lock, long enough to click the link twice.
 REBUILD_SECONDS = 2
@@ -78,19 +79,22 @@ def rebuild(request: HttpRequest) -> HttpResponse:
 
 # --- @lock_view: the Pay button ---------------------------------------------------------------
 def _payments(order_id: int) -> int:
-    return cache.get(f"demo:payments:{order_id}", 0)
+    return Payment.objects.filter(order_id=order_id).count()
 
 
 def _charge(order_id: int) -> tuple[str, int]:
     """Charge an order unless it is paid: a check-then-act that must never run twice at once.
 
-    Return what happened and the number of payments recorded for the order.
+    It runs in the request's transaction (ATOMIC_REQUESTS), inside the lock: the lock is
+    handed to a second click only after this transaction has committed, so that click reads
+    this payment. Return what happened and the number of payments recorded for the order.
     """
-    payments = _payments(order_id)
+    order, _ = Order.objects.get_or_create(pk=order_id)
+    payments = order.payments.count()
     if payments:
         return f"Order {order_id} is already paid; nothing was charged.", payments
     time.sleep(PAY_SECONDS)  # the payment provider
-    cache.set(f"demo:payments:{order_id}", payments + 1, None)
+    Payment.objects.create(order=order)
     return f"Payment recorded for order {order_id}.", payments + 1
 
 

@@ -154,10 +154,14 @@ class LiveServerProcess(_Managed):
 
 
 def demo_project(redis_url: str, directory: Path) -> LiveServerProcess:
-    """The demo project (testproject) served by uvicorn on ``redis_url``; its SQLite file
-    (unused by the pages tested) goes in ``directory``."""
+    """The demo project (testproject) served by uvicorn on ``redis_url``; its SQLite file,
+    migrated here (the Pay page records payments in it), goes in ``directory``."""
+    env = {"REDIS_URL": redis_url, "DJANGO_DB_PATH": str(directory / "db.sqlite3"),
+           "DJANGO_ALLOWED_HOSTS": "127.0.0.1"}
+    subprocess.run([sys.executable, "-m", "django", "migrate", "--noinput", "--verbosity", "0"],
+                   env={**os.environ, **env, "DJANGO_SETTINGS_MODULE": "testproject.settings"},
+                   check=True, timeout=120)
     return LiveServerProcess(
         "testproject.asgi:application", settings="testproject.settings", ready_path="/",
-        env={"REDIS_URL": redis_url, "DJANGO_DB_PATH": str(directory / "db.sqlite3"),
-             "DJANGO_ALLOWED_HOSTS": "127.0.0.1"},
+        env=env,
     )

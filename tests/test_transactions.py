@@ -97,9 +97,8 @@ def test_every_kind_of_rollback_frees_the_lock_at_once(how: str) -> None:
         raise Boom
 
     if how == "exception out of atomic":
-        with pytest.raises(Boom), transaction.atomic():
-            with distlock.lock("stock", ttl=30):
-                raise Boom
+        with pytest.raises(Boom), transaction.atomic(), distlock.lock("stock", ttl=30):
+            raise Boom
     elif how == "exception after the lock":
         with pytest.raises(Boom), transaction.atomic():
             release_then_fail()
@@ -140,9 +139,8 @@ def test_hold_until_commit_false_and_autocommit_release_at_once() -> None:
 
 def test_every_alias_in_a_transaction_counts() -> None:
     with transaction.atomic(using="fencing"):
-        with transaction.atomic():
-            with distlock.lock("two-dbs", ttl=5):
-                pass
+        with transaction.atomic(), distlock.lock("two-dbs", ttl=5):
+            pass
         assert held("two-dbs"), "released while the 'fencing' transaction was still open"
     assert not held("two-dbs")
 

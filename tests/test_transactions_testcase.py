@@ -88,10 +88,9 @@ class LocksInsideTestCase(TestCase):
         self.assertFalse(held("tc:rollback"))
 
     def test_capture_on_commit_callbacks_runs_the_release(self) -> None:
-        with self.captureOnCommitCallbacks(execute=True) as callbacks:
-            with transaction.atomic():
-                with distlock.lock("tc:captured", ttl=5):
-                    pass
+        with (self.captureOnCommitCallbacks(execute=True) as callbacks, transaction.atomic(),
+              distlock.lock("tc:captured", ttl=5)):
+            pass
         self.assertEqual(len(callbacks), 1)
         self.assertFalse(held("tc:captured"))
 
