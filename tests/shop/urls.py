@@ -1,0 +1,9 @@
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("pay/<int:order_id>", views.pay),
+    path("pay-atomic/<int:order_id>", views.pay_atomic),
+    path("buy", views.buy),
+]

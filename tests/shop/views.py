@@ -1,0 +1,93 @@
+"""The patterns of docs/transactions.md, served by gunicorn against PostgreSQL or MariaDB:
+
+* ``pay/N``: ``@lock_view`` under ``ATOMIC_REQUESTS``;
+* ``pay-atomic/N``: ``with transaction.atomic(): with distlock.lock(...)``;
+* ``buy``: a stock decrement, ``atomic { lock { if units > 0: units -= 1 } }``.
+
+Each answers what it did and whether its request waited for the lock (``lock_contended``).
+``SHOP_HOLD_UNTIL_COMMIT=0`` makes every lock release at once, as distlock did before
+``hold_until_commit`` (the benchmark's control runs).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+import distlock
+from distlock import lock_view
+from distlock.signals import lock_contended
+
+from .models import Charge, Order, Product, Sale
+
+HOLD = os.environ.get("SHOP_HOLD_UNTIL_COMMIT", "1") == "1"
+CHARGE_SECONDS = float(os.environ.get("SHOP_CHARGE_SECONDS", "0.03"))
+_request = threading.local()
+
+
+def _contended(sender: Any, **kwargs: Any) -> None:
+    _request.waited = True
+
+
+lock_contended.connect(_contended)
+
+
+def contention(get_response: Callable[[HttpRequest], HttpResponse]) -> Callable[..., Any]:
+    """Middleware: answer ``X-Waited: 1`` when the request's lock was held by another."""
+
+    def middleware(request: HttpRequest) -> HttpResponse:
+        _request.waited = False
+        response = get_response(request)
+        response["X-Waited"] = "1" if _request.waited else "0"
+        return response
+
+    return middleware
+
+
+def charge(order_id: int) -> str:
+    """Charge the order unless it is paid: read, pay (slowly), write."""
+    order, _ = Order.objects.get_or_create(pk=order_id)
+    if order.charges.exists():
+        return "already paid"
+    time.sleep(CHARGE_SECONDS)  # the payment provider
+    Charge.objects.create(order=order, worker_pid=os.getpid())
+    return "charged"
+
+
+@csrf_exempt
+@require_POST
+@lock_view("pay:{order_id}", ttl=30, wait=10, hold_until_commit=HOLD)
+def pay(request: HttpRequest, order_id: int) -> JsonResponse:
+    return JsonResponse({"result": charge(order_id)})
+
+
+@csrf_exempt
+@require_POST
+@transaction.non_atomic_requests
+def pay_atomic(request: HttpRequest, order_id: int) -> JsonResponse:
+    with transaction.atomic(), distlock.lock(f"pay:{order_id}", ttl=30, wait=10,
+                                             hold_until_commit=HOLD):
+        result = charge(order_id)
+    return JsonResponse({"result": result})
+
+
+@csrf_exempt
+@require_POST
+@transaction.non_atomic_requests
+def buy(request: HttpRequest) -> JsonResponse:
+    with transaction.atomic(), distlock.lock("stock", ttl=30, wait=30, hold_until_commit=HOLD):
+        product = Product.objects.get(pk=1)
+        if product.units <= 0:
+            return JsonResponse({"result": "sold out"})
+        time.sleep(CHARGE_SECONDS / 3)
+        product.units -= 1
+        product.save(update_fields=["units"])
+        Sale.objects.create(product=product)
+    return JsonResponse({"result": "sold"})
