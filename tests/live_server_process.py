@@ -14,26 +14,23 @@ is killed at exit and when the process that started it dies.
 """
 from __future__ import annotations
 
-import contextlib
 import http.client
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from tests.redis_server import (
-    _LIVE,
-    _LIVE_LOCK,
     HOST,
     _kill_process,
     _Managed,
-    _set_parent_death_signal,
     _temporary_directory,
     free_port,
+    spawn_managed,
+    stop_managed,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,15 +97,8 @@ class LiveServerProcess(_Managed):
                                    f"{self.log_tail()}")
 
     def _launch_once(self, deadline: float) -> str:
-        main_thread = threading.current_thread() is threading.main_thread()
-        with open(self.log_file, "wb") as log:
-            proc = subprocess.Popen(
-                self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=ROOT,
-                env=self.env, start_new_session=True,
-                preexec_fn=_set_parent_death_signal if main_thread else None,
-            )
-        with _LIVE_LOCK:
-            _LIVE.add(proc)
+        self.log_file.write_bytes(b"")  # this attempt's output only
+        proc = spawn_managed(self.command(), cwd=ROOT, output=self.log_file, env=self.env)
         self._proc = proc
         while time.monotonic() < deadline and proc.poll() is None:
             if self._answers():
@@ -141,15 +131,8 @@ class LiveServerProcess(_Managed):
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
         """SIGTERM the server (SIGKILL after ``timeout``) and reap it. Idempotent."""
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=timeout)
-        _kill_process(proc)
+        if self._proc is not None:
+            stop_managed(self._proc, timeout)
         self._proc = None
 
 
