@@ -102,4 +102,4 @@ def nodes(settings: Any) -> Iterator[list[RedisServer]]:
         locks.reset()
 
 
-pytest_plugins = ["tests.browser", "tests.topologies"]
+pytest_plugins = ["tests.browser", "tests.database_fixtures", "tests.topologies"]

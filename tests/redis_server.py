@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -56,6 +56,9 @@ __all__ = [
     "find_redis_cli",
     "find_redis_server",
     "free_port",
+    "spawn_managed",
+    "stop_managed",
+    "wait_until",
 ]
 
 HOST = "127.0.0.1"
@@ -201,6 +204,48 @@ def _kill_all() -> None:
         procs = list(_LIVE)
     for proc in procs:
         _kill_process(proc)
+
+
+def spawn_managed(command: Sequence[str], *, cwd: str | os.PathLike[str], output: Path,
+                  env: Mapping[str, str] | None = None,
+                  user: int | None = None, group: int | None = None) -> subprocess.Popen[bytes]:
+    """Start ``command`` as a server process that cannot outlive the test run.
+
+    It runs in its own session (so :func:`_signal_group` reaches it and its forks), is
+    registered for :func:`_kill_all` at exit and, when started from the main thread, gets
+    SIGKILL from the kernel if this process dies. Its stdout and stderr are appended to
+    ``output``. With ``user`` (and ``group``), it runs as that uid/gid with no supplementary
+    groups (only root may ask); the death signal is set after that switch, which would
+    clear it.
+    """
+    main_thread = threading.current_thread() is threading.main_thread()
+    identity: dict[str, Any] = {}
+    if user is not None:
+        identity = {"user": user, "group": group, "extra_groups": []}
+    with open(output, "ab") as out:
+        proc = subprocess.Popen(
+            list(command), stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=cwd,
+            env=None if env is None else dict(env), start_new_session=True,
+            # The death signal fires when the *thread* that forked exits, so only ask
+            # for it when starting from the main thread.
+            preexec_fn=_set_parent_death_signal if main_thread else None, **identity,
+        )
+    with _LIVE_LOCK:
+        _LIVE.add(proc)
+    return proc
+
+
+def stop_managed(proc: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT,
+                 sig: int = signal.SIGTERM) -> None:
+    """Ask a :func:`spawn_managed` process to exit with ``sig`` (resumed first if paused),
+    wait up to ``timeout`` seconds, then SIGKILL its process group and reap it."""
+    if proc.poll() is None:
+        _signal_group(proc, signal.SIGCONT)  # a stopped process would not act on ``sig``
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=timeout)
+    _kill_process(proc)  # SIGKILL if still there; also any fork left in the group
 
 
 def _temporary_directory(owner: object, prefix: str) -> Path:
@@ -406,17 +451,7 @@ class RedisServer(_Managed):
         """One attempt: "ok", or why it failed ("port in use", ...). Cleans up on failure."""
         self._log_offsets = {path: path.stat().st_size if path.exists() else 0
                              for path in (self.log_file, self._output_file)}
-        main_thread = threading.current_thread() is threading.main_thread()
-        with open(self._output_file, "ab") as output:
-            proc = subprocess.Popen(
-                self.command(), stdin=subprocess.DEVNULL, stdout=output, stderr=output,
-                cwd=self.directory, start_new_session=True,
-                # The death signal fires when the *thread* that forked exits, so only ask
-                # for it when starting from the main thread.
-                preexec_fn=_set_parent_death_signal if main_thread else None,
-            )
-        with _LIVE_LOCK:
-            _LIVE.add(proc)
+        proc = spawn_managed(self.command(), cwd=self.directory, output=self._output_file)
         self._proc, self._paused = proc, False
         probe = self.client(socket_timeout=0.5, socket_connect_timeout=0.5)
         try:
@@ -457,16 +492,8 @@ class RedisServer(_Managed):
 
         Nothing is saved. Safe on a paused, already stopped or never started server.
         """
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            _signal_group(proc, signal.SIGCONT)  # a stopped process would not act on SIGTERM
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=timeout)
-        _kill_process(proc)  # SIGKILL if still there; also any fork left in the group
+        if self._proc is not None:
+            stop_managed(self._proc, timeout)
         self._proc, self._paused = None, False
 
     def kill(self) -> None:

@@ -1,9 +1,12 @@
 """Settings of the tests-only live project: locks on the Redis named by DISTLOCK_TEST_URL.
 
-Nothing but what the served views need: no database, no sessions, no CSRF (the clients are
-test code), so that a request costs the server as little as possible.
+Nothing but what the served views need: no sessions, no CSRF (the clients are test code), so
+that a request costs the server as little as possible; and no database unless the test gives
+it DATABASES in DISTLOCK_TEST_DATABASES (JSON: a real server's ``env()``, tests/databases.py).
 """
 import os
+
+from tests.databases import databases_from_env
 
 SECRET_KEY = "live-tests-only-not-secret"
 DEBUG = False
@@ -13,7 +16,7 @@ INSTALLED_APPS = ["distlock"]
 MIDDLEWARE: list[str] = []
 ROOT_URLCONF = "tests.live_project.urls"
 WSGI_APPLICATION = "tests.live_project.wsgi.application"
-DATABASES: dict = {}
+DATABASES = databases_from_env()
 DISTLOCK = {
     "default": {
         "BACKEND": "distlock.backends.redis.RedisBackend",

@@ -4,6 +4,7 @@ from . import views
 
 urlpatterns = [
     path("health/", views.health),
+    path("process/", views.process),
     path("pay/<str:order_id>/", views.pay),
     path("apay/<str:order_id>/", views.apay),
     path("queued/<str:order_id>/", views.queued_pay),

@@ -12,6 +12,8 @@ from typing import Any
 import redis
 import redis.asyncio
 from asgiref.sync import iscoroutinefunction
+from django.conf import settings
+from django.db import connections
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 import distlock
@@ -68,6 +70,24 @@ async def apay(request: HttpRequest, order_id: str) -> HttpResponse:
 
 def health(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ok")
+
+
+# The port of the server a connection is on, per Django vendor.
+SERVER_PORT_SQL = {"postgresql": "SELECT current_setting('port')::int", "mysql": "SELECT @@port"}
+
+
+def process(request: HttpRequest) -> JsonResponse:
+    """Which process served this (its pid), after ``?seconds=`` (default 0); and for each
+    database the project has (DISTLOCK_TEST_DATABASES), its vendor and the port of the server
+    this process's connection is on."""
+    time.sleep(float(request.GET.get("seconds", 0)))
+    databases = {}
+    for alias in settings.DATABASES:
+        with connections[alias].cursor() as cursor:
+            cursor.execute(SERVER_PORT_SQL[connections[alias].vendor])
+            (port,) = cursor.fetchone()
+        databases[alias] = {"vendor": connections[alias].vendor, "port": port}
+    return JsonResponse({"pid": os.getpid(), "databases": databases})
 
 
 # --- benchmark: the same view with and without the decorator ---------------------------------
