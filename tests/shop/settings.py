@@ -1,8 +1,9 @@
 """Settings of the shop served by gunicorn in tests/test_transactions_databases.py: the
 database from DISTLOCK_TEST_DATABASES (tests/databases.py), the locks on DISTLOCK_TEST_URL,
 every request in a transaction (ATOMIC_REQUESTS)."""
-import json
 import os
+
+from tests.databases import databases_from_env
 
 SECRET_KEY = "shop-tests-only-not-secret"
 DEBUG = False
@@ -12,11 +13,18 @@ INSTALLED_APPS = ["distlock", "tests.shop"]
 MIDDLEWARE = ["tests.shop.views.contention"]
 ROOT_URLCONF = "tests.shop.urls"
 WSGI_APPLICATION = "tests.shop.wsgi.application"
-DATABASES = json.loads(os.environ.get("DISTLOCK_TEST_DATABASES") or "{}") or {
+DATABASES = databases_from_env() or {
     "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
 }
+# SHOP_ISOLATION: the isolation level of every connection (tests.shop.isolation).
+_ISOLATION = os.environ.get("SHOP_ISOLATION")
+_PSYCOPG_LEVELS = {"read committed": 2, "repeatable read": 3, "serializable": 4}
 for _database in DATABASES.values():
     _database["ATOMIC_REQUESTS"] = True
+    if _ISOLATION and "postgresql" in _database["ENGINE"]:
+        _database.setdefault("OPTIONS", {})["isolation_level"] = _PSYCOPG_LEVELS[_ISOLATION]
+    elif _ISOLATION and "mysql" in _database["ENGINE"]:
+        _database.setdefault("OPTIONS", {})["isolation_level"] = _ISOLATION
 DISTLOCK = {
     "default": {
         "BACKEND": "distlock.backends.redis.RedisBackend",

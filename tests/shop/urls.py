@@ -3,6 +3,7 @@ from django.urls import path
 from . import views
 
 urlpatterns = [
+    path("", views.health),
     path("pay/<int:order_id>", views.pay),
     path("pay-atomic/<int:order_id>", views.pay_atomic),
     path("buy", views.buy),

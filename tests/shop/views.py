@@ -51,6 +51,10 @@ def contention(get_response: Callable[[HttpRequest], HttpResponse]) -> Callable[
     return middleware
 
 
+def health(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
 def charge(order_id: int) -> str:
     """Charge the order unless it is paid: read, pay (slowly), write."""
     order, _ = Order.objects.get_or_create(pk=order_id)

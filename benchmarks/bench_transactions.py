@@ -1,0 +1,111 @@
+"""The table of docs/transactions.md: how often a lock taken inside a database transaction lets
+an order be charged twice, or a stock be oversold, with and without ``hold_until_commit``.
+
+On a real PostgreSQL and a real MariaDB server of its own (tests/databases.py), the shop of
+tests/shop is served by 6 gunicorn worker processes; each order gets 3 POSTs at once (a
+double click plus a retry), and 200 buyers compete for 100 units. ``hold_until_commit=False``
+is distlock's behaviour before locks followed the transaction (a release hands the lock on at
+once, before COMMIT); ``True`` is today's default.
+
+    python benchmarks/bench_transactions.py [--quick] [--runs N]
+
+Writes benchmarks/results/transactions.json and prints the table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.databases import DatabaseServer, MariaDBServer, PostgresServer  # noqa: E402
+from tests.redis_server import RedisServer  # noqa: E402
+from tests.shop.load import Shop, serve_shop  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "transactions.json"
+PATTERNS = {
+    "pay": "@lock_view under ATOMIC_REQUESTS",
+    "pay-atomic": "atomic { lock { ... } }",
+    "buy": "stock: atomic { lock { if units > 0: units -= 1 } }",
+}
+WORKERS = 6
+CLICKS = 3
+
+
+def run_pattern(shop: Shop, pattern: str, orders: int, units: int) -> dict[str, int]:
+    """Return the damage of one run: orders charged twice (or units oversold)."""
+    if pattern == "buy":
+        shop.stock(units)
+        answers = shop.buy(2 * units)
+        damage = shop.sales() - units
+    else:
+        answers = shop.click_orders(pattern, orders, CLICKS)
+        damage = sum(1 for n in shop.charges_per_order().values() if n > 1)
+    return {"damage": damage, "waited": sum(a.waited for a in answers),
+            "requests": len(answers),
+            "errors": sum(n for status, n in Counter(a.status for a in answers).items()
+                          if status != 200)}
+
+
+def measure(database: DatabaseServer, redis: RedisServer, runs: int, orders: int,
+            units: int) -> list[dict[str, Any]]:
+    rows = []
+    for hold in (False, True):
+        for pattern in PATTERNS:
+            for run in range(runs):
+                redis.flushall()
+                with serve_shop(database, redis.url, workers=WORKERS,
+                                hold_until_commit=hold) as shop:
+                    result = run_pattern(shop, pattern, orders, units)
+                rows.append({"database": database.vendor, "hold_until_commit": hold,
+                             "pattern": pattern, "run": run, **result})
+                print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def table(rows: list[dict[str, Any]], orders: int, units: int) -> str:
+    lines = ["| pattern | hold_until_commit | PostgreSQL | MariaDB |", "|---|---|---|---|"]
+    for pattern, label in PATTERNS.items():
+        whole = f"of {units} units oversold" if pattern == "buy" else f"of {orders} charged twice"
+        for hold in (False, True):
+            cells = []
+            for vendor in ("postgresql", "mysql"):
+                damage = [r["damage"] for r in rows if (r["pattern"], r["hold_until_commit"],
+                                                        r["database"]) == (pattern, hold, vendor)]
+                span = f"{min(damage)}" if min(damage) == max(damage) else \
+                    f"{min(damage)}-{max(damage)}"
+                cells.append(f"{span} {whole}" if damage else "-")
+            lines.append(f"| {label} | {hold} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="30 orders, 20 units, 1 run")
+    parser.add_argument("--runs", type=int, default=None, help="runs of each case (default 3)")
+    args = parser.parse_args(argv)
+    orders, units = (30, 20) if args.quick else (150, 100)
+    runs = args.runs or (1 if args.quick else 3)
+    started = time.time()
+    rows: list[dict[str, Any]] = []
+    with RedisServer() as redis:
+        for server_class in (PostgresServer, MariaDBServer):
+            with server_class() as database:
+                rows += measure(database, redis, runs, orders, units)
+    result = {"orders": orders, "units": units, "runs": runs, "workers": WORKERS,
+              "clicks": CLICKS, "rows": rows, "table": table(rows, orders, units),
+              "machine": platform.platform(), "seconds": round(time.time() - started, 1)}
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(result["table"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
