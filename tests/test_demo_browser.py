@@ -37,3 +37,15 @@ def test_rebuilding_in_two_tabs_at_once_turns_the_second_away(
     assert said[0].startswith("A rebuild is already running"), said
     assert said[1].startswith("Cache rebuilt in 2 s under the lock"), said
 
+
+@pytest.mark.parametrize("width", [1100, 1280])
+def test_the_send_digest_commands_are_not_cut(page: Any, demo: LiveServerProcess,
+                                              width: int) -> None:
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto(f"{demo.url}/")
+    block = page.locator("#cron-demo pre")
+    sizes = block.evaluate("""pre => ({scroll: pre.scrollWidth, client: pre.clientWidth,
+        right: pre.getBoundingClientRect().right, whiteSpace: getComputedStyle(pre).whiteSpace,
+        page: document.documentElement.scrollWidth})""")
+    assert sizes["scroll"] <= sizes["client"], f"the code block hides text: {sizes}"
+    assert sizes["right"] <= width and sizes["page"] <= width, sizes
