@@ -1,6 +1,7 @@
 """The errors distlock raises, rooted at LockError."""
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING
 
 from django.core.exceptions import ImproperlyConfigured
@@ -25,16 +26,43 @@ class LockNotAcquired(LockError):
     def __init__(self, name: str, *, holder: LockInfo | None = None,
                  wait: float | None = None) -> None:
         waited = "" if wait is None else f" within {wait:g}s"
-        by = ""
-        if holder is not None:
-            since = f"{holder.acquired_at:%Y-%m-%d %H:%M:%S} UTC"
-            # The purpose tells the person reading the log what is running; shortened, as in
-            # the skip line of a locked command.
-            purpose = f" ({shorten(holder.purpose, 60)})" if holder.purpose else ""
-            by = f"; held by {holder.host} pid {holder.pid} since {since}{purpose}"
+        by = "" if holder is None else f"; held by {held_by(holder)}"
         super().__init__(f"Lock {name!r} could not be acquired{waited}{by}.", name=name)
         self.holder = holder
         self.wait = wait
+
+
+class SemaphoreFull(LockNotAcquired):
+    """Every permit of a semaphore stayed held for the whole wait (``holder``: the permit
+    whose lease ends first)."""
+
+    def __init__(self, name: str, *, limit: int, held: int, holder: LockInfo | None = None,
+                 wait: float | None = None) -> None:
+        within = f" within {wait:g}s" if wait else ""
+        if held >= limit:
+            state = f"is full: {held} of {limit} permits held, none free{within}"
+        else:
+            state = f"was full{within}: its {limit} permits were held (some are free now)"
+        first = "" if holder is None else f"; the first to end is held by {held_by(holder)}"
+        LockError.__init__(
+            self,
+            f"Semaphore {name!r} {state}{first}. Wait longer (wait=...), raise its limit, or "
+            f"see who holds the permits: manage.py distlock info {shlex.quote(name)}",
+            name=name,
+        )
+        self.holder = holder
+        self.wait = wait
+        self.limit = limit
+        self.held = held
+
+
+def held_by(holder: LockInfo) -> str:
+    """Return "HOST pid PID since TIME UTC (PURPOSE)", for messages that name a holder."""
+    since = f"{holder.acquired_at:%Y-%m-%d %H:%M:%S} UTC"
+    # The purpose tells the person reading the log what is running; shortened, as in the skip
+    # line of a locked command.
+    purpose = f" ({shorten(holder.purpose, 60)})" if holder.purpose else ""
+    return f"{holder.host} pid {holder.pid} since {since}{purpose}"
 
 
 class LockNotOwned(LockError):

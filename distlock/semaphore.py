@@ -12,7 +12,7 @@ from typing import Any, Protocol, cast
 
 from . import handler
 from .backends.base import Attempt
-from .exceptions import LockError, SemaphoresNotSupported
+from .exceptions import LockError, SemaphoreFull, SemaphoresNotSupported
 from .info import LockInfo, SemaphoreInfo
 from .lock import Lock
 
@@ -178,6 +178,30 @@ class Semaphore(Lock):
 
     def _full(self, info: SemaphoreInfo | None) -> bool:
         return info is not None and len(info.holders) >= self.limit
+
+    # As a Lock's, but the error speaks of permits.
+    def __enter__(self) -> Semaphore:
+        if not self.acquire():
+            try:
+                info = self.holders()
+            except LockError:
+                info = None
+            raise self._full_error(info)
+        return self
+
+    async def __aenter__(self) -> Semaphore:
+        if not await self.aacquire():
+            try:
+                info = await semaphore_backend(self.using).asemaphore_info(self.name)
+            except LockError:
+                info = None
+            raise self._full_error(info)
+        return self
+
+    def _full_error(self, info: SemaphoreInfo | None) -> SemaphoreFull:
+        holders = info.holders if info is not None else ()
+        return SemaphoreFull(self.name, limit=self.limit, held=len(holders),
+                             holder=holders[0] if holders else None, wait=self.wait)
 
     def holders(self) -> SemaphoreInfo | None:
         """Return the semaphore's holders and waiters, or None if nobody holds or waits."""

@@ -6,7 +6,7 @@ import secrets
 import time
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
@@ -47,8 +47,16 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 def rebuild(request: HttpRequest) -> HttpResponse:
-    """Rebuild a (pretend) cache under a lock: a second click meanwhile is turned away."""
+    """Rebuild a (pretend) cache under a lock: a second click meanwhile is turned away.
+
+    A POST (the home page's form): browsers send identical GETs of one URL one after the
+    other (Chromium waits for the first answer to cache it), so two tabs opening a link would
+    never rebuild at once.
+    """
     import distlock
+
+    if request.method != "POST":
+        return redirect("home")
 
     try:
         with distlock.lock(

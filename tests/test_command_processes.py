@@ -148,6 +148,21 @@ def test_force_release_stops_the_command_within_a_renewal_interval(manage: Start
     assert stopped_after < ttl / 3 + 0.75, f"stopped {stopped_after:.2f}s after the release"
 
 
+def test_a_force_release_found_after_the_work_says_the_work_finished(manage: Start) -> None:
+    # lock_ttl 30: the next renewal is 10 s away, so only the release at the end finds that
+    # the lock is gone.
+    command = manage("send_digest", "--seconds", "2")
+    wait_until_held(command)
+    assert distlock.locks["default"].force_release(LOCK)
+    code, out, err = finish(command)
+    assert code == 3, (code, out, err)
+    assert "digest is sent" in out
+    assert err == (
+        f"CommandError: send_digest finished, but its lock {LOCK!r} had been lost by then (its "
+        "lease was force-released or expired, or the lock server was unreachable for longer "
+        "than the lease): from that moment another copy may have run alongside it.\n")
+
+
 def test_sigkill_leaves_the_lock_to_its_lease(manage: Start) -> None:
     command = manage("send_digest", "--lock-ttl", "2", "--seconds", "60")
     wait_until_held(command)

@@ -20,6 +20,7 @@ from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
 import distlock
 from distlock.management import LockedCommandMixin, LockSkipped
+from distlock.management.mixin import FINISHED_BUT_LOST_EXIT_CODE
 from distlock.signals import lock_force_released
 from testproject.management.commands.send_digest import Command as SendDigest
 from tests.configs import distlock_settings
@@ -190,9 +191,39 @@ def test_lost_lease_interrupts_a_sleeping_handle_and_restores_signal_handlers(
 
 def test_a_swallowed_interruption_still_fails_the_command(redis_backend: str):
     releaser = release_soon("rebuild_index", after=0.1)
-    with pytest.raises(CommandError, match=r"^Lost the lock 'rebuild_index'"):
+    with pytest.raises(CommandError, match=r"^Lost the lock 'rebuild_index'") as raised:
         run(Probe(), "--sleep", "1", "--swallow")
     releaser.join()
+    assert raised.value.returncode == 1
+    assert "caught the interruption and ran on, so from that moment it may have run " \
+        "alongside another copy." in str(raised.value)
+
+
+class ReleasedAtTheEnd(Probe):
+    """Force-released by an operator just before handle() returns: the loss is found only
+    when the command releases (the next renewal would be 10 s away)."""
+
+    lock_ttl = 30
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        assert distlock.locks["default"].force_release("rebuild_index")
+        self.stdout.write("done")
+
+
+ReleasedAtTheEnd.__module__ = Probe.__module__
+
+
+def test_a_lock_lost_after_the_work_finished_is_reported_as_such(redis_backend: str):
+    out = io.StringIO()
+    with pytest.raises(CommandError) as raised:
+        call_command(ReleasedAtTheEnd(), stdout=out, stderr=io.StringIO())
+    assert out.getvalue() == "done\n", "the work ran to its end"
+    assert raised.value.returncode == FINISHED_BUT_LOST_EXIT_CODE == 3
+    assert str(raised.value) == (
+        "rebuild_index finished, but its lock 'rebuild_index' had been lost by then (its lease "
+        "was force-released or expired, or the lock server was unreachable for longer than the "
+        "lease): from that moment another copy may have run alongside it.")
+    assert "stopped" not in str(raised.value)
 
 
 def test_off_the_main_thread_a_lost_lease_is_reported_when_handle_returns(redis_backend: str):
@@ -210,7 +241,9 @@ def test_off_the_main_thread_a_lost_lease_is_reported_when_handle_returns(redis_
     thread.join(timeout=20)
     releaser.join()
     assert isinstance(outcome[0], CommandError), outcome
-    assert str(outcome[0]).startswith("Lost the lock 'rebuild_index'")
+    assert str(outcome[0]).startswith("rebuild_index finished, but its lock 'rebuild_index' "
+                                      "had been lost by then")
+    assert outcome[0].returncode == 3
 
 
 PENDING_SIGNAL_SCRIPT = """

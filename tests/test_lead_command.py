@@ -169,6 +169,26 @@ def test_sigterm_stops_the_child_and_resigns(hosts: Hosts) -> None:
     assert distlock.locks["default"].info(LOCK) is None
 
 
+def test_a_waiting_host_says_whom_it_waits_for_and_ctrl_c_starts_nothing(hosts: Hosts) -> None:
+    first = hosts.start()
+    hosts.leading()
+    child = hosts.wait_for("start", 0)
+    second = hosts.start()
+    waiting = second.stderr.readline()  # once the second host has found the lock held
+    leader = distlock.locks["default"].info(LOCK)
+    assert waiting == (
+        f"distlock lead: Waiting to lead {LOCK!r}: {leader.host} pid {first.pid} leads it "
+        f"(term {leader.fencing_token}); the command starts once this process leads.\n")
+
+    second.send_signal(signal.SIGINT)
+    _, err = second.communicate(timeout=20)
+    assert second.returncode == 130, err
+    assert err == (f"CommandError: distlock lead {LOCK!r}: interrupted by SIGINT while waiting "
+                   "to lead; no command was started.\n")
+    assert {pid for _, pid, _ in hosts.lines()} == {child[1]}, "only the leader's child ran"
+    assert distlock.locks["default"].info(LOCK).pid == first.pid, "the leader leads on"
+
+
 def test_what_to_run_is_checked_first(redis_backend: str) -> None:
     with pytest.raises(CommandError, match="name the command to run"):
         call_command("distlock", "lead", LOCK, "--")

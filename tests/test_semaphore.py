@@ -10,6 +10,7 @@ import pytest
 
 import distlock
 from distlock import LockError, LockLost, LockNotAcquired, LockNotOwned
+from distlock.exceptions import SemaphoreFull
 from distlock.signals import lock_force_released, lock_lost
 from tests.conftest import _use, location_of
 from tests.redis_server import wait_until
@@ -61,6 +62,40 @@ def test_context_manager_decorator_and_not_acquired() -> None:
         return distlock.semaphore("calls", 2).locked()
 
     assert work() is False  # one of two permits held inside
+
+
+def test_a_full_semaphore_says_so_naming_the_first_permit_to_end() -> None:
+    held = [distlock.semaphore("exports2", 2, ttl=ttl, purpose=f"export {ttl}")
+            for ttl in (30, 10)]
+    assert all(permit.acquire(wait=0) for permit in held)
+    hint = ("Wait longer (wait=...), raise its limit, or see who holds the permits: "
+            "manage.py distlock info exports2")
+    with pytest.raises(LockNotAcquired) as raised, distlock.semaphore("exports2", 2, wait=0.1):
+        pass
+    full = raised.value
+    assert isinstance(full, SemaphoreFull) and full.name == "exports2"
+    assert (full.limit, full.held, full.wait) == (2, 2, 0.1)
+    assert full.holder is not None and full.holder.token == held[1].token, "ends first"
+    assert str(full) == (
+        "Semaphore 'exports2' is full: 2 of 2 permits held, none free within 0.1s; the first "
+        f"to end is held by {full.holder.host} pid {full.holder.pid} since "
+        f"{full.holder.acquired_at:%Y-%m-%d %H:%M:%S} UTC (export 10). {hint}")
+
+    @distlock.semaphore("exports2", 2, wait=0)
+    def export() -> None: ...
+
+    with pytest.raises(SemaphoreFull, match=r"^Semaphore 'exports2' is full: 2 of 2 permits "
+                                            r"held, none free; the first to end is held by "):
+        export()
+
+    async def in_async() -> None:
+        async with distlock.semaphore("exports2", 2, wait=0):
+            pass
+
+    with pytest.raises(SemaphoreFull) as raised:
+        asyncio.run(in_async())
+    assert str(raised.value).startswith("Semaphore 'exports2' is full: 2 of 2 permits held")
+    assert str(raised.value).endswith(hint)
 
 
 def test_released_permit_goes_to_the_longest_waiter_first() -> None:

@@ -40,7 +40,8 @@ try:
     from celery.utils import uuid
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImproperlyConfigured(
-        "distlock.contrib.celery needs Celery: pip install 'django-distlock[celery]'."
+        "distlock.contrib.celery needs Celery: pip install 'celery>=5.3' (or the celery "
+        "extra of a distlock clone: pip install './distlock[celery]')."
     ) from exc
 
 from ..exceptions import LockError, LockNotAcquired

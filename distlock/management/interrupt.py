@@ -18,8 +18,9 @@ Limits, by the nature of signals in Python:
   reported only when ``handle()`` returns.
 - ``CommandLockLost`` is an ``Exception`` (a ``LockLost``): a broad ``except Exception`` in
   the command can swallow it. The command still exits with an error when ``handle()``
-  returns, because the guard remembers the loss. ``CommandInterrupted`` derives from
-  ``KeyboardInterrupt`` so that ``except Exception`` does not swallow a stop request.
+  returns, because the guard remembers the loss (and, in ``interrupted``, that it told
+  ``handle()``). ``CommandInterrupted`` derives from ``KeyboardInterrupt`` so that
+  ``except Exception`` does not swallow a stop request.
 - While ``handle()`` runs, SIGUSR1 belongs to the guard; the previous handlers of SIGUSR1,
   SIGTERM and SIGINT are restored afterwards.
 """
@@ -39,6 +40,9 @@ STOP_SIGNALS: tuple[int, ...] = tuple(
 )
 # Signals can only be delivered to a chosen thread where pthread_kill exists (not Windows).
 CAN_TARGET_THREADS = bool(LOST_SIGNAL) and hasattr(signal, "pthread_kill")
+# Why a lease is lost, for the messages that report it.
+LOST_CAUSES = ("its lease was force-released or expired, or the lock server was unreachable "
+               "for longer than the lease")
 
 
 class CommandLockLost(LockLost):
@@ -65,6 +69,7 @@ class CommandGuard:
     def __init__(self, lock_name: str) -> None:
         self.lock_name = lock_name
         self.lost = threading.Event()
+        self.interrupted = False  # CommandLockLost was raised in handle()
         self.stop_signal: int | None = None
         self._running = False
         self._waiting = False
@@ -104,6 +109,7 @@ class CommandGuard:
         try:
             # What happened before this point was only recorded.
             if self.lost.is_set():
+                self.interrupted = True
                 raise self.lost_error()
             if self.stop_signal is not None:
                 raise CommandInterrupted(self.stop_signal)
@@ -113,9 +119,8 @@ class CommandGuard:
 
     def lost_error(self) -> CommandLockLost:
         return CommandLockLost(
-            f"Lost the lock {self.lock_name!r} while the command ran (its lease was "
-            "force-released or expired, or the lock server was unreachable for longer than "
-            "the lease); stopped so that no second copy runs alongside.",
+            f"Lost the lock {self.lock_name!r} while the command ran ({LOST_CAUSES}); "
+            "stopped so that no second copy runs alongside.",
             name=self.lock_name,
         )
 
@@ -152,6 +157,7 @@ class CommandGuard:
         if signum == LOST_SIGNAL:
             if self._running and self.lost.is_set():
                 self._running = False  # interrupt once; later signals are only recorded
+                self.interrupted = True
                 raise self.lost_error()
             previous = self._previous.get(signum)
             if callable(previous):  # e.g. the guard of a locked command that called this one

@@ -9,8 +9,10 @@ On every host the command waits to be elected, then starts COMMAND as a child pr
   so it never outlives the lease it ran under.
 - The child exits: the leadership is given up and the command exits with the child's status
   (128 + N if a signal N ended it).
+- Waiting to lead: one line on stderr says so, naming the current leader (host, pid).
 - SIGTERM or SIGINT: the child is stopped the same way, the leadership given up, and the
-  command exits with 128 + the signal's number.
+  command exits with 128 + the signal's number. While waiting to lead, it says that it was
+  interrupted while waiting and no command was started (the same exit status).
 - This host killed (SIGKILL): on Linux the child is killed with it (PR_SET_PDEATHSIG) and
   the others take over when the lease ends; elsewhere the child is left running.
 """
@@ -34,6 +36,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from ..exceptions import LockError
+from ..handler import locks
 from ..info import shorten
 from ..leader import Leader
 
@@ -51,6 +54,7 @@ class LeadRun:
         self.grace = grace
         self.say = say
         self.stop_signal: int | None = None
+        self.started = False  # a child was started (in any term)
         self.leader = Leader(name, ttl=ttl, using=using,
                              purpose=shorten(f"leader of {name}: {shlex.join(command)}", 200))
 
@@ -58,19 +62,42 @@ class LeadRun:
         with self._signals_recorded(), self.leader:
             while True:
                 if not self._wait_elected():
-                    return 128 + (self.stop_signal or 0)
+                    raise self._interrupted_while_waiting()
                 status = self._lead()
                 if status is not None:
                     return status
 
     def _wait_elected(self) -> bool:
-        """Wait until the child may run (see _may_run); False if told to stop first."""
+        """Wait until the child may run (see _may_run); False if told to stop first. Say
+        once, unless elected at once, that this host waits, and for whom."""
+        told = False
         while self.stop_signal is None:
             if self.leader.wait_elected(POLL * 4):
                 if self._may_run():
                     return True
                 time.sleep(POLL)  # elected, but the lease is running out: not for long
+            elif not told:
+                self.say(self._waiting_line())
+                told = True
         return False
+
+    def _waiting_line(self) -> str:
+        name = self.leader.name
+        try:
+            leader = locks[self.leader.using].info(name)
+        except LockError:
+            leader = None
+        who = ("the leader is not known yet" if leader is None else
+               f"{leader.host} pid {leader.pid} leads it (term {leader.fencing_token})")
+        return f"Waiting to lead {name!r}: {who}; the command starts once this process leads."
+
+    def _interrupted_while_waiting(self) -> CommandError:
+        signum = self.stop_signal or signal.SIGINT
+        status = "no command was started" if not self.started else \
+            "the command is not running (it was stopped when the leadership was lost)"
+        return CommandError(
+            f"distlock lead {self.leader.name!r}: interrupted by {signal.Signals(signum).name} "
+            f"while waiting to lead; {status}.", returncode=128 + signum)
 
     def _lead(self) -> int | None:
         """Run the child while leading; return the exit status, or None to campaign again."""
@@ -81,6 +108,7 @@ class LeadRun:
             self.say(f"Cannot run {shlex.join(self.command)}: {exc}; giving up the leadership "
                      f"of {name!r}.")
             return CANNOT_RUN_EXIT_CODE
+        self.started = True
         self.say(f"Leading {name!r} (term {term}): started {shlex.join(self.command)} "
                  f"(pid {child.pid}).")
         while child.poll() is None and self.stop_signal is None and self._may_run():

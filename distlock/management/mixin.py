@@ -4,6 +4,11 @@
         lock_name = "send-digest:{tenant}"   # default: the command's name
         lock_ttl = 60                         # renewed automatically while handle() runs
         lock_wait = 0                         # seconds to wait for a running instance
+
+Exit statuses: 0 ran (or skipped: ``lock_skip_exit_code``); 1 the lease was lost and
+``handle()`` was stopped, or did not run; 3 (``FINISHED_BUT_LOST_EXIT_CODE``) ``handle()``
+finished but the lock had been lost meanwhile, so another copy may have overlapped it;
+128 + N stopped by signal N.
 """
 from __future__ import annotations
 
@@ -26,7 +31,11 @@ from ..info import shorten
 from ..lock import Lock
 from ..naming import fill_template
 from ..validation import lease_milliseconds, seconds
-from .interrupt import CommandGuard, CommandInterrupted, CommandLockLost
+from .interrupt import LOST_CAUSES, CommandGuard, CommandInterrupted, CommandLockLost
+
+# handle() finished, but the lock had been lost by then (force-released, say, with the loss
+# found only when releasing): the work is done, yet another copy may have overlapped it.
+FINISHED_BUT_LOST_EXIT_CODE = 3
 
 
 class LockSkipped(CommandError):
@@ -143,9 +152,11 @@ class LockedCommandMixin:
         with guard.installed():
             if not self._acquire(lock, guard):
                 return self._skip(lock, options)
+            returned = False
             try:
                 with guard.running():
                     result = handle(*args, **options)
+                returned = True
             except CommandLockLost:
                 guard.lost.set()
                 result = None
@@ -154,12 +165,27 @@ class LockedCommandMixin:
             finally:
                 self._release(lock, guard)
         if guard.lost.is_set():
-            raise CommandError(str(guard.lost_error()), returncode=1)
+            raise self._lost(plan.name, guard, returned=returned)
         if guard.stop_signal is not None:
             name = signal.Signals(guard.stop_signal).name
             raise CommandError(f"Stopped by {name}; released the lock {plan.name!r}.",
                                returncode=128 + guard.stop_signal)
         return result
+
+    def _lost(self, name: str, guard: CommandGuard, *, returned: bool) -> CommandError:
+        """Say what a lost lease meant for this run: stopped, or finished regardless."""
+        if not returned:
+            return CommandError(str(guard.lost_error()), returncode=1)
+        if guard.interrupted:  # handle() caught CommandLockLost and went on
+            return CommandError(
+                f"Lost the lock {name!r} while the command ran ({LOST_CAUSES}); the command "
+                "caught the interruption and ran on, so from that moment it may have run "
+                "alongside another copy.", returncode=1)
+        # Not interruptible (found only when releasing, off the main thread, in C code).
+        return CommandError(
+            f"{self.command_name()} finished, but its lock {name!r} had been lost by then "
+            f"({LOST_CAUSES}): from that moment another copy may have run alongside it.",
+            returncode=FINISHED_BUT_LOST_EXIT_CODE)
 
     def _acquire(self, lock: Lock, guard: CommandGuard) -> bool:
         try:
