@@ -35,7 +35,7 @@ def shop(real_database: DatabaseServer, redis_server: RedisServer) -> Iterator[S
         yield served
 
 
-@pytest.mark.parametrize("pattern", ["pay", "pay-atomic"])
+@pytest.mark.parametrize("pattern", ["pay", "pay-inside", "pay-atomic"])
 def test_an_order_is_charged_once_however_often_it_is_clicked(shop: Shop, pattern: str) -> None:
     answers = shop.click_orders(pattern, ORDERS, CLICKS)
     assert Counter(a.status for a in answers) == {200: ORDERS * CLICKS}

@@ -21,6 +21,9 @@ _ISOLATION = os.environ.get("SHOP_ISOLATION")
 _PSYCOPG_LEVELS = {"read committed": 2, "repeatable read": 3, "serializable": 4}
 for _database in DATABASES.values():
     _database["ATOMIC_REQUESTS"] = True
+    # A commit as slow as one that waits for a disk (tests/shop/slow_commit).
+    _database["ENGINE"] = _database["ENGINE"].replace("django.db.backends.",
+                                                      "tests.shop.slow_commit.")
     if _ISOLATION and "postgresql" in _database["ENGINE"]:
         _database.setdefault("OPTIONS", {})["isolation_level"] = _PSYCOPG_LEVELS[_ISOLATION]
     elif _ISOLATION and "mysql" in _database["ENGINE"]:

@@ -75,6 +75,17 @@ def pay(request: HttpRequest, order_id: int) -> JsonResponse:
 @csrf_exempt
 @require_POST
 @transaction.non_atomic_requests
+@transaction.atomic
+@lock_view("pay:{order_id}", ttl=30, wait=10, hold_until_commit=HOLD)
+def pay_inside(request: HttpRequest, order_id: int) -> JsonResponse:
+    """``@lock_view`` inside the request's transaction: what ``ATOMIC_REQUESTS`` did to it
+    before lock_view opened that transaction itself (its release came before COMMIT)."""
+    return JsonResponse({"result": charge(order_id)})
+
+
+@csrf_exempt
+@require_POST
+@transaction.non_atomic_requests
 def pay_atomic(request: HttpRequest, order_id: int) -> JsonResponse:
     with transaction.atomic(), distlock.lock(f"pay:{order_id}", ttl=30, wait=10,
                                              hold_until_commit=HOLD):
