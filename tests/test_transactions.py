@@ -264,3 +264,33 @@ async def test_async_code_runs_its_transaction_inside_sync_to_async() -> None:
 def pay_in_transaction() -> None:
     with transaction.atomic():
         connections["default"].cursor().execute("SELECT 1")
+
+
+def test_an_uncontended_lock_in_a_transaction_costs_no_extra_round_trip(
+        lock_backend: str, redis_url: str) -> None:
+    if lock_backend != "redis":
+        pytest.skip("counts the commands a redis-server processed")
+    import redis
+
+    server = redis.Redis.from_url(redis_url)
+
+    def commands_for(block: Any) -> int:
+        before = server.info("stats")["total_commands_processed"]
+        block()
+        return server.info("stats")["total_commands_processed"] - before
+
+    def pair() -> None:
+        with distlock.lock("counted", ttl=5):
+            pass
+
+    def pair_in_transaction() -> None:
+        with transaction.atomic():
+            pair()
+
+    pair()  # scripts loaded, connections made
+    assert commands_for(pair_in_transaction) == commands_for(pair)
+    with transaction.atomic():
+        pair()
+        assert held("counted"), "the release did not wait for the transaction"
+    assert not held("counted")
+    server.close()

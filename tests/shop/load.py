@@ -54,6 +54,9 @@ class Shop:
             return list(pool.map(self.post, paths))
 
     def click_orders(self, pattern: str, orders: int, clicks: int) -> list[Answer]:
+        """Place ``orders`` orders, then send each ``clicks`` payment requests at once."""
+        self.query("INSERT INTO shop_order (id) VALUES "
+                   + ", ".join(f"({order})" for order in range(1, orders + 1)))
         return self.send([f"/{pattern}/{order}" for order in range(1, orders + 1)
                           for _ in range(clicks)])
 
