@@ -7,7 +7,8 @@
 #   PY    $VENV/bin/python
 # The virtualenv is made with $PYTHON when set, else the newest supported Python found
 # (python3.13, 3.12, 3.11 on PATH or under pyenv), else python3. The install runs again only
-# when setup.cfg, the extras or the pins change: a stamp file records the last one that worked.
+# when setup.cfg, constraints.txt (the pinned linter and type checker), the extras or the pins
+# change: a stamp file records the last one that worked.
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${DISTLOCK_VENV:-$ROOT/.venv}"
@@ -49,7 +50,8 @@ if [ ! -x "$PY" ] || ! "$PY" -c '' 2>/dev/null; then
     "$BOOTSTRAP_PYTHON" -m venv "$VENV"
 fi
 
-_venv_sha="$(printf '%s|%s|%s' "$(cat "$ROOT/setup.cfg")" "$DISTLOCK_EXTRAS" "$DISTLOCK_PINS" \
+_venv_sha="$(printf '%s|%s|%s|%s' "$(cat "$ROOT/setup.cfg")" "$(cat "$ROOT/constraints.txt")" \
+    "$DISTLOCK_EXTRAS" "$DISTLOCK_PINS" \
     | "$PY" -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:16])')"
 _venv_stamp="$VENV/.installed-$_venv_sha"
 
@@ -57,7 +59,7 @@ if [ ! -e "$_venv_stamp" ]; then
     _venv_log "installing -e '.[$DISTLOCK_EXTRAS]' $DISTLOCK_PINS into $VENV (once per change of setup.cfg)"
     # shellcheck disable=SC2086 # the pins are separate words
     "$PY" -m pip install --disable-pip-version-check -q -e ".[$DISTLOCK_EXTRAS]" $DISTLOCK_PINS \
-        --config-settings editable_mode=compat
+        -c "$ROOT/constraints.txt" --config-settings editable_mode=compat
     rm -f "$VENV"/.installed-*
     touch "$_venv_stamp"
 fi
