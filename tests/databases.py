@@ -479,21 +479,6 @@ class DatabaseServer(_Managed):
             return f"exited with status {proc.returncode}"
         return f"no answer in time (last error: {last_error!r})"
 
-    def log_tail(self, lines: int = 30) -> str:
-        """The last ``lines`` lines of the server's logs since its latest start."""
-        parts = []
-        for path, offset in self._log_offsets.items():
-            try:
-                with open(path, "rb") as f:
-                    f.seek(offset)
-                    text = f.read().decode(errors="replace")
-            except FileNotFoundError:
-                continue
-            tail = text.splitlines()[-lines:]
-            if tail:
-                parts.append(f"--- {path} (last {len(tail)} lines) ---\n" + "\n".join(tail))
-        return "\n".join(parts) or "(the server wrote nothing)"
-
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
         """Shut the server down (SIGKILL after ``timeout``), reap it and remove its
         directory, data included. Idempotent; safe on a server that never started."""

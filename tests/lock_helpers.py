@@ -215,3 +215,18 @@ class Acknowledged:
         with the same token."""
         held = {info.name: info.token for info in reader.iter_held("acked:")}
         return [name for name, token in self.tokens.items() if held.get(name) != token]
+
+
+def is_held(name: str, using: str = "default") -> bool:
+    """Return True if anyone holds the lock ``name`` of alias ``using``."""
+    return locks[using].info(name) is not None
+
+
+def free_within(name: str, seconds: float = 0.1) -> bool:
+    """Return True if ``name`` is free now or becomes free within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while is_held(name):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+    return True

@@ -290,7 +290,25 @@ def _option(args: Sequence[str], name: str) -> str | None:
 
 
 class _Managed:
-    """Context-manager support on top of ``start()`` / ``stop()``."""
+    """Context-manager support on top of ``start()`` / ``stop()``, and the server's log."""
+
+    _log_offsets: dict[Path, int]  # where the latest start began, per file
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last ``lines`` lines the server wrote (log file, stdout/stderr) since its
+        latest start."""
+        parts = []
+        for path, offset in self._log_offsets.items():
+            try:
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    text = f.read().decode(errors="replace")
+            except FileNotFoundError:
+                continue
+            tail = text.splitlines()[-lines:]
+            if tail:
+                parts.append(f"--- {path} (last {len(tail)} lines) ---\n" + "\n".join(tail))
+        return "\n".join(parts) or "(the server wrote nothing)"
 
     def start(self) -> Any:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -470,22 +488,6 @@ class RedisServer(_Managed):
         if proc.returncode is not None and proc.returncode != -signal.SIGKILL:
             return f"exited with status {proc.returncode}"
         return "no answer in time"
-
-    def log_tail(self, lines: int = 30) -> str:
-        """The last ``lines`` lines the server wrote (log file, stdout/stderr) since its
-        latest start."""
-        parts = []
-        for path, offset in self._log_offsets.items():
-            try:
-                with open(path, "rb") as f:
-                    f.seek(offset)
-                    text = f.read().decode(errors="replace")
-            except FileNotFoundError:
-                continue
-            tail = text.splitlines()[-lines:]
-            if tail:
-                parts.append(f"--- {path} (last {len(tail)} lines) ---\n" + "\n".join(tail))
-        return "\n".join(parts) or "(the server wrote nothing)"
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
         """Shut the server down (SIGTERM, SIGKILL after ``timeout``) and reap it.

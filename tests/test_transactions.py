@@ -19,7 +19,8 @@ from distlock import LockNotOwned
 from distlock.handler import locks
 from distlock.signals import lock_lost, lock_released
 from tests.conftest import _use, location_of
-from tests.redis_server import wait_until
+from tests.lock_helpers import free_within, is_held
+from tests.redis_server import RedisServer, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "fencing"])
 
@@ -28,20 +29,6 @@ pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "fenc
 def lock_backend(request: pytest.FixtureRequest, settings: Any, redis_url: str) -> str:
     _use(settings, request.param, location_of(request.param, request, redis_url))
     return request.param
-
-
-def held(name: str) -> bool:
-    return locks["default"].info(name) is not None
-
-
-def free_within(name: str, seconds: float = 0.1) -> bool:
-    """Return True if ``name`` is free now or within ``seconds`` (the contract's bound)."""
-    deadline = time.monotonic() + seconds
-    while held(name):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
 
 
 def test_a_release_inside_atomic_waits_for_commit() -> None:
@@ -56,9 +43,9 @@ def test_a_release_inside_atomic_waits_for_commit() -> None:
             transaction.on_commit(lambda: released.append("committed"))
             with distlock.lock("pay:1", ttl=5) as lk:
                 pass
-            assert held("pay:1") and lk.owned(), "released before COMMIT"
+            assert is_held("pay:1") and lk.owned(), "released before COMMIT"
             assert released == []
-        assert not held("pay:1") and not lk.owned()
+        assert not is_held("pay:1") and not lk.owned()
         assert released == ["committed", "pay:1"]  # freed right after COMMIT, signal then
     finally:
         lock_released.disconnect(on_released)
@@ -93,7 +80,7 @@ def test_every_kind_of_rollback_frees_the_lock_at_once(how: str) -> None:
     def release_then_fail() -> None:
         with distlock.lock("stock", ttl=30):
             pass
-        assert held("stock")
+        assert is_held("stock")
         raise Boom
 
     if how == "exception out of atomic":
@@ -107,7 +94,7 @@ def test_every_kind_of_rollback_frees_the_lock_at_once(how: str) -> None:
             with distlock.lock("stock", ttl=30):
                 pass
             transaction.set_rollback(True)
-            assert held("stock")
+            assert is_held("stock")
     else:
         with transaction.atomic():
             with pytest.raises(Boom), transaction.atomic():
@@ -123,26 +110,26 @@ def test_a_savepoint_rolled_back_after_the_release_does_not_free_it() -> None:
             pass
         with pytest.raises(ZeroDivisionError), transaction.atomic():
             1 / 0  # noqa: B018  # an unrelated inner block, not the one of the release
-        assert held("order:3")
-    assert not held("order:3")
+        assert is_held("order:3")
+    assert not is_held("order:3")
 
 
 def test_hold_until_commit_false_and_autocommit_release_at_once() -> None:
     with transaction.atomic():
         with distlock.lock("cache-only", ttl=5, hold_until_commit=False):
             pass
-        assert not held("cache-only")
+        assert not is_held("cache-only")
     with distlock.lock("autocommit", ttl=5):
         pass
-    assert not held("autocommit")
+    assert not is_held("autocommit")
 
 
 def test_every_alias_in_a_transaction_counts() -> None:
     with transaction.atomic(using="fencing"):
         with transaction.atomic(), distlock.lock("two-dbs", ttl=5):
             pass
-        assert held("two-dbs"), "released while the 'fencing' transaction was still open"
-    assert not held("two-dbs")
+        assert is_held("two-dbs"), "released while the 'fencing' transaction was still open"
+    assert not is_held("two-dbs")
 
 
 def test_the_same_thread_takes_its_waiting_lock_again_at_once() -> None:
@@ -157,8 +144,8 @@ def test_the_same_thread_takes_its_waiting_lock_again_at_once() -> None:
         second.release()
         assert first.acquire(), "the first object could not take it back either"
         first.release()
-        assert held("order:7")
-    assert not held("order:7")
+        assert is_held("order:7")
+    assert not is_held("order:7")
 
 
 def test_another_thread_does_not_take_a_waiting_lock() -> None:
@@ -178,8 +165,8 @@ def test_a_lease_kept_alive_while_waiting_for_commit() -> None:
         with distlock.lock("slow-commit", ttl=0.3) as lk:
             pass
         time.sleep(0.7)  # more than twice the lease: renewals keep it
-        assert held("slow-commit") and lk.owned()
-    assert not held("slow-commit")
+        assert is_held("slow-commit") and lk.owned()
+    assert not is_held("slow-commit")
 
 
 def test_a_lease_lost_while_waiting_for_commit_is_reported() -> None:
@@ -219,7 +206,7 @@ def test_a_second_release_of_a_waiting_lock_is_refused() -> None:
         lk.release()
         with pytest.raises(LockNotOwned, match="waits for the database transaction"):
             lk.release()
-    assert not held("twice")
+    assert not is_held("twice")
 
 
 def test_semaphores_follow_the_rule(lock_backend: str) -> None:
@@ -242,9 +229,9 @@ def test_decorated_function_follows_the_rule() -> None:
 
     with transaction.atomic():
         work()
-        assert held("decorated")
+        assert is_held("decorated")
         work()  # the same thread again, in the same transaction
-    assert not held("decorated")
+    assert not is_held("decorated")
 
 
 async def test_async_code_runs_its_transaction_inside_sync_to_async() -> None:
@@ -252,13 +239,13 @@ async def test_async_code_runs_its_transaction_inside_sync_to_async() -> None:
         with transaction.atomic():
             with distlock.lock("async-pay", ttl=5):  # the sync lock, inside the transaction
                 pass
-            assert held("async-pay")
+            assert is_held("async-pay")
 
     await sync_to_async(pay)()
-    assert not held("async-pay")
+    assert not is_held("async-pay")
     async with distlock.lock("async-pay", ttl=5):
         await sync_to_async(pay_in_transaction)()
-    assert not held("async-pay")
+    assert not is_held("async-pay")
 
 
 def pay_in_transaction() -> None:
@@ -267,17 +254,23 @@ def pay_in_transaction() -> None:
 
 
 def test_an_uncontended_lock_in_a_transaction_costs_no_extra_round_trip(
-        lock_backend: str, redis_url: str) -> None:
+        lock_backend: str, private_redis: RedisServer) -> None:
     if lock_backend != "redis":
         pytest.skip("counts the commands a redis-server processed")
     import redis
 
-    server = redis.Redis.from_url(redis_url)
+    # A server of this test's own: nothing else (another test's renewer) sends it commands.
+    server = redis.Redis.from_url(private_redis.url)
 
     def commands_for(block: Any) -> int:
-        before = server.info("stats")["total_commands_processed"]
+        """Count the scripts distlock sent while ``block`` ran: one per round trip."""
+        def sent() -> int:
+            stats = server.info("commandstats")
+            return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0)
+                       for name in ("evalsha", "eval", "evalsha_ro", "fcall"))
+        before = sent()
         block()
-        return server.info("stats")["total_commands_processed"] - before
+        return sent() - before
 
     def pair() -> None:
         with distlock.lock("counted", ttl=5):
@@ -288,9 +281,9 @@ def test_an_uncontended_lock_in_a_transaction_costs_no_extra_round_trip(
             pair()
 
     pair()  # scripts loaded, connections made
-    assert commands_for(pair_in_transaction) == commands_for(pair)
+    assert commands_for(pair_in_transaction) == commands_for(pair) == 2  # acquire, release
     with transaction.atomic():
         pair()
-        assert held("counted"), "the release did not wait for the transaction"
-    assert not held("counted")
+        assert is_held("counted"), "the release did not wait for the transaction"
+    assert not is_held("counted")
     server.close()

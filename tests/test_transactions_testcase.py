@@ -11,20 +11,7 @@ from django.db import transaction
 from django.test import TestCase
 
 import distlock
-from distlock.handler import locks
-
-
-def held(name: str) -> bool:
-    return locks["default"].info(name) is not None
-
-
-def free_within(name: str, seconds: float = 0.1) -> bool:
-    deadline = time.monotonic() + seconds
-    while held(name):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.002)
-    return True
+from tests.lock_helpers import free_within, is_held
 
 
 def acquired_by_another_thread(name: str, wait: float) -> float | None:
@@ -50,7 +37,7 @@ class LocksInsideTestCase(TestCase):
         for _ in range(2):
             with distlock.lock("tc:plain", ttl=5, wait=0):
                 pass
-            self.assertFalse(held("tc:plain"), "held for the test's own transaction")
+            self.assertFalse(is_held("tc:plain"), "held for the test's own transaction")
 
     def test_two_lock_objects_each_in_its_own_atomic_block(self) -> None:
         for _ in range(2):
@@ -58,7 +45,7 @@ class LocksInsideTestCase(TestCase):
             with transaction.atomic():
                 with distlock.lock("tc:atomic", ttl=5, wait=0):
                     pass
-                self.assertTrue(held("tc:atomic"), "released before the code's block ended")
+                self.assertTrue(is_held("tc:atomic"), "released before the code's block ended")
             self.assertLess(time.monotonic() - started, 2)
         self.assertTrue(free_within("tc:atomic"))
 
@@ -85,23 +72,23 @@ class LocksInsideTestCase(TestCase):
             with distlock.lock("tc:rollback", ttl=30):
                 pass
             1 / 0  # noqa: B018
-        self.assertFalse(held("tc:rollback"))
+        self.assertFalse(is_held("tc:rollback"))
 
     def test_capture_on_commit_callbacks_runs_the_release(self) -> None:
         with (self.captureOnCommitCallbacks(execute=True) as callbacks, transaction.atomic(),
               distlock.lock("tc:captured", ttl=5)):
             pass
         self.assertEqual(len(callbacks), 1)
-        self.assertFalse(held("tc:captured"))
+        self.assertFalse(is_held("tc:captured"))
 
 
 @pytest.mark.django_db
 def test_pytest_django_db_marker_counts_only_the_codes_own_blocks(redis_backend: str) -> None:
     with distlock.lock("pd:plain", ttl=5, wait=0):
         pass
-    assert not held("pd:plain")
+    assert not is_held("pd:plain")
     with transaction.atomic():
         with distlock.lock("pd:atomic", ttl=5, wait=0):
             pass
-        assert held("pd:atomic")
+        assert is_held("pd:atomic")
     assert free_within("pd:atomic")
