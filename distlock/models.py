@@ -1,14 +1,15 @@
 """HeldLock: the admin's handle on locks, which live in Redis, never in the database."""
 from django.db import models
 
-from .names import MAX_NAME_LENGTH
 
 
 class HeldLock(models.Model):
     """A lock held right now. Unmanaged: no table; it exists for the admin's page, its
     permissions and its LogEntry records (see distlock.admin)."""
 
-    name = models.CharField(max_length=MAX_NAME_LENGTH, primary_key=True)
+    # A TextField: names are up to 1,024 characters, and a CharField that long as a primary
+    # key makes Django warn on MySQL and MariaDB (mysql.W003), though no table exists.
+    name = models.TextField(primary_key=True)
 
     class Meta:
         managed = False
