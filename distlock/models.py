@@ -2,7 +2,6 @@
 from django.db import models
 
 
-
 class HeldLock(models.Model):
     """A lock held right now. Unmanaged: no table; it exists for the admin's page, its
     permissions and its LogEntry records (see distlock.admin)."""
