@@ -2,6 +2,7 @@
 which point DISTLOCK at them; nothing here depends on a Redis already running."""
 import os
 import tempfile
+from typing import Any
 
 import django
 
@@ -44,7 +45,9 @@ TEMPLATES = [
         },
     }
 ]
-DATABASES = {
+# Annotated: mypy (checking this file when the package is not the installed copy) would infer
+# dict[str, object] for the aliases and refuse the OPTIONS assignment below.
+DATABASES: dict[str, dict[str, Any]] = {
     "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
     # A file, so that worker processes share it (tests/faults): one per test run. It depends
     # on no other database: Django's default for a second alias is to be created after
