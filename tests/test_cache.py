@@ -3,23 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import statistics
 import threading
 import time
+import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 import redis
-from django.core.cache import cache
+from django.core.cache import caches
 
-from distlock.cache import aget_or_set, get_or_set
+import distlock.cache
+from distlock.cache import PerProcessCacheWarning, aget_or_set, get_or_set
 from tests.lock_helpers import read_line, spawner
 
 pytestmark = pytest.mark.django_db(databases=[])
 BUILD_SECONDS = 0.2
+# XFetch's draws (see Draw): 0 never rebuilds before expiry (-ln(1 - 0) = 0); the largest
+# float below 1 gives the earliest rebuild a draw can (-ln(2**-53) = 36.7 build times x beta).
+NEVER, EARLIEST = 0.0, math.nextafter(1.0, 0.0)
 
 
 @pytest.fixture
@@ -36,6 +43,16 @@ def counted_build(data: redis.Redis, seconds: float = BUILD_SECONDS,
         return value
 
     return build
+
+
+class Draw:
+    """Stands in for distlock.cache.xfetch_random: random() returns the chosen value."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
 
 
 @pytest.fixture
@@ -120,7 +137,7 @@ def test_a_caller_that_waited_in_vain_builds_itself(data: redis.Redis) -> None:
     slow.join()
 
 
-def test_early_rebuild_xfetch_runs_before_expiry() -> None:
+def test_early_rebuild_xfetch_runs_before_expiry(redis_backend, monkeypatch) -> None:
     calls = []
 
     def build() -> int:
@@ -128,14 +145,17 @@ def test_early_rebuild_xfetch_runs_before_expiry() -> None:
         time.sleep(0.05)
         return len(calls)
 
-    assert get_or_set("early", build, 0.5, early=50) == 1
-    # beta x build time (2.5 s) dwarfs the 0.5 s of freshness: the next call rebuilds early.
-    assert get_or_set("early", build, 0.5, early=50) == 2
+    monkeypatch.setattr(distlock.cache, "xfetch_random", Draw(NEVER))
+    assert get_or_set("early", build, 60, early=50) == 1
+    assert get_or_set("early", build, 60, early=50) == 1  # the lowest draw: fresh, no rebuild
+    monkeypatch.setattr(distlock.cache, "xfetch_random", Draw(EARLIEST))
+    # At least 0.05 s of build x beta 50 x 36.7 = 92 s, more than the 60 s left: rebuilt.
+    assert get_or_set("early", build, 60, early=50) == 2
     assert get_or_set("early", build, 60, early=0) == 2  # beta 0: no early rebuild
 
 
-def test_entries_of_another_shape_are_rebuilt() -> None:
-    cache.set("foreign", "written by someone else")
+def test_entries_of_another_shape_are_rebuilt(redis_backend) -> None:
+    caches["default"].set("foreign", "written by someone else")
     assert get_or_set("foreign", lambda: "mine", 60) == "mine"
 
 
@@ -174,6 +194,38 @@ def test_async_stale_value_is_served_while_a_task_rebuilds(data: redis.Redis) ->
     values, took = asyncio.run(main())
     assert values == ["old"] * 10 + ["new"] and took < 0.3
     assert int(data.get("builds")) == 2
+
+
+# --- caches each process keeps to itself ------------------------------------------------
+def test_a_per_process_cache_warns_once_per_alias(redis_backend, settings) -> None:
+    local, dummy = f"local-{uuid.uuid4().hex}", f"dummy-{uuid.uuid4().hex}"
+    settings.CACHES = {
+        **settings.CACHES,
+        local: {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                "LOCATION": local},
+        dummy: {"BACKEND": "django.core.cache.backends.dummy.DummyCache"},
+    }
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert get_or_set("w", lambda: 1, 60, cache=local) == 1
+        assert get_or_set("w", lambda: 2, 60, cache=local) == 1  # kept, in this process
+        assert asyncio.run(aget_or_set("w", lambda: 3, 60, cache=local)) == 1
+        assert get_or_set("w", lambda: 4, 60, cache=dummy) == 4
+        assert get_or_set("w", lambda: 5, 60, cache=dummy) == 5  # kept nothing: built again
+    assert [warning.category for warning in caught] == [PerProcessCacheWarning] * 2
+    assert issubclass(PerProcessCacheWarning, RuntimeWarning)
+    first, second = (str(warning.message) for warning in caught)
+    assert f"{local!r} (LocMemCache)" in first and "each process" in first
+    assert f"{dummy!r} (DummyCache)" in second and "every call builds" in second
+    assert all("shared cache (Redis, Memcached" in message for message in (first, second))
+    assert caught[0].filename == __file__  # points at the caller
+
+
+def test_a_redis_cache_does_not_warn(redis_backend) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert get_or_set("quiet", lambda: 1, 60) == 1
+        assert asyncio.run(aget_or_set("quiet", lambda: 2, 60)) == 1
 
 
 @pytest.mark.parametrize(("arguments", "error"), [
