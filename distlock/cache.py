@@ -23,6 +23,10 @@ after the cache alias and key, so among all processes one caller builds at a tim
   held, someone is rebuilding already), rebuilds, and returns the new value: it is the one
   caller that waits for the build; the others keep getting the fresh value.
 
+Whoever takes the rebuild lock reads the key again before building: another caller may
+have rebuilt it between this caller's first read and its lock attempt (a descheduled thread,
+a slow request), and the lock alone would then let a second build through.
+
 ``aget_or_set`` is the async twin (the cache's async methods, the lock's async ones; a
 stale value is rebuilt in a task of the running event loop; ``build`` may be a coroutine
 function).
@@ -161,6 +165,7 @@ class _Plan:
         self.cache = caches[cache]
         self.cache_alias, self.using = cache, using
         self._lock: Lock | None = None
+        self.judged_until: float | None = None  # the freshness of the entry judge() saw
 
     @property
     def lock(self) -> Lock:
@@ -176,6 +181,7 @@ class _Plan:
         if not _is_entry(entry):
             return MISSING, None  # absent, or written by someone else
         _, value, fresh_until, duration = entry
+        self.judged_until = fresh_until
         now = time.time()
         if now >= fresh_until:
             # Past its freshness but still there: served if meant to be, else (clocks of
@@ -184,6 +190,26 @@ class _Plan:
         if self.rebuild_early(now, fresh_until, duration):
             return EARLY, value
         return FRESH, value
+
+    def newer_value(self, entry: Any) -> Any:
+        """Return the value of ``entry`` if it is fresh and is not the entry judge() saw
+        (someone stored it since), else _MISSING. No random draw: a value just rebuilt by
+        another caller is used, however near its expiry."""
+        if not _is_entry(entry) or entry[2] == self.judged_until or time.time() >= entry[2]:
+            return _MISSING
+        return entry[1]
+
+    def rebuild(self) -> Any:
+        """Under the rebuild lock: read the key again and return what another caller stored
+        since this one judged it, else build and store the value. The lock alone would let
+        a second build through: a caller descheduled between its read and its lock attempt
+        finds the lock free once the other caller's rebuild is stored."""
+        value = self.newer_value(self.read())
+        return self.store() if value is _MISSING else value
+
+    async def arebuild(self) -> Any:
+        value = self.newer_value(await self.aread())
+        return await self.astore() if value is _MISSING else value
 
     def read(self) -> Any:
         return self.cache.get(self.key, _MISSING, version=self.version)
@@ -218,8 +244,7 @@ class _Plan:
                            "here as well", self.wait, self.key)
             return self.store()
         try:
-            state, value = self.judge(self.read())  # built by the caller it waited for?
-            return value if state == FRESH else self.store()
+            return self.rebuild()  # built by the caller it waited for?
         finally:
             self.lock.release()
 
@@ -229,8 +254,7 @@ class _Plan:
                            "here as well", self.wait, self.key)
             return await self.astore()
         try:
-            state, value = self.judge(await self.aread())
-            return value if state == FRESH else await self.astore()
+            return await self.arebuild()
         finally:
             await self.lock.arelease()
 
@@ -239,7 +263,7 @@ class _Plan:
         if not self.lock.acquire(wait=0):
             return current
         try:
-            return self.store()
+            return self.rebuild()
         finally:
             self.lock.release()
 
@@ -247,7 +271,7 @@ class _Plan:
         if not await self.lock.aacquire(wait=0):
             return current
         try:
-            return await self.astore()
+            return await self.arebuild()
         finally:
             await self.lock.arelease()
 
@@ -260,7 +284,7 @@ class _Plan:
 
     def _refresh(self) -> None:
         try:
-            self.store()
+            self.rebuild()  # the re-read runs here, in the thread: the caller never waits
         except Exception:
             logger.exception("distlock.cache: the background rebuild of %r failed; the stale "
                              "value is served until it expires", self.key)
@@ -282,7 +306,7 @@ class _Plan:
 
     async def _arefresh(self) -> None:
         try:
-            await self.astore()
+            await self.arebuild()
         except Exception:
             logger.exception("distlock.cache: the background rebuild of %r failed; the stale "
                              "value is served until it expires", self.key)
