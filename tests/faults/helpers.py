@@ -37,8 +37,8 @@ def wait_for_report(path: Path, child: Child, final: Path,
     deadline = time.monotonic() + timeout
     while not path.exists():
         if child.exited() and not path.exists():
-            raise AssertionError(f"{child} ended without writing {path.name}: "
-                                 f"{exit_story(child, final)}")
+            story = exit_story(child, final)  # reaps it: the child's repr shows its status
+            raise AssertionError(f"{child} ended without writing {path.name}: {story}")
         if time.monotonic() > deadline:
             raise AssertionError(f"{child} wrote no {path.name} within {timeout:g} s")
         time.sleep(0.005)
