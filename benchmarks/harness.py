@@ -42,6 +42,7 @@ class Profile:
     latency_batch: int  # timed calls per case, delay and round
     latency_handoffs: int  # timed handoffs per library, delay and round
     server_time_pairs: int  # acquire+release pairs per library under INFO commandstats
+    listing_repeats: int  # timed listings of 50,000 held locks (benchmarks/listing.py)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,14 +53,14 @@ QUICK = Profile(
     contention_seconds=0.8, contention_ks=(2, 4, 8), memory_locks=20_000,
     scale_levels=(1, 1_000, 10_000, 100_000), scale_pairs=200, scale_repeats=5,
     latency_delays_ms=(0, 1, 2), latency_large_ms=1, latency_rounds=3, latency_batch=4,
-    latency_handoffs=2, server_time_pairs=300,
+    latency_handoffs=2, server_time_pairs=300, listing_repeats=3,
 )
 FULL = Profile(
     name="full", repeats=7, seconds_per_case=0.35, contention_repeats=5,
     contention_seconds=3.0, contention_ks=(2, 4, 8), memory_locks=100_000,
     scale_levels=(1, 1_000, 10_000, 100_000, 1_000_000), scale_pairs=1000, scale_repeats=5,
     latency_delays_ms=(0, 0.5, 1, 2, 4, 8), latency_large_ms=2, latency_rounds=5,
-    latency_batch=5, latency_handoffs=3, server_time_pairs=2000,
+    latency_batch=5, latency_handoffs=3, server_time_pairs=2000, listing_repeats=5,
 )
 
 

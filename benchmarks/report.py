@@ -119,6 +119,19 @@ def markdown(results: dict[str, Any]) -> str:
         lines += [f"Growth at {scale['largest_level']:,}: distlock {scale['distlock_growth']}x, "
                   f"reference {scale['reference_growth']}x, distlock / reference "
                   f"{scale['distlock_growth_vs_reference']}x.", ""]
+    listing = sections.get("listing")
+    if listing:
+        lines += [f"## Listing {listing['locks']:,} held locks (median of "
+                  f"{listing['repeats']} listings, seconds)", ""]
+        lines += _table(["listing", "median s", "max s"], [
+            ["one walk of the index (iter_held)", listing["iter_held_s"],
+             listing["iter_held_max_s"]],
+            ["manage.py distlock list --json", listing["command_s"], listing["command_max_s"]]])
+        separate = listing.get("separate_run")
+        if separate:  # a section added to a run that predates it
+            lines += [f"Measured in a run of its own: `{separate['command']}` on "
+                      f"{separate['date']} (commit {separate['git_commit']}), load average "
+                      f"{separate['load_average_at_start']} at the start.", ""]
     for name, external in sections.get("external", {}).items():
         lines += _external(name, external)
     return "\n".join(lines)

@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))  # the package under test, tests.redis_server, ben
 from benchmarks import (  # noqa: E402
     contention,
     latency,
+    listing,
     memory,
     report,
     scale,
@@ -41,6 +42,7 @@ SECTIONS: dict[str, Callable[[Profile, str], dict[str, Any]]] = {
     "contention": contention.run,
     "memory": memory.run,
     "scale": scale.run,
+    "listing": listing.run,
 }
 # Scripts owned by other issues: run when present, each writing results/<name>.json.
 EXTERNAL = {

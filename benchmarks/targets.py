@@ -1,4 +1,5 @@
-"""The targets of issues #7 and #14, checked against ratios taken within one run."""
+"""The targets of issues #7 and #14, checked against ratios taken within one run, and
+issue 23's listing time (moved here from a unit test)."""
 from __future__ import annotations
 
 import math
@@ -18,6 +19,7 @@ ROUND_TRIP_LIMITS = {HANDOFF: 1.15, HANDOFF_SENTINEL: 1.15, HANDOFF_CLUSTER: 1.1
 SERVER_TIME_LIMIT = 3.0  # distlock's server time per pair over redis-py Lock's
 BYTES_PER_LOCK_LIMIT = 600
 HANDOFFS_LIMIT = 1.5  # contended handoffs/s over python-redis-lock's, at every K
+LISTING_LIMIT_S = 3.0  # seconds to list 50,000 held locks (a walk, and the command)
 
 
 def _target(name: str, value: float, limit: float, at_least: bool) -> dict[str, Any]:
@@ -55,6 +57,13 @@ def check(sections: dict[str, Any]) -> list[dict[str, Any]]:
         found.append(_target(
             f"latency growth 1 -> {scale['largest_level']:,} held locks (vs reference)",
             scale["distlock_growth_vs_reference"], FLAT_LIMIT, False))
+    listing = sections.get("listing")
+    if listing:
+        found.append(_target(f"seconds to walk {listing['locks']:,} held locks (iter_held)",
+                             listing["iter_held_s"], LISTING_LIMIT_S, False))
+        found.append(_target(f"seconds to list {listing['locks']:,} held locks "
+                             "(manage.py distlock list --json)",
+                             listing["command_s"], LISTING_LIMIT_S, False))
     for name, external in sections.get("external", {}).items():
         found.extend(external.get("targets") or _verdicts(name, external))
     return found

@@ -4,7 +4,7 @@
 
     report = get_or_set("report", build_report, 300, stale=60)
 
-The value lives in any Django cache (``caches[cache]``), wrapped with the moment it stops
+The value lives in a Django cache (``caches[cache]``), wrapped with the moment it stops
 being fresh and how long its build took; the rebuild is guarded by a distlock lock named
 after the cache alias and key, so among all processes one caller builds at a time:
 
@@ -23,9 +23,22 @@ after the cache alias and key, so among all processes one caller builds at a tim
   held, someone is rebuilding already), rebuilds, and returns the new value: it is the one
   caller that waits for the build; the others keep getting the fresh value.
 
+Whoever takes the rebuild lock reads the key again before building: another caller may
+have rebuilt it between this caller's first read and its lock attempt (a descheduled thread,
+a slow request), and the lock alone would then let a second build through.
+
 ``aget_or_set`` is the async twin (the cache's async methods, the lock's async ones; a
 stale value is rebuilt in a task of the running event loop; ``build`` may be a coroutine
 function).
+
+One build across processes needs a cache the processes share (Redis, Memcached, the
+database). On a per-process cache (``LocMemCache``) each process builds and keeps its own
+value, and on ``DummyCache`` every call builds: it still works, but the first use of such an
+alias warns with ``PerProcessCacheWarning``.
+
+``xfetch_random`` is the source of XFetch's uniform draws: a module-level ``random.Random``
+that tests replace (with a seeded one, or one whose ``random()`` returns a chosen value) to
+decide the draw.
 """
 from __future__ import annotations
 
@@ -37,10 +50,13 @@ import math
 import random
 import threading
 import time
+import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, TypedDict, TypeVar, Unpack, cast
 
-from django.core.cache import caches
+from django.core.cache import BaseCache, caches
+from django.core.cache.backends.dummy import DummyCache
+from django.core.cache.backends.locmem import LocMemCache
 from django.db import connections
 
 from .exceptions import InvalidLockName
@@ -60,6 +76,17 @@ _MISSING = object()
 MISSING, STALE, EARLY, FRESH = "missing", "stale", "early", "fresh"
 # Background rebuilds of aget_or_set: the loop keeps only weak references to its tasks.
 _TASKS: set[asyncio.Task[None]] = set()
+# XFetch's draws; the seam tests replace to decide them (see the module's docstring).
+xfetch_random = random.Random()
+# The cache aliases already warned about (PerProcessCacheWarning): once per alias and process.
+_WARNED: set[str] = set()
+
+
+class PerProcessCacheWarning(RuntimeWarning):
+    """get_or_set() on a cache that processes do not share (LocMemCache: each process keeps
+    its own; DummyCache: nothing is kept). The rebuild lock spans processes, the value does
+    not: each process builds its own (with DummyCache, every call builds). Use a shared
+    cache (Redis, Memcached, the database) for one build across processes."""
 
 
 class Options(TypedDict, total=False):
@@ -87,6 +114,7 @@ def get_or_set(key: str, build: Callable[[], T], timeout: float, **options: Unpa
     ``using``: the DISTLOCK alias of the lock.
     """
     plan = _Plan(key, build, timeout, **options)
+    _warn_if_per_process(plan.cache_alias, plan.cache)
     state, value = plan.judge(plan.read())
     if state == MISSING:
         return plan.build_missing()
@@ -101,6 +129,7 @@ async def aget_or_set(key: str, build: Callable[[], T] | Callable[[], Awaitable[
                       timeout: float, **options: Unpack[Options]) -> T:
     """Async twin of get_or_set(); ``build`` may be a plain or a coroutine function."""
     plan = _Plan(key, build, timeout, **options)
+    _warn_if_per_process(plan.cache_alias, plan.cache)
     state, value = plan.judge(await plan.aread())
     if state == MISSING:
         return await plan.abuild_missing()
@@ -136,6 +165,7 @@ class _Plan:
         self.cache = caches[cache]
         self.cache_alias, self.using = cache, using
         self._lock: Lock | None = None
+        self.judged_until: float | None = None  # the freshness of the entry judge() saw
 
     @property
     def lock(self) -> Lock:
@@ -148,9 +178,10 @@ class _Plan:
 
     def judge(self, entry: Any) -> tuple[str, Any]:
         """Return what to do with what the cache held, and the value it held."""
-        if not (isinstance(entry, tuple) and len(entry) == 4 and entry[0] == TAG):
+        if not _is_entry(entry):
             return MISSING, None  # absent, or written by someone else
         _, value, fresh_until, duration = entry
+        self.judged_until = fresh_until
         now = time.time()
         if now >= fresh_until:
             # Past its freshness but still there: served if meant to be, else (clocks of
@@ -159,6 +190,26 @@ class _Plan:
         if self.rebuild_early(now, fresh_until, duration):
             return EARLY, value
         return FRESH, value
+
+    def newer_value(self, entry: Any) -> Any:
+        """Return the value of ``entry`` if it is fresh and is not the entry judge() saw
+        (someone stored it since), else _MISSING. No random draw: a value just rebuilt by
+        another caller is used, however near its expiry."""
+        if not _is_entry(entry) or entry[2] == self.judged_until or time.time() >= entry[2]:
+            return _MISSING
+        return entry[1]
+
+    def rebuild(self) -> Any:
+        """Under the rebuild lock: read the key again and return what another caller stored
+        since this one judged it, else build and store the value. The lock alone would let
+        a second build through: a caller descheduled between its read and its lock attempt
+        finds the lock free once the other caller's rebuild is stored."""
+        value = self.newer_value(self.read())
+        return self.store() if value is _MISSING else value
+
+    async def arebuild(self) -> Any:
+        value = self.newer_value(await self.aread())
+        return await self.astore() if value is _MISSING else value
 
     def read(self) -> Any:
         return self.cache.get(self.key, _MISSING, version=self.version)
@@ -193,8 +244,7 @@ class _Plan:
                            "here as well", self.wait, self.key)
             return self.store()
         try:
-            state, value = self.judge(self.read())  # built by the caller it waited for?
-            return value if state == FRESH else self.store()
+            return self.rebuild()  # built by the caller it waited for?
         finally:
             self.lock.release()
 
@@ -204,8 +254,7 @@ class _Plan:
                            "here as well", self.wait, self.key)
             return await self.astore()
         try:
-            state, value = self.judge(await self.aread())
-            return value if state == FRESH else await self.astore()
+            return await self.arebuild()
         finally:
             await self.lock.arelease()
 
@@ -214,7 +263,7 @@ class _Plan:
         if not self.lock.acquire(wait=0):
             return current
         try:
-            return self.store()
+            return self.rebuild()
         finally:
             self.lock.release()
 
@@ -222,7 +271,7 @@ class _Plan:
         if not await self.lock.aacquire(wait=0):
             return current
         try:
-            return await self.astore()
+            return await self.arebuild()
         finally:
             await self.lock.arelease()
 
@@ -235,7 +284,7 @@ class _Plan:
 
     def _refresh(self) -> None:
         try:
-            self.store()
+            self.rebuild()  # the re-read runs here, in the thread: the caller never waits
         except Exception:
             logger.exception("distlock.cache: the background rebuild of %r failed; the stale "
                              "value is served until it expires", self.key)
@@ -257,7 +306,7 @@ class _Plan:
 
     async def _arefresh(self) -> None:
         try:
-            await self.astore()
+            await self.arebuild()
         except Exception:
             logger.exception("distlock.cache: the background rebuild of %r failed; the stale "
                              "value is served until it expires", self.key)
@@ -273,7 +322,28 @@ class _Plan:
         duration (``now - duration * beta * ln(rand) >= expiry``)."""
         if self.beta <= 0 or duration <= 0:
             return False
-        return now - duration * self.beta * math.log(1.0 - random.random()) >= fresh_until
+        return now - duration * self.beta * math.log(1.0 - xfetch_random.random()) >= fresh_until
+
+
+def _is_entry(entry: Any) -> bool:
+    """True if ``entry`` was written by get_or_set (any other shape counts as missing)."""
+    return isinstance(entry, tuple) and len(entry) == 4 and entry[0] == TAG
+
+
+def _warn_if_per_process(alias: str, cache: BaseCache) -> None:
+    """Warn, once per alias, that a cache the processes do not share gives no single build
+    across processes (it still works: each process builds its own)."""
+    if alias in _WARNED or not isinstance(cache, (LocMemCache, DummyCache)):
+        return
+    _WARNED.add(alias)  # a race of two threads at most warns twice: harmless
+    if isinstance(cache, DummyCache):
+        effect = "keeps nothing, so every call builds the value"
+    else:
+        effect = "is kept by each process apart, so each process builds the value itself"
+    warnings.warn(
+        f"distlock.cache: the cache {alias!r} ({type(cache).__name__}) {effect}; the "
+        "rebuild lock cannot make one build across processes. Use a shared cache (Redis, "
+        "Memcached, the database cache).", PerProcessCacheWarning, stacklevel=3)
 
 
 def _lock_name(cache: str, key: str) -> str:

@@ -45,6 +45,8 @@ TEMPLATES = [
         },
     }
 ]
+# Annotated: mypy (checking this file when the package is not the installed copy) would infer
+# dict[str, object] for the aliases and refuse the OPTIONS assignment below.
 DATABASES: dict[str, dict[str, Any]] = {
     "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
     # A file, so that worker processes share it (tests/faults): one per test run. It depends

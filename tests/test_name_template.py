@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distlock.names import MAX_NAME_LENGTH, validate_name
@@ -42,6 +42,7 @@ def test_missing_value_and_bad_template():
 
 
 @given(st.text(), st.text(), st.text(), st.text())
+@settings(deadline=None)  # hypothesis's 200 ms per example would fail a loaded machine
 def test_any_values_give_a_valid_name_and_different_values_different_names(
         a: str, b: str, c: str, d: str):
     first = fill_template("t:{a}:{b}", {"a": a, "b": b})

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import distlock
@@ -64,6 +64,7 @@ def test_wait_zero_and_none_are_valid() -> None:
 
 
 @given(printable, printable)
+@settings(deadline=None)  # hypothesis's 200 ms per example would fail a loaded machine
 def test_distinct_names_never_share_a_key(first: str, second: str) -> None:
     layout = KeyLayout("p")
     if first != second:
@@ -71,6 +72,7 @@ def test_distinct_names_never_share_a_key(first: str, second: str) -> None:
 
 
 @given(printable)
+@settings(deadline=None)  # hypothesis's 200 ms per example would fail a loaded machine
 def test_keys_keep_their_structure(name: str) -> None:
     keys = KeyLayout("myapp:locks").keys_for(name)
     for key in keys:  # every key of the lock, the bucket's indexes included

@@ -63,7 +63,10 @@ def test_limit_three_eight_processes(spawn: Spawn, redis_backend: str) -> None:
     p99 = every[int(len(every) * 0.99)]
     print(f"waits: median {statistics.median(every):.4f}s p99 {p99:.4f}s max {every[-1]:.4f}s",
           "argmax per process", [max(range(len(one)), key=one.__getitem__) for one in waits])
-    assert every[-1] <= 5 * p99, f"max wait {every[-1]:.3f}s > 5 x p99 {p99:.3f}s"
+    # Starvation would be a waiter passed over for seconds. The 5 x p99 figure alone is a
+    # tail-latency measure: a loaded machine that deschedules one woken waiter breaks it
+    # (the contention benchmark traces such long waits to run-queue delay), hence the floor.
+    assert every[-1] <= max(5 * p99, 1.0), f"max wait {every[-1]:.3f}s > 5 x p99 {p99:.3f}s"
     assert distlock.semaphore("pool", LIMIT).holders() is None
     assert semaphore_keys(data) == [], "permits or waiters were left behind"
 

@@ -1,15 +1,18 @@
 """Helpers shared by the fault tests."""
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from distlock.backends.base import BaseLockBackend
 from distlock.signals import lock_lost
+from tests.faults.procs import Child
 
 # Added to time bounds: the machine the suite runs on may be shared and loaded.
 SLACK = 0.75
@@ -25,6 +28,30 @@ def wait_for_holder(backend: BaseLockBackend, name: str, pid: int,
             return
         time.sleep(0.005)
     raise AssertionError(f"process {pid} never acquired {name!r}")
+
+
+def wait_for_report(path: Path, child: Child, final: Path,
+                    timeout: float = 30.0) -> dict[str, Any]:
+    """Wait until ``child`` has written the JSON report ``path``; return it. Fail at once if
+    the child ends first, with what it said in its ``final`` report."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if child.exited() and not path.exists():
+            story = exit_story(child, final)  # reaps it: the child's repr shows its status
+            raise AssertionError(f"{child} ended without writing {path.name}: {story}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{child} wrote no {path.name} within {timeout:g} s")
+        time.sleep(0.005)
+    return json.loads(path.read_text())
+
+
+def exit_story(child: Child, report: Path) -> str:
+    """What is known about how ``child`` ended: its exit status (waited for, up to 30 s),
+    the report it wrote, if any, and the end of the zygote's log (children's tracebacks)."""
+    status = child.wait(timeout=30)
+    written = report.read_text() if report.exists() else "(none)"
+    return (f"exit status {status}; report {report.name}: {written}; "
+            f"zygote log:\n{child.zygote.log_tail(15)}")
 
 
 def check_errors(config: dict[str, Any]) -> list[Any]:

@@ -39,23 +39,39 @@ def hold(name: str, ttl: float) -> None:
     time.sleep(3600)
 
 
-def stale_writer(name: str, ttl: float, account: int, hold: float, settle: float,
-                 action: str, out: str, auto_renew: bool = False) -> None:
-    """Acquire, hold for ``hold`` seconds (the test pauses this process in there, past its
-    lease), then write to the account fenced by the token, and try ``action`` (release or
-    extend). Report what each step answered."""
+def stale_writer(name: str, ttl: float, account: int, action: str, out: str,
+                 auto_renew: bool = False) -> None:
+    """Acquire, say so (``out``.held), and wait for the test's go (``out``.go): meanwhile the
+    test pauses this process past its lease while another holder takes the lock and writes.
+    Then write to the account fenced by the token, and try ``action`` (release or extend).
+    Report what each step answered (``out``), and why when acquire() failed (exit status 3).
+
+    The test waits for ``out``.held, not for the server to show this process as the holder:
+    a grant the server made but this process had not read yet when it was paused arrives
+    after its lease, and acquire() rightly treats it as not acquired."""
+    import threading
+
     from django.db.models import F
 
     import distlock
     from distlock.fencing import fenced_update
     from tests.fencingapp.models import Account
 
-    lk = distlock.lock(name, ttl=ttl, wait=30, auto_renew=auto_renew)
+    lost = threading.Event()
+    lk = distlock.lock(name, ttl=ttl, wait=30, auto_renew=auto_renew,
+                       on_lost=lambda lock: lost.set())
+    started = time.monotonic()
     if not lk.acquire():
+        write_report(out, {"acquire": f"returned False after {time.monotonic() - started:.2f} s",
+                           "holder": repr(lk.holder())})
         raise SystemExit(3)
     report: dict[str, Any] = {"fencing_token": lk.fencing_token}
-    time.sleep(hold)
-    time.sleep(settle)  # lets the renewal thread (auto_renew) find the lease gone first
+    write_report(f"{out}.held", report)
+    if not _wait_for_file(f"{out}.go", timeout=60):
+        write_report(out, {**report, "go": "never came"})
+        raise SystemExit(4)
+    if auto_renew:  # the renewal thread, resumed too, finds the lease gone (on_lost)
+        report["on_lost"] = lost.wait(30)
     try:
         fenced_update(Account.objects.filter(pk=account), lk.fencing_token, strict=True,
                       balance=F("balance") + 1)
@@ -69,6 +85,15 @@ def stale_writer(name: str, ttl: float, account: int, hold: float, settle: float
     except distlock.LockError as exc:
         report[action] = type(exc).__name__
     write_report(out, report)
+
+
+def _wait_for_file(path: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def create_resource(accounts: int = 1) -> None:

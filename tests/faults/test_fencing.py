@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.db import connections
@@ -13,7 +15,7 @@ from django.db.models import F
 import distlock
 from distlock import FencedUpdateRejected, LockNotOwned
 from distlock.fencing import afenced_update, fenced_update
-from tests.faults.helpers import wait_for_holder
+from tests.faults.helpers import exit_story, wait_for_report
 from tests.fencingapp.models import Account, FencedWrite
 
 
@@ -110,28 +112,33 @@ def test_a_paused_expired_holders_late_write_is_rejected(spawn, redis_backend, t
     out = tmp_path / "stale.json"
     stale = spawn("stale_writer", url=redis_backend,
                   db=connections["fencing"].settings_dict["NAME"], name="acct", ttl=0.5,
-                  account=account.pk, hold=1.0, settle=0.0, action=action, out=str(out))
+                  account=account.pk, action=action, out=str(out))
     backend = distlock.locks["default"]
-    wait_for_holder(backend, "acct", stale.pid)
+    # Paused once it knows it holds the lock (not once the server shows it as the holder: a
+    # grant it had not read yet would reach it after its lease, and count as not acquired).
+    held = wait_for_report(Path(f"{out}.held"), stale, final=out)
     stale.pause()
     paused_at = time.monotonic()
     current = distlock.lock("acct", ttl=30)
-    assert current.acquire(wait=5)  # granted once the frozen holder's lease ran out
-    lease_left_before = current.ttl_remaining()
+    assert current.acquire(wait=30), "the frozen holder's 0.5 s lease never ended"
+    before = backend.info("acct")
     rows = Account.objects.using("fencing").filter(pk=account.pk)
     assert fenced_update(rows, current.fencing_token, strict=True,
                          balance=F("balance") + 10) == 1
+    Path(f"{out}.go").touch()
     stale.resume()
     paused_for = time.monotonic() - paused_at
-    assert stale.wait(timeout=30) == 0
+    assert stale.wait(timeout=30) == 0, exit_story(stale, out)
     report = json.loads(out.read_text())
+    assert report["fencing_token"] == held["fencing_token"]
     assert report["write"] == "FencedUpdateRejected"
     assert report["newest"] == current.fencing_token > report["fencing_token"]
     assert report[action] == LockNotOwned.__name__
-    # the current holder is untouched: same token, lease not shortened, its write stands
+    # The current holder is untouched: same token, its write stands, and its lease ends when
+    # it did (the server's clock, to the millisecond; however long the test took meanwhile).
     info = backend.info("acct")
     assert info.token == current.token and current.owned()
-    assert info.ttl_remaining >= lease_left_before - 1
+    assert info.expires_at >= before.expires_at - timedelta(milliseconds=5)
     account.refresh_from_db(using="fencing")
     assert (account.balance, account.fence) == (110, current.fencing_token)
     current.release()
@@ -150,19 +157,20 @@ def test_an_auto_renewed_holder_paused_past_its_lease_learns_it_lost(spawn, redi
     out = tmp_path / "stale.json"
     stale = spawn("stale_writer", url=redis_backend,
                   db=connections["fencing"].settings_dict["NAME"], name="renewed", ttl=0.5,
-                  account=account.pk, hold=1.0, settle=0.3, action="release", out=str(out),
-                  auto_renew=True)
-    wait_for_holder(distlock.locks["default"], "renewed", stale.pid)
+                  account=account.pk, action="release", out=str(out), auto_renew=True)
+    wait_for_report(Path(f"{out}.held"), stale, final=out)
     stale.pause()  # the renewal thread is frozen too
     current = distlock.lock("renewed", ttl=30)
-    assert current.acquire(wait=5)
+    assert current.acquire(wait=30), "the frozen holder's 0.5 s lease never ended"
     rows = Account.objects.using("fencing").filter(pk=account.pk)
     fenced_update(rows, current.fencing_token, balance=F("balance") + 10)
+    Path(f"{out}.go").touch()
     stale.resume()
-    assert stale.wait(timeout=30) == 0
+    assert stale.wait(timeout=30) == 0, exit_story(stale, out)
     report = json.loads(out.read_text())
-    assert report == {"fencing_token": report["fencing_token"], "write": "FencedUpdateRejected",
-                      "newest": current.fencing_token, "release": "LockLost"}
+    assert report == {"fencing_token": report["fencing_token"], "on_lost": True,
+                      "write": "FencedUpdateRejected", "newest": current.fencing_token,
+                      "release": "LockLost"}
     assert current.owned()
     current.release()
     assert FencedWrite.objects.using("fencing").count() == 0

@@ -86,8 +86,12 @@ def test_under_random_latency_an_acquired_lock_always_has_validity_left(proxy,
     attempts = scaled(ci=30, full=200)
     lease = 0.25
     granted = refused = 0
-    for _ in range(attempts):
-        proxy.latency = random.uniform(0.0, 0.2)  # round trips from 0 to 0.4 s
+    # Round trips from 0 to 0.4 s, spread evenly and shuffled (seeded): grants in time and
+    # grants too late both occur on every run, by construction rather than by luck.
+    latencies = [0.2 * step / (attempts - 1) for step in range(attempts)]
+    random.Random(attempts).shuffle(latencies)
+    for latency in latencies:
+        proxy.latency = latency
         lk = distlock.lock("jittery", ttl=lease)
         if lk.acquire(wait=0):
             returned = time.monotonic()
@@ -103,7 +107,7 @@ def test_under_random_latency_an_acquired_lock_always_has_validity_left(proxy,
         proxy.latency = 0.0
         locks["direct"].force_release("jittery")
     assert granted and refused, (granted, refused)
-    record("Network latency drawn at random (0-0.2 s each way, lease 0.25 s)",
+    record("Network latency from 0 to 0.2 s each way, shuffled (lease 0.25 s)",
            f"{attempts} acquires: {granted} granted, each with validity left (checked on the "
            f"server); {refused} given up because the grant came too late", attempts=attempts,
            granted=granted, given_up=refused)
