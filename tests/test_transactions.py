@@ -253,10 +253,9 @@ def pay_in_transaction() -> None:
         connections["default"].cursor().execute("SELECT 1")
 
 
+@pytest.mark.parametrize("lock_backend", ["redis"], indirect=True)  # counts a server's scripts
 def test_an_uncontended_lock_in_a_transaction_costs_no_extra_round_trip(
         lock_backend: str, private_redis: RedisServer) -> None:
-    if lock_backend != "redis":
-        pytest.skip("counts the commands a redis-server processed")
     import redis
 
     # A server of this test's own: nothing else (another test's renewer) sends it commands.
