@@ -14,6 +14,8 @@ from django.test import override_settings
 from django.urls import path
 from django.utils.decorators import method_decorator
 from django.views import View
+from rest_framework.response import Response
+from rest_framework.views import APIView
 
 import distlock
 from distlock import lock_view
@@ -86,6 +88,14 @@ class LockedClassView(View):
         return HttpResponse("page")
 
 
+@lock_view("drf:{order_id}", ttl=5)
+class DrfPayView(APIView):
+    def post(self, request: Any, order_id: int) -> Response:
+        look("view", f"drf:{order_id}")
+        record_commit(f"drf:{order_id}")
+        return Response({"paid": True})
+
+
 def refuse(request: Any, exc: Exception) -> HttpResponse:
     seen.append({"where": "409", "atomic": connections["default"].in_atomic_block})
     return HttpResponse("busy", status=409)
@@ -104,6 +114,7 @@ urlpatterns = [
     path("cbv/<int:order_id>", PayView.as_view()),
     path("klass/<int:order_id>", LockedClassView.as_view()),
     path("busy/<int:order_id>", busy),
+    path("drf/<int:order_id>", DrfPayView.as_view()),
 ]
 
 
@@ -115,7 +126,7 @@ def atomic_requests(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         yield
 
 
-@pytest.mark.parametrize("url", ["/pay/1", "/klass/1"])
+@pytest.mark.parametrize("url", ["/pay/1", "/klass/1", "/drf/1"])
 def test_the_lock_is_taken_before_the_transaction_and_released_after_it(client: Any,
                                                                         url: str) -> None:
     assert client.post(url).status_code == 200
