@@ -15,6 +15,7 @@ Writes benchmarks/results/transactions.json and prints the table.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import platform
 import sys
@@ -38,6 +39,13 @@ PATTERNS = {
     "@lock_view under ATOMIC_REQUESTS": ("pay-inside", "pay"),
     "atomic { lock { ... } }": ("pay-atomic", "pay-atomic"),
     "stock: atomic { lock { if units > 0: units -= 1 } }": ("buy", "buy"),
+}
+# For comparison, in the same runs: patterns that hold their lock until the transaction ends
+# by construction (python-redis-lock's row when it is installed: the bench extra).
+COMPARISONS = {
+    "lock { atomic { ... } } (distlock)": "pay-outside",
+    "SELECT ... FOR UPDATE in the transaction": "pay-for-update",
+    "python-redis-lock: atomic { lock { ... } }": "pay-python-redis-lock",
 }
 WORKERS = 6
 CLICKS = 3
@@ -72,6 +80,16 @@ def measure(database: DatabaseServer, redis: RedisServer, runs: int, orders: int
                 rows.append({"database": database.vendor, "hold_until_commit": hold,
                              "row": label, "pattern": pattern, "run": run, **result})
                 print(json.dumps(rows[-1]), flush=True)
+    for label, pattern in COMPARISONS.items():
+        if pattern.endswith("python-redis-lock") and importlib.util.find_spec("redis_lock") is None:
+            continue
+        for run in range(runs):
+            redis.flushall()
+            with serve_shop(database, redis.url, workers=WORKERS) as shop:
+                result = run_pattern(shop, pattern, orders, units)
+            rows.append({"database": database.vendor, "hold_until_commit": None, "row": label,
+                         "pattern": pattern, "run": run, **result})
+            print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
@@ -88,6 +106,16 @@ def table(rows: list[dict[str, Any]], orders: int, units: int) -> str:
                 low, high = min(damage), max(damage)
                 cells.append(f"{low}{'' if low == high else f'-{high}'} {whole}")
         lines.append(f"| {label} | {' | '.join(cells)} |")
+    lines += ["", "For comparison, in the same runs:", "",
+              "| pattern | PostgreSQL | MariaDB |", "|---|---|---|"]
+    for label in COMPARISONS:
+        cells = []
+        for vendor in ("postgresql", "mysql"):
+            damage = [r["damage"] for r in rows if (r["row"], r["database"]) == (label, vendor)]
+            low, high = (min(damage), max(damage)) if damage else (None, None)
+            cells.append("not installed" if low is None
+                         else f"{low}{'' if low == high else f'-{high}'} of {orders}")
+        lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
 
 

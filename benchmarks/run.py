@@ -49,6 +49,7 @@ EXTERNAL = {
     "redlock": "bench_redlock.py",
     "lock_view": "bench_lock_view.py",
     "admin": "bench_admin.py",
+    "transactions": "bench_transactions.py",
 }
 # Their arguments for a quick run (each script's own smoke-run options).
 EXTERNAL_QUICK_ARGUMENTS = {

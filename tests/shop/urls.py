@@ -7,5 +7,8 @@ urlpatterns = [
     path("pay/<int:order_id>", views.pay),
     path("pay-inside/<int:order_id>", views.pay_inside),
     path("pay-atomic/<int:order_id>", views.pay_atomic),
+    path("pay-outside/<int:order_id>", views.pay_outside),
+    path("pay-for-update/<int:order_id>", views.pay_for_update),
+    path("pay-python-redis-lock/<int:order_id>", views.pay_python_redis_lock),
     path("buy", views.buy),
 ]

@@ -96,6 +96,47 @@ def pay_atomic(request: HttpRequest, order_id: int) -> JsonResponse:
 @csrf_exempt
 @require_POST
 @transaction.non_atomic_requests
+def pay_outside(request: HttpRequest, order_id: int) -> JsonResponse:
+    """The lock around the transaction: ``lock { atomic { ... } }``."""
+    with distlock.lock(f"pay:{order_id}", ttl=30, wait=10), transaction.atomic():
+        result = charge(order_id)
+    return JsonResponse({"result": result})
+
+
+@csrf_exempt
+@require_POST
+@transaction.non_atomic_requests
+def pay_for_update(request: HttpRequest, order_id: int) -> JsonResponse:
+    """The database's own lock: ``SELECT ... FOR UPDATE`` on the order, in the transaction."""
+    with transaction.atomic():
+        Order.objects.select_for_update().get(pk=order_id)
+        result = charge(order_id)
+    return JsonResponse({"result": result})
+
+
+@csrf_exempt
+@require_POST
+@transaction.non_atomic_requests
+def pay_python_redis_lock(request: HttpRequest, order_id: int) -> JsonResponse:
+    """python-redis-lock (the benchmarks' anchor, when installed) in ``atomic { lock }``."""
+    import redis
+    import redis_lock
+
+    client = redis.Redis.from_url(os.environ["DISTLOCK_TEST_URL"])
+    with transaction.atomic():
+        lock = redis_lock.Lock(client, f"prl:pay:{order_id}", expire=30)
+        lock.acquire(blocking=True, timeout=10)
+        try:
+            result = charge(order_id)
+        finally:
+            lock.release()
+    client.close()
+    return JsonResponse({"result": result})
+
+
+@csrf_exempt
+@require_POST
+@transaction.non_atomic_requests
 def buy(request: HttpRequest) -> JsonResponse:
     with transaction.atomic(), distlock.lock("stock", ttl=30, wait=30, hold_until_commit=HOLD):
         product = Product.objects.get(pk=1)
