@@ -2,7 +2,7 @@
 
     python benchmarks/bench_admin.py [--locks 10000] [--keys 1000000] [--repeat 15]
 
-Starts a redis-server of its own (tests/redis_server.py), fills it with ``--keys`` unrelated
+Starts a redis-server of its own (tests/support/redis_server.py), fills it with ``--keys`` unrelated
 keys (DEBUG POPULATE) and ``--locks`` held locks (real distlock.lock() acquisitions, with
 metadata), then renders the changelist through the Django test client as a logged-in
 superuser: the whole request (session, permissions, Redis reads, template), as an operator
@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.support.settings")
 
 TARGET_SECONDS = 1.0
 RESULTS = ROOT / "benchmarks" / "results" / "admin.json"
@@ -41,7 +41,7 @@ def main() -> None:
     import django
 
     django.setup()
-    from tests.redis_server import RedisServer
+    from tests.support.redis_server import RedisServer
 
     with RedisServer() as server:
         client = setup_django(server.url)

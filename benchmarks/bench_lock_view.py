@@ -1,6 +1,6 @@
 """What @lock_view costs a request, against the lock it takes.
 
-Through a real server process (uvicorn, tests/live_project) on a private redis-server, the
+Through a real server process (uvicorn, tests/support/live_project) on a private redis-server, the
 same trivial view is requested with and without @lock_view, interleaved with bare
 acquire()+release() pairs timed inside the same server process. The view's own time (from the
 X-View-Seconds header, measured around the view in the server) gives
@@ -31,8 +31,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.live_server_process import LiveServerProcess  # noqa: E402
-from tests.redis_server import RedisServer  # noqa: E402
+from tests.support.live_server_process import LiveServerProcess  # noqa: E402
+from tests.support.redis_server import RedisServer  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "lock_view.json"
 TARGET = 1.2
@@ -103,7 +103,8 @@ def main() -> int:
 
     results: dict[str, Any] = {}
     with RedisServer() as redis_server, LiveServerProcess(
-        "tests.live_project.asgi:application", settings="tests.live_project.settings",
+        "tests.support.live_project.asgi:application",
+        settings="tests.support.live_project.settings",
         env={"DISTLOCK_TEST_URL": redis_server.url}, ready_path="/health/",
     ) as server:
         client = Client(server)

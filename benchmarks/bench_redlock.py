@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.redis_server import RedisServer  # noqa: E402
+from tests.support.redis_server import RedisServer  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "redlock.json"
 TARGETS = {  # (nodes, other library): the largest allowed ratio of medians

@@ -1,12 +1,12 @@
 """The table of docs/transactions.md: how often a lock taken inside a database transaction lets
 an order be charged twice, or a stock be oversold, with and without ``hold_until_commit``.
 
-On a real PostgreSQL and a real MariaDB server of its own (tests/databases.py), the shop of
-tests/shop is served by 6 gunicorn worker processes; each order gets 3 POSTs at once (a
+On a real PostgreSQL and a real MariaDB server of its own (tests/support/databases.py), the shop of
+tests/support/shop is served by 6 gunicorn worker processes; each order gets 3 POSTs at once (a
 double click plus a retry), and 200 buyers compete for 100 units. ``hold_until_commit=False``
 is distlock's behaviour before locks followed the transaction (a release hands the lock on at
 once, before COMMIT); ``True`` is today's default. Commits are made 5 ms slower than the
-servers' (tests/shop/slow_commit), as a commit that waits for a disk is.
+servers' (tests/support/shop/slow_commit), as a commit that waits for a disk is.
 
     python benchmarks/bench_transactions.py [--quick] [--runs N]
 
@@ -27,9 +27,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.databases import DatabaseServer, MariaDBServer, PostgresServer  # noqa: E402
-from tests.redis_server import RedisServer  # noqa: E402
-from tests.shop.load import Shop, serve_shop  # noqa: E402
+from tests.support.databases import DatabaseServer, MariaDBServer, PostgresServer  # noqa: E402
+from tests.support.redis_server import RedisServer  # noqa: E402
+from tests.support.shop.load import Shop, serve_shop  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "transactions.json"
 # Each row of the table: its pattern as distlock ran it before hold_until_commit (the lock

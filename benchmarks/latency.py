@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 
 import redis
 
-from tests.redis_server import RedisCluster, RedisServer, free_port, wait_until
+from tests.support.redis_server import RedisCluster, RedisServer, free_port, wait_until
 
 from . import anchors
 from .harness import KEY_PREFIX, ROOT, Profile, distlock_aliases, log

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # the package under test, tests.redis_server, benchmarks.*
+sys.path.insert(0, str(ROOT))  # the package under test, tests.support.redis_server, benchmarks.*
 
 from benchmarks import (  # noqa: E402
     contention,
@@ -33,7 +33,7 @@ from benchmarks import (  # noqa: E402
     uncontended,
 )
 from benchmarks.harness import FULL, QUICK, RESULTS, Profile, configure_distlock, environment, log  # noqa: E402
-from tests.redis_server import RedisServer  # noqa: E402
+from tests.support.redis_server import RedisServer  # noqa: E402
 
 SECTIONS: dict[str, Callable[[Profile, str], dict[str, Any]]] = {
     "uncontended": uncontended.run,

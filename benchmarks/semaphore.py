@@ -47,7 +47,7 @@ from benchmarks.harness import (  # noqa: E402
     paired_ratio,
     summary,
 )
-from tests.redis_server import RedisServer  # noqa: E402
+from tests.support.redis_server import RedisServer  # noqa: E402
 
 OUTPUT = RESULTS / "semaphore.json"
 LIMIT, TTL = 3, 10

@@ -4,7 +4,7 @@
 
 Starts a redis-server of its own, holds a few locks the way a project would (views,
 commands, workers, in several threads), serves the admin on a local port and photographs it
-with Debian's headless Chromium through Playwright (as tests/browser.py does).
+with Debian's headless Chromium through Playwright (as tests/support/browser.py does).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.support.settings")
 IMAGES = ROOT / "docs" / "img"
 VIEWPORT = {"width": 1280, "height": 640}  # the width the table must fit (issue 16)
 
@@ -45,8 +45,8 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     from distlock.handler import locks
-    from tests.browser import CHROMIUM_ARGS, find_chromium
-    from tests.redis_server import RedisServer
+    from tests.support.browser import CHROMIUM_ARGS, find_chromium
+    from tests.support.redis_server import RedisServer
 
     chromium = find_chromium()
     if chromium is None:

@@ -19,7 +19,7 @@ def version(package: str) -> str:
 
 
 def server_version() -> str:
-    from tests.redis_server import find_redis_server
+    from tests.support.redis_server import find_redis_server
 
     output = subprocess.run([find_redis_server(), "--version"], capture_output=True,
                             text=True, check=False).stdout

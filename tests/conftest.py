@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from distlock.handler import locks
-from tests.configs import distlock_settings
-from tests.redis_server import RedisServer
+from tests.support.configs import distlock_settings
+from tests.support.redis_server import RedisServer
 
 BACKENDS = ["redis", "django_redis", "locmem", "redlock3", "redlock5", "cluster", "sentinel"]
 # Backends whose locks live in a server that other processes share.
@@ -32,7 +32,7 @@ def redis_url(redis_server: RedisServer) -> str:
 
 def location_of(kind: str, request: pytest.FixtureRequest, redis_url: str,
                 flush: bool = True) -> str:
-    from tests.topologies import location_of  # a plugin: imported by pytest_plugins first
+    from tests.support.topologies import location_of  # a plugin: imported by pytest_plugins first
 
     return location_of(kind, request, redis_url, flush=flush)
 
@@ -59,7 +59,7 @@ def shared_backend_kind(request: pytest.FixtureRequest, settings: Any, redis_url
 @pytest.fixture
 def backend_location(shared_backend_kind: str, request: pytest.FixtureRequest,
                      redis_url: str) -> str:
-    """The location (tests.configs) of the shared backend the test runs against."""
+    """The location (tests.support.configs) of the shared backend the test runs against."""
     return location_of(shared_backend_kind, request, redis_url, flush=False)
 
 
@@ -102,4 +102,5 @@ def nodes(settings: Any) -> Iterator[list[RedisServer]]:
         locks.reset()
 
 
-pytest_plugins = ["tests.browser", "tests.database_fixtures", "tests.topologies"]
+pytest_plugins = ["tests.support.browser", "tests.support.database_fixtures",
+                  "tests.support.topologies"]

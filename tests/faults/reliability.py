@@ -229,7 +229,7 @@ def code_version() -> str:
 
 def redis_version() -> str:
     try:
-        from tests.redis_server import find_redis_server
+        from tests.support.redis_server import find_redis_server
 
         output = subprocess.run([find_redis_server(), "--version"], capture_output=True,
                                 text=True, timeout=10).stdout

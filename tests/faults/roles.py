@@ -16,7 +16,7 @@ from typing import Any
 def configure(kind: str, url: str, db: str | None = None) -> None:
     from django.conf import settings
 
-    from tests.configs import distlock_settings
+    from tests.support.configs import distlock_settings
 
     settings.DISTLOCK, settings.CACHES = distlock_settings(kind, url)
     if db:
@@ -55,7 +55,7 @@ def stale_writer(name: str, ttl: float, account: int, action: str, out: str,
 
     import distlock
     from distlock.fencing import fenced_update
-    from tests.fencingapp.models import Account
+    from tests.support.fencingapp.models import Account
 
     lost = threading.Event()
     lk = distlock.lock(name, ttl=ttl, wait=30, auto_renew=auto_renew,
@@ -100,7 +100,7 @@ def create_resource(accounts: int = 1) -> None:
     """Create the guarded resource's tables (without migrate) and its account rows."""
     from django.db import connection
 
-    from tests.fencingapp.models import Account, FencedWrite
+    from tests.support.fencingapp.models import Account, FencedWrite
 
     with connection.cursor() as cursor:
         cursor.execute("PRAGMA journal_mode=WAL")  # kept by the file: readers never block
@@ -124,7 +124,7 @@ def soak_worker(name: str, lease: float, target: int, counter: str, log: str) ->
 
     import distlock
     from distlock.fencing import fenced_update
-    from tests.fencingapp.models import Account, FencedWrite
+    from tests.support.fencingapp.models import Account, FencedWrite
 
     pid = os.getpid()
     out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

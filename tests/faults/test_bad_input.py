@@ -211,7 +211,7 @@ def test_cluster_option_is_checked_without_connecting_and_fails_closed(settings)
     # Before: `manage.py check` built a RedisCluster client, which connects: with the cluster
     # unreachable the check crashed with RedisClusterException, and so did every acquire
     # (instead of BackendUnavailable).
-    from tests.redis_server import free_port
+    from tests.support.redis_server import free_port
 
     config = {"BACKEND": REDIS, "LOCATION": f"redis://127.0.0.1:{free_port()}/0",
               "OPTIONS": {"CLUSTER": True, "socket_connect_timeout": 0.5}}

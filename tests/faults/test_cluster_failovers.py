@@ -3,7 +3,7 @@ WAIT_REPLICAS=1 (no acknowledged lock lost; the shard then has no replica, so it
 fail closed until the old master comes back as the new master's replica), and 3,000 slots
 resharded then rebalanced under a locking and listing load.
 
-Marked slow (clusters of their own); tests/test_cluster_topologies.py kills a master and
+Marked slow (clusters of their own); tests/backends/test_cluster_topologies.py kills a master and
 reshards 1,000 slots under load in the normal suite."""
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ import pytest
 from distlock import BackendUnavailable
 from distlock.backends.redis import RedisBackend
 from distlock.handler import locks
-from tests.cluster_load import ClusterLoad
-from tests.configs import distlock_settings
-from tests.lock_helpers import Acknowledged, hold_many, release_many
-from tests.redis_server import RedisCluster, RedisServer
+from tests.support.cluster_load import ClusterLoad
+from tests.support.configs import distlock_settings
+from tests.support.lock_helpers import Acknowledged, hold_many, release_many
+from tests.support.redis_server import RedisCluster, RedisServer
 
 pytestmark = [pytest.mark.django_db(databases=[]), pytest.mark.slow, pytest.mark.timeout(300)]
 CONFIRMED = {"WAIT_REPLICAS": 1, "WAIT_TIMEOUT": 100}

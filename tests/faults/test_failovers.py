@@ -2,7 +2,7 @@
 FAILOVER) with a long-lived and fresh clients, on one and on two replicas, and a master
 SIGKILLed while its replica lags. Never two holders, no acknowledged lock lost.
 
-Marked slow: each round starts a group of its own. tests/test_sentinel.py runs one round
+Marked slow: each round starts a group of its own. tests/backends/test_sentinel.py runs one round
 of each in the normal suite."""
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from distlock.handler import locks
-from tests.configs import distlock_settings
-from tests.redis_server import RedisSentinelGroup
-from tests.test_sentinel import kill_while_lagging, planned_failover_holds
+from tests.backends.test_sentinel import kill_while_lagging, planned_failover_holds
+from tests.support.configs import distlock_settings
+from tests.support.redis_server import RedisSentinelGroup
 
 pytestmark = [pytest.mark.django_db(databases=[]), pytest.mark.slow, pytest.mark.timeout(600)]
 ROUNDS = 3

@@ -16,7 +16,7 @@ import distlock
 from distlock import FencedUpdateRejected, LockNotOwned
 from distlock.fencing import afenced_update, fenced_update
 from tests.faults.helpers import exit_story, wait_for_report
-from tests.fencingapp.models import Account, FencedWrite
+from tests.support.fencingapp.models import Account, FencedWrite
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@
 How long the listing takes is measured by the benchmarks (``benchmarks/listing.py``, target
 in benchmarks/targets.py), not asserted here: a loaded machine would fail a time limit that
 says nothing about the code. Marked slow (it holds 50,000 locks).
-tests/test_held_walk.py is the short version (1,200 locks, every backend).
+tests/core/test_held_walk.py is the short version (1,200 locks, every backend).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from django.core.management import call_command
 
 from distlock.handler import locks
-from tests.lock_helpers import churning, hold_many, release_many
+from tests.support.lock_helpers import churning, hold_many, release_many
 
 pytestmark = [pytest.mark.django_db(databases=[]), pytest.mark.slow]
 HELD = 50_000

@@ -1,5 +1,5 @@
 """Property-based tests of names, prefixes and the keys built from them (beyond those in
-tests/test_names.py): the accept/reject decision matches the documented rule for any text,
+tests/core/test_names.py): the accept/reject decision matches the documented rule for any text,
 encoding is reversible, any valid KEY_PREFIX keeps the layout, and on a real server any two
 names are two locks."""
 from __future__ import annotations

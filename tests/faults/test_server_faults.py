@@ -18,9 +18,9 @@ from django.db.models import F
 import distlock
 from distlock import BackendUnavailable, LockLost, LockNotOwned
 from distlock.fencing import fenced_update
-from tests.configs import SOCKET_TIMEOUT
 from tests.faults.helpers import SLACK, lost_locks
-from tests.fencingapp.models import Account
+from tests.support.configs import SOCKET_TIMEOUT
+from tests.support.fencingapp.models import Account
 
 pytestmark = pytest.mark.django_db(databases=[])
 

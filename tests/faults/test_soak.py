@@ -12,7 +12,7 @@ import pytest
 
 from tests.faults.conftest import scaled
 from tests.faults.soak import VIOLATIONS, Section, Soak, _fast_tmp, check
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.django_db(databases=[]),
               pytest.mark.timeout(scaled(ci=300, full=7200))]

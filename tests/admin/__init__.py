@@ -1,0 +1,1 @@
+"""Tests of the "Held locks" admin page."""

@@ -1,0 +1,1 @@
+"""Tests of LockedCommandMixin and manage.py distlock (list, lead, ...)."""

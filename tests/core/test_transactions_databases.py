@@ -1,0 +1,91 @@
+"""Locks and database transactions on real PostgreSQL and MariaDB servers, with the requests
+served by gunicorn's worker processes (tests/support/shop): a double click plus a retry per order,
+and a stock that many buyers decrement, must charge once and never oversell.
+
+Each test also checks that requests really waited for a lock: without contention, a run
+proves nothing. The same runs with ``hold_until_commit=False`` (distlock before it) are in
+benchmarks/transactions.py, which measures the table of docs/transactions.md.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.databases import DatabaseServer
+from tests.support.redis_server import RedisServer
+from tests.support.shop.load import Shop, serve_shop
+
+ORDERS = 150
+CLICKS = 3  # a double click plus a retry
+UNITS = 100
+BUYERS = 200
+
+
+@pytest.fixture
+def shop(real_database: DatabaseServer, redis_server: RedisServer) -> Iterator[Shop]:
+    redis_server.flushall()
+    with serve_shop(real_database, redis_server.url, workers=6) as served:
+        yield served
+
+
+@pytest.mark.parametrize("pattern", ["pay", "pay-inside", "pay-atomic"])
+def test_an_order_is_charged_once_however_often_it_is_clicked(shop: Shop, pattern: str) -> None:
+    answers = shop.click_orders(pattern, ORDERS, CLICKS)
+    assert Counter(a.status for a in answers) == {200: ORDERS * CLICKS}
+    charges = shop.charges_per_order()
+    assert len(charges) == ORDERS
+    twice = {order: n for order, n in charges.items() if n > 1}
+    assert not twice, f"{len(twice)} of {ORDERS} orders charged more than once ({pattern})"
+    results = Counter(a.result for a in answers)
+    assert results == {"charged": ORDERS, "already paid": ORDERS * (CLICKS - 1)}
+    waited = sum(a.waited for a in answers)
+    assert waited >= ORDERS // 5, f"only {waited} requests waited for a lock: no contention"
+
+
+def test_the_stock_is_never_oversold(shop: Shop) -> None:
+    shop.stock(UNITS)
+    answers = shop.buy(BUYERS)
+    results = Counter(a.result for a in answers)
+    assert results == {"sold": UNITS, "sold out": BUYERS - UNITS}
+    assert shop.sales() == UNITS and shop.units_left() == 0
+    waited = sum(a.waited for a in answers)
+    assert waited >= BUYERS // 5, f"only {waited} buyers waited for the lock: no contention"
+
+
+def isolation_run(database: DatabaseServer, redis_url: str, name: str, level: str,
+                  order: str) -> dict[str, Any]:
+    env = {**os.environ, **database.env(name=name), "DISTLOCK_TEST_URL": redis_url,
+           "DJANGO_SETTINGS_MODULE": "tests.support.shop.settings", "SHOP_ISOLATION": level}
+    done = subprocess.run([sys.executable, "-m", "tests.support.shop.isolation", order], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_repeatable_read_reads_stale_rows_unless_the_lock_comes_first(
+        real_database: DatabaseServer, redis_server: RedisServer) -> None:
+    redis_server.flushall()
+    with serve_shop(real_database, redis_server.url, workers=0) as served:
+        def run(level: str, order: str) -> dict[str, Any]:
+            return isolation_run(real_database, redis_server.url, served.database, level, order)
+
+        # READ COMMITTED (Django's default): the row committed before the handoff is seen.
+        fresh = run("read committed", "query-then-lock")
+        assert (fresh["before"], fresh["read"], fresh["warned"]) == (100, 99, [])
+        # REPEATABLE READ: a snapshot taken before the lock predates the holder's commit.
+        stale = run("repeatable read", "query-then-lock")
+        assert (stale["before"], stale["read"], stale["after"]) == (100, 100, 99)
+        assert stale["warned"] and "REPEATABLE READ" in stale["warned"][0]
+        # The safe orders: no snapshot before the grant.
+        for order in ("lock-then-atomic", "lock-in-atomic"):
+            safe = run("repeatable read", order)
+            assert safe["read"] == 99, order
+        assert run("repeatable read", "lock-then-atomic")["warned"] == []
+

@@ -1,7 +1,0 @@
-from django.apps import AppConfig
-
-
-class FencingAppConfig(AppConfig):
-    name = "tests.fencingapp"
-    label = "fencingapp"
-    default_auto_field = "django.db.models.BigAutoField"

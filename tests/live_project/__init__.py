@@ -1,1 +1,0 @@
-"""A tests-only Django project served by a real server process (tests/live_server_process.py)."""

@@ -1,7 +1,0 @@
-from django.apps import AppConfig
-
-
-class ShopConfig(AppConfig):
-    name = "tests.shop"
-    label = "shop"
-    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,64 @@
+"""The Celery app the Celery tests run real workers of: ``celery -A tests.support.celery_app
+worker``.
+
+Configured like tests.support.workers (DISTLOCK_TEST_KIND, DISTLOCK_TEST_URL); the broker and the
+result backend are the redis-server at DISTLOCK_TEST_BROKER, and each task records its run
+in a Redis list (tests.support.worker_pool), so the test sees what ran when.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import redis
+from celery import Celery
+
+from distlock.contrib.celery import LockedTask
+from tests.support.workers import setup
+
+if "DISTLOCK_TEST_KIND" in os.environ:  # a worker; the test process has its own settings
+    setup()
+app = Celery("distlock_tests", broker=os.environ.get("DISTLOCK_TEST_BROKER", "memory://"),
+             backend=os.environ.get("DISTLOCK_TEST_BROKER"))
+# One task per pool process at a time, so 2 workers x 4 run 8 tasks at once.
+app.conf.update(worker_prefetch_multiplier=1, broker_connection_retry_on_startup=True,
+                task_default_queue=os.environ.get("DISTLOCK_TEST_QUEUE", "distlock-tests"))
+
+
+def _data() -> redis.Redis:
+    return redis.Redis.from_url(os.environ["DISTLOCK_TEST_DATA_URL"])
+
+
+def _work(kind: str, key: str, seconds: float) -> str:
+    started = time.monotonic()
+    time.sleep(seconds)
+    _data().rpush("runs", json.dumps([kind, key, started, time.monotonic(), os.getpid()]))
+    return f"ran {key}"
+
+
+@app.task(bind=True, base=LockedTask, lock_name="job:{key}", lock_ttl=2)
+def skip_job(self: LockedTask, key: str, seconds: float = 1.0) -> str:
+    return _work("skip", key, seconds)
+
+
+@app.task(bind=True, base=LockedTask, lock_name="job:{key}", lock_ttl=2,
+          lock_on_duplicate="retry", lock_retry_after=0.3, lock_max_retries=100)
+def retry_job(self: LockedTask, key: str, seconds: float = 1.0) -> str:
+    return _work("retry", key, seconds)
+
+
+@app.task(bind=True, base=LockedTask, lock_name="queued:{key}", lock_ttl=2, lock_at_enqueue=True)
+def once_job(self: LockedTask, key: str, seconds: float = 1.0) -> str:
+    return _work("once", key, seconds)
+
+
+@app.task(bind=True, base=LockedTask, lock_name="fail:{key}", lock_ttl=30, max_retries=1)
+def failing_job(self: LockedTask, key: str, how: str) -> str:
+    time.sleep(0.5)
+    if how == "retry" and not self.request.retries:
+        raise self.retry(countdown=0.5)
+    if how == "raise":
+        raise RuntimeError("the task failed")
+    time.sleep(0 if how == "retry" else 60)
+    return "done"

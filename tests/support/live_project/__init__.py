@@ -1,0 +1,2 @@
+"""A tests-only Django project served by a real server process
+(tests/support/live_server_process.py)."""

@@ -1,0 +1,232 @@
+"""Measurements several lock test modules share."""
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import distlock
+from benchmarks import held
+from distlock import BackendUnavailable
+from distlock.backends.scripted import ScriptedBackend
+from distlock.handler import locks
+from distlock.info import holder_metadata
+from tests.support.processes import end_processes
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def renewer_threads() -> int:
+    """How many renewal threads run in this process (distlock keeps at most one)."""
+    return sum(1 for t in threading.enumerate() if t.name == "distlock-renewer")
+
+
+def handoff_delay(holder: distlock.Lock, waiter: distlock.Lock, settle: float) -> float:
+    """Let ``waiter`` wait in another thread for ``settle`` seconds, release ``holder``, and
+    return how long after the release the waiter held the lock (it releases it at once).
+
+    Raise AssertionError if the waiter did not get the lock within 5 seconds.
+    """
+    acquired_at: list[float] = []
+
+    def wait_for_it() -> None:
+        if waiter.acquire(wait=5):
+            acquired_at.append(time.monotonic())
+            waiter.release()
+
+    thread = threading.Thread(target=wait_for_it)
+    thread.start()
+    time.sleep(settle)
+    released = time.monotonic()
+    holder.release()
+    thread.join()
+    assert acquired_at, f"the waiter never got {waiter.name!r}"
+    return acquired_at[0] - released
+
+
+def holder_index(name: str, processes: list, other_than: int | None = None,
+                 timeout: float = 15) -> int:
+    """Return the index in ``processes`` (Popen objects) of the one that holds ``name``, once
+    it is not ``other_than``; raise AssertionError if none does within ``timeout`` seconds."""
+    pids = [process.pid for process in processes]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = distlock.locks["default"].info(name)
+        if info is not None and info.pid in pids and pids.index(info.pid) != other_than:
+            return pids.index(info.pid)
+        time.sleep(0.02)
+    raise AssertionError(f"none of the processes held {name!r} within {timeout}s")
+
+
+@contextmanager
+def spawner(module: str, env: dict[str, str], *,
+            stdin: bool = False) -> Iterator[Callable[..., subprocess.Popen]]:
+    """Yield ``start(*arguments)``, which runs ``python -m module *arguments`` (stdout, and
+    stdin if asked, piped as text); every process started is killed and reaped at the end."""
+    started: list[subprocess.Popen] = []
+
+    def start(*arguments: str) -> subprocess.Popen:
+        process = subprocess.Popen(
+            [sys.executable, "-m", module, *arguments], cwd=ROOT,
+            env={**env, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+            stdin=subprocess.PIPE if stdin else None, text=True,
+        )
+        started.append(process)
+        return process
+
+    try:
+        yield start
+    finally:
+        end_processes(started)
+
+
+def read_line(process: subprocess.Popen, expected: str) -> str:
+    """Return the next line a worker printed; AssertionError unless it starts with
+    ``expected``."""
+    line = process.stdout.readline().strip()
+    assert line.startswith(expected), f"worker said {line!r}, expected {expected!r}"
+    return line
+
+
+def hold_many(names: list[str], ttl: float) -> dict[str, str]:
+    """Hold every lock in ``names`` (free before) for ``ttl`` seconds on the default alias,
+    fast; return their tokens by name. Scripted backends take them with their own acquire
+    script, pipelined (benchmarks/held.py); the others one primitive call each."""
+    backend = locks["default"]
+    if isinstance(backend, ScriptedBackend):
+        return held.acquire_all(names, round(ttl * 1000))
+    meta = holder_metadata(None)
+    tokens = {name: os.urandom(16).hex() for name in names}
+    for name, token in tokens.items():
+        if not backend.try_acquire(name, token, round(ttl * 1000), meta, None, 0).acquired:
+            raise RuntimeError(f"{name!r} was meant to be free")
+    return tokens
+
+
+def release_many(tokens: dict[str, str]) -> None:
+    """Release the locks hold_many() took."""
+    backend = locks["default"]
+    if isinstance(backend, ScriptedBackend):
+        held.release_all(tokens)
+        return
+    for name, token in tokens.items():
+        backend.release(name, token)
+
+
+@contextmanager
+def churning(names: int = 200) -> Iterator[Counter[str]]:
+    """Take and release ``churn:<n>`` locks on the default alias in a thread while the
+    block runs; yield a Counter whose "locks" counts them."""
+    done = threading.Event()
+    churned: Counter[str] = Counter()
+
+    def churn() -> None:
+        for number in itertools.cycle(range(names)):
+            if done.is_set():
+                return
+            with distlock.lock(f"churn:{number}", ttl=5):
+                churned["locks"] += 1
+
+    worker = threading.Thread(target=churn)
+    worker.start()
+    try:
+        yield churned
+    finally:
+        done.set()
+        worker.join()
+
+
+class Holds:
+    """When each client believed it held the lock: from its acquire's reply to its release
+    (or, when the release failed, to the end of the lease counted from the acquire's start)."""
+
+    def __init__(self) -> None:
+        self.intervals: list[tuple[str, float, float]] = []
+        self.unavailable: Counter[str] = Counter()
+
+    def hold_once(self, client: str, backend: Any, name: str, ttl: float) -> None:
+        token = uuid.uuid4().hex
+        asked = time.monotonic()
+        try:
+            attempt = backend.try_acquire(name, token, round(ttl * 1000), "{}", None, 0)
+        except BackendUnavailable:
+            self.unavailable[client] += 1
+            return
+        if not attempt.acquired:
+            return
+        held_from = time.monotonic()
+        time.sleep(0.01)
+        held_until = time.monotonic()
+        try:
+            backend.release(name, token)
+        except BackendUnavailable:
+            held_until = asked + ttl  # the holder must assume it holds it until then
+        self.intervals.append((client, held_from, held_until))
+
+    def two_holders(self) -> list[tuple[tuple[str, float, float], ...]]:
+        ordered = sorted(self.intervals, key=lambda interval: interval[1])
+        return [(first, second) for first, second in itertools.combinations(ordered, 2)
+                if first[0] != second[0] and second[1] < first[2]]
+
+
+class Acknowledged:
+    """A thread taking a new lock (``acked:<n>``, a 60 s lease) on ``backend`` again and
+    again while the block runs: ``tokens`` of those acquired, ``refused`` counts the
+    attempts that raised BackendUnavailable."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.tokens: dict[str, str] = {}
+        self.refused = 0
+        self._stop = threading.Event()
+        self._worker = threading.Thread(target=self._keep_locking)
+
+    def _keep_locking(self) -> None:
+        for number in itertools.count():
+            if self._stop.is_set():
+                return
+            name, token = f"acked:{number}", uuid.uuid4().hex
+            try:
+                if self.backend.try_acquire(name, token, 60_000, "{}", None, 0).acquired:
+                    self.tokens[name] = token
+            except BackendUnavailable:
+                self.refused += 1
+                time.sleep(0.01)
+
+    def __enter__(self) -> Acknowledged:
+        self._worker.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._worker.join()
+
+    def lost(self, reader: Any) -> list[str]:
+        """Return the acquired locks that ``reader`` (another backend) does not see held
+        with the same token."""
+        held = {info.name: info.token for info in reader.iter_held("acked:")}
+        return [name for name, token in self.tokens.items() if held.get(name) != token]
+
+
+def is_held(name: str, using: str = "default") -> bool:
+    """Return True if anyone holds the lock ``name`` of alias ``using``."""
+    return locks[using].info(name) is not None
+
+
+def free_within(name: str, seconds: float = 0.1) -> bool:
+    """Return True if ``name`` is free now or becomes free within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while is_held(name):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+    return True

@@ -1,0 +1,116 @@
+"""Serve the shop (tests/support/shop) on a real database and send it the clicks of many buyers at
+once: for tests/core/test_transactions_databases.py and benchmarks/transactions.py."""
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple
+
+from tests.support.databases import DatabaseServer
+from tests.support.live_server_process import LiveServerProcess
+from tests.support.redis_server import HOST
+
+SETTINGS = "tests.support.shop.settings"
+CLIENTS = 18  # requests in flight at once: three per gunicorn worker
+
+
+class Answer(NamedTuple):
+    status: int
+    result: str
+    waited: bool  # the request's lock was held by another when it asked
+
+
+class Shop:
+    """One shop: its own database on ``database``, served by ``server`` (None: not served)."""
+
+    def __init__(self, database: DatabaseServer, name: str,
+                 server: LiveServerProcess | None) -> None:
+        self.server = server
+        self.database = name
+        self._db = database
+
+    # --- requests -----------------------------------------------------------------------
+    def post(self, path: str) -> Answer:
+        assert self.server is not None
+        conn = http.client.HTTPConnection(HOST, self.server.port, timeout=60)
+        try:
+            conn.request("POST", path)
+            response = conn.getresponse()
+            body = response.read()
+            result = json.loads(body).get("result", "") if response.status == 200 else ""
+            return Answer(response.status, result, response.getheader("X-Waited") == "1")
+        finally:
+            conn.close()
+
+    def send(self, paths: list[str]) -> list[Answer]:
+        """POST every path, CLIENTS at a time, in order (neighbours go out together)."""
+        with ThreadPoolExecutor(CLIENTS) as pool:
+            return list(pool.map(self.post, paths))
+
+    def click_orders(self, pattern: str, orders: int, clicks: int) -> list[Answer]:
+        """Place ``orders`` orders, then send each ``clicks`` payment requests at once."""
+        self.query("INSERT INTO shop_order (id) VALUES "
+                   + ", ".join(f"({order})" for order in range(1, orders + 1)))
+        return self.send([f"/{pattern}/{order}" for order in range(1, orders + 1)
+                          for _ in range(clicks)])
+
+    def buy(self, buyers: int) -> list[Answer]:
+        return self.send(["/buy"] * buyers)
+
+    # --- what the database holds --------------------------------------------------------
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        conn = self._db.connect(self.database)
+        try:
+            cursor = conn.cursor()
+            cursor.execute(sql)
+            rows = list(cursor.fetchall()) if cursor.description else []
+            conn.commit()
+            return rows
+        finally:
+            conn.close()
+
+    def charges_per_order(self) -> dict[int, int]:
+        rows = self.query("SELECT order_id, COUNT(*) FROM shop_charge GROUP BY order_id")
+        return {int(order): int(count) for order, count in rows}
+
+    def stock(self, units: int) -> None:
+        self.query(f"INSERT INTO shop_product (id, units) VALUES (1, {int(units)})")
+
+    def units_left(self) -> int:
+        return int(self.query("SELECT units FROM shop_product WHERE id = 1")[0][0])
+
+    def sales(self) -> int:
+        return int(self.query("SELECT COUNT(*) FROM shop_sale")[0][0])
+
+
+def shop_env(database: DatabaseServer, name: str, redis_url: str,
+             hold_until_commit: bool = True) -> dict[str, str]:
+    return {**database.env(name=name), "DISTLOCK_TEST_URL": redis_url,
+            "SHOP_HOLD_UNTIL_COMMIT": "1" if hold_until_commit else "0"}
+
+
+@contextlib.contextmanager
+def serve_shop(database: DatabaseServer, redis_url: str, *, workers: int,
+               hold_until_commit: bool = True) -> Iterator[Shop]:
+    """A migrated database of its own on ``database``, served by ``workers`` gunicorn
+    workers (0: not served), dropped afterwards."""
+    name = database.create_database()
+    try:
+        env = shop_env(database, name, redis_url, hold_until_commit)
+        subprocess.run([sys.executable, "-m", "django", "migrate", "--noinput", "-v", "0"],
+                       env={**os.environ, **env, "DJANGO_SETTINGS_MODULE": SETTINGS},
+                       check=True, timeout=180)
+        if not workers:
+            yield Shop(database, name, None)
+            return
+        with LiveServerProcess("tests.support.shop.wsgi:application", server="gunicorn",
+                               workers=workers, settings=SETTINGS, env=env) as server:
+            yield Shop(database, name, server)
+    finally:
+        database.drop_database(name)

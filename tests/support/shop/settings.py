@@ -1,0 +1,44 @@
+"""Settings of the shop served by gunicorn in tests/core/test_transactions_databases.py: the
+database from DISTLOCK_TEST_DATABASES (tests/support/databases.py), the locks on DISTLOCK_TEST_URL,
+every request in a transaction (ATOMIC_REQUESTS)."""
+import os
+
+from tests.support.databases import databases_from_env
+
+SECRET_KEY = "shop-tests-only-not-secret"
+DEBUG = False
+ALLOWED_HOSTS = ["*"]
+USE_TZ = True
+INSTALLED_APPS = ["distlock", "tests.support.shop"]
+MIDDLEWARE = ["tests.support.shop.views.contention"]
+ROOT_URLCONF = "tests.support.shop.urls"
+WSGI_APPLICATION = "tests.support.shop.wsgi.application"
+DATABASES = databases_from_env() or {
+    "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
+}
+# SHOP_ISOLATION: the isolation level of every connection (tests.support.shop.isolation).
+_ISOLATION = os.environ.get("SHOP_ISOLATION")
+_PSYCOPG_LEVELS = {"read committed": 2, "repeatable read": 3, "serializable": 4}
+for _database in DATABASES.values():
+    _database["ATOMIC_REQUESTS"] = True
+    # A commit as slow as one that waits for a disk (tests/support/shop/slow_commit).
+    _database["ENGINE"] = _database["ENGINE"].replace("django.db.backends.",
+                                                      "tests.support.shop.slow_commit.")
+    if _ISOLATION and "postgresql" in _database["ENGINE"]:
+        _database.setdefault("OPTIONS", {})["isolation_level"] = _PSYCOPG_LEVELS[_ISOLATION]
+    elif _ISOLATION and "mysql" in _database["ENGINE"]:
+        _database.setdefault("OPTIONS", {})["isolation_level"] = _ISOLATION
+DISTLOCK = {
+    "default": {
+        "BACKEND": "distlock.backends.redis.RedisBackend",
+        "LOCATION": os.environ.get("DISTLOCK_TEST_URL", "redis://127.0.0.1:1/0"),
+        "KEY_PREFIX": "shop",
+        "OPTIONS": {"socket_timeout": 5},
+    }
+}
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"distlock": {"handlers": ["console"], "level": "WARNING"}},
+}

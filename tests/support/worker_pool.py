@@ -1,0 +1,77 @@
+"""Worker processes of a task queue (Celery, django.tasks' db_worker) for the task tests, on a
+redis-server of their own: locks in database 0, the broker in 1, and in 2 the runs the test
+tasks record (a list "runs" of JSON [kind, key, started, ended, pid], monotonic clock)."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import redis
+
+from tests.support.processes import end_processes
+from tests.support.redis_server import RedisServer
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+P = TypeVar("P", bound="WorkerPool")
+
+
+class WorkerPool:
+    """Start worker processes with ``spawn()``; subclasses say which in ``start()``."""
+
+    def __init__(self, server: RedisServer, directory: Path, settings_module: str) -> None:
+        base = server.url.rsplit("/", 1)[0]
+        self.server = server
+        self.directory = directory
+        self.env = {
+            **os.environ, "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": settings_module,
+            "DISTLOCK_TEST_KIND": "redis", "DISTLOCK_TEST_URL": f"{base}/0",
+            "DISTLOCK_TEST_BROKER": f"{base}/1", "DISTLOCK_TEST_DATA_URL": f"{base}/2",
+        }
+        self.data = redis.Redis.from_url(self.env["DISTLOCK_TEST_DATA_URL"],
+                                         decode_responses=True)
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def spawn(self, arguments: list[str], log: Path) -> subprocess.Popen[bytes]:
+        with open(log, "ab") as output:
+            process = subprocess.Popen([sys.executable, *arguments], cwd=ROOT, env=self.env,
+                                       stdout=output, stderr=subprocess.STDOUT)
+        self.processes.append(process)
+        return process
+
+    def stop(self) -> None:
+        end_processes(self.processes, grace=15)
+
+    def runs(self) -> list[list[Any]]:
+        return [json.loads(item) for item in self.data.lrange("runs", 0, -1)]
+
+
+@contextlib.contextmanager
+def running(pool_class: type[P], directory: Path) -> Iterator[P]:
+    """Start a redis-server and the pool's workers; stop both afterwards."""
+    server = RedisServer().start()
+    pool = pool_class(server, directory)  # type: ignore[call-arg]
+    try:
+        pool.start()
+        yield pool
+    finally:
+        pool.stop()
+        server.stop()
+
+
+def overlapping(runs: list[list[Any]]) -> int:
+    """Return the most runs that were under way at the same moment."""
+    edges = sorted([(run[2], 1) for run in runs] + [(run[3], -1) for run in runs])
+    most = current = 0
+    for _, step in edges:
+        current += step
+        most = max(most, current)
+    return most

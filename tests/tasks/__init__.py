@@ -1,0 +1,1 @@
+"""Tests of the task integrations (Celery, django.tasks) and leader election."""
