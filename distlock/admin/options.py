@@ -36,7 +36,6 @@ from ..handler import locks
 from ..info import LockInfo
 from ..models import HeldLock
 from ..names import MAX_NAME_LENGTH
-from ..semaphore import semaphore_backend
 from .display import FILTERS, describe_holder, format_remaining, release_url
 from .listing import (
     ALIAS_ERRORS,
@@ -371,7 +370,7 @@ class HeldLockAdmin(admin.ModelAdmin):
         gone = (f"No permit of the semaphore “{name}” (alias {alias}) is held with number "
                 f"{number} any more: it was released or expired. Nothing was freed.")
         try:
-            backend = semaphore_backend(alias)
+            backend = locks[alias]
             info = backend.semaphore_info(name)
             holders = info.holders if info is not None else ()
             holder = next((h for h in holders if h.fencing_token == number), None)

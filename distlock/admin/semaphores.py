@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..exceptions import SemaphoresNotSupported
 from ..handler import locks
 from ..info import LockInfo, SemaphoreInfo
 from .display import describe_holder, format_remaining, release_url
@@ -35,8 +36,9 @@ def semaphore_rows(aliases: list[str], prefix: str, release_base: str, filters: 
     rows = []
     for alias in aliases:
         try:
-            backend = locks[alias]
-            held = backend.held_semaphores(prefix) if hasattr(backend, "held_semaphores") else []
+            held = locks[alias].held_semaphores(prefix)
+        except SemaphoresNotSupported:
+            continue  # a backend without semaphores holds none
         except ALIAS_ERRORS as exc:
             unavailable[alias] = str(exc)
             continue

@@ -8,8 +8,8 @@ from typing import Any, NamedTuple
 
 from asgiref.sync import sync_to_async
 
-from ..exceptions import InvalidLockBackendError, RenewalLimitReached
-from ..info import LockInfo
+from ..exceptions import InvalidLockBackendError, RenewalLimitReached, SemaphoresNotSupported
+from ..info import LockInfo, SemaphoreInfo
 from ..names import KeyLayout
 from ..signals import lock_force_released
 from ..validation import lease_milliseconds, seconds
@@ -57,14 +57,18 @@ class HeldEntry(NamedTuple):
 
 
 class BaseLockBackend:
-    """Parse the settings every backend shares and define the operations locks rely on.
+    """Parse the settings every backend shares and define the operations locks and
+    semaphores rely on.
 
     Subclasses implement the primitives; the ``a``-prefixed async twins run the sync ones in
-    a worker thread unless a subclass has a native async client.
+    a worker thread unless a subclass has a native async client. A backend without
+    semaphores leaves their operations as they are here: they raise SemaphoresNotSupported.
     """
 
     # Option names (upper case) this backend understands besides the client's own.
     own_options: frozenset[str] = LIMIT_OPTIONS
+    # Why a backend keeps no semaphores, for SemaphoresNotSupported's message.
+    no_semaphores = "it does not keep them"
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         self.alias = alias
@@ -136,6 +140,11 @@ class BaseLockBackend:
 
     # How long one blocking wait may last (a blocking read must end before the socket times out).
     max_block = FALLBACK_RETRY
+
+    @property
+    def signal_sender(self) -> type:
+        """The sender of the signals about this backend's locks (distlock.signals)."""
+        return type(self)
 
     # --- primitives -------------------------------------------------------------------
     def try_acquire(
@@ -238,6 +247,61 @@ class BaseLockBackend:
             lock_force_released.send(type(self), name=name, alias=self.alias, info=info)
         return released
 
+    # --- semaphores (distlock.semaphore) ---------------------------------------------
+    def semaphores_not_supported(self) -> SemaphoresNotSupported:
+        """The error of every semaphore operation on a backend that has none."""
+        return SemaphoresNotSupported(
+            f"DISTLOCK[{self.alias!r}] uses {type(self).__name__}, which has no semaphores: "
+            f"{self.no_semaphores}. Add an alias with distlock.backends.redis.RedisBackend "
+            "(one server, Sentinel or Cluster) and pass using=<that alias>.",
+        )
+
+    def semaphore_acquire(self, name: str, limit: int, token: str, ttl_ms: int, meta: str,
+                          patience_ms: int) -> Attempt:
+        """Take a permit of ``name`` (at most ``limit`` holders) for ``token``, or queue it
+        for ``patience_ms``."""
+        raise self.semaphores_not_supported()
+
+    def semaphore_wait_and_acquire(self, timeout: float, name: str, limit: int, token: str,
+                                   ttl_ms: int, meta: str, patience_ms: int) -> Attempt:
+        """Wait up to ``timeout`` for a permit to be handed to ``token``, then try to take
+        it, as wait_and_acquire() does for a lock."""
+        raise self.semaphores_not_supported()
+
+    def semaphore_leave(self, name: str, token: str) -> None:
+        """Stop waiting (a permit handed to ``token`` meanwhile passes on)."""
+        raise self.semaphores_not_supported()
+
+    def semaphore_release(self, name: str, token: str) -> int:
+        """Give back ``token``'s permit; return 1 if it held one, else 0."""
+        raise self.semaphores_not_supported()
+
+    def semaphore_extend(self, name: str, token: str, ttl_ms: int, *, renewal: bool) -> int:
+        """Return 1 if extended, 0 if ``token`` holds no permit, 2 at MAX_RENEWALS."""
+        raise self.semaphores_not_supported()
+
+    def semaphore_info(self, name: str) -> SemaphoreInfo | None:
+        """Return the holders of semaphore ``name``, or None if nobody holds or waits."""
+        raise self.semaphores_not_supported()
+
+    def held_semaphores(self, prefix: str = "") -> list[SemaphoreInfo]:
+        """Return every held semaphore whose name starts with ``prefix``, by name."""
+        raise self.semaphores_not_supported()
+
+    def force_release_permit(self, name: str, token: str) -> bool:
+        """Free the permit ``token`` holds (an operator's call); return True if it did.
+
+        Sends ``lock_force_released`` with the holder's LockInfo, as force_release() does.
+        """
+        if not isinstance(token, str) or not token:
+            raise ValueError(f"token must be a permit holder's token, not {token!r}.")
+        info = self.semaphore_info(name)
+        holder = next((h for h in info.holders if h.token == token), None) if info else None
+        released = self.semaphore_release(name, token) == 1
+        if released:
+            lock_force_released.send(type(self), name=name, alias=self.alias, info=holder)
+        return released
+
     def close(self) -> None:
         """Close connections this backend opened."""
 
@@ -286,6 +350,31 @@ class BaseLockBackend:
 
     async def aforce_release(self, name: str, token: str | None = None) -> bool:
         return await sync_to_async(self.force_release, thread_sensitive=False)(name, token)
+
+    async def asemaphore_acquire(self, name: str, limit: int, token: str, ttl_ms: int,
+                                 meta: str, patience_ms: int) -> Attempt:
+        acquire = sync_to_async(self.semaphore_acquire, thread_sensitive=False)
+        return await acquire(name, limit, token, ttl_ms, meta, patience_ms)
+
+    async def asemaphore_wait_and_acquire(self, timeout: float, name: str, limit: int,
+                                          token: str, ttl_ms: int, meta: str,
+                                          patience_ms: int) -> Attempt:
+        wait = sync_to_async(self.semaphore_wait_and_acquire, thread_sensitive=False)
+        return await wait(timeout, name, limit, token, ttl_ms, meta, patience_ms)
+
+    async def asemaphore_leave(self, name: str, token: str) -> None:
+        await sync_to_async(self.semaphore_leave, thread_sensitive=False)(name, token)
+
+    async def asemaphore_release(self, name: str, token: str) -> int:
+        return await sync_to_async(self.semaphore_release, thread_sensitive=False)(name, token)
+
+    async def asemaphore_extend(self, name: str, token: str, ttl_ms: int, *,
+                                renewal: bool) -> int:
+        extend = sync_to_async(self.semaphore_extend, thread_sensitive=False)
+        return await extend(name, token, ttl_ms, renewal=renewal)
+
+    async def asemaphore_info(self, name: str) -> SemaphoreInfo | None:
+        return await sync_to_async(self.semaphore_info, thread_sensitive=False)(name)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} alias={self.alias!r} prefix={self.key_prefix!r}>"
