@@ -6,7 +6,7 @@ from typing import Any
 from ..exceptions import InvalidLockBackendError
 from .base import BaseLockBackend
 from .problems import Problems
-from .scripted import ScriptedBackend
+from .redis_ops.backend import ScriptedBackend
 
 
 class DjangoRedisBackend(ScriptedBackend):
