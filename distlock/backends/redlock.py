@@ -271,7 +271,7 @@ class RedlockBackend(BaseLockBackend):
             client = await node.async_client()
             # One attempt per node, as the sync fan-out makes: a node that fails counts as
             # a vote short, and the Lock retries as a whole.
-            return [await node.aexecute(call._replace(idempotent=False), client)
+            return [await node.aexecute(dataclasses.replace(call, idempotent=False), client)
                     for call in step.calls]
 
         only = step.only

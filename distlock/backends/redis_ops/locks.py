@@ -94,9 +94,9 @@ def took_lock(reply: Any) -> bool:
 
 def attempt_from(reply: Any) -> Attempt:
     """Return the Attempt in an acquire.lua or grant_acquire.lua reply."""
-    if took_lock(reply):
-        fence, acquired = text(reply).split(" ")
-        return Attempt(True, fencing_token=int(fence), acquired_ms=int(acquired))
+    if isinstance(reply, (bytes, str)):  # took_lock(), inlined: the hot path
+        fence, acquired = reply.split()
+        return Attempt(True, int(fence), int(acquired))
     if len(reply) > 2:  # one server: the place in the queue and the server's clock
         return Attempt(False, holder_pttl_ms=int(reply[1]), place=int(reply[2]),
                        server_ms=int(reply[3]))

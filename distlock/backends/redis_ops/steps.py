@@ -11,7 +11,8 @@ How each step runs, both ways, is in distlock.backends.redis_ops.runner.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator
-from typing import Any, NamedTuple, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from ...exceptions import BackendUnavailable, RenewalLimitReached
 from ...names import KeyLayout
@@ -20,9 +21,12 @@ from .scripts import Script
 T = TypeVar("T")
 # An operation: yields steps, is sent their replies, returns its outcome.
 Steps = Generator[Any, Any, T]
+# (Steps are slotted dataclasses: one is built per call on the hot path, and a NamedTuple
+# built with a keyword argument costs twice as much.)
 
 
-class Eval(NamedTuple):
+@dataclass(slots=True)
+class Eval:
     """Run one script (EVALSHA; EVAL when the server forgot it). Reply: the script's."""
 
     script: Script
@@ -39,7 +43,8 @@ class Eval(NamedTuple):
         return ("EVALSHA", self.script.sha, len(self.keys), *self.keys, *self.args)
 
 
-class EvalMany(NamedTuple):
+@dataclass(slots=True)
+class EvalMany:
     """Run many scripts pipelined, one round trip per server. Reply: the list of their
     replies, in order (an error reply raises)."""
 
@@ -47,38 +52,32 @@ class EvalMany(NamedTuple):
     # Only reads (or drops of ended index entries): on a Cluster, routed again after a node
     # failed (see Runner.eval_many).
     reads: bool = False
-
-    @property
-    def idempotent(self) -> bool:  # the outcome of a failed call is for the operation to settle
-        return False
+    idempotent: ClassVar[bool] = False  # the outcome of a failed call is for the operation
 
 
-class Confirmed(NamedTuple):
+@dataclass(slots=True)
+class Confirmed:
     """Run one script, then WAIT until the replicas confirmed it, on the same connection in
     one round trip (OPTIONS['WAIT_REPLICAS']). Reply: (the script's reply, how many
     replicas confirmed)."""
 
     call: Eval
-
-    @property
-    def idempotent(self) -> bool:  # the outcome of a failed call is for the operation to settle
-        return False
+    idempotent: ClassVar[bool] = False
 
 
-class Pop(NamedTuple):
+@dataclass(slots=True)
+class Pop:
     """Block up to ``timeout`` seconds on a list (BLPOP). Reply: the element popped, as a
     str; None when none came in time, or when the reply came later than the socket timeout
     (a loaded server or client: that is "no signal", not an outage)."""
 
     key: str
     timeout: float
-
-    @property
-    def idempotent(self) -> bool:  # the outcome of a failed call is for the operation to settle
-        return False
+    idempotent: ClassVar[bool] = False
 
 
-class PopThenEval(NamedTuple):
+@dataclass(slots=True)
+class PopThenEval:
     """Block up to ``timeout`` seconds on list ``wake`` (BLPOP), then run ``call``, and WAIT
     for replicas if ``confirm``: pipelined, in one round trip. Reply: the list of replies,
     errors among them as values; None when the reply came later than the socket timeout (the
@@ -88,10 +87,7 @@ class PopThenEval(NamedTuple):
     timeout: float
     call: Eval
     confirm: bool = False
-
-    @property
-    def idempotent(self) -> bool:  # the outcome of a failed call is for the operation to settle
-        return False
+    idempotent: ClassVar[bool] = False
 
 
 class Scope(Protocol):
@@ -112,36 +108,38 @@ def drive(steps: Steps[T], execute: Callable[[Any], Any]) -> T:
 
     A step's BackendUnavailable is raised in the operation, where it yielded the step.
     """
-    reply: Any = None
-    error: BackendUnavailable | None = None
-    while True:
-        try:
-            step = steps.send(reply) if error is None else steps.throw(error)
-        except StopIteration as done:
-            return done.value
-        finally:
-            reply = error = None  # nothing kept here: no cycle through this frame (detached.py)
-        try:
-            reply = execute(step)
-        except BackendUnavailable as exc:
-            error = exc
+    try:
+        step = steps.send(None)
+        while True:
+            try:
+                reply = execute(step)
+            except BackendUnavailable as exc:
+                step = steps.throw(exc)
+            else:
+                step = steps.send(reply)
+    except StopIteration as done:
+        return done.value
+    except BaseException:
+        reply = None  # a reply may hold errors: no cycle through this frame (see detached.py)
+        raise
 
 
 async def adrive(steps: Steps[T], execute: Callable[[Any], Awaitable[Any]]) -> T:
     """Async twin of :func:`drive`: ``execute`` returns an awaitable of the step's reply."""
-    reply: Any = None
-    error: BackendUnavailable | None = None
-    while True:
-        try:
-            step = steps.send(reply) if error is None else steps.throw(error)
-        except StopIteration as done:
-            return done.value
-        finally:
-            reply = error = None
-        try:
-            reply = await execute(step)
-        except BackendUnavailable as exc:
-            error = exc
+    try:
+        step = steps.send(None)
+        while True:
+            try:
+                reply = await execute(step)
+            except BackendUnavailable as exc:
+                step = steps.throw(exc)
+            else:
+                step = steps.send(reply)
+    except StopIteration as done:
+        return done.value
+    except BaseException:
+        reply = None
+        raise
 
 
 def text(value: Any) -> str:
