@@ -1,22 +1,20 @@
-"""The backend contract every lock store implements, and the settings they all share."""
+"""The backend contract: the operations every lock store implements (and, for a store without
+semaphores, the ones it refuses), with their async twins."""
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from asgiref.sync import sync_to_async
 
-from ..exceptions import InvalidLockBackendError, RenewalLimitReached, SemaphoresNotSupported
+from ..exceptions import RenewalLimitReached, SemaphoresNotSupported
 from ..info import LockInfo, SemaphoreInfo
 from ..names import KeyLayout
 from ..signals import lock_force_released
-from ..validation import lease_milliseconds, seconds
-from .problems import Problems
+from ..validation import lease_milliseconds
+from .settings import LIMIT_OPTIONS, Problems, parse_shared
 
-DEFAULT_KEY_PREFIX = "distlock"
-DEFAULT_TIMEOUT = 60
 # The longest a waiter blocks before trying again on its own. Releases wake waiters at once;
 # this bounds the cost of a missed notification.
 FALLBACK_RETRY = 1.0
@@ -24,14 +22,6 @@ FALLBACK_RETRY = 1.0
 HANDOFF_GRACE_MS = 250
 # Locks read per batch (one round trip) while walking the held locks.
 HELD_BATCH = 2000
-KNOWN_SETTINGS = {"BACKEND", "LOCATION", "KEY_PREFIX", "TIMEOUT", "OPTIONS"}
-# Upper-case OPTIONS every backend in distlock understands: limits that keep one holder from
-# hogging a lock. MAX_TTL caps the lease of any acquire or extend (seconds); MAX_RENEWALS caps
-# how often one hold may be renewed (auto-renewals and extend() calls), so that a lock is held
-# at most about MAX_TTL x (MAX_RENEWALS + 1) seconds. The Lua scripts enforce MAX_RENEWALS
-# atomically (see scripts.EXTEND).
-LIMIT_OPTIONS = frozenset({"MAX_TTL", "MAX_RENEWALS"})
-_PREFIX_FORBIDDEN = re.compile(r"[{}\s\x00-\x1f\x7f*?\[\]]")
 
 
 class Attempt(NamedTuple):
@@ -57,8 +47,8 @@ class HeldEntry(NamedTuple):
 
 
 class BaseLockBackend:
-    """Parse the settings every backend shares and define the operations locks and
-    semaphores rely on.
+    """Parse the settings every backend shares (distlock.backends.settings) and define the
+    operations locks and semaphores rely on.
 
     Subclasses implement the primitives; the ``a``-prefixed async twins run the sync ones in
     a worker thread unless a subclass has a native async client. A backend without
@@ -81,42 +71,12 @@ class BaseLockBackend:
 
         Subclasses extend it (calling super().configure() first) for their own settings.
         """
-        alias = self.alias
-        unknown = set(params) - KNOWN_SETTINGS
-        if unknown:
-            problems.add(InvalidLockBackendError(
-                f"DISTLOCK[{alias!r}] has unknown keys: {', '.join(sorted(unknown))}.",
-                check_id="distlock.E009",
-                hint=f"Use only {', '.join(sorted(KNOWN_SETTINGS))}; check for typos.",
-            ))
-        self.key_prefix = problems.parse(
-            lambda: _parse_prefix(alias, params.get("KEY_PREFIX", DEFAULT_KEY_PREFIX)),
-            DEFAULT_KEY_PREFIX)
-        self.default_timeout = problems.parse(
-            lambda: _parse_timeout(alias, params.get("TIMEOUT", DEFAULT_TIMEOUT)),
-            float(DEFAULT_TIMEOUT))
-        options = params.get("OPTIONS", {})
-        if not isinstance(options, dict):
-            problems.add(InvalidLockBackendError(
-                f"DISTLOCK[{alias!r}]['OPTIONS'] must be a dict, not {type(options).__name__}.",
-                check_id="distlock.E006",
-                hint="For example 'OPTIONS': {'socket_timeout': 2}.",
-            ))
-            options = {}
-        unknown_own = {k for k in options if k.isupper()} - self.own_options
-        if unknown_own:
-            problems.add(InvalidLockBackendError(
-                f"DISTLOCK[{alias!r}]['OPTIONS'] has options this backend does not know: "
-                f"{', '.join(sorted(unknown_own))}.",
-                check_id="distlock.E006",
-                hint=f"{type(self).__name__} understands "
-                f"{', '.join(sorted(self.own_options)) or 'no upper-case options'}; "
-                "lower-case options go to the Redis client.",
-            ))
-        self.options = options
-        no_limits: tuple[float | None, int | None] = (None, None)
-        self.max_ttl, self.max_renewals = problems.parse(
-            lambda: _parse_limits(alias, options, self.default_timeout), no_limits)
+        shared = parse_shared(self.alias, params, self.own_options, type(self).__name__,
+                              problems)
+        self.key_prefix = shared.key_prefix
+        self.default_timeout = shared.default_timeout
+        self.options = shared.options
+        self.max_ttl, self.max_renewals = shared.max_ttl, shared.max_renewals
         self.layout = KeyLayout(self.key_prefix)
 
     def lease_ms(self, ttl: float) -> int:
@@ -378,68 +338,6 @@ class BaseLockBackend:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} alias={self.alias!r} prefix={self.key_prefix!r}>"
-
-
-def _parse_prefix(alias: str, prefix: object) -> str:
-    if not isinstance(prefix, str) or not prefix or _PREFIX_FORBIDDEN.search(prefix):
-        raise InvalidLockBackendError(
-            f"DISTLOCK[{alias!r}]['KEY_PREFIX'] must be a non-empty string without braces, "
-            f"wildcards, spaces or control characters, not {prefix!r}.",
-            check_id="distlock.E008",
-            hint="For example 'KEY_PREFIX': 'distlock' or 'myproject:locks'.",
-        )
-    return prefix
-
-
-def _parse_timeout(alias: str, timeout: object) -> float:
-    label = f"DISTLOCK[{alias!r}]['TIMEOUT']"
-    try:
-        value = seconds(label, timeout)
-        assert value is not None
-        lease_milliseconds(label, value)
-    except (TypeError, ValueError) as exc:
-        raise InvalidLockBackendError(
-            str(exc),
-            check_id="distlock.E007",
-            hint="TIMEOUT is the default lease in seconds, e.g. 60.",
-        ) from None
-    return value
-
-
-def _parse_limits(alias: str, options: dict[str, Any],
-                  timeout: float) -> tuple[float | None, int | None]:
-    """Return (MAX_TTL, MAX_RENEWALS) from OPTIONS; None where no limit is set."""
-    def invalid(option: str, problem: str, hint: str) -> InvalidLockBackendError:
-        return InvalidLockBackendError(
-            f"DISTLOCK[{alias!r}]['OPTIONS'][{option!r}] {problem}", check_id="distlock.E006",
-            hint=hint,
-        )
-
-    max_ttl = options.get("MAX_TTL")
-    if max_ttl is not None:
-        try:
-            max_ttl = seconds("MAX_TTL", max_ttl)
-            assert max_ttl is not None
-            lease_milliseconds("MAX_TTL", max_ttl)
-        except (TypeError, ValueError) as exc:
-            raise invalid("MAX_TTL", f"is invalid: {exc}",
-                          "MAX_TTL is the longest lease in seconds, e.g. 300.") from None
-        if timeout > max_ttl:
-            raise invalid(
-                "MAX_TTL", f"is {max_ttl:g} seconds, shorter than the alias's TIMEOUT "
-                f"({timeout:g}), the default lease.",
-                "Set TIMEOUT to at most MAX_TTL.",
-            )
-    max_renewals = options.get("MAX_RENEWALS")
-    if max_renewals is not None and (
-        isinstance(max_renewals, bool) or not isinstance(max_renewals, int) or max_renewals < 0
-    ):
-        raise invalid(
-            "MAX_RENEWALS", f"must be a whole number >= 0 or None, not {max_renewals!r}.",
-            "MAX_RENEWALS counts renewals of one hold (auto_renew and extend()), e.g. 100; "
-            "None for no limit.",
-        )
-    return max_ttl, max_renewals
 
 
 def check_prefix(prefix: object) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 from ..info import LockInfo, SemaphoreInfo
 from ..names import validate_name
 from .base import HANDOFF_GRACE_MS, Attempt, BaseLockBackend, HeldEntry
-from .problems import Problems
+from .settings import Problems
 
 # One store per LOCATION, shared by every backend instance that names it (as locmem caches).
 _stores: dict[str, _Store] = {}

@@ -22,9 +22,9 @@ import redis.sentinel
 from redis.backoff import NoBackoff
 
 from .base import BaseLockBackend
-from .problems import Problems
 from .redis_ops.backend import ScriptedBackend
 from .redis_settings import OWN_OPTIONS, RedisSettings, parse_settings
+from .settings import Problems
 
 
 class RedisBackend(ScriptedBackend):

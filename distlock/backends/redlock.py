@@ -37,12 +37,12 @@ import redis
 from ..exceptions import BackendUnavailable, InvalidLockBackendError
 from ..info import LockInfo
 from ..names import validate_name
-from .base import LIMIT_OPTIONS, Attempt, BaseLockBackend, HeldEntry
-from .problems import Problems
+from .base import Attempt, BaseLockBackend, HeldEntry
 from .redis import RedisBackend
 from .redis_ops import grants, listing, locks
 from .redis_ops.fanout import Results, Skipped, afan_out, fan_out
 from .redis_ops.steps import Eval, Steps, adrive, drive
+from .settings import LIMIT_OPTIONS, Problems
 
 T = TypeVar("T")
 
