@@ -2,10 +2,10 @@
 
 Every node runs the Lua scripts one Redis server runs (distlock.backends.redis_ops), on the
 same keys, and a few of its own (redis_ops.grants). An acquire asks all nodes at once
-(redis_ops.fanout) and holds the
-lock when a majority granted it while its validity, ``ttl - elapsed - drift`` with ``drift =
-ttl x DRIFT_FACTOR + 2 ms``, is still positive; otherwise it takes back what it was granted,
-on every node. Extend and renewal need a majority too; release asks every node.
+(redis_ops.fanout) and holds the lock when a majority granted it while its validity, ``ttl -
+elapsed - drift`` with ``drift = ttl x DRIFT_FACTOR + 2 ms``, is still positive; otherwise it
+takes back what it was granted, on every node. Extend and renewal need a majority too;
+release asks every node.
 
 Waiting: a release hands the lock to the waiters on every node with one grant, the same on
 all of them, and a waiter blocks on one node (the first one up), pops that grant and presents
