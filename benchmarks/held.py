@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from distlock.backends import calls
+from distlock.backends.redis_ops import locks as lock_ops
+from distlock.backends.redis_ops.steps import EvalMany
 from distlock.handler import locks
 from distlock.info import holder_metadata
 
@@ -29,10 +30,10 @@ def acquire_all(names: list[str], ttl_ms: int) -> dict[str, str]:
         acquires = []
         for name in batch:
             tokens[name] = os.urandom(16).hex()
-            acquires.append(calls.acquire_call(backend.layout, name, tokens[name], ttl_ms, meta,
-                                               0))
-        replies = backend.run_pipelined("acquire", acquires)
-        if not all(calls.attempt_from(reply).acquired for reply in replies):
+            acquires.append(lock_ops.acquire_call(backend.layout, name, tokens[name], ttl_ms,
+                                                  meta, 0))
+        replies = backend.execute(EvalMany(acquires))
+        if not all(lock_ops.attempt_from(reply).acquired for reply in replies):
             raise RuntimeError("a lock meant to be free was held")
     return tokens
 
@@ -40,6 +41,6 @@ def acquire_all(names: list[str], ttl_ms: int) -> dict[str, str]:
 def release_all(tokens: dict[str, str]) -> None:
     backend = locks["default"]
     for batch in _batches(list(tokens)):
-        releases = [calls.release_call(backend.layout, name, tokens[name], False)
+        releases = [lock_ops.release_call(backend.layout, name, tokens[name], False)
                     for name in batch]
-        backend.run_pipelined("release", releases)
+        backend.execute(EvalMany(releases))

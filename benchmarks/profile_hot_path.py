@@ -4,7 +4,7 @@ Two views of the same hot path, on a redis-server of its own:
 
 * **Layers** (always): the pair is timed with one layer added at a time, interleaved in
   shuffled rounds: distlock's two scripts pre-packed on a bare socket (the server's work and
-  the wire), then through redis-py's client (``run_script``: EVALSHA), then the backend
+  the wire), then through redis-py's client (``execute``: one EVALSHA step), then the backend
   (``try_acquire``/``release``), then a whole ``distlock.lock()``. Wall time and the client
   process's CPU time per pair show what each layer adds.
 * **py-spy** (``--py-spy``, needs py-spy on PATH or in the venv): samples a loop of pairs,
@@ -70,8 +70,8 @@ def layers(url: str) -> dict[str, Callable[[], object]]:
             connection.read_response()
 
     def through_client() -> None:
-        for script, (keys, args) in calls.items():
-            backend.run_script(script, keys, args)
+        for call in calls.values():
+            backend.execute(call)
 
     def through_backend() -> None:
         backend.try_acquire(NAME, SCRIPT_TOKEN, SCRIPT_TTL_MS, meta, None, SCRIPT_PATIENCE_MS)

@@ -102,8 +102,8 @@ def commands_only_pair(client: redis.Redis) -> Callable[[], None]:
     shas = {script: client.script_load(source) for script, source in COMMANDS_ONLY.items()}
 
     def pair() -> None:
-        for script, (keys, args) in found.items():
-            client.evalsha(shas[script], len(keys), *keys, *args)
+        for script, call in found.items():
+            client.evalsha(shas[script], len(call.keys), *call.keys, *call.args)
 
     return pair
 

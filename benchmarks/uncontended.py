@@ -56,28 +56,29 @@ def floor_cases(url: str) -> dict[str, Callable[[], object]]:
             FLOOR_BARE: bare(set_nx, delete), SCRIPTS_BARE: bare(*packed)}
 
 
-def script_calls(name: str) -> dict[str, tuple[list[str], list[Any]]]:
-    """The keys and arguments of distlock's acquire and release of the free lock ``name``,
-    built by its Redis backend (DISTLOCK['default']) exactly as a Lock sends them (its last
-    release releases every level)."""
-    from distlock.backends import calls
+def script_calls(name: str) -> dict[str, Any]:
+    """The script calls (``Eval`` steps: script, keys, arguments) of distlock's acquire and
+    release of the free lock ``name``, built by its Redis backend (DISTLOCK['default'])
+    exactly as a Lock sends them (its last release releases every level)."""
+    from distlock.backends.redis_ops import locks as lock_ops
     from distlock.handler import locks
     from distlock.info import holder_metadata
 
     layout = locks["default"].layout
     return {
-        "acquire": calls.acquire_call(layout, name, SCRIPT_TOKEN, SCRIPT_TTL_MS,
-                                      holder_metadata(None), SCRIPT_PATIENCE_MS),
-        "release": calls.release_call(layout, name, SCRIPT_TOKEN, every_level=True),
+        "acquire": lock_ops.acquire_call(layout, name, SCRIPT_TOKEN, SCRIPT_TTL_MS,
+                                         holder_metadata(None), SCRIPT_PATIENCE_MS),
+        "release": lock_ops.release_call(layout, name, SCRIPT_TOKEN, every_level=True),
     }
 
 
 def script_commands(client: redis.Redis, name: str) -> list[tuple[Any, ...]]:
     """The EVALSHA commands of script_calls(name), their scripts loaded through ``client``."""
-    from distlock.backends.calls import SCRIPT_SOURCES
-
-    return [("EVALSHA", client.script_load(SCRIPT_SOURCES[script]), len(keys), *keys, *args)
-            for script, (keys, args) in script_calls(name).items()]
+    commands = []
+    for call in script_calls(name).values():
+        client.script_load(call.script.source)
+        commands.append(call.command())
+    return commands
 
 
 def lock_cases(url: str) -> dict[str, Callable[[], object]]:

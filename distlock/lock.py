@@ -783,7 +783,8 @@ class _Attempts:
 def _sender(backend: Any) -> type:
     """Return the sender of a lock's signals: the backend's class. (A semaphore's permits
     are seen through an adapter, which names the class of the backend behind it.)"""
-    return getattr(backend, "signal_sender", None) or type(backend)
+    sender: type = backend.signal_sender
+    return sender
 
 
 def _current_owner() -> tuple[int, int | None]:

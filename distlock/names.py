@@ -70,7 +70,7 @@ class LockKeys(NamedTuple):
     and a frozen dataclass's __init__ (object.__setattr__ per field) costs several times more.
     """
 
-    lock: str  # string: token, fence, metadata (distlock.backends.scripts); its TTL is the lease
+    lock: str  # string: token, fence, metadata (backends/redis_ops/lua/acquire.lua); TTL: lease
     fence: str  # last fencing token issued in the bucket (one key per bucket, never expires)
     waiters: str  # zset of waiting tokens: by arrival (one server), or by when they stop (Redlock)
     live: str  # zset of waiting tokens, by when their registration ends (one server)
@@ -78,9 +78,23 @@ class LockKeys(NamedTuple):
     index: str  # type: ignore[assignment]  # zset of held names in the bucket, by lease end
 
 
+class SemaphoreKeys(NamedTuple):
+    """The Redis keys of one semaphore, in the order its scripts take them, all in the hash
+    slot of the lock of the same name (backends/redis_ops/lua/semaphore_acquire.lua)."""
+
+    holders: str  # zset: holder token -> lease end
+    state: str  # hash: the limit, the last permit number, and each holder's fields
+    queue: str  # zset: waiting token -> arrival
+    patience: str  # zset: waiting token -> when it stops waiting
+    reserved: str  # zset: token a freed permit is kept for -> until when
+    signal_prefix: str  # + a waiting token: the list that waiter blocks on
+    index: str  # type: ignore[assignment]  # zset of held semaphore names in the bucket
+
+
 class KeyLayout:
     """Build the keys of an alias: ``<prefix>:{b<bucket>}:<kind>:<encoded name>``, the
-    bucket written with four digits (layout version 2)."""
+    bucket written with four digits (layout version 2). A semaphore's kinds start with
+    ``sem:``, so a lock and a semaphore of one name never share a key."""
 
     version = LAYOUT_VERSION
 
@@ -88,19 +102,16 @@ class KeyLayout:
         self.prefix = prefix
         self.index_keys = self.bucket_keys("held")
         self.fence_keys = self.bucket_keys("fence")
+        self.semaphore_index_keys = self.bucket_keys("semheld")
         # Hot names (a cron job's, a view's) are locked again and again: build their keys once.
         self.keys_for = lru_cache(maxsize=4096)(self._keys_for)
+        self.semaphore_keys_for = lru_cache(maxsize=4096)(self._semaphore_keys_for)
 
     def _tag(self, bucket: int) -> str:
         return f"{self.prefix}:{{b{bucket:04d}}}"
 
     def _bucket_key(self, bucket: int, kind: str) -> str:
         return f"{self._tag(bucket)}:{kind}"
-
-    def tag_of(self, name: str) -> str:
-        """Return the start of every key of ``name``, with its bucket's hash tag: keys built
-        on it (a semaphore's) share one Cluster slot with each other and the bucket's index."""
-        return self._tag(bucket_of(name))
 
     def bucket_keys(self, kind: str) -> list[str]:
         """Return the key ``kind`` of every bucket (an index kept per bucket)."""
@@ -117,4 +128,13 @@ class KeyLayout:
             live=f"{base}:live:{encoded}",
             signal=f"{base}:signal:{encoded}",
             index=self.index_keys[bucket],
+        )
+
+    def _semaphore_keys_for(self, name: str) -> SemaphoreKeys:
+        bucket = bucket_of(name)
+        base = f"{self._tag(bucket)}:sem:{encode_name(name)}"
+        return SemaphoreKeys(
+            holders=f"{base}:holders", state=f"{base}:state", queue=f"{base}:queue",
+            patience=f"{base}:patience", reserved=f"{base}:reserved",
+            signal_prefix=f"{base}:signal:", index=self.semaphore_index_keys[bucket],
         )

@@ -8,47 +8,19 @@ release and extend by token, ``auto_renew`` with lost-lease notification, signal
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, cast
+from typing import Any
 
 from . import handler
-from .backends.base import Attempt
-from .exceptions import LockError, SemaphoreFull, SemaphoresNotSupported
+from .backends.base import Attempt, BaseLockBackend
+from .exceptions import LockError, SemaphoreFull
 from .info import LockInfo, SemaphoreInfo
 from .lock import Lock
 
-# The operations a backend offers semaphores through (see backends/semaphores.py).
-OPERATIONS = ("semaphore_acquire", "semaphore_wait_and_acquire", "semaphore_leave",
-              "semaphore_release", "semaphore_extend", "semaphore_info")
 
-
-class SemaphoreBackend(Protocol):
-    """What a backend offers semaphores (backends/semaphores.py, backends/locmem_semaphores.py)
-    besides the lock operations; only the calls made outside the Permits adapter (by
-    Semaphore, the admin and the command) are named."""
-
-    alias: str
-
-    def semaphore_info(self, name: str) -> SemaphoreInfo | None: ...
-
-    async def asemaphore_info(self, name: str) -> SemaphoreInfo | None: ...
-
-    def held_semaphores(self, prefix: str = "") -> list[SemaphoreInfo]: ...
-
-    def force_release_permit(self, name: str, token: str) -> bool: ...
-
-
-def semaphore_backend(using: str) -> SemaphoreBackend:
-    """Return the backend of alias ``using``, or raise SemaphoresNotSupported."""
-    backend = handler.locks[using]
-    if not all(hasattr(backend, operation) for operation in OPERATIONS):
-        raise SemaphoresNotSupported(
-            f"DISTLOCK[{using!r}] uses {type(backend).__name__}, which has no semaphores: a "
-            "permit count kept on several independent servers would need a quorum protocol "
-            "distlock does not implement. Add an alias with "
-            "distlock.backends.redis.RedisBackend (one server, Sentinel or Cluster) and pass "
-            "using=<that alias>.",
-        )
-    return cast(SemaphoreBackend, backend)
+def semaphore_backend(using: str) -> BaseLockBackend:
+    """Return the backend of alias ``using`` (its semaphore operations raise
+    SemaphoresNotSupported when it has none)."""
+    return handler.locks[using]
 
 
 class Permits:

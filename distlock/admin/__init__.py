@@ -2,8 +2,10 @@
 
     options  HeldLockAdmin: the list page and the audited force release
     listing  the held locks of every alias, searched, sorted and paginated
-    semaphores  held semaphores on the same page, and freeing one permit
+    display  how a hold is shown: time left, holder, release link
+    semaphores  held semaphores on the same page, one row each
 """
-from .options import HeldLockAdmin, format_remaining
+from .display import format_remaining
+from .options import HeldLockAdmin
 
 __all__ = ["HeldLockAdmin", "format_remaining"]

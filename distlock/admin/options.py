@@ -10,7 +10,6 @@ POST only if that same hold still has the lock.
 """
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -32,10 +31,12 @@ from django.template.defaultfilters import pluralize
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
+from ..exceptions import SemaphoresNotSupported
 from ..handler import locks
 from ..info import LockInfo
 from ..models import HeldLock
 from ..names import MAX_NAME_LENGTH
+from .display import FILTERS, describe_holder, format_remaining, release_url
 from .listing import (
     ALIAS_ERRORS,
     DEFAULT_ORDER,
@@ -45,35 +46,12 @@ from .listing import (
     read_infos,
     sort_held,
 )
-from .semaphores import release_permit, semaphore_rows
+from .semaphores import semaphore_rows
 
 PER_PAGE = 100
 # Query parameters of the list, as the admin's own changelist names them.
 SEARCH, ALIAS, ORDER, PAGE = "q", "alias", "o", "p"
 LIST_PARAMS = (SEARCH, ALIAS, ORDER, PAGE)
-# Carries the list's query through the release pages, back to the same list.
-FILTERS = "_changelist_filters"
-
-
-def format_remaining(seconds: float) -> str:
-    """Return a lease's remaining time for people ("42 s", "3 min 5 s", "2 h 10 min").
-
-    distlock/static/distlock/admin/heldlock.js counts down in the same format.
-    """
-    if seconds <= 0:
-        return "expired"
-    whole = math.ceil(seconds)
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours} h {minutes} min"
-    if minutes:
-        return f"{minutes} min {secs} s"
-    return f"{secs} s"
-
-
-def describe_holder(info: LockInfo) -> str:
-    return f"{info.host}, pid {info.pid}, thread {info.thread}"
 
 
 @dataclass(frozen=True)
@@ -143,16 +121,12 @@ class HeldLockList:
         return "?" + urlencode({key: value for key, value in params.items() if value is not None})
 
     def _row(self, info: LockInfo) -> Row:
-        release_query = {
-            "alias": info.alias, "name": info.name, "fencing_token": info.fencing_token,
-            FILTERS: urlencode(self.params),
-        }
         return Row(
             info=info,
             holder=describe_holder(info),
             ttl_ms=round(info.ttl_remaining * 1000),
             expires_in=format_remaining(info.ttl_remaining),
-            release_url=f"{self.release_base}?{urlencode(release_query)}",
+            release_url=release_url(self.release_base, info, urlencode(self.params)),
         )
 
     @property
@@ -387,16 +361,49 @@ class HeldLockAdmin(admin.ModelAdmin):
         return ReleaseRequest(form, asked["alias"], asked["name"], asked["fencing_token"], back)
 
     def release_permit_view(self, request: HttpRequest) -> HttpResponse:
-        """Free one permit of a semaphore (see distlock.admin.semaphores)."""
-        return release_permit(self, request)
+        """Free one permit of a semaphore, named by its number (fencing token). GET: confirm
+        which permit will be freed. POST: free it, if that holder still has it."""
+        asked = self.release_request(request)
+        if isinstance(asked, HttpResponse):
+            return asked
+        form, alias, name, number, back = asked
+        gone = (f"No permit of the semaphore “{name}” (alias {alias}) is held with number "
+                f"{number} any more: it was released or expired. Nothing was freed.")
+        try:
+            backend = locks[alias]
+            info = backend.semaphore_info(name)
+            holders = info.holders if info is not None else ()
+            holder = next((h for h in holders if h.fencing_token == number), None)
+            if holder is None:
+                messages.warning(request, gone)
+                return HttpResponseRedirect(back)
+            if request.method != "POST":
+                return self._confirm(request, form, holder, back,
+                                     title="Free a permit of a semaphore", permit=True)
+            freed = backend.force_release_permit(name, holder.token)
+        except (*ALIAS_ERRORS, SemaphoresNotSupported) as exc:
+            messages.error(request, f"Nothing was freed: alias {alias!r} cannot be read. {exc}")
+            return HttpResponseRedirect(back)
+        if not freed:
+            messages.warning(request, gone)
+            return HttpResponseRedirect(back)
+        self.log_change(request, HeldLock(name=name), (
+            f"Freed permit {number} of the semaphore (alias {alias!r}), held by "
+            f"{describe_holder(holder)} since {holder.acquired_at:%Y-%m-%d %H:%M:%S} UTC "
+            f"(purpose: {holder.purpose or 'none given'})."))
+        messages.success(request, f"Freed permit {number} of the semaphore “{name}” (alias "
+                                  f"{alias}) held by {describe_holder(holder)}.")
+        return HttpResponseRedirect(back)
 
-    def _confirm(self, request: HttpRequest, form: ReleaseForm, info: LockInfo,
-                 back: str) -> HttpResponse:
+    def _confirm(self, request: HttpRequest, form: ReleaseForm, info: LockInfo, back: str, *,
+                 title: str = "Force release a held lock", permit: bool = False
+                 ) -> HttpResponse:
         context = {
             **self.admin_site.each_context(request),
-            "title": "Force release a held lock",
+            "title": title,
             "opts": self.opts,
             "lock": info,
+            "permit": permit,
             "holder": describe_holder(info),
             "expires_in": format_remaining(info.ttl_remaining),
             "form": form,

@@ -1,22 +1,20 @@
-"""The backend contract every lock store implements, and the settings they all share."""
+"""The backend contract: the operations every lock store implements (and, for a store without
+semaphores, the ones it refuses), with their async twins."""
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from asgiref.sync import sync_to_async
 
-from ..exceptions import InvalidLockBackendError, RenewalLimitReached
-from ..info import LockInfo
+from ..exceptions import RenewalLimitReached, SemaphoresNotSupported
+from ..info import LockInfo, SemaphoreInfo
 from ..names import KeyLayout
 from ..signals import lock_force_released
-from ..validation import lease_milliseconds, seconds
-from .problems import Problems
+from ..validation import lease_milliseconds
+from .settings import LIMIT_OPTIONS, Problems, parse_shared
 
-DEFAULT_KEY_PREFIX = "distlock"
-DEFAULT_TIMEOUT = 60
 # The longest a waiter blocks before trying again on its own. Releases wake waiters at once;
 # this bounds the cost of a missed notification.
 FALLBACK_RETRY = 1.0
@@ -24,14 +22,6 @@ FALLBACK_RETRY = 1.0
 HANDOFF_GRACE_MS = 250
 # Locks read per batch (one round trip) while walking the held locks.
 HELD_BATCH = 2000
-KNOWN_SETTINGS = {"BACKEND", "LOCATION", "KEY_PREFIX", "TIMEOUT", "OPTIONS"}
-# Upper-case OPTIONS every backend in distlock understands: limits that keep one holder from
-# hogging a lock. MAX_TTL caps the lease of any acquire or extend (seconds); MAX_RENEWALS caps
-# how often one hold may be renewed (auto-renewals and extend() calls), so that a lock is held
-# at most about MAX_TTL x (MAX_RENEWALS + 1) seconds. The Lua scripts enforce MAX_RENEWALS
-# atomically (see scripts.EXTEND).
-LIMIT_OPTIONS = frozenset({"MAX_TTL", "MAX_RENEWALS"})
-_PREFIX_FORBIDDEN = re.compile(r"[{}\s\x00-\x1f\x7f*?\[\]]")
 
 
 class Attempt(NamedTuple):
@@ -57,14 +47,18 @@ class HeldEntry(NamedTuple):
 
 
 class BaseLockBackend:
-    """Parse the settings every backend shares and define the operations locks rely on.
+    """Parse the settings every backend shares (distlock.backends.settings) and define the
+    operations locks and semaphores rely on.
 
     Subclasses implement the primitives; the ``a``-prefixed async twins run the sync ones in
-    a worker thread unless a subclass has a native async client.
+    a worker thread unless a subclass has a native async client. A backend without
+    semaphores leaves their operations as they are here: they raise SemaphoresNotSupported.
     """
 
     # Option names (upper case) this backend understands besides the client's own.
     own_options: frozenset[str] = LIMIT_OPTIONS
+    # Why a backend keeps no semaphores, for SemaphoresNotSupported's message.
+    no_semaphores = "it does not keep them"
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         self.alias = alias
@@ -77,42 +71,12 @@ class BaseLockBackend:
 
         Subclasses extend it (calling super().configure() first) for their own settings.
         """
-        alias = self.alias
-        unknown = set(params) - KNOWN_SETTINGS
-        if unknown:
-            problems.add(InvalidLockBackendError(
-                f"DISTLOCK[{alias!r}] has unknown keys: {', '.join(sorted(unknown))}.",
-                check_id="distlock.E009",
-                hint=f"Use only {', '.join(sorted(KNOWN_SETTINGS))}; check for typos.",
-            ))
-        self.key_prefix = problems.parse(
-            lambda: _parse_prefix(alias, params.get("KEY_PREFIX", DEFAULT_KEY_PREFIX)),
-            DEFAULT_KEY_PREFIX)
-        self.default_timeout = problems.parse(
-            lambda: _parse_timeout(alias, params.get("TIMEOUT", DEFAULT_TIMEOUT)),
-            float(DEFAULT_TIMEOUT))
-        options = params.get("OPTIONS", {})
-        if not isinstance(options, dict):
-            problems.add(InvalidLockBackendError(
-                f"DISTLOCK[{alias!r}]['OPTIONS'] must be a dict, not {type(options).__name__}.",
-                check_id="distlock.E006",
-                hint="For example 'OPTIONS': {'socket_timeout': 2}.",
-            ))
-            options = {}
-        unknown_own = {k for k in options if k.isupper()} - self.own_options
-        if unknown_own:
-            problems.add(InvalidLockBackendError(
-                f"DISTLOCK[{alias!r}]['OPTIONS'] has options this backend does not know: "
-                f"{', '.join(sorted(unknown_own))}.",
-                check_id="distlock.E006",
-                hint=f"{type(self).__name__} understands "
-                f"{', '.join(sorted(self.own_options)) or 'no upper-case options'}; "
-                "lower-case options go to the Redis client.",
-            ))
-        self.options = options
-        no_limits: tuple[float | None, int | None] = (None, None)
-        self.max_ttl, self.max_renewals = problems.parse(
-            lambda: _parse_limits(alias, options, self.default_timeout), no_limits)
+        shared = parse_shared(self.alias, params, self.own_options, type(self).__name__,
+                              problems)
+        self.key_prefix = shared.key_prefix
+        self.default_timeout = shared.default_timeout
+        self.options = shared.options
+        self.max_ttl, self.max_renewals = shared.max_ttl, shared.max_renewals
         self.layout = KeyLayout(self.key_prefix)
 
     def lease_ms(self, ttl: float) -> int:
@@ -136,6 +100,11 @@ class BaseLockBackend:
 
     # How long one blocking wait may last (a blocking read must end before the socket times out).
     max_block = FALLBACK_RETRY
+
+    @property
+    def signal_sender(self) -> type:
+        """The sender of the signals about this backend's locks (distlock.signals)."""
+        return type(self)
 
     # --- primitives -------------------------------------------------------------------
     def try_acquire(
@@ -238,6 +207,61 @@ class BaseLockBackend:
             lock_force_released.send(type(self), name=name, alias=self.alias, info=info)
         return released
 
+    # --- semaphores (distlock.semaphore) ---------------------------------------------
+    def semaphores_not_supported(self) -> SemaphoresNotSupported:
+        """The error of every semaphore operation on a backend that has none."""
+        return SemaphoresNotSupported(
+            f"DISTLOCK[{self.alias!r}] uses {type(self).__name__}, which has no semaphores: "
+            f"{self.no_semaphores}. Add an alias with distlock.backends.redis.RedisBackend "
+            "(one server, Sentinel or Cluster) and pass using=<that alias>.",
+        )
+
+    def semaphore_acquire(self, name: str, limit: int, token: str, ttl_ms: int, meta: str,
+                          patience_ms: int) -> Attempt:
+        """Take a permit of ``name`` (at most ``limit`` holders) for ``token``, or queue it
+        for ``patience_ms``."""
+        raise self.semaphores_not_supported()
+
+    def semaphore_wait_and_acquire(self, timeout: float, name: str, limit: int, token: str,
+                                   ttl_ms: int, meta: str, patience_ms: int) -> Attempt:
+        """Wait up to ``timeout`` for a permit to be handed to ``token``, then try to take
+        it, as wait_and_acquire() does for a lock."""
+        raise self.semaphores_not_supported()
+
+    def semaphore_leave(self, name: str, token: str) -> None:
+        """Stop waiting (a permit handed to ``token`` meanwhile passes on)."""
+        raise self.semaphores_not_supported()
+
+    def semaphore_release(self, name: str, token: str) -> int:
+        """Give back ``token``'s permit; return 1 if it held one, else 0."""
+        raise self.semaphores_not_supported()
+
+    def semaphore_extend(self, name: str, token: str, ttl_ms: int, *, renewal: bool) -> int:
+        """Return 1 if extended, 0 if ``token`` holds no permit, 2 at MAX_RENEWALS."""
+        raise self.semaphores_not_supported()
+
+    def semaphore_info(self, name: str) -> SemaphoreInfo | None:
+        """Return the holders of semaphore ``name``, or None if nobody holds or waits."""
+        raise self.semaphores_not_supported()
+
+    def held_semaphores(self, prefix: str = "") -> list[SemaphoreInfo]:
+        """Return every held semaphore whose name starts with ``prefix``, by name."""
+        raise self.semaphores_not_supported()
+
+    def force_release_permit(self, name: str, token: str) -> bool:
+        """Free the permit ``token`` holds (an operator's call); return True if it did.
+
+        Sends ``lock_force_released`` with the holder's LockInfo, as force_release() does.
+        """
+        if not isinstance(token, str) or not token:
+            raise ValueError(f"token must be a permit holder's token, not {token!r}.")
+        info = self.semaphore_info(name)
+        holder = next((h for h in info.holders if h.token == token), None) if info else None
+        released = self.semaphore_release(name, token) == 1
+        if released:
+            lock_force_released.send(type(self), name=name, alias=self.alias, info=holder)
+        return released
+
     def close(self) -> None:
         """Close connections this backend opened."""
 
@@ -287,70 +311,33 @@ class BaseLockBackend:
     async def aforce_release(self, name: str, token: str | None = None) -> bool:
         return await sync_to_async(self.force_release, thread_sensitive=False)(name, token)
 
+    async def asemaphore_acquire(self, name: str, limit: int, token: str, ttl_ms: int,
+                                 meta: str, patience_ms: int) -> Attempt:
+        acquire = sync_to_async(self.semaphore_acquire, thread_sensitive=False)
+        return await acquire(name, limit, token, ttl_ms, meta, patience_ms)
+
+    async def asemaphore_wait_and_acquire(self, timeout: float, name: str, limit: int,
+                                          token: str, ttl_ms: int, meta: str,
+                                          patience_ms: int) -> Attempt:
+        wait = sync_to_async(self.semaphore_wait_and_acquire, thread_sensitive=False)
+        return await wait(timeout, name, limit, token, ttl_ms, meta, patience_ms)
+
+    async def asemaphore_leave(self, name: str, token: str) -> None:
+        await sync_to_async(self.semaphore_leave, thread_sensitive=False)(name, token)
+
+    async def asemaphore_release(self, name: str, token: str) -> int:
+        return await sync_to_async(self.semaphore_release, thread_sensitive=False)(name, token)
+
+    async def asemaphore_extend(self, name: str, token: str, ttl_ms: int, *,
+                                renewal: bool) -> int:
+        extend = sync_to_async(self.semaphore_extend, thread_sensitive=False)
+        return await extend(name, token, ttl_ms, renewal=renewal)
+
+    async def asemaphore_info(self, name: str) -> SemaphoreInfo | None:
+        return await sync_to_async(self.semaphore_info, thread_sensitive=False)(name)
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} alias={self.alias!r} prefix={self.key_prefix!r}>"
-
-
-def _parse_prefix(alias: str, prefix: object) -> str:
-    if not isinstance(prefix, str) or not prefix or _PREFIX_FORBIDDEN.search(prefix):
-        raise InvalidLockBackendError(
-            f"DISTLOCK[{alias!r}]['KEY_PREFIX'] must be a non-empty string without braces, "
-            f"wildcards, spaces or control characters, not {prefix!r}.",
-            check_id="distlock.E008",
-            hint="For example 'KEY_PREFIX': 'distlock' or 'myproject:locks'.",
-        )
-    return prefix
-
-
-def _parse_timeout(alias: str, timeout: object) -> float:
-    label = f"DISTLOCK[{alias!r}]['TIMEOUT']"
-    try:
-        value = seconds(label, timeout)
-        assert value is not None
-        lease_milliseconds(label, value)
-    except (TypeError, ValueError) as exc:
-        raise InvalidLockBackendError(
-            str(exc),
-            check_id="distlock.E007",
-            hint="TIMEOUT is the default lease in seconds, e.g. 60.",
-        ) from None
-    return value
-
-
-def _parse_limits(alias: str, options: dict[str, Any],
-                  timeout: float) -> tuple[float | None, int | None]:
-    """Return (MAX_TTL, MAX_RENEWALS) from OPTIONS; None where no limit is set."""
-    def invalid(option: str, problem: str, hint: str) -> InvalidLockBackendError:
-        return InvalidLockBackendError(
-            f"DISTLOCK[{alias!r}]['OPTIONS'][{option!r}] {problem}", check_id="distlock.E006",
-            hint=hint,
-        )
-
-    max_ttl = options.get("MAX_TTL")
-    if max_ttl is not None:
-        try:
-            max_ttl = seconds("MAX_TTL", max_ttl)
-            assert max_ttl is not None
-            lease_milliseconds("MAX_TTL", max_ttl)
-        except (TypeError, ValueError) as exc:
-            raise invalid("MAX_TTL", f"is invalid: {exc}",
-                          "MAX_TTL is the longest lease in seconds, e.g. 300.") from None
-        if timeout > max_ttl:
-            raise invalid(
-                "MAX_TTL", f"is {max_ttl:g} seconds, shorter than the alias's TIMEOUT "
-                f"({timeout:g}), the default lease.",
-                "Set TIMEOUT to at most MAX_TTL.",
-            )
-    max_renewals = options.get("MAX_RENEWALS")
-    if max_renewals is not None and (
-        isinstance(max_renewals, bool) or not isinstance(max_renewals, int) or max_renewals < 0
-    ):
-        raise invalid(
-            "MAX_RENEWALS", f"must be a whole number >= 0 or None, not {max_renewals!r}.",
-            "MAX_RENEWALS counts renewals of one hold (auto_renew and extend()), e.g. 100; "
-            "None for no limit.",
-        )
-    return max_ttl, max_renewals
 
 
 def check_prefix(prefix: object) -> None:

@@ -5,8 +5,8 @@ from typing import Any
 
 from ..exceptions import InvalidLockBackendError
 from .base import BaseLockBackend
-from .problems import Problems
-from .scripted import ScriptedBackend
+from .redis_ops.backend import ScriptedBackend
+from .settings import Problems
 
 
 class DjangoRedisBackend(ScriptedBackend):

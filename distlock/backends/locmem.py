@@ -1,16 +1,23 @@
-"""LocMemBackend: locks inside this process, for tests and development."""
+"""LocMemBackend: locks and semaphores inside this process, for tests and development.
+
+The rules are the Redis scripts' (distlock/backends/redis_ops/lua/), kept in memory: a
+semaphore's permits freed while tokens wait are reserved for them in arrival order (for
+HANDOFF_GRACE_MS), and waiters are woken through the store's condition, as the scripts do it
+through one list per waiter.
+"""
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..info import LockInfo
+from ..info import LockInfo, SemaphoreInfo
 from ..names import validate_name
-from .base import Attempt, BaseLockBackend, HeldEntry
-from .locmem_semaphores import LocMemSemaphores
-from .problems import Problems
+from .base import HANDOFF_GRACE_MS, Attempt, BaseLockBackend, HeldEntry
+from .settings import Problems
 
 # One store per LOCATION, shared by every backend instance that names it (as locmem caches).
 _stores: dict[str, _Store] = {}
@@ -29,11 +36,48 @@ class _Held:
 
 
 @dataclass
+class _Permit:
+    meta: str
+    acquired_ms: int
+    fence: int
+    expires: float  # time.monotonic()
+    renewals: int = 0
+
+
+@dataclass
+class _Semaphore:
+    limit: int = 0
+    fence: int = 0
+    holders: dict[str, _Permit] = field(default_factory=dict)
+    queue: OrderedDict[str, float] = field(default_factory=OrderedDict)  # token -> patience end
+    reserved: dict[str, float] = field(default_factory=dict)  # token -> reservation end
+
+    def settle(self, now: float) -> None:
+        """Drop what ended; reserve free permits for the waiters in arrival order."""
+        for token in [t for t, held in self.holders.items() if held.expires <= now]:
+            del self.holders[token]
+        for token in [t for t, end in self.reserved.items() if end <= now]:
+            del self.reserved[token]
+        for token in [t for t, end in self.queue.items() if end <= now]:
+            del self.queue[token]
+        while self.queue and len(self.holders) + len(self.reserved) < self.limit:
+            token, _ = self.queue.popitem(last=False)
+            self.reserved[token] = now + HANDOFF_GRACE_MS / 1000
+
+    def next_free_ms(self, now: float) -> int:
+        ends = [*(held.expires for held in self.holders.values()), *self.reserved.values()]
+        return max(round((min(ends) - now) * 1000), 1) if ends else 1
+
+    def empty(self) -> bool:
+        return not (self.holders or self.queue or self.reserved)
+
+
+@dataclass
 class _Store:
     held: dict[str, _Held] = field(default_factory=dict)
     fences: dict[str, int] = field(default_factory=dict)
     changed: threading.Condition = field(default_factory=threading.Condition)
-    semaphores: dict[str, Any] = field(default_factory=dict)  # see locmem_semaphores
+    semaphores: dict[str, _Semaphore] = field(default_factory=dict)
 
     def current(self, name: str) -> _Held | None:
         entry = self.held.get(name)
@@ -43,7 +87,7 @@ class _Store:
         return entry
 
 
-class LocMemBackend(LocMemSemaphores, BaseLockBackend):
+class LocMemBackend(BaseLockBackend):
     """Keep locks in this process's memory: no server, no mutual exclusion across processes.
 
     A system check warns when it is configured with ``DEBUG = False``.
@@ -134,3 +178,142 @@ class LocMemBackend(LocMemSemaphores, BaseLockBackend):
                     found.append(HeldEntry(name, wall + entry.expires - now,
                                            entry.acquired_ms / 1000))
         return sorted(found)
+
+    # --- semaphores -------------------------------------------------------------------
+    def _semaphores(self) -> dict[str, _Semaphore]:
+        return self._store.semaphores
+
+    def _tidy(self, name: str, semaphore: _Semaphore) -> None:
+        if semaphore.empty():
+            self._semaphores().pop(name, None)
+        self._store.changed.notify_all()
+
+    def semaphore_acquire(self, name: str, limit: int, token: str, ttl_ms: int, meta: str,
+                          patience_ms: int) -> Attempt:
+        with self._store.changed:
+            semaphore = self._semaphores().setdefault(name, _Semaphore())
+            semaphore.limit = limit
+            now = time.monotonic()
+            semaphore.settle(now)
+            held = semaphore.holders.get(token)
+            if held is not None:
+                return Attempt(True, fencing_token=held.fence, acquired_ms=held.acquired_ms)
+            reserved = semaphore.reserved.pop(token, None) is not None
+            if not reserved and len(semaphore.holders) + len(semaphore.reserved) >= limit:
+                if patience_ms > 0:  # a token already queued keeps its place
+                    semaphore.queue[token] = now + patience_ms / 1000
+                wait_ms = semaphore.next_free_ms(now)
+                self._tidy(name, semaphore)
+                return Attempt(False, holder_pttl_ms=wait_ms)
+            now_us = time.time_ns() // 1000
+            semaphore.fence = fence = max(now_us, semaphore.fence + 1)
+            semaphore.queue.pop(token, None)
+            semaphore.holders[token] = _Permit(meta, now_us // 1000, fence, now + ttl_ms / 1000)
+            self._store.changed.notify_all()  # a grown limit may have reserved permits
+            return Attempt(True, fencing_token=fence, acquired_ms=now_us // 1000)
+
+    def _semaphore_wait(self, name: str, token: str, timeout: float) -> None:
+        with self._store.changed:
+            semaphore = self._semaphores().get(name)
+            if semaphore is not None and token not in semaphore.reserved:
+                self._store.changed.wait(timeout)
+
+    def semaphore_wait_and_acquire(self, timeout: float, name: str, limit: int, token: str,
+                                   ttl_ms: int, meta: str, patience_ms: int) -> Attempt:
+        """Wait until a permit is reserved for ``token`` (or ``timeout`` passes), then try
+        to take it (no round trip to save in memory)."""
+        self._semaphore_wait(name, token, timeout)
+        sent = time.monotonic()
+        attempt = self.semaphore_acquire(name, limit, token, ttl_ms, meta, patience_ms)
+        return attempt._replace(sent=sent)
+
+    def semaphore_leave(self, name: str, token: str) -> None:
+        with self._store.changed:
+            semaphore = self._semaphores().get(name)
+            if semaphore is not None:
+                semaphore.queue.pop(token, None)
+                semaphore.reserved.pop(token, None)
+                semaphore.settle(time.monotonic())
+                self._tidy(name, semaphore)
+
+    def semaphore_release(self, name: str, token: str) -> int:
+        with self._store.changed:
+            semaphore = self._semaphores().get(name)
+            if semaphore is None:
+                return 0
+            semaphore.settle(time.monotonic())
+            released = semaphore.holders.pop(token, None) is not None
+            semaphore.settle(time.monotonic())
+            self._tidy(name, semaphore)
+            return int(released)
+
+    def semaphore_extend(self, name: str, token: str, ttl_ms: int, *, renewal: bool) -> int:
+        with self._store.changed:
+            semaphore = self._semaphores().get(name)
+            if semaphore is None:
+                return 0
+            semaphore.settle(time.monotonic())
+            held = semaphore.holders.get(token)
+            if held is None:
+                return 0
+            if renewal and self.max_renewals is not None and held.renewals >= self.max_renewals:
+                return 2
+            held.expires = time.monotonic() + ttl_ms / 1000
+            held.renewals += renewal
+            return 1
+
+    def semaphore_info(self, name: str) -> SemaphoreInfo | None:
+        validate_name(name)
+        with self._store.changed:
+            semaphore = self._semaphores().get(name)
+            if semaphore is None:
+                return None
+            now = time.monotonic()
+            semaphore.settle(now)
+            if not (semaphore.holders or semaphore.queue):
+                return None
+            now_ms = time.time_ns() // 1_000_000
+            holders = tuple(
+                LockInfo.from_stored(
+                    name=name, token=token, fence=held.fence, meta_json=held.meta,
+                    acquired_ms=held.acquired_ms, now_ms=now_ms,
+                    pttl_ms=round((held.expires - now) * 1000), renewals=held.renewals,
+                    depth=1, alias=self.alias,
+                )
+                for token, held in sorted(semaphore.holders.items(), key=lambda i: i[1].expires)
+            )
+            return SemaphoreInfo(name=name, limit=semaphore.limit, holders=holders,
+                                 waiting=len(semaphore.queue) + len(semaphore.reserved),
+                                 alias=self.alias)
+
+    def held_semaphores(self, prefix: str = "") -> list[SemaphoreInfo]:
+        with self._store.changed:
+            names = sorted(name for name in self._semaphores() if name.startswith(prefix))
+        found = (self.semaphore_info(name) for name in names)
+        return [info for info in found if info is not None and info.holders]
+
+    # The in-memory store answers at once: the async twins call the sync methods directly.
+    async def asemaphore_acquire(self, name: str, limit: int, token: str, ttl_ms: int,
+                                 meta: str, patience_ms: int) -> Attempt:
+        return self.semaphore_acquire(name, limit, token, ttl_ms, meta, patience_ms)
+
+    async def asemaphore_wait_and_acquire(self, timeout: float, name: str, limit: int,
+                                          token: str, ttl_ms: int, meta: str,
+                                          patience_ms: int) -> Attempt:
+        # Blocking on the condition would stall the event loop: wait in a thread.
+        return await asyncio.to_thread(self.semaphore_wait_and_acquire, timeout, name, limit,
+                                       token, ttl_ms, meta, patience_ms)
+
+    async def asemaphore_leave(self, name: str, token: str) -> None:
+        self.semaphore_leave(name, token)
+
+    async def asemaphore_release(self, name: str, token: str) -> int:
+        return self.semaphore_release(name, token)
+
+    async def asemaphore_extend(self, name: str, token: str, ttl_ms: int, *,
+                                renewal: bool) -> int:
+        return self.semaphore_extend(name, token, ttl_ms, renewal=renewal)
+
+    async def asemaphore_info(self, name: str) -> SemaphoreInfo | None:
+        return self.semaphore_info(name)
+

@@ -16,7 +16,7 @@ import redis
 import redis.cluster
 
 from ..exceptions import InvalidLockBackendError
-from .problems import Problems
+from .settings import Problems
 
 SCHEMES = ("redis", "rediss", "unix")
 # The path of a redis:// or rediss:// URL names the database: redis-py silently ignores one

@@ -1,10 +1,11 @@
 """RedlockBackend: a lock is held when a majority of independent Redis servers granted it.
 
-Every node runs the same Lua scripts as one Redis server does (distlock.backends.scripts), on
-the same keys. An acquire asks all nodes at once (distlock.backends.fanout) and holds the
-lock when a majority granted it while its validity, ``ttl - elapsed - drift`` with ``drift =
-ttl x DRIFT_FACTOR + 2 ms``, is still positive; otherwise it takes back what it was granted,
-on every node. Extend and renewal need a majority too; release asks every node.
+Every node runs the Lua scripts one Redis server runs (distlock.backends.redis_ops), on the
+same keys, and a few of its own (redis_ops.grants). An acquire asks all nodes at once
+(redis_ops.fanout) and holds the lock when a majority granted it while its validity, ``ttl -
+elapsed - drift`` with ``drift = ttl x DRIFT_FACTOR + 2 ms``, is still positive; otherwise it
+takes back what it was granted, on every node. Extend and renewal need a majority too;
+release asks every node.
 
 Waiting: a release hands the lock to the waiters on every node with one grant, the same on
 all of them, and a waiter blocks on one node (the first one up), pops that grant and presents
@@ -28,7 +29,7 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
 import redis
@@ -36,12 +37,14 @@ import redis
 from ..exceptions import BackendUnavailable, InvalidLockBackendError
 from ..info import LockInfo
 from ..names import validate_name
-from . import calls
-from .base import LIMIT_OPTIONS, Attempt, BaseLockBackend, HeldEntry
-from .calls import SCRIPT_SHAS, SCRIPT_SOURCES, Call
-from .fanout import Results, Skipped, afan_out, fan_out
-from .problems import Problems
+from .base import Attempt, BaseLockBackend, HeldEntry
 from .redis import RedisBackend
+from .redis_ops import grants, listing, locks
+from .redis_ops.fanout import Results, Skipped, afan_out, fan_out
+from .redis_ops.steps import Eval, Steps, adrive, drive
+from .settings import LIMIT_OPTIONS, Problems
+
+T = TypeVar("T")
 
 MIN_NODES = 3
 DEFAULT_DRIFT_FACTOR = 0.01
@@ -69,10 +72,36 @@ QUIET_GREETING: dict[str, Any] = {"protocol": 2, **(
     if "driver_info" in inspect.signature(redis.Redis.__init__).parameters
     else {"lib_name": None, "lib_version": None}
 )}
+NO_SEMAPHORES = ("a permit count kept on several independent servers would need a quorum "
+                 "protocol distlock does not implement")
 LOCATION_HINT = (
     "For example 'LOCATION': ['redis://10.0.0.1:6379/0', 'redis://10.0.0.2:6379/0', "
     "'redis://10.0.0.3:6379/0']: an odd number (at least 3) of independent Redis servers."
 )
+
+
+class Ask(NamedTuple):
+    """A step of a Redlock operation: run ``calls`` on every node that is up (of ``only``),
+    at once, until ``decided`` says the replies so far settle the outcome. Reply: per node,
+    the list of its replies or the exception that stands for them."""
+
+    calls: list[Eval]
+    decided: Callable[[Results], bool]
+    only: list[int] | None = None
+
+
+class OnNode(NamedTuple):
+    """A step of a Redlock operation: run the operation ``steps`` on node ``position``
+    alone. Reply: its outcome."""
+
+    position: int
+    steps: Steps[Any]
+
+
+class Sleep(NamedTuple):
+    """A step of a Redlock operation: wait ``seconds``."""
+
+    seconds: float
 
 
 class RedlockBackend(BaseLockBackend):
@@ -80,9 +109,13 @@ class RedlockBackend(BaseLockBackend):
 
     Lower-case OPTIONS go to every node's client; ``DRIFT_FACTOR`` (default 0.01) is the
     share of the lease allowed for clock drift between the nodes.
+
+    Each operation that has an async twin is a generator of steps (Ask, OnNode, Sleep) that
+    ``run`` and ``arun`` drive, so the two cannot drift (see redis_ops.steps).
     """
 
     own_options = BaseLockBackend.own_options | {"DRIFT_FACTOR"}
+    no_semaphores = NO_SEMAPHORES
 
     def configure(self, params: dict[str, Any], problems: Problems) -> None:
         super().configure(params, problems)
@@ -103,7 +136,7 @@ class RedlockBackend(BaseLockBackend):
         self.grace = GRACE if self.timeout is None else min(GRACE, self.timeout / 2)
         self._down_until = [0.0] * len(self.nodes)
         self._failures = [0] * len(self.nodes)  # in a row, per node
-        self._acquire_decided = self._decided(calls.took_lock)
+        self._acquire_decided = self._decided(locks.took_lock)
         self._release_decided = self._decided(_released)
         self._extend_decided = self._decided(_extended)
 
@@ -183,23 +216,44 @@ class RedlockBackend(BaseLockBackend):
         now = time.monotonic()
         return [until <= now for until in self._down_until]
 
-    def _ask(self, script: str, script_calls: list[Call],
-             decided: Callable[[Results], bool], only: list[int] | None = None) -> Results:
-        """Run ``script_calls`` of ``script`` on every node that is up (of ``only``), at once;
-        return per node the list of replies or the exception that stands for them."""
+    def run(self, steps: Steps[T]) -> T:
+        """Run a Redlock operation; return its outcome."""
+        return drive(steps, self._execute)
+
+    async def arun(self, steps: Steps[T]) -> T:
+        """Run a Redlock operation on this event loop's clients; return its outcome."""
+        return await adrive(steps, self._aexecute)
+
+    def _execute(self, step: Ask | OnNode | Sleep) -> Any:
+        if isinstance(step, Ask):
+            return self._ask(step)
+        if isinstance(step, OnNode):
+            return self.nodes[step.position].run(step.steps)
+        time.sleep(step.seconds)
+        return None
+
+    async def _aexecute(self, step: Ask | OnNode | Sleep) -> Any:
+        if isinstance(step, Ask):
+            return await self._aask(step)
+        if isinstance(step, OnNode):
+            return await self.nodes[step.position].arun(step.steps)
+        await asyncio.sleep(step.seconds)
+        return None
+
+    def _ask(self, step: Ask) -> Results:
+        """Send ``step.calls`` to every node asked, at once, over each node's pool."""
         up = self._up()
+        only = step.only
         asked = [i for i in range(len(self.nodes)) if up[i] and (only is None or i in only)]
-        sha = SCRIPT_SHAS[script]  # the same source, so the same digest everywhere
-        results = self._fan_out(asked, [("EVALSHA", sha, len(keys), *keys, *args)
-                                        for keys, args in script_calls], decided)
+        # The same source, so the same digest everywhere.
+        results = self._fan_out(asked, [call.command() for call in step.calls], step.decided)
         forgot = [i for i, result in enumerate(results)
                   if isinstance(result, list) and any(_no_script(reply) for reply in result)]
         if forgot:
             # Nodes restarted since they last ran the script: run it there with EVAL, all of
             # them at once again (the server caches the script on the way).
-            source = SCRIPT_SOURCES[script]
-            again = self._fan_out(forgot, [("EVAL", source, len(keys), *keys, *args)
-                                           for keys, args in script_calls], _always)
+            again = self._fan_out(forgot, [call.command(by_source=True) for call in step.calls],
+                                  _always)
             for position in forgot:
                 results[position] = again[position]
         return self._note_failures(results)
@@ -211,15 +265,20 @@ class RedlockBackend(BaseLockBackend):
         return fan_out(pools, commands, timeout=self.timeout, decided=decided,
                        grace=self.grace)
 
-    async def _aask(self, script: str, keys: list[str], args: list[Any],
-                    decided: Callable[[Results], bool], only: list[int] | None = None
-                    ) -> Results:
+    async def _aask(self, step: Ask) -> Results:
+        """Async twin of _ask(): one task per node asked, each on the node's async client."""
         async def one(node: RedisBackend) -> list[Any]:
-            return [await node.arun_script(script, keys, args)]
+            client = await node.async_client()
+            # One attempt per node, as the sync fan-out makes: a node that fails counts as
+            # a vote short, and the Lock retries as a whole.
+            return [await node.aexecute(dataclasses.replace(call, idempotent=False), client)
+                    for call in step.calls]
 
-        calls = [(lambda node=node: one(node)) if up and (only is None or i in only) else None
+        only = step.only
+        tasks = [(lambda node=node: one(node)) if up and (only is None or i in only) else None
                  for i, (node, up) in enumerate(zip(self.nodes, self._up(), strict=True))]
-        results = await afan_out(calls, timeout=self.timeout, decided=decided, grace=self.grace)
+        results = await afan_out(tasks, timeout=self.timeout, decided=step.decided,
+                                 grace=self.grace)
         return self._note_failures(results)
 
     def _note_failures(self, results: Results) -> Results:
@@ -282,16 +341,24 @@ class RedlockBackend(BaseLockBackend):
     # not a majority is so tried again, shortly, before the waiter waits again.
     def try_acquire(self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None,
                     patience_ms: int) -> Attempt:
-        call = calls.grant_acquire_call(self.layout, name, token, ttl_ms, meta, grant,
-                                       patience_ms)
+        return self.run(self._acquire(name, token, ttl_ms, meta, grant, patience_ms))
+
+    async def atry_acquire(self, name: str, token: str, ttl_ms: int, meta: str,
+                           grant: str | None, patience_ms: int) -> Attempt:
+        return await self.arun(self._acquire(name, token, ttl_ms, meta, grant, patience_ms))
+
+    def _acquire(self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None,
+                 patience_ms: int) -> Steps[Attempt]:
+        call = grants.acquire_call(self.layout, name, token, ttl_ms, meta, grant, patience_ms)
         for retry in range(GRANT_RETRIES + 1):
             started = time.monotonic()
-            results = self._ask("grant_acquire", [call], self._acquire_decided)
+            results = yield Ask([call], self._acquire_decided)
             attempt, undo, error = self._judge_acquire(name, ttl_ms, results, started)
             if undo:
                 # Queue where the lock was taken back, as the refusing nodes queued it; not
                 # when the attempt fails as a whole (nobody will wait).
-                self._undo(name, token, 0 if error else patience_ms, undo)
+                back = grants.undo_call(self.layout, name, token, 0 if error else patience_ms)
+                yield Ask([back], _always, undo)
             if error is not None:
                 try:
                     raise error
@@ -299,34 +366,14 @@ class RedlockBackend(BaseLockBackend):
                     del error  # no cycle through this frame (see detached.py)
             if attempt.acquired or not (grant and _granted_anywhere(results)):
                 break
-            time.sleep(GRANT_RETRY_DELAY * (retry + 1))
-        return attempt
-
-    async def atry_acquire(self, name: str, token: str, ttl_ms: int, meta: str,
-                           grant: str | None, patience_ms: int) -> Attempt:
-        call = calls.grant_acquire_call(self.layout, name, token, ttl_ms, meta, grant,
-                                       patience_ms)
-        for retry in range(GRANT_RETRIES + 1):
-            started = time.monotonic()
-            results = await self._aask("grant_acquire", *call, self._acquire_decided)
-            attempt, undo, error = self._judge_acquire(name, ttl_ms, results, started)
-            if undo:
-                await self._aundo(name, token, 0 if error else patience_ms, undo)
-            if error is not None:
-                try:
-                    raise error
-                finally:
-                    del error  # no cycle through this frame (see detached.py)
-            if attempt.acquired or not (grant and _granted_anywhere(results)):
-                break
-            await asyncio.sleep(GRANT_RETRY_DELAY * (retry + 1))
+            yield Sleep(GRANT_RETRY_DELAY * (retry + 1))
         return attempt
 
     def _judge_acquire(self, name: str, ttl_ms: int, results: Results, started: float
                        ) -> tuple[Attempt, list[int], BackendUnavailable | None]:
         """Return the attempt's outcome, the nodes to take the lock back from, and the error
         to raise instead of an outcome."""
-        answered = [(i, calls.took_lock(r[0])) for i, r in enumerate(results)
+        answered = [(i, locks.took_lock(r[0])) for i, r in enumerate(results)
                     if isinstance(r, list)]
         granted = [i for i, took in answered if took]
         refused = [i for i, took in answered if not took]
@@ -334,11 +381,11 @@ class RedlockBackend(BaseLockBackend):
                       if isinstance(r, Exception) and not isinstance(r, Skipped)]
         validity = ttl_ms - (time.monotonic() - started) * 1000 - self._drift_ms(ttl_ms)
         if len(granted) >= self.quorum and validity > 0:
-            grants = [calls.attempt_from(results[i][0]) for i in granted]
+            taken = [locks.attempt_from(results[i][0]) for i in granted]
             return Attempt(
                 True,
-                fencing_token=max(grant.fencing_token for grant in grants),
-                acquired_ms=min(grant.acquired_ms for grant in grants),
+                fencing_token=max(grant.fencing_token for grant in taken),
+                acquired_ms=min(grant.acquired_ms for grant in taken),
             ), [], None
         if len(granted) + len(refused) < self.quorum:
             # No majority answered: nothing can be known. (The Lock then releases on every
@@ -354,60 +401,48 @@ class RedlockBackend(BaseLockBackend):
         leases = sorted(max(int(results[i][0][1]), 1) for i in refused)
         return Attempt(False, holder_pttl_ms=leases[self.quorum - 1]), undo, None
 
-    def _undo(self, name: str, token: str, patience_ms: int, positions: list[int]) -> None:
-        call = calls.undo_call(self.layout, name, token, patience_ms)
-        self._ask("undo_acquire", [call], _always, positions)
-
-    async def _aundo(self, name: str, token: str, patience_ms: int,
-                     positions: list[int]) -> None:
-        call = calls.undo_call(self.layout, name, token, patience_ms)
-        await self._aask("undo_acquire", *call, _always, positions)
-
     def wait_for_turn(self, name: str, timeout: float) -> str | None:
+        return self.run(self._turn(name, timeout))
+
+    async def await_for_turn(self, name: str, timeout: float) -> str | None:
+        return await self.arun(self._turn(name, timeout))
+
+    def _turn(self, name: str, timeout: float) -> Steps[str | None]:
+        """Block on the home node until a release pushes a grant (see grants)."""
         home = self._home()
         try:
-            return self.nodes[home].wait_for_turn(name, timeout)
+            return (yield OnNode(home, grants.wait_for_grant(self.layout, name, timeout)))
         except BackendUnavailable:
             self._leave_out(home)
             return None  # the next attempt tells whether a majority is still reachable
-
-    async def await_for_turn(self, name: str, timeout: float) -> str | None:
-        home = self._home()
-        try:
-            return await self.nodes[home].await_for_turn(name, timeout)
-        except BackendUnavailable:
-            self._leave_out(home)
-            return None
 
     def _home(self) -> int:
         """The node waiters block on: the first one up, so that all of them queue there."""
         return next((i for i, up in enumerate(self._up()) if up), 0)
 
     def leave_queue(self, name: str, token: str) -> None:
-        self._ask("grant_leave_queue", [calls.grant_leave_call(self.layout, name, token)],
-                  _always)
+        self.run(self._leave(name, token))
 
     async def aleave_queue(self, name: str, token: str) -> None:
-        await self._aask("grant_leave_queue",
-                         *calls.grant_leave_call(self.layout, name, token), _always)
+        await self.arun(self._leave(name, token))
+
+    def _leave(self, name: str, token: str) -> Steps[None]:
+        yield Ask([grants.leave_call(self.layout, name, token)], _always)
 
     # --- release and extend -----------------------------------------------------------
-    def _release_call(self, name: str, token: str, every_level: bool) -> Call:
-        keys, args = calls.grant_release_call(self.layout, name, token, every_level)
+    def release(self, name: str, token: str, *, every_level: bool = False) -> int:
+        return self.run(self._release(name, token, every_level))
+
+    async def arelease(self, name: str, token: str, *, every_level: bool = False) -> int:
+        return await self.arun(self._release(name, token, every_level))
+
+    def _release(self, name: str, token: str, every_level: bool) -> Steps[int]:
         # One grant, valid on every node; and the nodes the lock was not held on (a bare
         # majority held it) hand it to the waiters too, so no newcomer can take them first.
         # (A force release does not know the holder's token, hence its grant: it does not.)
-        return keys, [*args, os.urandom(8).hex(), "1" if token else "0"]
-
-    def release(self, name: str, token: str, *, every_level: bool = False) -> int:
-        call = self._release_call(name, token, every_level)
-        results = self._ask("grant_release", [call], self._release_decided)
-        return self._judge_release(name, results)
-
-    async def arelease(self, name: str, token: str, *, every_level: bool = False) -> int:
-        call = self._release_call(name, token, every_level)
-        return self._judge_release(name, await self._aask("grant_release", *call,
-                                                          self._release_decided))
+        call = grants.release_call(self.layout, name, token, every_level,
+                                   suffix=os.urandom(8).hex(), vacant=bool(token))
+        return self._judge_release(name, (yield Ask([call], self._release_decided)))
 
     def _judge_release(self, name: str, results: Results) -> int:
         outcomes = [int(r[0]) for r in results if isinstance(r, list)]
@@ -422,18 +457,18 @@ class RedlockBackend(BaseLockBackend):
 
     def extend(self, name: str, token: str, ttl_ms: int, *, renewal: bool = False,
                reenter: bool = False) -> bool:
-        call = calls.extend_call(self.layout, name, token, ttl_ms, renewal, reenter,
-                                 self.max_renewals)
-        started = time.monotonic()
-        results = self._ask("extend", [call], self._extend_decided)
-        return self._judge_extend(name, ttl_ms, results, started)
+        return self.run(self._extend(name, token, ttl_ms, renewal, reenter))
 
     async def aextend(self, name: str, token: str, ttl_ms: int, *, renewal: bool = False,
                       reenter: bool = False) -> bool:
-        call = calls.extend_call(self.layout, name, token, ttl_ms, renewal, reenter,
+        return await self.arun(self._extend(name, token, ttl_ms, renewal, reenter))
+
+    def _extend(self, name: str, token: str, ttl_ms: int, renewal: bool,
+                reenter: bool) -> Steps[bool]:
+        call = locks.extend_call(self.layout, name, token, ttl_ms, renewal, reenter,
                                  self.max_renewals)
         started = time.monotonic()
-        results = await self._aask("extend", *call, self._extend_decided)
+        results = yield Ask([call], self._extend_decided)
         return self._judge_extend(name, ttl_ms, results, started)
 
     def _judge_extend(self, name: str, ttl_ms: int, results: Results, started: float) -> bool:
@@ -452,8 +487,8 @@ class RedlockBackend(BaseLockBackend):
     # --- introspection ----------------------------------------------------------------
     def info(self, name: str) -> LockInfo | None:
         validate_name(name)  # operators pass names by hand: a clear error, not an AttributeError
-        call = calls.inspect_call(self.layout, name)
-        results = self._ask("inspect", [call], self._answered_by_quorum)
+        call = locks.inspect_call(self.layout, name)
+        results = self._ask(Ask([call], self._answered_by_quorum))
         infos = self._infos(name, results, 0)
         verdict = self._majority(infos)
         if not isinstance(verdict, LockInfo | None):  # _UNKNOWN
@@ -463,8 +498,8 @@ class RedlockBackend(BaseLockBackend):
     def info_many(self, names: list[str]) -> list[LockInfo]:
         if not names:
             return []
-        inspect_calls = [calls.inspect_call(self.layout, name) for name in names]
-        results = self._ask("inspect", inspect_calls, self._answered_by_quorum)
+        inspect_calls = [locks.inspect_call(self.layout, name) for name in names]
+        results = self._ask(Ask(inspect_calls, self._answered_by_quorum))
         found = []
         for position, name in enumerate(names):
             verdict = self._majority(self._infos(name, results, position))
@@ -478,7 +513,7 @@ class RedlockBackend(BaseLockBackend):
         answered = [r for r in results if isinstance(r, list)]
         if len(answered) < self.quorum:
             raise self._unavailable("read", name, len(answered), results)
-        return [calls.lock_info_from(self.alias, name, reply[position]) for reply in answered]
+        return [locks.lock_info_from(self.alias, name, reply[position]) for reply in answered]
 
     def _majority(self, infos: list[LockInfo | None]) -> LockInfo | object | None:
         """Merge the nodes' views: the LockInfo of the token a majority holds, None when no
@@ -496,8 +531,8 @@ class RedlockBackend(BaseLockBackend):
         return None
 
     def held_names(self, prefix: str = "") -> list[HeldEntry]:
-        results = self._ask("held_names", calls.held_names_calls(self.layout),
-                            self._answered_by_quorum)
+        results = self._ask(Ask(listing.held_names_calls(self.layout),
+                                self._answered_by_quorum))
         answered = [r for r in results if isinstance(r, list)]
         if len(answered) < self.quorum:
             raise self._unavailable("list the locks of", prefix or "every prefix",
@@ -505,7 +540,7 @@ class RedlockBackend(BaseLockBackend):
         seen: dict[str, list[HeldEntry]] = defaultdict(list)
         for buckets in answered:
             for reply in buckets:
-                for entry in calls.held_entries(reply):
+                for entry in listing.held_entries(reply):
                     if entry.name.startswith(prefix):
                         seen[entry.name].append(entry)
         # Held where a majority holds it: until the quorum-th latest lease end, since the
@@ -554,7 +589,7 @@ def _no_script(reply: Any) -> bool:
 
 
 def _granted_anywhere(results: Results) -> bool:
-    return any(isinstance(result, list) and calls.took_lock(result[0]) for result in results)
+    return any(isinstance(result, list) and locks.took_lock(result[0]) for result in results)
 
 
 def _released(reply: Any) -> bool:

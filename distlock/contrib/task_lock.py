@@ -3,7 +3,7 @@ its arguments, and the result a skipped duplicate returns.
 
 A name template names the task function's parameters (``"charge:{order_id}"``); each call's
 arguments are bound to the signature (defaults included) and escaped like ``@lock_view``'s
-request values (distlock.name_template), so no argument can change the name's structure.
+request values (distlock.naming), so no argument can change the name's structure.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 from ..exceptions import LockError
 from ..info import shorten
 from ..lock import Lock
-from ..name_template import fill_template, template_fields
+from ..naming import fill_template, template_fields
 
 logger = logging.getLogger("distlock")
 ON_DUPLICATE = ("skip", "retry")

@@ -8,27 +8,33 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..backends.base import BaseLockBackend
+from ..exceptions import SemaphoresNotSupported
 from ..info import LockInfo, SemaphoreInfo, shorten
 from .tables import aligned
 
 
-def held_semaphores(backend: Any, prefix: str) -> list[SemaphoreInfo]:
+def held_semaphores(backend: BaseLockBackend, prefix: str) -> list[SemaphoreInfo]:
     """Return the held semaphores of ``backend`` whose name starts with ``prefix``."""
-    listing = getattr(backend, "held_semaphores", None)
-    return listing(prefix) if listing is not None else []
+    try:
+        return backend.held_semaphores(prefix)
+    except SemaphoresNotSupported:
+        return []
 
 
-def semaphore_of(backend: Any, name: str) -> SemaphoreInfo | None:
+def semaphore_of(backend: BaseLockBackend, name: str) -> SemaphoreInfo | None:
     """Return semaphore ``name`` of ``backend`` if someone holds a permit, else None."""
-    read = getattr(backend, "semaphore_info", None)
-    info = read(name) if read is not None else None
+    try:
+        info = backend.semaphore_info(name)
+    except SemaphoresNotSupported:
+        return None
     return info if info is not None and info.holders else None
 
 
-def free_permit(backend: Any, name: str, token: str) -> bool:
-    """Free the permit ``token`` holds of semaphore ``name``; return True if it did."""
-    release = getattr(backend, "force_release_permit", None)
-    return bool(release(name, token)) if release is not None else False
+def free_permit(backend: BaseLockBackend, name: str, token: str) -> bool:
+    """Free the permit ``token`` holds of semaphore ``name`` (found by semaphore_of(), so
+    the backend has semaphores); return True if it did."""
+    return backend.force_release_permit(name, token)
 
 
 def semaphore_json(semaphores: list[SemaphoreInfo]) -> list[dict[str, Any]]:

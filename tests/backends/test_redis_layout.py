@@ -130,7 +130,7 @@ def test_a_lock_acquired_with_its_lease_left_to_run_out_keeps_its_token_memory(d
 
 def test_metadata_is_json_never_pickle(data) -> None:
     with distlock.lock("meta", ttl=5, purpose="nightly export"):
-        # TOKEN FENCE ACQUIRED_MS RENEWALS DEPTH METADATA (distlock.backends.scripts)
+        # TOKEN FENCE ACQUIRED_MS RENEWALS DEPTH METADATA (redis_ops/lua/acquire.lua)
         value = data.get(locks["default"].layout.keys_for("meta").lock)
         stored = (value.decode() if isinstance(value, bytes) else value).split(" ", 5)[5]
     import json

@@ -322,9 +322,9 @@ def slow_replies(backend: Any, script: str, delay: float) -> None:
     a paused client would): the replies are the real ones, only time has passed."""
     original = backend._ask
 
-    def late(name, *args, **kwargs):
-        results = original(name, *args, **kwargs)
-        if name == script:
+    def late(step):
+        results = original(step)
+        if step.calls[0].script.name == script:
             time.sleep(delay)
         return results
 

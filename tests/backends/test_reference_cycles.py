@@ -1,9 +1,10 @@
 """A backend that is let go (``locks.reset()``, a changed setting) closes its sockets at once.
 
 Reference counting frees it only if no error distlock raised or kept is in a reference cycle
-with the frames that held the backend (distlock/backends/detached.py). A backend left to the
-garbage collector may have a socket finalised before the connection that would have closed
-it: "unclosed socket" ResourceWarnings, errors under ``-W error``, at random later moments.
+with the frames that held the backend (distlock/backends/redis_ops/detached.py). A backend
+left to the garbage collector may have a socket finalised before the connection that would
+have closed it: "unclosed socket" ResourceWarnings, errors under ``-W error``, at random
+later moments.
 
 Each test turns the collector off, takes an error path, lets the backend go, and checks
 that it is gone, with its sockets closed.
@@ -21,7 +22,7 @@ import pytest
 import redis
 
 import distlock
-from distlock.backends.detached import detached
+from distlock.backends.redis_ops.detached import detached
 from distlock.exceptions import BackendUnavailable
 from distlock.handler import locks
 from tests.support.configs import distlock_settings

@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 import distlock
 from distlock import BackendUnavailable
 from distlock.handler import locks
-from tests.support.configs import SOCKET_TIMEOUT
+from tests.support.configs import SOCKET_TIMEOUT, distlock_settings
+from tests.support.redis_server import RedisServer
+from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.django_db(databases=[])
 
@@ -108,3 +112,61 @@ async def test_a_late_wakeup_is_no_signal_in_async_code_either(private_redis) ->
     private_redis.stop()
     with pytest.raises(BackendUnavailable):
         await backend.await_for_turn("late-wakeup-async", 0.1)
+
+
+# --- a pooled connection dropped between calls: resent only when that is safe -----------------
+@pytest.fixture
+def proxied(settings: Any, redis_server: RedisServer, redis_url: str) -> Iterator[TcpProxy]:
+    """DISTLOCK reaches the server through a proxy that can cut a connection."""
+    with TcpProxy(("127.0.0.1", redis_server.port)) as proxy:
+        settings.DISTLOCK, settings.CACHES = distlock_settings("redis", proxy.url)
+        locks.reset()
+        yield proxy
+        locks.reset()
+
+
+def test_an_idempotent_call_is_sent_again_after_a_dropped_connection(proxied: TcpProxy) -> None:
+    warm = distlock.lock("resent", ttl=5)
+    assert warm.acquire(wait=0)  # the pool keeps the connection
+    warm.release()
+    proxied.cut_next_request()
+    lk = distlock.lock("resent", ttl=5)
+    assert lk.acquire(wait=0)  # the acquire lost its connection and was sent again
+    assert proxied.cuts_pending() == 0
+    lk.release()
+
+
+def test_a_release_is_not_sent_again_after_a_dropped_connection(proxied: TcpProxy) -> None:
+    lk = distlock.lock("not-resent", ttl=5)
+    assert lk.acquire(wait=0)
+    proxied.cut_next_request()
+    with pytest.raises(BackendUnavailable):
+        lk.release()  # its outcome is unknown to the client: never sent twice
+    assert proxied.cuts_pending() == 0
+    assert lk.locked()  # the release never reached the server, and was not sent again
+    lk.release()
+
+
+async def test_an_idempotent_async_call_is_sent_again_after_a_dropped_connection(
+        proxied: TcpProxy) -> None:
+    warm = distlock.lock("resent-async", ttl=5)
+    assert await warm.aacquire(wait=0)  # this event loop's client keeps the connection
+    await warm.arelease()
+    proxied.cut_next_request()
+    lk = distlock.lock("resent-async", ttl=5)
+    assert await lk.aacquire(wait=0)  # as in sync code: sent again on a new connection
+    assert proxied.cuts_pending() == 0
+    await lk.arelease()
+
+
+async def test_an_async_release_is_not_sent_again_after_a_dropped_connection(
+        proxied: TcpProxy) -> None:
+    lk = distlock.lock("not-resent-async", ttl=5)
+    assert await lk.aacquire(wait=0)
+    proxied.cut_next_request()
+    with pytest.raises(BackendUnavailable):
+        await lk.arelease()
+    assert proxied.cuts_pending() == 0
+    assert await lk.alocked()
+    await lk.arelease()
+

@@ -11,7 +11,7 @@ import pytest
 from django.core.management import call_command
 
 import distlock
-from distlock.backends import scripted
+from distlock.backends.redis_ops import listing
 from distlock.handler import locks
 from tests.support.lock_helpers import churning, hold_many, release_many
 
@@ -85,7 +85,7 @@ def test_an_index_that_shrinks_during_the_walk_yields_no_lock_twice(
     # their hash tables. When a table shrinks between two pages (most locks released), ZSCAN
     # returns some names again; the walk must not.
     monkeypatch.setattr("distlock.names.BUCKETS", 2)
-    monkeypatch.setattr(scripted, "SCAN_COUNT", 20)
+    monkeypatch.setattr(listing, "SCAN_COUNT", 20)
     locks.reset()
     names = [f"held:{number}" for number in range(600)]
     tokens = hold_many(names, ttl=60)

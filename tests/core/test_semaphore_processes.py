@@ -9,11 +9,13 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import redis
 
 import distlock
+from distlock.backends.redis_ops.steps import Eval, PopThenEval
 from tests.support.lock_helpers import read_line, spawner
 
 pytestmark = pytest.mark.django_db(databases=[])
@@ -155,19 +157,16 @@ def test_a_woken_waiter_holds_its_permit_from_the_reply_that_woke_it(
     holder = distlock.semaphore("turn", 1, ttl=10)
     assert holder.acquire(wait=0)
     sent: list[str] = []
-    run_script, pop_then_run = backend.run_script, backend.pop_then_run
+    execute = backend.execute
 
-    def counted_run(name: str, *args: object, **kwargs: object) -> object:
-        sent.append(name)
-        return run_script(name, *args, **kwargs)
+    def counted(step: Any) -> object:  # each step is one round trip
+        if isinstance(step, Eval):
+            sent.append(step.script.name)
+        elif isinstance(step, PopThenEval):
+            sent.append(f"BLPOP+{step.call.script.name}")
+        return execute(step)
 
-    def counted_pop(wake: str, timeout: float, name: str, *args: object,
-                    **kwargs: object) -> object:
-        sent.append(f"BLPOP+{name}")
-        return pop_then_run(wake, timeout, name, *args, **kwargs)
-
-    monkeypatch.setattr(backend, "run_script", counted_run)
-    monkeypatch.setattr(backend, "pop_then_run", counted_pop)
+    monkeypatch.setattr(backend, "execute", counted)
     waiter = distlock.semaphore("turn", 1, ttl=10, wait=5)
     result: list[bool] = []
     thread = threading.Thread(target=lambda: result.append(waiter.acquire()))

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import distlock
 from distlock import InvalidLockBackendError, InvalidLockName
-from distlock.backends.base import _parse_prefix
+from distlock.backends.settings import _parse_prefix
 from distlock.handler import locks
 from distlock.names import MAX_NAME_LENGTH, KeyLayout, encode_name, validate_name
 

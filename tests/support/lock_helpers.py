@@ -17,7 +17,7 @@ from typing import Any
 import distlock
 from benchmarks import held
 from distlock import BackendUnavailable
-from distlock.backends.scripted import ScriptedBackend
+from distlock.backends.redis_ops.backend import ScriptedBackend
 from distlock.handler import locks
 from distlock.info import holder_metadata
 from tests.support.processes import end_processes

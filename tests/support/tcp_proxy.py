@@ -6,6 +6,7 @@ latency, dropping traffic (a blackhole) or resetting connections on demand::
         proxy.latency = 0.2           # seconds added to every chunk, both ways
         proxy.blackhole = True        # read and drop everything, both ways; connections stay up
         proxy.drop_next_reply()       # lose the server's next answer only
+        proxy.cut_next_request()      # close the connection the client next writes to
         proxy.reset()                 # RST every open connection (new ones are accepted)
 
 Each direction of each connection has a reader thread, which timestamps chunks as they
@@ -33,6 +34,7 @@ class TcpProxy:
         self.latency = 0.0
         self.blackhole = False
         self._drop_replies = 0
+        self._cut_requests = 0
         self._guard = threading.Lock()
         self._links: list[_Link] = []
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -56,10 +58,30 @@ class TcpProxy:
         with self._guard:
             self._drop_replies += count
 
+    def cut_next_request(self, count: int = 1) -> None:
+        """Close the connection on which a client next sends something, without passing it
+        on: the request never reaches the server, and the client reads the end of the
+        connection where it waits for the reply. (A pooled connection the server or a
+        middlebox dropped after the pool checked it looks like this.)"""
+        with self._guard:
+            self._cut_requests += count
+
+    def cuts_pending(self) -> int:
+        """How many of the cuts asked for have not happened yet."""
+        with self._guard:
+            return self._cut_requests
+
     def _take_drop(self) -> bool:
         with self._guard:
             if self._drop_replies:
                 self._drop_replies -= 1
+                return True
+            return False
+
+    def _take_cut(self) -> bool:
+        with self._guard:
+            if self._cut_requests:
+                self._cut_requests -= 1
                 return True
             return False
 
@@ -145,7 +167,7 @@ class _Link:
                 chunk = source.recv(65536)
             except OSError:
                 chunk = _CLOSE
-            if not chunk:
+            if not chunk or (not reply and self.proxy._take_cut()):
                 out.put((0.0, _CLOSE))
                 return
             if self.proxy.blackhole or (reply and self.proxy._take_drop()):

@@ -1,5 +1,6 @@
-"""The package's layers (docs/architecture.md): the lock core imports no surface, surfaces use
-only the core's public names, and the old import paths of the public API still work."""
+"""The package's layout (docs/architecture.md): every module belongs to the lock core or to a
+surface, the core imports no surface, surfaces use only the core's public names, no modules
+import each other in a circle, and no module only re-exports another's names."""
 from __future__ import annotations
 
 import ast
@@ -10,8 +11,9 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent.parent / "distlock"
 CORE = ["lock", "handler", "backends", "exceptions", "info", "names", "validation", "tokens",
-        "renewal", "fencing", "signals", "semaphore", "cache"]
-SURFACES = ["views", "admin", "naming", "management", "checks", "models", "apps"]
+        "renewal", "fencing", "signals", "semaphore", "cache", "leader", "transactions"]
+SURFACES = ["views", "admin", "naming", "management", "checks", "models", "apps", "contrib",
+            "migrations"]
 
 
 def modules(top: str) -> list[Path]:
@@ -58,20 +60,125 @@ def test_surfaces_use_only_public_names_of_the_core(surface: str) -> None:
             assert private_call not in source, f"{path.name} calls {private_call}"
 
 
-@pytest.mark.parametrize(("old", "new", "names"), [
+def test_every_module_belongs_to_the_core_or_to_a_surface() -> None:
+    found = {path.stem for path in PACKAGE.glob("*.py")} - {"__init__"}
+    found |= {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
+    assert found == set(CORE) | set(SURFACES), "add it to CORE or SURFACES, and to the docs"
+
+
+@pytest.mark.parametrize(("package", "module", "names"), [
     ("distlock", "distlock.views", ["lock_view"]),
-    ("distlock.view_responses", "distlock.views", ["LockContended", "LockServiceUnavailable",
-                                                   "wants_json"]),
-    ("distlock.view_names", "distlock.naming", ["escape", "compile_template", "DIGEST_MARK"]),
-    ("distlock.name_template", "distlock.naming", ["fill_template", "template_fields"]),
-    ("distlock.admin", "distlock.admin.options", ["HeldLockAdmin", "format_remaining"]),
+    ("distlock.views", "distlock.views.responses", ["LockContended", "LockServiceUnavailable"]),
+    ("distlock.naming", "distlock.naming.options", ["fill_template", "template_fields"]),
+    ("distlock.admin", "distlock.admin.options", ["HeldLockAdmin"]),
+    ("distlock.admin", "distlock.admin.display", ["format_remaining"]),
     ("distlock.management", "distlock.management.mixin", ["LockedCommandMixin", "LockSkipped"]),
 ])
-def test_old_import_paths_of_the_public_api_still_work(old: str, new: str,
-                                                       names: list[str]) -> None:
+def test_packages_re_export_their_public_names(package: str, module: str,
+                                               names: list[str]) -> None:
     for name in names:
-        assert getattr(importlib.import_module(old), name) is getattr(
-            importlib.import_module(new), name)
+        assert getattr(importlib.import_module(package), name) is getattr(
+            importlib.import_module(module), name)
+
+
+# --- no import circles, no re-export shims ----------------------------------------------------
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Return, for each module of distlock, the distlock modules it imports anywhere in its
+    body (functions included: an import deferred to call time still closes a circle).
+
+    ``from package import name`` imports the submodule ``package.name`` when there is one,
+    else ``package`` itself.
+    """
+    paths = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*parent, *([node.module] if node.module else [])])
+                for alias in node.names:
+                    submodule = f"{base}.{alias.name}"
+                    imported.add(submodule if submodule in paths else base)
+            elif isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+        graph[name] = {module for module in imported if module in paths and module != name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Return an import circle through each module that is on one (depth-first search)."""
+    found: list[list[str]] = []
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(module: str) -> None:
+        path.append(module)
+        for imported in sorted(graph[module]):
+            if imported in path:
+                found.append([*path[path.index(imported):], imported])
+            elif imported not in done:
+                visit(imported)
+        path.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        if module not in done:
+            visit(module)
+    return found
+
+
+def test_the_graph_sees_imports_in_functions_and_from_packages() -> None:
+    graph = import_graph()
+    assert "distlock.handler" in graph["distlock.lock"]  # from . import handler
+    assert "distlock.checks" in graph["distlock.apps"]  # inside ready()
+    assert "distlock.naming" in graph["distlock.contrib.task_lock"]  # a package's __init__
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+
+
+def test_no_modules_import_each_other_in_a_circle() -> None:
+    assert circles(import_graph()) == []
+
+
+def only_re_exports(path: Path) -> bool:
+    """Return True if the module's body is imports and ``__all__`` (and a docstring) alone:
+    a module that only gives another module's names a second address."""
+    body = ast.parse(path.read_text()).body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    imports = [node for node in body if isinstance(node, ast.Import | ast.ImportFrom)
+               and not (isinstance(node, ast.ImportFrom) and node.module == "__future__")]
+    rest = [node for node in body if node not in imports and not (
+        isinstance(node, ast.ImportFrom) and node.module == "__future__") and not (
+        isinstance(node, ast.Assign)
+        and [getattr(target, "id", None) for target in node.targets] == ["__all__"])]
+    return bool(imports) and not rest
+
+
+def imports_from_outside(path: Path) -> list[str]:
+    """Return what a package's ``__init__`` imports from outside the package."""
+    package = module_name(path)
+    return [module for module, _ in distlock_imports(path)
+            if module != package and not module.startswith(package + ".")]
+
+
+def test_no_module_only_re_exports_another() -> None:
+    shims = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if not only_re_exports(path):
+            continue
+        # A package's __init__ may gather its own modules' public names, nothing else.
+        if path.name != "__init__.py" or imports_from_outside(path):
+            shims.append(str(path.relative_to(PACKAGE.parent)))
+    assert shims == []
 
 
 def test_the_admin_page_is_registered() -> None:

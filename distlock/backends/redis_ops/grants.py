@@ -1,0 +1,48 @@
+"""Redlock's scripts on each of its nodes: a release pushes one grant to a list every waiter
+blocks on, and the waiter that pops it presents it to every node.
+
+RedlockBackend (distlock.backends.redlock) sends these calls to all its nodes at once and
+counts a majority; the replies read as the one-server scripts' do (locks.attempt_from,
+locks.took_lock). Extend, inspect and listing are the one-server calls (.locks, .listing).
+"""
+from __future__ import annotations
+
+from ...names import KeyLayout
+from ..base import HANDOFF_GRACE_MS
+from .scripts import load
+from .steps import Eval, Pop, Steps, flag
+
+GRANT_ACQUIRE = load("grant_acquire")
+GRANT_RELEASE = load("grant_release")
+GRANT_LEAVE_QUEUE = load("grant_leave_queue")
+UNDO_ACQUIRE = load("undo_acquire")
+
+
+def acquire_call(layout: KeyLayout, name: str, token: str, ttl_ms: int, meta: str,
+                 grant: str | None, patience_ms: int) -> Eval:
+    k = layout.keys_for(name)
+    return Eval(GRANT_ACQUIRE, [k.lock, k.fence, k.waiters, k.signal, k.index],
+                [token, ttl_ms, meta, name, grant or "", patience_ms])
+
+
+def release_call(layout: KeyLayout, name: str, token: str, every_level: bool, suffix: str,
+                 vacant: bool) -> Eval:
+    k = layout.keys_for(name)
+    return Eval(GRANT_RELEASE, [k.lock, k.waiters, k.signal, k.index],
+                [token, name, flag(every_level), HANDOFF_GRACE_MS, suffix, flag(vacant)])
+
+
+def leave_call(layout: KeyLayout, name: str, token: str) -> Eval:
+    return Eval(GRANT_LEAVE_QUEUE, [layout.keys_for(name).waiters], [token])
+
+
+def undo_call(layout: KeyLayout, name: str, token: str, patience_ms: int) -> Eval:
+    k = layout.keys_for(name)
+    return Eval(UNDO_ACQUIRE, [k.lock, k.index, k.waiters], [token, name, patience_ms])
+
+
+def wait_for_grant(layout: KeyLayout, name: str, timeout: float) -> Steps[str | None]:
+    """Block on one node until a release pushes a grant to the lock's signal list, or
+    ``timeout`` passes; return the grant, or None. (A grant popped by a reply that came too
+    late is not lost for good: the nodes take it back after HANDOFF_GRACE_MS.)"""
+    return (yield Pop(layout.keys_for(name).signal, timeout))

@@ -1,0 +1,180 @@
+"""Lock operations on one Redis server (RedisBackend, DjangoRedisBackend), each read top to
+bottom: the keys and arguments of its script, the steps, and what the reply means.
+
+Each operation is a generator of steps (see .steps), run by the backend on its sync client
+(``run``) or its async one (``arun``). The calls and replies that Redlock's nodes share with
+one server (extend, inspect) are here too; Redlock's own scripts are in .grants.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+from ...exceptions import BackendUnavailable
+from ...info import LockInfo
+from ...names import KeyLayout, validate_name
+from ..base import HANDOFF_GRACE_MS, Attempt
+from .scripts import load
+from .steps import Confirmed, Eval, PopThenEval, Scope, Steps, flag, text
+
+ACQUIRE = load("acquire")
+RELEASE = load("release")
+LEAVE_QUEUE = load("leave_queue")
+EXTEND = load("extend")
+INSPECT = load("inspect")
+
+
+# --- acquire ------------------------------------------------------------------------------
+def try_acquire(scope: Scope, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int,
+                waited: bool = False) -> Steps[Attempt]:
+    """Take the lock for ``token``, or queue it for ``patience_ms``. ``waited``: the token
+    may be queued already (it waited), so it leaves the queue once it holds the lock."""
+    call = acquire_call(scope.layout, name, token, ttl_ms, meta, patience_ms, waited)
+    if not scope.wait_replicas:
+        return attempt_from((yield call))
+    reply, confirmed = yield Confirmed(call)
+    return (yield from replicated(scope, name, token, reply, confirmed))
+
+
+def acquire_call(layout: KeyLayout, name: str, token: str, ttl_ms: int, meta: str,
+                 patience_ms: int, waited: bool = False) -> Eval:
+    k = layout.keys_for(name)
+    # Idempotent: sent again, it tells the token that already holds the lock so.
+    return Eval(ACQUIRE, [k.lock, k.fence, k.waiters, k.live, k.index],
+                [token, ttl_ms, meta, name, patience_ms, flag(waited)], idempotent=True)
+
+
+def wait_and_acquire(scope: Scope, timeout: float, name: str, token: str, ttl_ms: int,
+                     meta: str, patience_ms: int) -> Steps[Attempt]:
+    """Block on this waiter's own list until a release hands it the lock (or ``timeout``
+    passes), and run ACQUIRE right after, in the same round trip: the server runs the
+    pipelined script as soon as the BLPOP returns, so a waiter handed the lock learns it
+    holds it from the reply that woke it."""
+    call = acquire_call(scope.layout, name, token, ttl_ms, meta, patience_ms, waited=True)
+    wake = f"{scope.layout.keys_for(name).waiters}:{token}"  # what hand_over.lua pushes to
+    sent = time.monotonic()
+    replies = yield PopThenEval(wake, timeout, call, confirm=bool(scope.wait_replicas))
+    if replies is None:
+        # The reply came later than the socket timeout (a loaded server or client): its
+        # ACQUIRE may have run. Give back what it may have taken, which also tells whether
+        # the server answers at all (BackendUnavailable if not), and report no turn.
+        yield release_call(scope.layout, name, token, every_level=False)
+        return Attempt(False)
+    if any(isinstance(reply, Exception) for reply in replies):
+        # The server forgot the script, or the slot moved: ask again the usual way (the lock
+        # a release reserved for this waiter waits for it for HANDOFF_GRACE_MS).
+        del replies  # no cycle through this frame (see detached.py)
+        attempt = yield from try_acquire(scope, name, token, ttl_ms, meta, patience_ms,
+                                         waited=True)
+    elif scope.wait_replicas:
+        attempt = yield from replicated(scope, name, token, replies[1], int(replies[2]))
+    else:
+        attempt = attempt_from(replies[1])
+    return attempt._replace(sent=sent)
+
+
+def replicated(scope: Scope, name: str, token: str, reply: Any,
+               confirmed: int) -> Steps[Attempt]:
+    """Return the attempt in ACQUIRE's ``reply`` if enough replicas confirmed it; else give
+    back what it took and raise BackendUnavailable (fail closed: a failover could lose it)."""
+    attempt = attempt_from(reply)
+    if attempt.acquired and confirmed < scope.wait_replicas:
+        with contextlib.suppress(BackendUnavailable):
+            yield release_call(scope.layout, name, token, every_level=False)
+        raise scope.unconfirmed(name, confirmed)
+    return attempt
+
+
+def took_lock(reply: Any) -> bool:
+    """Whether an acquire.lua or grant_acquire.lua reply says the lock was taken: only then
+    is it a string, "FENCE ACQUIRED_MS" (an error or a table otherwise)."""
+    return isinstance(reply, (bytes, str))
+
+
+def attempt_from(reply: Any) -> Attempt:
+    """Return the Attempt in an acquire.lua or grant_acquire.lua reply."""
+    if isinstance(reply, (bytes, str)):  # took_lock(), inlined: the hot path
+        fence, acquired = reply.split()
+        return Attempt(True, int(fence), int(acquired))
+    if len(reply) > 2:  # one server: the place in the queue and the server's clock
+        return Attempt(False, holder_pttl_ms=int(reply[1]), place=int(reply[2]),
+                       server_ms=int(reply[3]))
+    return Attempt(False, holder_pttl_ms=int(reply[1]))
+
+
+def leave_queue(scope: Scope, name: str, token: str) -> Steps[None]:
+    """Stop waiting; a lock handed to ``token`` meanwhile goes on to the next waiter."""
+    k = scope.layout.keys_for(name)
+    yield Eval(LEAVE_QUEUE, [k.lock, k.waiters, k.live], [token, HANDOFF_GRACE_MS],
+               idempotent=True)
+
+
+# --- release, extend ----------------------------------------------------------------------
+def release(scope: Scope, name: str, token: str, every_level: bool) -> Steps[int]:
+    """Return 0 if ``token`` does not hold the lock, 1 if released (and handed to the longest
+    waiter), 2 if one reentrant level was."""
+    return int((yield release_call(scope.layout, name, token, every_level)))
+
+
+def release_call(layout: KeyLayout, name: str, token: str, every_level: bool) -> Eval:
+    k = layout.keys_for(name)
+    # Never sent twice: a release whose reply was lost, sent again, would answer "not held".
+    return Eval(RELEASE, [k.lock, k.waiters, k.live, k.index],
+                [token, name, flag(every_level), HANDOFF_GRACE_MS])
+
+
+def extend(scope: Scope, name: str, token: str, ttl_ms: int, renewal: bool,
+           reenter: bool) -> Steps[bool]:
+    """Return True if the lease of ``token`` was set to ``ttl_ms`` from now, False if it does
+    not hold the lock; RenewalLimitReached for a renewal past MAX_RENEWALS."""
+    call = extend_call(scope.layout, name, token, ttl_ms, renewal, reenter, scope.max_renewals)
+    if not scope.wait_replicas:
+        return extended(scope, name, (yield call))
+    reply, confirmed = yield Confirmed(call)
+    # An unconfirmed extension leaves the holder its earlier, replicated lease: the lock
+    # keeps its token and renewals retry while that lease lasts.
+    if reply == 1 and confirmed < scope.wait_replicas:
+        raise scope.unconfirmed(name, confirmed)
+    return extended(scope, name, reply)
+
+
+def extend_call(layout: KeyLayout, name: str, token: str, ttl_ms: int, renewal: bool,
+                reenter: bool, max_renewals: int | None) -> Eval:
+    k = layout.keys_for(name)
+    # Sent twice, a renewal would count twice against MAX_RENEWALS at worst; a reentrant
+    # acquire would add a level nobody releases, so it is never sent twice.
+    return Eval(EXTEND, [k.lock, k.index],
+                [token, ttl_ms, name, flag(renewal), flag(reenter),
+                 "" if max_renewals is None else max_renewals], idempotent=not reenter)
+
+
+def extended(scope: Scope, name: str, outcome: Any) -> bool:
+    if outcome == 2:
+        raise scope.renewal_limit_reached(name)
+    return outcome == 1
+
+
+# --- introspection ------------------------------------------------------------------------
+def info(scope: Scope, name: str) -> Steps[LockInfo | None]:
+    """Return the LockInfo of ``name`` if it is held, else None."""
+    validate_name(name)  # operators pass names by hand: a clear error, not an AttributeError
+    reply = yield inspect_call(scope.layout, name)
+    return lock_info_from(scope.alias, name, reply)
+
+
+def inspect_call(layout: KeyLayout, name: str) -> Eval:
+    return Eval(INSPECT, [layout.keys_for(name).lock], [], idempotent=True)
+
+
+def lock_info_from(alias: str, name: str, reply: list[Any]) -> LockInfo | None:
+    """Return the LockInfo in inspect.lua's reply, None when the lock is not held."""
+    if not reply:
+        return None
+    value, pttl, now = reply
+    token, fence, acquired, renewals, depth, meta = text(value).split(" ", 5)
+    return LockInfo.from_stored(
+        name=name, token=token, fence=int(fence), meta_json=meta, acquired_ms=int(acquired),
+        now_ms=int(now), pttl_ms=int(pttl), renewals=int(renewals), depth=int(depth),
+        alias=alias,
+    )

@@ -1,0 +1,22 @@
+-- hand_over.lua (included; one server): hand a lock that is free now to its longest waiter.
+--
+-- Needs:   KEYS[1] the lock, KEYS[2] the queue, KEYS[3] the liveness zset, now_ms (number)
+--          and grace (ms: how long the waiter has to claim the lock).
+-- Effect:  the lock holds "=" .. the first waiter still registered, for grace ms, so that
+--          nobody else can take it first; that waiter's own list (KEYS[2] .. ':' .. token)
+--          gets one element, which wakes its BLPOP, and the waiter claims the lock with
+--          acquire.lua in the same round trip. Waiters whose registration ran out (they gave
+--          up, or died) are dropped on the way (up to 16 are looked at).
+local queued = redis.call('ZRANGE', KEYS[2], 0, 15)
+for _, waiter in ipairs(queued) do
+  local alive = tonumber(redis.call('ZSCORE', KEYS[3], waiter))
+  if alive and alive > now_ms then
+    redis.call('SET', KEYS[1], '=' .. waiter, 'PX', grace)
+    local wake = KEYS[2] .. ':' .. waiter
+    redis.call('RPUSH', wake, 1)
+    redis.call('PEXPIRE', wake, grace)
+    break
+  end
+  redis.call('ZREM', KEYS[2], waiter)
+  redis.call('ZREM', KEYS[3], waiter)
+end

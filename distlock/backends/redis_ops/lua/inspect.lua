@@ -1,0 +1,12 @@
+-- inspect.lua: read a held lock (changes nothing). One server and each Redlock node.
+--
+-- KEYS[1]  lock      as for acquire.lua
+-- Reply:   {} when nobody holds the lock (also while it is handed to a waiter), else
+--          {value, remaining lease ms, server time ms}: value as acquire.lua stores it.
+-- Effect:  none.
+-- #include "include/now.lua"
+local value = redis.call('GET', KEYS[1])
+if not value or string.sub(value, 1, 1) == '=' then
+  return {}
+end
+return {value, redis.call('PTTL', KEYS[1]), now_ms}

@@ -1,0 +1,313 @@
+"""Runner: how an operation's steps run on one Redis server (or Cluster) through redis-py.
+
+Every call goes through the client's public API: EVALSHA (EVAL when the server forgot the
+script), BLPOP and pipelines. Each call takes a connection from the client's pool and gives
+it back before it returns, so between calls distlock holds none; a waiter blocked on BLPOP
+holds one while it waits.
+
+Each kind of step (distlock.backends.redis_ops.steps) runs two ways, side by side below: on
+the sync client and on this event loop's async client. A step with no native async form (a
+Cluster node's own pipeline, a listing) runs its sync form in a worker thread. What every
+step shares (the resend after a dropped connection, the errors) is in ``execute`` and
+``aexecute``, twins of a few lines.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import redis
+from asgiref.sync import sync_to_async
+
+from ...exceptions import BackendUnavailable
+from .steps import (
+    Confirmed,
+    Eval,
+    EvalMany,
+    Pop,
+    PopThenEval,
+    Steps,
+    adrive,
+    block_seconds,
+    drive,
+    text,
+)
+
+T = TypeVar("T")
+
+# What the client raises when a call's outcome is unknown. RedisClusterException (an
+# unreachable cluster, while the client is built) is not a RedisError.
+CLIENT_ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException)
+# Cluster errors that mean "route this call again" (MovedError is an AskError).
+REDIRECTS = (redis.exceptions.AskError, redis.exceptions.TryAgainError)
+# What a Cluster node's failure looks like to a call routed by the cached slot map: the
+# master died (and a replica may have taken its slots since), or the cluster is failing over.
+STALE_ROUTE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+               redis.exceptions.ClusterDownError)
+
+
+class Runner:
+    """Run operations (generators of steps) on ``self.client``, which a subclass provides,
+    and on the async client of ``async_client()``, if it has one."""
+
+    # Set from RedisBackend's settings; a borrowed client never waits for replicas.
+    cluster = False
+    wait_replicas = 0
+    wait_timeout_ms = 0
+
+    @property
+    def client(self) -> Any:
+        raise NotImplementedError("subclasses of Runner must provide a client")
+
+    @property
+    def address(self) -> str:
+        """Where the server is, for messages (never a password)."""
+        raise NotImplementedError("subclasses of Runner must provide an address")
+
+    async def async_client(self) -> Any | None:
+        """Return this event loop's async client; None if there is none (django-redis has
+        none): async operations then run on the sync client in a worker thread."""
+        return None
+
+    # --- operations ---------------------------------------------------------------------
+    def run(self, steps: Steps[T]) -> T:
+        """Run an operation; return its outcome."""
+        return drive(steps, self.execute)
+
+    async def arun(self, steps: Steps[T]) -> T:
+        """Run an operation on this event loop's client; return its outcome."""
+        client = await self.async_client()
+        if client is None:
+            return await sync_to_async(self.run, thread_sensitive=False)(steps)
+        return await adrive(steps, lambda step: self.aexecute(step, client))
+
+    # --- one step -----------------------------------------------------------------------
+    def execute(self, step: Any) -> Any:
+        """Run one step; return its reply. BackendUnavailable when the server cannot be
+        reached (the outcome is then unknown).
+
+        An idempotent step (running it twice does what running it once does) is sent once
+        more on a fresh connection after a connection error: a pooled connection the server
+        or a middlebox dropped after the pool checked it fails the write, and the caller
+        should not pay for that. Other steps (a release, a reentrant extend) are never sent
+        twice: their outcome is then left for the operation's caller to settle.
+        """
+        for attempt in (1, 2):
+            try:
+                return SYNC[type(step)](self, step)
+            except redis.exceptions.ConnectionError as exc:
+                if not (step.idempotent and attempt == 1):
+                    raise self.unavailable(exc) from exc
+            except CLIENT_ERRORS as exc:
+                raise self.unavailable(exc) from exc
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
+    async def aexecute(self, step: Any, client: Any) -> Any:
+        """Async twin of execute(), on ``client``: the same resend, the same errors."""
+        for attempt in (1, 2):
+            try:
+                return await ASYNC[type(step)](self, step, client)
+            except redis.exceptions.ConnectionError as exc:
+                if not (step.idempotent and attempt == 1):
+                    raise self.unavailable(exc) from exc
+            except CLIENT_ERRORS as exc:
+                raise self.unavailable(exc) from exc
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
+    def unavailable(self, exc: Exception) -> BackendUnavailable:
+        return BackendUnavailable(
+            f"Redis at {self.address} did not answer ({type(exc).__name__}: {exc}); "
+            "the lock state is unknown, so nothing was assumed.",
+        )
+
+    @contextmanager
+    def translated_errors(self) -> Iterator[None]:
+        """Raise BackendUnavailable for the client's errors in the block."""
+        try:
+            yield
+        except CLIENT_ERRORS as exc:
+            raise self.unavailable(exc) from exc
+
+    # --- Eval: one script ---------------------------------------------------------------
+    def eval(self, step: Eval) -> Any:
+        client = self.client  # a Redis Cluster's connects to learn its slots
+        try:
+            return client.evalsha(step.script.sha, len(step.keys), *step.keys, *step.args)
+        except redis.exceptions.NoScriptError:  # the server restarted or was flushed
+            return client.eval(step.script.source, len(step.keys), *step.keys, *step.args)
+
+    async def aeval(self, step: Eval, client: Any) -> Any:
+        try:
+            return await client.evalsha(step.script.sha, len(step.keys), *step.keys,
+                                        *step.args)
+        except redis.exceptions.NoScriptError:
+            return await client.eval(step.script.source, len(step.keys), *step.keys,
+                                     *step.args)
+
+    # --- Confirmed: a script, then WAIT for replicas ------------------------------------
+    def confirmed(self, step: Confirmed) -> tuple[Any, int]:
+        call = step.call
+        for attempt in range(3):
+            node = self.node_client(call.keys[0])
+            pipe = node.pipeline(transaction=False)
+            pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+            pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
+            try:
+                reply, confirmed = pipe.execute()
+                return reply, int(confirmed)
+            except redis.exceptions.NoScriptError:
+                node.script_load(call.script.source)  # a restarted server: load, run again
+            except REDIRECTS:
+                if attempt == 2:
+                    raise
+                self.client.nodes_manager.initialize()  # the slot moved: learn where
+        raise AssertionError("unreachable: the script is loaded")  # pragma: no cover
+
+    async def aconfirmed(self, step: Confirmed, client: Any) -> tuple[Any, int]:
+        if self.cluster:  # only a node's own client keeps the script and WAIT on one connection
+            return await asyncio.to_thread(self.confirmed, step)
+        call = step.call
+        for _ in range(2):
+            pipe = client.pipeline(transaction=False)
+            pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+            pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
+            try:
+                reply, confirmed = await pipe.execute()
+                return reply, int(confirmed)
+            except redis.exceptions.NoScriptError:
+                await client.script_load(call.script.source)
+        raise AssertionError("unreachable: the script was loaded")  # pragma: no cover
+
+    # --- Pop: BLPOP ---------------------------------------------------------------------
+    def pop(self, step: Pop) -> str | None:
+        try:
+            popped = self.client.blpop([step.key], block_seconds(step.timeout))
+        except redis.exceptions.TimeoutError:
+            return None  # a late reply: no signal (see Pop)
+        return text(popped[1]) if popped else None
+
+    async def apop(self, step: Pop, client: Any) -> str | None:
+        try:
+            popped = await client.blpop([step.key], block_seconds(step.timeout))
+        except redis.exceptions.TimeoutError:
+            return None
+        return text(popped[1]) if popped else None
+
+    # --- PopThenEval: BLPOP and a script, pipelined -------------------------------------
+    def pop_then_eval(self, step: PopThenEval) -> list[Any] | None:
+        call = step.call
+        try:
+            pipe = self.node_client(call.keys[0]).pipeline(transaction=False)
+            pipe.blpop([step.wake], block_seconds(step.timeout))
+            pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+            if step.confirm:
+                pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
+            replies: list[Any] = pipe.execute(raise_on_error=False)
+        except redis.exceptions.TimeoutError:
+            return None
+        return replies
+
+    async def apop_then_eval(self, step: PopThenEval, client: Any) -> list[Any] | None:
+        if self.cluster:  # a node's own client pipelines BLPOP and the script together
+            return await asyncio.to_thread(self.pop_then_eval, step)
+        call = step.call
+        try:
+            pipe = client.pipeline(transaction=False)
+            pipe.blpop([step.wake], block_seconds(step.timeout))
+            pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+            if step.confirm:
+                pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
+            replies: list[Any] = await pipe.execute(raise_on_error=False)
+        except redis.exceptions.TimeoutError:
+            return None
+        return replies
+
+    # --- EvalMany: scripts pipelined, one round trip per server -------------------------
+    def eval_many(self, step: EvalMany) -> list[Any]:
+        if not step.calls:
+            return []
+        if not self.cluster:
+            return self._pipelined(self.client, step.calls)
+        if not step.reads:
+            return self._pipelined_per_node(step.calls)
+        return self.rerouted(lambda: self._pipelined_per_node(step.calls))
+
+    async def aeval_many(self, step: EvalMany, client: Any) -> list[Any]:
+        return await asyncio.to_thread(self.eval_many, step)  # listings: in a thread
+
+    def _pipelined(self, client: Any, calls: list[Eval]) -> list[Any]:
+        for _ in range(2):
+            pipe = client.pipeline(transaction=False)
+            for call in calls:
+                pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+            replies = pipe.execute(raise_on_error=False)
+            forgot = {call.script for call, reply in zip(calls, replies, strict=True)
+                      if isinstance(reply, redis.exceptions.NoScriptError)}
+            if not forgot:
+                break
+            for script in forgot:
+                client.script_load(script.source)  # then run them all again
+        for reply in replies:
+            if isinstance(reply, Exception) and not isinstance(reply, REDIRECTS):
+                try:
+                    raise reply
+                finally:
+                    del reply, replies  # no cycle through this frame (see detached.py)
+        return replies
+
+    def _pipelined_per_node(self, calls: list[Eval]) -> list[Any]:
+        # A cluster pipeline cannot run scripts, so each master gets a plain pipeline of the
+        # calls whose keys it holds; a call redirected by a moving slot is sent again
+        # through the cluster client, which follows the redirection.
+        replies: list[Any] = [None] * len(calls)
+        for node_client, positions in self.by_node([call.keys[0] for call in calls]):
+            node_replies = self._pipelined(node_client, [calls[p] for p in positions])
+            for position, reply in zip(positions, node_replies, strict=True):
+                replies[position] = self.eval(calls[position]) if isinstance(
+                    reply, REDIRECTS) else reply
+        return replies
+
+    # --- Cluster routing ----------------------------------------------------------------
+    def node_client(self, key: str) -> Any:
+        """Return the plain client of the server that holds ``key``."""
+        if self.cluster:
+            return self.client.get_redis_connection(self.client.get_node_from_key(key))
+        return self.client
+
+    def by_node(self, keys: list[str]) -> list[tuple[Any, list[int]]]:
+        """Group Cluster keys by the master that holds them (by the cached slot map); return
+        each master's plain client with the positions of its keys in ``keys``."""
+        nodes: dict[str, Any] = {}
+        groups: dict[str, list[int]] = defaultdict(list)
+        for position, key in enumerate(keys):
+            node = self.client.get_node_from_key(key)
+            nodes[node.name] = node
+            groups[node.name].append(position)
+        return [(self.client.get_redis_connection(nodes[name]), positions)
+                for name, positions in groups.items()]
+
+    def rerouted(self, call: Callable[[], T]) -> T:
+        """Return ``call()``, a Cluster read routed by the cached slot map. When a node
+        fails, learn the slot map again (a replica may have taken the slots of a dead master)
+        and try once more. Lock operations refresh the map through the cluster client;
+        without this, a process that only lists (the admin, an operator's view) would keep
+        asking the dead master forever."""
+        try:
+            return call()
+        except STALE_ROUTE:
+            self.client.nodes_manager.initialize()
+            return call()
+
+
+# How each kind of step runs: on the sync client, and on an async one.
+SYNC: dict[type, Callable[[Any, Any], Any]] = {
+    Eval: Runner.eval, Confirmed: Runner.confirmed, Pop: Runner.pop,
+    PopThenEval: Runner.pop_then_eval, EvalMany: Runner.eval_many,
+}
+ASYNC: dict[type, Callable[[Any, Any, Any], Any]] = {
+    Eval: Runner.aeval, Confirmed: Runner.aconfirmed, Pop: Runner.apop,
+    PopThenEval: Runner.apop_then_eval, EvalMany: Runner.aeval_many,
+}

@@ -1,0 +1,110 @@
+"""The Lua scripts (distlock/backends/redis_ops/lua/): one file each, every one documented in
+one place and in one form (the header a later protocol document and a Node.js client read),
+each run by an operation that sends the keys and arguments its header names."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from distlock.backends.redis_ops import grants, listing, locks, semaphores
+from distlock.backends.redis_ops.scripts import LOADED, LUA, expand, header
+from distlock.backends.redis_ops.steps import Eval, EvalMany, PopThenEval
+from distlock.names import KeyLayout
+
+FOLDER = Path(str(LUA))
+SCRIPTS = sorted(path.stem for path in FOLDER.glob("*.lua"))
+PARTS = sorted(path.stem for path in FOLDER.glob("include/*.lua"))
+PARAMETER = re.compile(r"^-- (KEYS|ARGV)\[(\d+)(?:\.\.(\d+|n))?\]  ")
+
+
+def test_every_script_file_is_run_by_an_operation() -> None:
+    assert sorted(LOADED) == SCRIPTS
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_each_script_starts_with_its_header(name: str) -> None:
+    lines = header((FOLDER / f"{name}.lua").read_text()).splitlines()
+    assert re.match(rf"-- {name}\.lua( \(Redlock\))?: \S", lines[0]), lines[0]
+    body = lines[lines.index("--") + 1:]  # after what it does, in a paragraph
+    sections = [line[3:].split()[0] for line in body if not line.startswith("--    ")]
+    parameters = [section for section in sections if section.startswith(("KEYS", "ARGV"))]
+    assert sections == [*parameters, "Reply:", "Effect:"], "KEYS, ARGV, then Reply and Effect"
+    for kind in ("KEYS", "ARGV"):
+        numbers = [int(match[2]) for line in lines if (match := PARAMETER.match(line))
+                   and match[1] == kind]
+        assert numbers == list(range(1, len(numbers) + 1)), f"{kind} in order, none left out"
+
+
+@pytest.mark.parametrize("name", PARTS)
+def test_each_included_part_says_what_it_needs(name: str) -> None:
+    lines = (FOLDER / "include" / f"{name}.lua").read_text().splitlines()
+    assert re.match(rf"-- {name}\.lua \(included(; [\w ]+)?\): \S", lines[0]), lines[0]
+    assert any(line.startswith(("-- Needs:", "-- Sets:")) for line in lines)
+
+
+def test_the_server_gets_each_script_whole() -> None:
+    for script in LOADED.values():
+        assert "#include" not in script.source
+        assert script.source.startswith(f"-- {script.name}.lua")
+    assert "local clock = redis.call('TIME')" in LOADED["acquire"].source  # from clock.lua
+
+
+def test_an_include_circle_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "a.lua").write_text('-- #include "b.lua"\n')
+    (tmp_path / "b.lua").write_text('-- #include "a.lua"\n')
+    with pytest.raises(ValueError, match="includes itself"):
+        expand(tmp_path, '-- #include "a.lua"\n')  # type: ignore[arg-type]
+
+
+def first_step(steps: Any) -> Any:
+    return next(steps)
+
+
+def every_call() -> list[Eval]:
+    """One call of each kind the operations send, with sample values."""
+    layout = KeyLayout("test")
+    scope: Any = SimpleNamespace(alias="default", layout=layout, max_renewals=3,
+                                 wait_replicas=0)
+    found: list[Eval] = [
+        locks.acquire_call(layout, "n", "t", 1000, "{}", 0),
+        locks.release_call(layout, "n", "t", every_level=True),
+        first_step(locks.leave_queue(scope, "n", "t")),
+        locks.extend_call(layout, "n", "t", 1000, True, False, 3),
+        locks.inspect_call(layout, "n"),
+        *[call for _, call in listing.inspect_many_calls(layout, ["n", "m"])],
+        listing.held_names_calls(layout)[0],
+        grants.acquire_call(layout, "n", "t", 1000, "{}", None, 0),
+        grants.release_call(layout, "n", "t", False, suffix="s", vacant=True),
+        grants.leave_call(layout, "n", "t"),
+        grants.undo_call(layout, "n", "t", 0),
+        semaphores.acquire_call(scope, "n", 2, "t", 1000, "{}", 0),
+        semaphores.release_call(scope, "n", "t"),
+        first_step(semaphores.leave(scope, "n", "t")),
+        first_step(semaphores.extend(scope, "n", "t", 1000, True)),
+        semaphores.inspect_call(scope, "n"),
+        first_step(semaphores.held_semaphores(scope, "")).calls[0],
+    ]
+    waited = first_step(locks.wait_and_acquire(scope, 1.0, "n", "t", 1000, "{}", 0))
+    assert isinstance(waited, PopThenEval)
+    found.append(waited.call)
+    listed = first_step(listing.held_names(scope, ""))
+    assert isinstance(listed, EvalMany)
+    return found
+
+
+def test_every_script_has_a_call_checked_below() -> None:
+    assert {call.script.name for call in every_call()} == set(SCRIPTS)
+
+
+@pytest.mark.parametrize("call", every_call(), ids=lambda call: call.script.name)
+def test_each_call_sends_the_keys_and_arguments_its_script_names(call: Eval) -> None:
+    script = call.script
+    if script.any_keys:
+        assert call.keys
+    else:
+        assert len(call.keys) == len(script.keys), script.keys
+    assert len(call.args) == len(script.argv), script.argv
