@@ -132,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         for server_class in (PostgresServer, MariaDBServer):
             with server_class() as database:
                 rows += measure(database, redis, runs, orders, units)
-    result = {"orders": orders, "units": units, "runs": runs, "workers": WORKERS,
+    result = {"title": "Locks and database transactions: orders charged twice, units oversold",
+              "orders": orders, "units": units, "runs": runs, "workers": WORKERS,
               "clicks": CLICKS, "rows": rows, "table": table(rows, orders, units),
               "machine": platform.platform(), "seconds": round(time.time() - started, 1)}
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")

@@ -213,6 +213,8 @@ def _external(name: str, data: dict[str, Any]) -> list[str]:
     lines = [f"## {data.get('title', name)}", ""]
     if data.get("error"):
         return [*lines, f"Not measured: {data['error']}", ""]
+    if data.get("table"):  # the script's own summary (its rows are in the JSON)
+        return [*lines, data["table"], ""]
     rows = data.get("rows")
     if rows:
         header = list(dict.fromkeys(key for row in rows for key in row))
