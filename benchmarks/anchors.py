@@ -4,6 +4,7 @@ Every library gets its own redis-py client with default options, so none shares 
 connections. distlock runs with everything on: holder metadata, the index of held locks,
 fencing tokens and the waiters' queue.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -67,8 +68,7 @@ def lock_factory(library: str, url: str) -> Callable[[str], Any]:
     raise ValueError(f"unknown library {library!r}")
 
 
-def redlock_factory(library: str, urls: list[str], using: str = "default"
-                    ) -> Callable[[str], Any]:
+def redlock_factory(library: str, urls: list[str], using: str = "default") -> Callable[[str], Any]:
     """Like lock_factory, for a lock over every server in ``urls`` (one of
     REDLOCK_LIBRARIES; distlock's is the RedlockBackend alias ``using`` over them)."""
     if library == DISTLOCK:

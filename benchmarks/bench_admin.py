@@ -11,6 +11,7 @@ gets it. Prints the figures and writes them to benchmarks/results/admin.json.
 The target is a page in under 1 second. Timings are wall-clock on whatever machine runs
 this; the JSON records the load average so a noisy run can be recognised.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,9 @@ def main() -> None:
             "search by prefix": {"q": "jobs:0042"},
             "alias filter, last page": {"alias": "default", "p": 10_000},
         }
-        timings = {label: time_page(client, params, options.repeat)
-                   for label, params in pages.items()}
+        timings = {
+            label: time_page(client, params, options.repeat) for label, params in pages.items()
+        }
         server_keys = server.client().dbsize()
 
     headline = timings["newest first, page 1"]
@@ -78,12 +80,16 @@ def main() -> None:
     options.output.parent.mkdir(parents=True, exist_ok=True)
     options.output.write_text(json.dumps(result, indent=2) + "\n")
     for label, figures in timings.items():
-        print(f"{label:28} median {figures['median'] * 1000:7.1f} ms   "
-              f"min {figures['min'] * 1000:7.1f} ms   max {figures['max'] * 1000:7.1f} ms")
+        print(
+            f"{label:28} median {figures['median'] * 1000:7.1f} ms   "
+            f"min {figures['min'] * 1000:7.1f} ms   max {figures['max'] * 1000:7.1f} ms"
+        )
     verdict = "meets" if result["meets_target"] else "MISSES"
-    print(f"page render with {options.locks:,} held locks and {server_keys:,} keys in Redis: "
-          f"{headline['median'] * 1000:.0f} ms median ({verdict} the {TARGET_SECONDS:g} s "
-          f"target); written to {options.output}")
+    print(
+        f"page render with {options.locks:,} held locks and {server_keys:,} keys in Redis: "
+        f"{headline['median'] * 1000:.0f} ms median ({verdict} the {TARGET_SECONDS:g} s "
+        f"target); written to {options.output}"
+    )
 
 
 def setup_django(url: str):  # type: ignore[no-untyped-def]
@@ -98,8 +104,11 @@ def setup_django(url: str):  # type: ignore[no-untyped-def]
 
     settings.DEBUG = False  # as in production: no query log, no template debug info
     settings.DISTLOCK = {
-        "default": {"BACKEND": "distlock.backends.redis.RedisBackend", "LOCATION": url,
-                    "OPTIONS": {"socket_timeout": 10}},
+        "default": {
+            "BACKEND": "distlock.backends.redis.RedisBackend",
+            "LOCATION": url,
+            "OPTIONS": {"socket_timeout": 10},
+        },
     }
     locks.reset()
     setup_test_environment()
@@ -118,12 +127,15 @@ def fill(server, locks: int, keys: int) -> None:  # type: ignore[no-untyped-def]
         server.client(socket_timeout=120).execute_command("DEBUG", "POPULATE", keys, "unrelated")
     for number in range(locks):
         # Leases of 10 to 20 minutes, so the orders by lease end differ from the name order.
-        lock = distlock.lock(f"jobs:{number:05d}", ttl=600 + (number * 7919) % 600,
-                             purpose=f"batch {number % 37}")
+        lock = distlock.lock(
+            f"jobs:{number:05d}", ttl=600 + (number * 7919) % 600, purpose=f"batch {number % 37}"
+        )
         if not lock.acquire(wait=0):
             raise SystemExit(f"could not acquire {lock.name}")
-    print(f"filled Redis with {keys:,} keys and {locks:,} held locks in "
-          f"{time.perf_counter() - started:.1f} s")
+    print(
+        f"filled Redis with {keys:,} keys and {locks:,} held locks in "
+        f"{time.perf_counter() - started:.1f} s"
+    )
 
 
 def time_page(client, params: dict, repeat: int) -> dict[str, float]:  # type: ignore[no-untyped-def]

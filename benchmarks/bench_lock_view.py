@@ -15,6 +15,7 @@ reported too; they are noisier (HTTP, the event loop, the thread hop of a sync v
 
 Writes benchmarks/results/lock_view.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,11 @@ TARGET = 1.2
 # Each kind is requested in turn, so that a burst of noise from the shared machine hits all.
 MODES = {
     "sync": {"plain": "/bench/plain/1/", "locked": "/bench/locked/1/", "raw": "/bench/raw/?n=1"},
-    "async": {"plain": "/bench/aplain/1/", "locked": "/bench/alocked/1/",
-              "raw": "/bench/araw/?n=1"},
+    "async": {
+        "plain": "/bench/aplain/1/",
+        "locked": "/bench/alocked/1/",
+        "raw": "/bench/araw/?n=1",
+    },
 }
 
 
@@ -51,8 +55,9 @@ class Client:
         self.connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
 
     def call(self, path: str) -> tuple[float, http.client.HTTPResponse, bytes]:
-        method = "GET" if path.startswith("/bench/raw") or path.startswith("/bench/araw") \
-            else "POST"
+        method = (
+            "GET" if path.startswith("/bench/raw") or path.startswith("/bench/araw") else "POST"
+        )
         started = time.perf_counter()
         self.connection.request(method, path, headers={"Content-Length": "0"})
         response = self.connection.getresponse()
@@ -64,11 +69,16 @@ class Client:
 
 
 def measure(client: Client, paths: dict[str, str], requests: int) -> dict[str, list[float]]:
-    samples: dict[str, list[float]] = {"plain": [], "locked": [], "raw": [],
-                                       "plain_rtt": [], "locked_rtt": []}
+    samples: dict[str, list[float]] = {
+        "plain": [],
+        "locked": [],
+        "raw": [],
+        "plain_rtt": [],
+        "locked_rtt": [],
+    }
     kinds = list(paths)
     for index in range(requests):
-        for kind in kinds[index % 3:] + kinds[: index % 3]:  # rotate who goes first
+        for kind in kinds[index % 3 :] + kinds[: index % 3]:  # rotate who goes first
             rtt, response, body = client.call(paths[kind])
             if kind == "raw":
                 samples["raw"].extend(json.loads(body)["seconds"])
@@ -102,11 +112,15 @@ def main() -> int:
     requests = 300 if arguments.quick else arguments.requests
 
     results: dict[str, Any] = {}
-    with RedisServer() as redis_server, LiveServerProcess(
-        "tests.support.live_project.asgi:application",
-        settings="tests.support.live_project.settings",
-        env={"DISTLOCK_TEST_URL": redis_server.url}, ready_path="/health/",
-    ) as server:
+    with (
+        RedisServer() as redis_server,
+        LiveServerProcess(
+            "tests.support.live_project.asgi:application",
+            settings="tests.support.live_project.settings",
+            env={"DISTLOCK_TEST_URL": redis_server.url},
+            ready_path="/health/",
+        ) as server,
+    ):
         client = Client(server)
         for mode, paths in MODES.items():
             measure(client, paths, 50)  # warm up: connections, scripts, caches
@@ -114,12 +128,14 @@ def main() -> int:
     report = {
         "benchmark": "lock_view",
         "what": "time @lock_view adds to a trivial view through uvicorn, vs one bare "
-                "acquire()+release() in the same server process; medians",
+        "acquire()+release() in the same server process; medians",
         "target_ratio": TARGET,
         "requests_per_kind": requests,
         "machine": {
-            "cpus": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()],
-            "python": platform.python_version(), "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+            "python": platform.python_version(),
+            "platform": platform.platform(),
             "note": "a shared 2-core machine with other test runs going on: figures are noisy",
         },
         "modes": results,
@@ -127,10 +143,12 @@ def main() -> int:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
     for mode, figures in results.items():
-        print(f"{mode:5}: raw acquire+release {figures['raw_median_us']:7.1f} us | "
-              f"view time added {figures['added_us']:7.1f} us -> ratio {figures['ratio']:.2f} "
-              f"(target <= {TARGET}) | round trip added {figures['added_rtt_us']:7.1f} us -> "
-              f"ratio {figures['ratio_rtt']:.2f}")
+        print(
+            f"{mode:5}: raw acquire+release {figures['raw_median_us']:7.1f} us | "
+            f"view time added {figures['added_us']:7.1f} us -> ratio {figures['ratio']:.2f} "
+            f"(target <= {TARGET}) | round trip added {figures['added_rtt_us']:7.1f} us -> "
+            f"ratio {figures['ratio_rtt']:.2f}"
+        )
     print(f"load average {report['machine']['load_average']}; wrote {RESULTS}")
     return 0 if all(figures["meets_target"] for figures in results.values()) else 1
 

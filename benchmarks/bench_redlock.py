@@ -18,6 +18,7 @@ over 3 nodes distlock <= 0.6 x redlock-py.
 
 Writes benchmarks/results/redlock.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,10 +52,13 @@ def setup_django(urls: dict[int, list[str]]) -> None:
     settings.configure(
         INSTALLED_APPS=["distlock"],
         DISTLOCK={
-            f"redlock{count}": {"BACKEND": "distlock.backends.redlock.RedlockBackend",
-                                "LOCATION": node_urls}
+            f"redlock{count}": {
+                "BACKEND": "distlock.backends.redlock.RedlockBackend",
+                "LOCATION": node_urls,
+            }
             for count, node_urls in urls.items()
-        } | {"default": {"BACKEND": "distlock.backends.locmem.LocMemBackend"}},
+        }
+        | {"default": {"BACKEND": "distlock.backends.locmem.LocMemBackend"}},
         USE_TZ=True,
     )
     django.setup()
@@ -94,8 +98,9 @@ def contenders(urls: dict[int, list[str]]) -> dict[str, Callable[[], None]]:
         masters = {redis.Redis.from_url(url) for url in urls[count]}
 
         def cycle() -> None:
-            lock = PotteryRedlock(key=f"bench-pottery-{count}", masters=masters,
-                                  auto_release_time=10)
+            lock = PotteryRedlock(
+                key=f"bench-pottery-{count}", masters=masters, auto_release_time=10
+            )
             if not lock.acquire(blocking=False):
                 raise RuntimeError("pottery did not acquire an uncontended lock")
             lock.release()
@@ -110,8 +115,9 @@ def contenders(urls: dict[int, list[str]]) -> dict[str, Callable[[], None]]:
     return cycles
 
 
-def measure(cycles: dict[str, Callable[[], None]], rounds: int, batch: int,
-            warmup: int) -> dict[str, list[float]]:
+def measure(
+    cycles: dict[str, Callable[[], None]], rounds: int, batch: int, warmup: int
+) -> dict[str, list[float]]:
     names = list(cycles)
     for name in names:
         for _ in range(warmup):
@@ -168,14 +174,20 @@ def main() -> int:
     for (count, other), target in TARGETS.items():
         ratio = results[f"distlock/{count}"]["median_us"] / results[f"{other}/{count}"]["median_us"]
         ratios[f"distlock/{other} over {count} nodes"] = {
-            "ratio": round(ratio, 3), "target": target, "met": ratio <= target,
+            "ratio": round(ratio, 3),
+            "target": target,
+            "met": ratio <= target,
         }
     report = {
         "benchmark": "Redlock uncontended acquire+release, medians of interleaved rounds",
-        "rounds": rounds, "batch": batch, "seconds": round(elapsed, 1),
+        "rounds": rounds,
+        "batch": batch,
+        "seconds": round(elapsed, 1),
         "machine": {
-            "python": platform.python_version(), "platform": platform.platform(),
-            "cpus": os.cpu_count(), "loadavg_before": [round(x, 2) for x in load_before],
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "loadavg_before": [round(x, 2) for x in load_before],
             "loadavg_after": [round(x, 2) for x in load_after],
             "note": "a shared machine; other jobs ran at the same time",
         },
@@ -186,9 +198,11 @@ def main() -> int:
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
     width = max(map(len, results))
     for name, result in results.items():
-        print(f"{name:<{width}}  median {result['median_us']:8.1f} us   "
-              f"p10 {result['p10_us']:8.1f}   p90 {result['p90_us']:8.1f}   "
-              f"n={result['samples']}")
+        print(
+            f"{name:<{width}}  median {result['median_us']:8.1f} us   "
+            f"p10 {result['p10_us']:8.1f}   p90 {result['p90_us']:8.1f}   "
+            f"n={result['samples']}"
+        )
     for label, ratio in ratios.items():
         verdict = "met" if ratio["met"] else "NOT met"
         print(f"{label}: {ratio['ratio']:.3f} (target <= {ratio['target']}): {verdict}")

@@ -12,6 +12,7 @@ servers' (tests/support/shop/slow_commit), as a commit that waits for a disk is.
 
 Writes benchmarks/results/transactions.json and prints the table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,25 +61,39 @@ def run_pattern(shop: Shop, pattern: str, orders: int, units: int) -> dict[str, 
     else:
         answers = shop.click_orders(pattern, orders, CLICKS)
         damage = sum(1 for n in shop.charges_per_order().values() if n > 1)
-    return {"damage": damage, "waited": sum(a.waited for a in answers),
-            "requests": len(answers),
-            "errors": sum(n for status, n in Counter(a.status for a in answers).items()
-                          if status != 200)}
+    return {
+        "damage": damage,
+        "waited": sum(a.waited for a in answers),
+        "requests": len(answers),
+        "errors": sum(
+            n for status, n in Counter(a.status for a in answers).items() if status != 200
+        ),
+    }
 
 
-def measure(database: DatabaseServer, redis: RedisServer, runs: int, orders: int,
-            units: int) -> list[dict[str, Any]]:
+def measure(
+    database: DatabaseServer, redis: RedisServer, runs: int, orders: int, units: int
+) -> list[dict[str, Any]]:
     rows = []
     for hold in (False, True):
         for label, paths in PATTERNS.items():
             pattern = paths[hold]
             for run in range(runs):
                 redis.flushall()
-                with serve_shop(database, redis.url, workers=WORKERS,
-                                hold_until_commit=hold) as shop:
+                with serve_shop(
+                    database, redis.url, workers=WORKERS, hold_until_commit=hold
+                ) as shop:
                     result = run_pattern(shop, pattern, orders, units)
-                rows.append({"database": database.vendor, "hold_until_commit": hold,
-                             "row": label, "pattern": pattern, "run": run, **result})
+                rows.append(
+                    {
+                        "database": database.vendor,
+                        "hold_until_commit": hold,
+                        "row": label,
+                        "pattern": pattern,
+                        "run": run,
+                        **result,
+                    }
+                )
                 print(json.dumps(rows[-1]), flush=True)
     for label, pattern in COMPARISONS.items():
         if pattern.endswith("python-redis-lock") and importlib.util.find_spec("redis_lock") is None:
@@ -87,34 +102,55 @@ def measure(database: DatabaseServer, redis: RedisServer, runs: int, orders: int
             redis.flushall()
             with serve_shop(database, redis.url, workers=WORKERS) as shop:
                 result = run_pattern(shop, pattern, orders, units)
-            rows.append({"database": database.vendor, "hold_until_commit": None, "row": label,
-                         "pattern": pattern, "run": run, **result})
+            rows.append(
+                {
+                    "database": database.vendor,
+                    "hold_until_commit": None,
+                    "row": label,
+                    "pattern": pattern,
+                    "run": run,
+                    **result,
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
 def table(rows: list[dict[str, Any]], orders: int, units: int) -> str:
-    lines = ["| pattern | PostgreSQL before | PostgreSQL now | MariaDB before | MariaDB now |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "| pattern | PostgreSQL before | PostgreSQL now | MariaDB before | MariaDB now |",
+        "|---|---|---|---|---|",
+    ]
     for label, paths in PATTERNS.items():
         whole = f"of {units} oversold" if paths[1] == "buy" else f"of {orders}"
         cells = []
         for vendor in ("postgresql", "mysql"):
             for hold in (False, True):
-                damage = [r["damage"] for r in rows if (r["row"], r["hold_until_commit"],
-                                                        r["database"]) == (label, hold, vendor)]
+                damage = [
+                    r["damage"]
+                    for r in rows
+                    if (r["row"], r["hold_until_commit"], r["database"]) == (label, hold, vendor)
+                ]
                 low, high = min(damage), max(damage)
                 cells.append(f"{low}{'' if low == high else f'-{high}'} {whole}")
         lines.append(f"| {label} | {' | '.join(cells)} |")
-    lines += ["", "For comparison, in the same runs:", "",
-              "| pattern | PostgreSQL | MariaDB |", "|---|---|---|"]
+    lines += [
+        "",
+        "For comparison, in the same runs:",
+        "",
+        "| pattern | PostgreSQL | MariaDB |",
+        "|---|---|---|",
+    ]
     for label in COMPARISONS:
         cells = []
         for vendor in ("postgresql", "mysql"):
             damage = [r["damage"] for r in rows if (r["row"], r["database"]) == (label, vendor)]
             low, high = (min(damage), max(damage)) if damage else (None, None)
-            cells.append("not installed" if low is None
-                         else f"{low}{'' if low == high else f'-{high}'} of {orders}")
+            cells.append(
+                "not installed"
+                if low is None
+                else f"{low}{'' if low == high else f'-{high}'} of {orders}"
+            )
         lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
 
@@ -132,10 +168,18 @@ def main(argv: list[str] | None = None) -> int:
         for server_class in (PostgresServer, MariaDBServer):
             with server_class() as database:
                 rows += measure(database, redis, runs, orders, units)
-    result = {"title": "Locks and database transactions: orders charged twice, units oversold",
-              "orders": orders, "units": units, "runs": runs, "workers": WORKERS,
-              "clicks": CLICKS, "rows": rows, "table": table(rows, orders, units),
-              "machine": platform.platform(), "seconds": round(time.time() - started, 1)}
+    result = {
+        "title": "Locks and database transactions: orders charged twice, units oversold",
+        "orders": orders,
+        "units": units,
+        "runs": runs,
+        "workers": WORKERS,
+        "clicks": CLICKS,
+        "rows": rows,
+        "table": table(rows, orders, units),
+        "machine": platform.platform(),
+        "seconds": round(time.time() - started, 1),
+    }
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(result["table"])
     return 0

@@ -6,6 +6,7 @@ Used by scripts/bench-smoke (and so by CI) to show that the benchmark command wo
 fresh clone. It judges what was produced, never how fast: the speed targets are the
 benchmarks' own verdicts, in the outputs.
 """
+
 from __future__ import annotations
 
 import json

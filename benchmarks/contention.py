@@ -17,6 +17,7 @@ processes that held the lock during the wait (each hold's delay, capped at its o
 the wait): a wait is "scheduler-bound" when those delays cover at least half of its excess
 over the p99. The same is done for every library; max and p99 are over every wait, as before.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -42,8 +43,11 @@ class Workers:
     def __init__(self, count: int, url: str) -> None:
         self.processes = [
             subprocess.Popen(
-                [sys.executable, "-m", "benchmarks.contention_worker", url], cwd=ROOT,
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                [sys.executable, "-m", "benchmarks.contention_worker", url],
+                cwd=ROOT,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
             )
             for _ in range(count)
         ]
@@ -85,8 +89,7 @@ def run(profile: Profile, url: str) -> dict[str, Any]:
     runs: dict[tuple[int, str], list[dict[str, Any]]] = {}
     try:
         for library in anchors.CONTENDED_LIBRARIES:  # warm-up: connections, scripts
-            workers.run(max(profile.contention_ks),
-                        _job(library, "warmup", "warmup", 0.2))
+            workers.run(max(profile.contention_ks), _job(library, "warmup", "warmup", 0.2))
         order = list(anchors.CONTENDED_LIBRARIES)
         shuffle = random.Random(11).shuffle
         for repeat in range(profile.contention_repeats):
@@ -98,9 +101,12 @@ def run(profile: Profile, url: str) -> dict[str, Any]:
                     results = workers.run(k, job)
                     final = data.get(job["counter"]) or b"0:"
                     runs.setdefault((k, library), []).append(
-                        _one_run(results, int(final.split(b":")[0]), job["seconds"]))
-                    log(f"contention K={k} {library}: "
-                        f"{runs[(k, library)][-1]['handoffs_per_s']:.0f} handoffs/s")
+                        _one_run(results, int(final.split(b":")[0]), job["seconds"])
+                    )
+                    log(
+                        f"contention K={k} {library}: "
+                        f"{runs[(k, library)][-1]['handoffs_per_s']:.0f} handoffs/s"
+                    )
     finally:
         workers.close()
     return _aggregate(profile, runs)
@@ -108,8 +114,12 @@ def run(profile: Profile, url: str) -> dict[str, Any]:
 
 def _job(library: str, name_tag: str, counter_tag: str, seconds: float) -> dict[str, Any]:
     short = library.split()[0]
-    return {"library": library, "name": f"contended:{short}:{name_tag}",
-            "counter": f"counter:{short}:{counter_tag}", "seconds": seconds}
+    return {
+        "library": library,
+        "name": f"contended:{short}:{name_tag}",
+        "counter": f"counter:{short}:{counter_tag}",
+        "seconds": seconds,
+    }
 
 
 def _one_run(results: list[dict[str, Any]], final_count: int, seconds: float) -> dict[str, Any]:
@@ -132,8 +142,11 @@ def _long_waits(repeats: list[dict[str, Any]], p99_us: float) -> dict[str, Any]:
     long_count = bound = 0
     worst: dict[str, Any] | None = None
     for repeat in repeats:
-        holds = sorted((span[1], span[2], span[4], worker)
-                       for worker, spans in enumerate(repeat["spans"]) for span in spans)
+        holds = sorted(
+            (span[1], span[2], span[4], worker)
+            for worker, spans in enumerate(repeat["spans"])
+            for span in spans
+        )
         starts = [hold[0] for hold in holds]
         longest_hold = max((end - start for start, end, _, _ in holds), default=0)
         for worker, spans in enumerate(repeat["spans"]):
@@ -144,30 +157,35 @@ def _long_waits(repeats: list[dict[str, Any]], p99_us: float) -> dict[str, Any]:
                 holders_queued = sum(
                     min(queued, min(end, acquired) - max(start, began))
                     for start, end, queued, other in holds[
-                        bisect.bisect_left(starts, began - longest_hold):
-                        bisect.bisect_left(starts, acquired)]
-                    if other != worker and end > began)
+                        bisect.bisect_left(starts, began - longest_hold) : bisect.bisect_left(
+                            starts, acquired
+                        )
+                    ]
+                    if other != worker and end > began
+                )
                 explained = waiter_queued + holders_queued >= (wait - p99_us) / 2
                 if wait > threshold:
                     long_count += 1
                     bound += explained
                 if worst is None or wait > worst["wait_us"]:
-                    worst = {"wait_us": wait, "waiter": waiter_queued,
-                             "holders": holders_queued}
+                    worst = {"wait_us": wait, "waiter": waiter_queued, "holders": holders_queued}
     known = all(repeat["run_queue"] for repeat in repeats)
     return {
         "long_wait_threshold_ms": round(threshold / 1000, 3),
         "long_waits": long_count,
         "long_waits_scheduler_bound": bound if known else None,
-        "worst_wait_waiter_run_queue_ms":
-            round(worst["waiter"] / 1000, 3) if worst and known else None,
-        "worst_wait_holders_run_queue_ms":
-            round(worst["holders"] / 1000, 3) if worst and known else None,
+        "worst_wait_waiter_run_queue_ms": round(worst["waiter"] / 1000, 3)
+        if worst and known
+        else None,
+        "worst_wait_holders_run_queue_ms": round(worst["holders"] / 1000, 3)
+        if worst and known
+        else None,
     }
 
 
-def _aggregate(profile: Profile, runs: dict[tuple[int, str], list[dict[str, Any]]]
-               ) -> dict[str, Any]:
+def _aggregate(
+    profile: Profile, runs: dict[tuple[int, str], list[dict[str, Any]]]
+) -> dict[str, Any]:
     by_k: dict[str, dict[str, Any]] = {}
     ratios: dict[str, dict[str, float]] = {}
     for k in profile.contention_ks:
@@ -191,12 +209,22 @@ def _aggregate(profile: Profile, runs: dict[tuple[int, str], list[dict[str, Any]
         ratios[f"K={k}"] = {}
         for anchor in anchors.CONTENDED_LIBRARIES[1:]:
             theirs = runs[(k, anchor)]
-            ratios[f"K={k}"][f"handoffs/s vs {anchor}"] = round(paired_ratio(
-                [r["handoffs_per_s"] for r in ours], [r["handoffs_per_s"] for r in theirs]), 3)
-            ratios[f"K={k}"][f"p99 wait vs {anchor}"] = round(
-                row[anchors.DISTLOCK]["wait_p99_ms"] / row[anchor]["wait_p99_ms"], 3
-            ) if row[anchor]["wait_p99_ms"] else float("nan")
+            ratios[f"K={k}"][f"handoffs/s vs {anchor}"] = round(
+                paired_ratio(
+                    [r["handoffs_per_s"] for r in ours], [r["handoffs_per_s"] for r in theirs]
+                ),
+                3,
+            )
+            ratios[f"K={k}"][f"p99 wait vs {anchor}"] = (
+                round(row[anchors.DISTLOCK]["wait_p99_ms"] / row[anchor]["wait_p99_ms"], 3)
+                if row[anchor]["wait_p99_ms"]
+                else float("nan")
+            )
         by_k[f"K={k}"] = row
-    return {"by_k": by_k, "distlock_ratios": ratios,
-            "seconds_per_run": profile.contention_seconds,
-            "redis_py_sleep_s": anchors.REDIS_PY_SLEEP, "long_wait_p99s": LONG_WAIT_P99S}
+    return {
+        "by_k": by_k,
+        "distlock_ratios": ratios,
+        "seconds_per_run": profile.contention_seconds,
+        "redis_py_sleep_s": anchors.REDIS_PY_SLEEP,
+        "long_wait_p99s": LONG_WAIT_P99S,
+    }

@@ -12,6 +12,7 @@ release() returned (wall clock), and how long this process was runnable but not 
 Those reads happen outside the timed wait, the same way for every library; where the file
 does not exist (not Linux) the delays are reported as None.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,9 @@ class RunQueue:
         return int(os.pread(self.fd, 128, 0).split()[1])
 
 
-def compete(make: Callable[[str], Any], data: redis.Redis, job: dict[str, Any],
-            me: str) -> dict[str, Any]:
+def compete(
+    make: Callable[[str], Any], data: redis.Redis, job: dict[str, Any], me: str
+) -> dict[str, Any]:
     name, counter = job["name"], job["counter"]
     delay = job["start"] - time.time()
     if delay > 0:
@@ -72,19 +74,31 @@ def compete(make: Callable[[str], Any], data: redis.Redis, job: dict[str, Any],
         released = time.time()
         queued_released = run_queue.delay_ns()
         waits.append(round(waited * 1e6))
-        spans.append((round((began - start) * 1e6), round((acquired - start) * 1e6),
-                       round((released - start) * 1e6), (queued_acquired - queued) // 1000,
-                       (queued_released - queued_acquired) // 1000))
+        spans.append(
+            (
+                round((began - start) * 1e6),
+                round((acquired - start) * 1e6),
+                round((released - start) * 1e6),
+                (queued_acquired - queued) // 1000,
+                (queued_released - queued_acquired) // 1000,
+            )
+        )
         handoffs += previous not in ("", me)
-    return {"acquisitions": len(waits), "handoffs": handoffs, "waits_us": waits,
-            "spans": spans, "run_queue": run_queue.fd is not None}
+    return {
+        "acquisitions": len(waits),
+        "handoffs": handoffs,
+        "waits_us": waits,
+        "spans": spans,
+        "run_queue": run_queue.fd is not None,
+    }
 
 
 def main(url: str) -> None:
     configure_distlock(url)
     data = redis.Redis.from_url(url)
-    factories = {library: anchors.lock_factory(library, url)
-                 for library in anchors.CONTENDED_LIBRARIES}
+    factories = {
+        library: anchors.lock_factory(library, url) for library in anchors.CONTENDED_LIBRARIES
+    }
     me = str(os.getpid())
     print("ready", flush=True)
     for line in sys.stdin:

@@ -1,4 +1,5 @@
 """What every section shares: the run's profile, interleaved timing, statistics, settings."""
+
 from __future__ import annotations
 
 import contextlib
@@ -49,18 +50,42 @@ class Profile:
 
 
 QUICK = Profile(
-    name="quick", repeats=5, seconds_per_case=0.1, contention_repeats=2,
-    contention_seconds=0.8, contention_ks=(2, 4, 8), memory_locks=20_000,
-    scale_levels=(1, 1_000, 10_000, 100_000), scale_pairs=200, scale_repeats=5,
-    latency_delays_ms=(0, 1, 2), latency_large_ms=1, latency_rounds=3, latency_batch=4,
-    latency_handoffs=2, server_time_pairs=300, listing_repeats=3,
+    name="quick",
+    repeats=5,
+    seconds_per_case=0.1,
+    contention_repeats=2,
+    contention_seconds=0.8,
+    contention_ks=(2, 4, 8),
+    memory_locks=20_000,
+    scale_levels=(1, 1_000, 10_000, 100_000),
+    scale_pairs=200,
+    scale_repeats=5,
+    latency_delays_ms=(0, 1, 2),
+    latency_large_ms=1,
+    latency_rounds=3,
+    latency_batch=4,
+    latency_handoffs=2,
+    server_time_pairs=300,
+    listing_repeats=3,
 )
 FULL = Profile(
-    name="full", repeats=7, seconds_per_case=0.35, contention_repeats=5,
-    contention_seconds=3.0, contention_ks=(2, 4, 8), memory_locks=100_000,
-    scale_levels=(1, 1_000, 10_000, 100_000, 1_000_000), scale_pairs=1000, scale_repeats=5,
-    latency_delays_ms=(0, 0.5, 1, 2, 4, 8), latency_large_ms=2, latency_rounds=5,
-    latency_batch=5, latency_handoffs=3, server_time_pairs=2000, listing_repeats=5,
+    name="full",
+    repeats=7,
+    seconds_per_case=0.35,
+    contention_repeats=5,
+    contention_seconds=3.0,
+    contention_ks=(2, 4, 8),
+    memory_locks=100_000,
+    scale_levels=(1, 1_000, 10_000, 100_000, 1_000_000),
+    scale_pairs=1000,
+    scale_repeats=5,
+    latency_delays_ms=(0, 0.5, 1, 2, 4, 8),
+    latency_large_ms=2,
+    latency_rounds=5,
+    latency_batch=5,
+    latency_handoffs=3,
+    server_time_pairs=2000,
+    listing_repeats=5,
 )
 
 
@@ -84,8 +109,9 @@ def rate(call: Callable[[], object], seconds: float) -> float:
             return count / (now - started)
 
 
-def interleaved(cases: dict[str, Callable[[], object]], repeats: int, seconds: float,
-                seed: int = 7) -> dict[str, list[float]]:
+def interleaved(
+    cases: dict[str, Callable[[], object]], repeats: int, seconds: float, seed: int = 7
+) -> dict[str, list[float]]:
     """Rate every case once per round, in a shuffled order each round; return the rates.
 
     Interleaving spreads the machine's background noise over all cases alike, and the
@@ -188,8 +214,17 @@ def environment(redis_version: str) -> dict[str, Any]:
         "redis_server": redis_version,
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "git_commit": _git_commit(),
-        "packages": {name: _version(name) for name in (
-            "django-distlock", "redis", "hiredis", "python-redis-lock", "pottery", "Django")},
+        "packages": {
+            name: _version(name)
+            for name in (
+                "django-distlock",
+                "redis",
+                "hiredis",
+                "python-redis-lock",
+                "pottery",
+                "Django",
+            )
+        },
     }
 
 
@@ -205,8 +240,13 @@ def _cpu_model() -> str:
 
 def _git_commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                              capture_output=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            text=True,
+            capture_output=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 

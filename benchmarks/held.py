@@ -3,6 +3,7 @@
 Each lock is taken by exactly the script a ``distlock.lock(name).acquire()`` runs (same keys,
 metadata, index entry and fencing token), only many per round trip.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,7 +19,7 @@ BATCH = 2_000  # scripts per pipeline: well within the 2 s socket timeout
 
 def _batches(names: list[str]) -> Iterator[list[str]]:
     for start in range(0, len(names), BATCH):
-        yield names[start:start + BATCH]
+        yield names[start : start + BATCH]
 
 
 def acquire_all(names: list[str], ttl_ms: int) -> dict[str, str]:
@@ -30,8 +31,9 @@ def acquire_all(names: list[str], ttl_ms: int) -> dict[str, str]:
         acquires = []
         for name in batch:
             tokens[name] = os.urandom(16).hex()
-            acquires.append(lock_ops.acquire_call(backend.layout, name, tokens[name], ttl_ms,
-                                                  meta, 0))
+            acquires.append(
+                lock_ops.acquire_call(backend.layout, name, tokens[name], ttl_ms, meta, 0)
+            )
         replies = backend.execute(EvalMany(acquires))
         if not all(lock_ops.attempt_from(reply).acquired for reply in replies):
             raise RuntimeError("a lock meant to be free was held")
@@ -41,6 +43,7 @@ def acquire_all(names: list[str], ttl_ms: int) -> dict[str, str]:
 def release_all(tokens: dict[str, str]) -> None:
     backend = locks["default"]
     for batch in _batches(list(tokens)):
-        releases = [lock_ops.release_call(backend.layout, name, tokens[name], False)
-                    for name in batch]
+        releases = [
+            lock_ops.release_call(backend.layout, name, tokens[name], False) for name in batch
+        ]
         backend.execute(EvalMany(releases))

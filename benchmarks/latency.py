@@ -25,6 +25,7 @@ what the table shows), and fitted again over the larger delays only (from
 anchors.POLLING) is bound by its poll interval, not by round trips: its handoff figures are
 reported as measured, with that note.
 """
+
 from __future__ import annotations
 
 import gc
@@ -54,8 +55,16 @@ SENTINEL_SERVICE = "bench"
 REDLOCK = {3: "Redlock pair, 3 nodes", 5: "Redlock pair, 5 nodes"}
 CLIENT = "redis-py client"  # who sends the bare commands
 # The physical limit of each operation, in round trips.
-LIMITS = {PING: 1, FLOOR: 2, PAIR: 2, HANDOFF: 1, HANDOFF_SENTINEL: 1, HANDOFF_CLUSTER: 1,
-          REDLOCK[3]: 2, REDLOCK[5]: 2}
+LIMITS = {
+    PING: 1,
+    FLOOR: 2,
+    PAIR: 2,
+    HANDOFF: 1,
+    HANDOFF_SENTINEL: 1,
+    HANDOFF_CLUSTER: 1,
+    REDLOCK[3]: 2,
+    REDLOCK[5]: 2,
+}
 OPERATIONS = (PAIR, HANDOFF, HANDOFF_SENTINEL, HANDOFF_CLUSTER, REDLOCK[3], REDLOCK[5])
 NODES = 5
 # A handoff's waiter gets this long, plus SETTLE_ROUND_TRIPS, to be waiting before the
@@ -73,8 +82,12 @@ class Proxies:
 
     def __init__(self, ports: list[int]) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.latency_proxy", *map(str, ports)], cwd=ROOT,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            [sys.executable, "-m", "benchmarks.latency_proxy", *map(str, ports)],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         self.ports: list[int] = json.loads(self._answer())
 
     def _answer(self) -> str:
@@ -140,8 +153,10 @@ def cases(urls: list[str], profile: Profile) -> dict[Key, Case]:
         client.set("latency:floor", "token", nx=True, px=10_000)
         client.delete("latency:floor")
 
-    calls: dict[Key, Callable[[], object]] = {(PING, CLIENT): client.ping,
-                                               (FLOOR, CLIENT): set_and_delete}
+    calls: dict[Key, Callable[[], object]] = {
+        (PING, CLIENT): client.ping,
+        (FLOOR, CLIENT): set_and_delete,
+    }
     found: dict[Key, Case] = {}
     for library in anchors.LATENCY_LIBRARIES:
         make = anchors.lock_factory(library, urls[0])
@@ -150,8 +165,8 @@ def cases(urls: list[str], profile: Profile) -> dict[Key, Case]:
         found[(HANDOFF, library)] = _handoffs(make, f"{name}:handoff", profile.latency_handoffs)
     for operation, alias in ((HANDOFF_SENTINEL, "sentinel"), (HANDOFF_CLUSTER, "cluster")):
         found[(operation, anchors.DISTLOCK)] = _handoffs(
-            anchors.distlock_factory(alias), f"latency:distlock:{alias}",
-            profile.latency_handoffs)
+            anchors.distlock_factory(alias), f"latency:distlock:{alias}", profile.latency_handoffs
+        )
     for nodes, operation in REDLOCK.items():
         for library in anchors.REDLOCK_LIBRARIES:
             make = anchors.redlock_factory(library, urls[:nodes], using=f"redlock{nodes}")
@@ -175,8 +190,9 @@ def _handoffs(make: Callable[[str], Any], name: str, count: int) -> Case:
     return case
 
 
-def measure(found: dict[Key, Case], proxies: Proxies, profile: Profile
-            ) -> dict[Key, dict[float, list[float]]]:
+def measure(
+    found: dict[Key, Case], proxies: Proxies, profile: Profile
+) -> dict[Key, dict[float, list[float]]]:
     delays = list(profile.latency_delays_ms)
     samples: dict[Key, dict[float, list[float]]] = {key: {d: [] for d in delays} for key in found}
     shuffle = random.Random(13).shuffle
@@ -197,19 +213,20 @@ def measure(found: dict[Key, Case], proxies: Proxies, profile: Profile
 def fit(medians: dict[float, float], from_ms: float = 0.0) -> tuple[float, float]:
     """Least squares through (RTT, median time) for the delays from ``from_ms`` up: the
     intercept a (s) and the slope k (round trips)."""
-    points = sorted((2 * delay / 1000, median) for delay, median in medians.items()
-                    if delay >= from_ms)
+    points = sorted(
+        (2 * delay / 1000, median) for delay, median in medians.items() if delay >= from_ms
+    )
     if len(points) < 2:
         return float("nan"), float("nan")
-    slope, intercept = statistics.linear_regression([x for x, _ in points],
-                                                    [y for _, y in points])
+    slope, intercept = statistics.linear_regression([x for x, _ in points], [y for _, y in points])
     return intercept, slope
 
 
-def summarise(samples: dict[Key, dict[float, list[float]]], profile: Profile
-              ) -> dict[str, Any]:
-    medians = {key: {delay: statistics.median(times) for delay, times in by_delay.items()}
-               for key, by_delay in samples.items()}
+def summarise(samples: dict[Key, dict[float, list[float]]], profile: Profile) -> dict[str, Any]:
+    medians = {
+        key: {delay: statistics.median(times) for delay, times in by_delay.items()}
+        for key, by_delay in samples.items()
+    }
     ping_k = fit(medians[(PING, CLIENT)])[1]
     ping_k_large = fit(medians[(PING, CLIENT)], profile.latency_large_ms)[1]
     fits: dict[str, dict[str, Any]] = {}
@@ -217,10 +234,12 @@ def summarise(samples: dict[Key, dict[float, list[float]]], profile: Profile
         a, k = fit(by_delay)
         k_large = fit(by_delay, profile.latency_large_ms)[1]
         fits.setdefault(operation, {})[library] = {
-            "median_ms": {f"{delay:g}": round(value * 1000, 3)
-                          for delay, value in sorted(by_delay.items())},
-            "samples_per_delay": min(len(times) for times in samples[(operation, library)]
-                                     .values()),
+            "median_ms": {
+                f"{delay:g}": round(value * 1000, 3) for delay, value in sorted(by_delay.items())
+            },
+            "samples_per_delay": min(
+                len(times) for times in samples[(operation, library)].values()
+            ),
             "a_ms": round(a * 1000, 3),
             # (+ 0.0: no "-0" for a flat line)
             "k": round(k, 3) + 0.0,
@@ -287,37 +306,55 @@ def _start_sentinel(sentinel: RedisServer, master_port: int) -> None:
     """Start ``sentinel`` monitoring the master at ``master_port`` (its proxy); return once
     it answers for the master there."""
     assert sentinel.config_file is not None
-    sentinel.config_file.write_text("\n".join([
-        "sentinel resolve-hostnames no",
-        f"sentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {master_port} 1",
-        f"sentinel down-after-milliseconds {SENTINEL_SERVICE} 60000",  # delays are not outages
-        "",
-    ]))
+    sentinel.config_file.write_text(
+        "\n".join(
+            [
+                "sentinel resolve-hostnames no",
+                f"sentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {master_port} 1",
+                # delays are not outages
+                f"sentinel down-after-milliseconds {SENTINEL_SERVICE} 60000",
+                "",
+            ]
+        )
+    )
     sentinel.start()
 
     def knows_master() -> bool:
         with sentinel.client() as client:
-            found = client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME",
-                                           SENTINEL_SERVICE)
+            found = client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SENTINEL_SERVICE)
         return bool(found) and int(found[1]) == master_port
 
     wait_until(knows_master, 10.0, "the sentinel to know the master")
 
 
-def _aliases(urls: list[str], sentinel: tuple[str, int], cluster_port: int
-             ) -> dict[str, dict[str, Any]]:
+def _aliases(
+    urls: list[str], sentinel: tuple[str, int], cluster_port: int
+) -> dict[str, dict[str, Any]]:
     """distlock's default alias on the first proxied server, the same server through the
     sentinel, the proxied cluster, and Redlock over 3 and 5."""
     aliases: dict[str, dict[str, Any]] = {
-        "default": {"BACKEND": "distlock.backends.redis.RedisBackend", "LOCATION": urls[0],
-                    "KEY_PREFIX": KEY_PREFIX},
-        "sentinel": {"BACKEND": "distlock.backends.redis.RedisBackend",
-                     "LOCATION": f"redis://{SENTINEL_SERVICE}/0",
-                     "OPTIONS": {"SENTINELS": [sentinel]}, "KEY_PREFIX": KEY_PREFIX},
-        "cluster": {"BACKEND": "distlock.backends.redis.RedisBackend",
-                    "LOCATION": f"redis://127.0.0.1:{cluster_port}/0",
-                    "OPTIONS": {"CLUSTER": True}, "KEY_PREFIX": KEY_PREFIX}}
+        "default": {
+            "BACKEND": "distlock.backends.redis.RedisBackend",
+            "LOCATION": urls[0],
+            "KEY_PREFIX": KEY_PREFIX,
+        },
+        "sentinel": {
+            "BACKEND": "distlock.backends.redis.RedisBackend",
+            "LOCATION": f"redis://{SENTINEL_SERVICE}/0",
+            "OPTIONS": {"SENTINELS": [sentinel]},
+            "KEY_PREFIX": KEY_PREFIX,
+        },
+        "cluster": {
+            "BACKEND": "distlock.backends.redis.RedisBackend",
+            "LOCATION": f"redis://127.0.0.1:{cluster_port}/0",
+            "OPTIONS": {"CLUSTER": True},
+            "KEY_PREFIX": KEY_PREFIX,
+        },
+    }
     for nodes in REDLOCK:
-        aliases[f"redlock{nodes}"] = {"BACKEND": "distlock.backends.redlock.RedlockBackend",
-                                      "LOCATION": urls[:nodes], "KEY_PREFIX": KEY_PREFIX}
+        aliases[f"redlock{nodes}"] = {
+            "BACKEND": "distlock.backends.redlock.RedlockBackend",
+            "LOCATION": urls[:nodes],
+            "KEY_PREFIX": KEY_PREFIX,
+        }
     return aliases

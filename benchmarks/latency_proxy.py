@@ -9,6 +9,7 @@ the benchmark for theirs): in the same process a forwarded reply could sit until
 thread gave up the interpreter. Its timer slack is cut to 1 ns, so the proxies' sleeps end
 when due rather than up to 50 us later.
 """
+
 from __future__ import annotations
 
 import contextlib

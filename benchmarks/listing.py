@@ -6,6 +6,7 @@ listing is timed whole, ``listing_repeats`` times in turn; the medians are repor
 checked against benchmarks/targets.py. That the listing is complete and consistent while
 other locks come and go is tests/faults/test_listing_scale.py's business, not timed there.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,9 +54,14 @@ def run(profile: Profile, url: str) -> dict[str, Any]:
             if listed != HELD:
                 raise RuntimeError(f"{name} listed {listed} locks, not {HELD}")
             seconds[name].append(took)
-    result = {"locks": HELD, "repeats": profile.listing_repeats,
-              **{f"{name}_s": round(median(values), 3) for name, values in seconds.items()},
-              **{f"{name}_max_s": round(max(values), 3) for name, values in seconds.items()}}
-    log(f"listing: {HELD:,} locks, iter_held {result['iter_held_s']} s, "
-        f"distlock list --json {result['command_s']} s")
+    result = {
+        "locks": HELD,
+        "repeats": profile.listing_repeats,
+        **{f"{name}_s": round(median(values), 3) for name, values in seconds.items()},
+        **{f"{name}_max_s": round(max(values), 3) for name, values in seconds.items()},
+    }
+    log(
+        f"listing: {HELD:,} locks, iter_held {result['iter_held_s']} s, "
+        f"distlock list --json {result['command_s']} s"
+    )
     return result

@@ -7,6 +7,7 @@ that: its keys and values must be as long as the pipelined ones. The figure afte
 release is what distlock keeps per name once every lock is released: its share of the
 fencing memory, one key per bucket of names (1,024 in all), kept for good.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,9 +29,11 @@ CHECK_NAME = "memory:0"
 ANCHOR_ACQUIRES: dict[str, Callable[[Any, str], object]] = {
     REDIS_PY: lambda pipe, name: pipe.set(name, uuid.uuid1().hex, nx=True, px=LEASE_MS),
     PYTHON_REDIS_LOCK: lambda pipe, name: pipe.set(
-        f"lock:{name}", b64encode(os.urandom(18)).decode(), nx=True, ex=LEASE_MS // 1000),
-    POTTERY: lambda pipe, name: pipe.set(f"redlock:{name}", str(uuid.uuid4()), nx=True,
-                                         px=LEASE_MS),
+        f"lock:{name}", b64encode(os.urandom(18)).decode(), nx=True, ex=LEASE_MS // 1000
+    ),
+    POTTERY: lambda pipe, name: pipe.set(
+        f"redlock:{name}", str(uuid.uuid4()), nx=True, px=LEASE_MS
+    ),
 }
 
 
@@ -64,7 +67,7 @@ def anchor_bytes(client: redis.Redis, names: list[str], library: str) -> int:
     before = used_memory(client)
     for start in range(0, len(names), held.BATCH):
         pipe = client.pipeline(transaction=False)
-        for name in names[start:start + held.BATCH]:
+        for name in names[start : start + held.BATCH]:
             ANCHOR_ACQUIRES[library](pipe, name)
         pipe.execute()
     return used_memory(client) - before

@@ -14,6 +14,7 @@ Two views of the same hot path, on a redis-server of its own:
 ``make profile`` runs both. Numbers move with the machine's load; compare layers within one
 run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,8 +62,10 @@ def layers(url: str) -> dict[str, Callable[[], object]]:
     meta = holder_metadata(None)
     calls = script_calls(NAME)
     connection = redis.Redis.from_url(url).connection_pool.get_connection()
-    packed = [connection.pack_command(*command)
-              for command in script_commands(redis.Redis.from_url(url), NAME)]
+    packed = [
+        connection.pack_command(*command)
+        for command in script_commands(redis.Redis.from_url(url), NAME)
+    ]
 
     def bare() -> None:
         for command in packed:
@@ -82,12 +85,17 @@ def layers(url: str) -> dict[str, Callable[[], object]]:
         lock.acquire()
         lock.release()
 
-    return {"scripts, pre-packed, bare socket": bare, "+ redis-py client": through_client,
-            "+ backend": through_backend, "+ Lock (distlock.lock)": public_api}
+    return {
+        "scripts, pre-packed, bare socket": bare,
+        "+ redis-py client": through_client,
+        "+ backend": through_backend,
+        "+ Lock (distlock.lock)": public_api,
+    }
 
 
-def time_layers(cases: dict[str, Callable[[], object]], rounds: int,
-                seconds: float) -> dict[str, tuple[float, float]]:
+def time_layers(
+    cases: dict[str, Callable[[], object]], rounds: int, seconds: float
+) -> dict[str, tuple[float, float]]:
     """Return each case's median wall and client-CPU microseconds per pair."""
     wall: dict[str, list[float]] = collections.defaultdict(list)
     cpu: dict[str, list[float]] = collections.defaultdict(list)
@@ -103,8 +111,7 @@ def time_layers(cases: dict[str, Callable[[], object]], rounds: int,
                 count += 1
             wall[name].append((time.perf_counter() - started) / count * 1e6)
             cpu[name].append((time.process_time() - cpu_started) / count * 1e6)
-    return {name: (statistics.median(wall[name]), statistics.median(cpu[name]))
-            for name in cases}
+    return {name: (statistics.median(wall[name]), statistics.median(cpu[name])) for name in cases}
 
 
 def py_spy_top(url: str, pairs: int, shown: int) -> list[tuple[float, str]]:
@@ -113,10 +120,26 @@ def py_spy_top(url: str, pairs: int, shown: int) -> list[tuple[float, str]]:
     with tempfile.TemporaryDirectory() as folder:
         raw = Path(folder) / "samples.txt"
         subprocess.run(
-            [py_spy, "record", "--idle", "--rate", "1000", "--format", "raw",
-             "--output", str(raw), "--", sys.executable, __file__, "--loop", str(pairs),
-             "--url", url],
-            check=True, capture_output=True,
+            [
+                py_spy,
+                "record",
+                "--idle",
+                "--rate",
+                "1000",
+                "--format",
+                "raw",
+                "--output",
+                str(raw),
+                "--",
+                sys.executable,
+                __file__,
+                "--loop",
+                str(pairs),
+                "--url",
+                url,
+            ],
+            check=True,
+            capture_output=True,
         )
         return _self_shares(raw.read_text(), shown)
 

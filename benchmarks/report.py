@@ -1,4 +1,5 @@
 """Turn one run's results into a Markdown table and a multi-panel PNG."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -43,16 +44,24 @@ def markdown(results: dict[str, Any]) -> str:
         "## Targets",
         "",
     ]
-    lines += _table(["target", "measured", "limit", "met"],
-                    [[t["target"], t["value"], t["limit"], "yes" if t["met"] else "**NO**"]
-                     for t in results["targets"]])
+    lines += _table(
+        ["target", "measured", "limit", "met"],
+        [
+            [t["target"], t["value"], t["limit"], "yes" if t["met"] else "**NO**"]
+            for t in results["targets"]
+        ],
+    )
     pairs = sections.get("uncontended")
     if pairs:
         lines += ["## Physical floor (one connection)", ""]
-        lines += _table(["case", "ops/s", "us per op"],
-                        [[name, pairs["floor"][name]["per_s"], pairs["floor"][name]["us"]]
-                         for name in (PING, PING_BARE, FLOOR, FLOOR_BARE)
-                         if name in pairs["floor"]])
+        lines += _table(
+            ["case", "ops/s", "us per op"],
+            [
+                [name, pairs["floor"][name]["per_s"], pairs["floor"][name]["us"]]
+                for name in (PING, PING_BARE, FLOOR, FLOOR_BARE)
+                if name in pairs["floor"]
+            ],
+        )
         if SCRIPTS_BARE in pairs["floor"]:
             ceiling = pairs["floor"][SCRIPTS_BARE]
             lines += [
@@ -60,7 +69,8 @@ def markdown(results: dict[str, Any]) -> str:
                 f"connection like the bare floor, take {ceiling['us']} us per pair: "
                 f"{pairs['scripts_bare_vs_bare_floor']}x the bare floor's speed. That is the "
                 "most any client could reach with them; the rest of the gap to the bare floor "
-                "is the server's work for metadata, index, fencing token and queue.", "",
+                "is the server's work for metadata, index, fencing token and queue.",
+                "",
             ]
         lines += ["## Uncontended acquire+release", ""]
         rows = []
@@ -72,66 +82,129 @@ def markdown(results: dict[str, Any]) -> str:
                 row += [measured["per_s"], measured["us"], ratio]
             rows.append(row)
         for floor in (FLOOR, FLOOR_BARE):
-            rows.append([f"floor: {floor}"] + [
-                cell for mode in (SAME, DISTINCT) for cell in
-                (pairs["floor"][floor]["per_s"], pairs["floor"][floor]["us"],
-                 pairs["distlock_ratios"][mode][f"vs {floor}"])])
-        lines += _table(["library", "same name pairs/s", "us", "distlock ratio",
-                         "distinct names pairs/s", "us", "distlock ratio"], rows)
+            rows.append(
+                [f"floor: {floor}"]
+                + [
+                    cell
+                    for mode in (SAME, DISTINCT)
+                    for cell in (
+                        pairs["floor"][floor]["per_s"],
+                        pairs["floor"][floor]["us"],
+                        pairs["distlock_ratios"][mode][f"vs {floor}"],
+                    )
+                ]
+            )
+        lines += _table(
+            [
+                "library",
+                "same name pairs/s",
+                "us",
+                "distlock ratio",
+                "distinct names pairs/s",
+                "us",
+                "distlock ratio",
+            ],
+            rows,
+        )
     if sections.get("latency"):
         lines += _latency(sections["latency"])
     if sections.get("server_time"):
         lines += _server_time(sections["server_time"])
     contention = sections.get("contention")
     if contention:
-        lines += [f"## Contention: K processes, one lock, read-modify-write inside "
-                  f"({contention['seconds_per_run']} s per run; redis-py's Lock polls every "
-                  f"{contention['redis_py_sleep_s'] * 1000:g} ms)", ""]
+        lines += [
+            f"## Contention: K processes, one lock, read-modify-write inside "
+            f"({contention['seconds_per_run']} s per run; redis-py's Lock polls every "
+            f"{contention['redis_py_sleep_s'] * 1000:g} ms)",
+            "",
+        ]
         rows = []
         for k, row in contention["by_k"].items():
             for library, measured in row.items():
-                rows.append([k, library, measured["acquisitions_per_s"],
-                             measured["handoffs_per_s"], measured["wait_median_ms"],
-                             measured["wait_p99_ms"], measured["wait_max_ms"],
-                             measured["lost_updates"]])
-        lines += _table(["K", "library", "acquisitions/s", "handoffs/s", "wait median ms",
-                         "wait p99 ms", "wait max ms", "lost updates"], rows)
+                rows.append(
+                    [
+                        k,
+                        library,
+                        measured["acquisitions_per_s"],
+                        measured["handoffs_per_s"],
+                        measured["wait_median_ms"],
+                        measured["wait_p99_ms"],
+                        measured["wait_max_ms"],
+                        measured["lost_updates"],
+                    ]
+                )
+        lines += _table(
+            [
+                "K",
+                "library",
+                "acquisitions/s",
+                "handoffs/s",
+                "wait median ms",
+                "wait p99 ms",
+                "wait max ms",
+                "lost updates",
+            ],
+            rows,
+        )
         lines += _long_waits(contention)
     memory = sections.get("memory")
     if memory:
         lines += [f"## Redis memory per held lock ({memory['locks']:,} locks)", ""]
         rows = [[library, value] for library, value in memory["bytes_per_lock"].items()]
-        rows.append(["distlock, per name after release (fencing memory: one key per bucket)",
-                     memory["distlock_bytes_per_released_name"]])
+        rows.append(
+            [
+                "distlock, per name after release (fencing memory: one key per bucket)",
+                memory["distlock_bytes_per_released_name"],
+            ]
+        )
         lines += _table(["library", "bytes"], rows)
         checks = memory.get("anchor_key_checks", {})
         if checks:
             same = all(check["same"] for check in checks.values())
-            lines += [f"The anchors' locks are pipelined copies of the SET each one's acquire() "
-                      f"sends; one lock taken through each library had "
-                      f"{'the same' if same else '**not** the same'} key and value lengths.", ""]
+            lines += [
+                f"The anchors' locks are pipelined copies of the SET each one's acquire() "
+                f"sends; one lock taken through each library had "
+                f"{'the same' if same else '**not** the same'} key and value lengths.",
+                "",
+            ]
     scale = sections.get("scale")
     if scale:
         lines += ["## Acquire+release latency vs locks held", ""]
         columns = [key for key in next(iter(scale["levels"].values()))]
         rows = [[int(level), *values.values()] for level, values in scale["levels"].items()]
         lines += _table(["held locks", *columns], rows)
-        lines += [f"Growth at {scale['largest_level']:,}: distlock {scale['distlock_growth']}x, "
-                  f"reference {scale['reference_growth']}x, distlock / reference "
-                  f"{scale['distlock_growth_vs_reference']}x.", ""]
+        lines += [
+            f"Growth at {scale['largest_level']:,}: distlock {scale['distlock_growth']}x, "
+            f"reference {scale['reference_growth']}x, distlock / reference "
+            f"{scale['distlock_growth_vs_reference']}x.",
+            "",
+        ]
     listing = sections.get("listing")
     if listing:
-        lines += [f"## Listing {listing['locks']:,} held locks (median of "
-                  f"{listing['repeats']} listings, seconds)", ""]
-        lines += _table(["listing", "median s", "max s"], [
-            ["one walk of the index (iter_held)", listing["iter_held_s"],
-             listing["iter_held_max_s"]],
-            ["manage.py distlock list --json", listing["command_s"], listing["command_max_s"]]])
+        lines += [
+            f"## Listing {listing['locks']:,} held locks (median of "
+            f"{listing['repeats']} listings, seconds)",
+            "",
+        ]
+        lines += _table(
+            ["listing", "median s", "max s"],
+            [
+                [
+                    "one walk of the index (iter_held)",
+                    listing["iter_held_s"],
+                    listing["iter_held_max_s"],
+                ],
+                ["manage.py distlock list --json", listing["command_s"], listing["command_max_s"]],
+            ],
+        )
         separate = listing.get("separate_run")
         if separate:  # a section added to a run that predates it
-            lines += [f"Measured in a run of its own: `{separate['command']}` on "
-                      f"{separate['date']} (commit {separate['git_commit']}), load average "
-                      f"{separate['load_average_at_start']} at the start.", ""]
+            lines += [
+                f"Measured in a run of its own: `{separate['command']}` on "
+                f"{separate['date']} (commit {separate['git_commit']}), load average "
+                f"{separate['load_average_at_start']} at the start.",
+                "",
+            ]
     for name, external in sections.get("external", {}).items():
         lines += _external(name, external)
     return "\n".join(lines)
@@ -153,19 +226,39 @@ def _latency(latency: dict[str, Any]) -> list[str]:
         "at 0 delay.",
         "",
     ]
-    lines += _table(["operation", "limit", *libraries],
-                    _latency_rows(latency, "calibrated"))
-    lines += [f"Bias check: the same, fitted over the delays from {latency['large_from_ms']:g} ms "
-              f"up only (the PING's k there: {latency['ping_k_large']}).", ""]
-    lines += _table(["operation", "limit", *libraries],
-                    _latency_rows(latency, "calibrated_large"))
+    lines += _table(["operation", "limit", *libraries], _latency_rows(latency, "calibrated"))
+    lines += [
+        f"Bias check: the same, fitted over the delays from {latency['large_from_ms']:g} ms "
+        f"up only (the PING's k there: {latency['ping_k_large']}).",
+        "",
+    ]
+    lines += _table(["operation", "limit", *libraries], _latency_rows(latency, "calibrated_large"))
     lines += ["Every fit (median ms at each one-way delay in ms):", ""]
-    rows = [[operation, library, fit["a_ms"], fit["k"], fit["calibrated"],
-             fit["calibrated_large"], *fit["median_ms"].values()]
-            for operation, by_library in fits.items() for library, fit in by_library.items()]
-    return lines + _table(["operation", "library", "a ms", "k", "calibrated",
-                           "calibrated (large)", *latency["fits"][PAIR][anchors.DISTLOCK]
-                           ["median_ms"]], rows)
+    rows = [
+        [
+            operation,
+            library,
+            fit["a_ms"],
+            fit["k"],
+            fit["calibrated"],
+            fit["calibrated_large"],
+            *fit["median_ms"].values(),
+        ]
+        for operation, by_library in fits.items()
+        for library, fit in by_library.items()
+    ]
+    return lines + _table(
+        [
+            "operation",
+            "library",
+            "a ms",
+            "k",
+            "calibrated",
+            "calibrated (large)",
+            *latency["fits"][PAIR][anchors.DISTLOCK]["median_ms"],
+        ],
+        rows,
+    )
 
 
 def _latency_rows(latency: dict[str, Any], figure: str) -> list[list[Any]]:
@@ -178,8 +271,9 @@ def _latency_rows(latency: dict[str, Any], figure: str) -> list[list[Any]]:
                 row.append("-")
             elif fit["poll_bound"]:
                 first = next(iter(fit["median_ms"].values()))
-                row.append(f"poll-bound: {_number(first)} ms at 0 delay "
-                           f"({latency['polling'][library]})")
+                row.append(
+                    f"poll-bound: {_number(first)} ms at 0 delay ({latency['polling'][library]})"
+                )
             else:
                 row.append(fit[figure])
         rows.append(row)
@@ -189,21 +283,34 @@ def _latency_rows(latency: dict[str, Any], figure: str) -> list[list[Any]]:
 def _server_time(server_time: dict[str, Any]) -> list[str]:
     libraries = server_time["libraries"]
     theirs = libraries[anchors.REDIS_PY]["us_per_pair"]
-    lines = ["## Server time per uncontended acquire+release (INFO commandstats)", "",
-             "The usec of the commands each library sends (a script's time includes the "
-             "commands it runs), over the pairs.", ""]
-    rows = [[library, measured["us_per_pair"],
-             round(measured["us_per_pair"] / theirs, 2) if theirs else "",
-             ", ".join(f"{name} x{calls:g}" for name, calls in measured["calls_per_pair"].items())]
-            for library, measured in libraries.items()]
-    lines += _table(["library", "us per pair", f"x {anchors.REDIS_PY}",
-                     "commands sent per pair"], rows)
+    lines = [
+        "## Server time per uncontended acquire+release (INFO commandstats)",
+        "",
+        "The usec of the commands each library sends (a script's time includes the "
+        "commands it runs), over the pairs.",
+        "",
+    ]
+    rows = [
+        [
+            library,
+            measured["us_per_pair"],
+            round(measured["us_per_pair"] / theirs, 2) if theirs else "",
+            ", ".join(f"{name} x{calls:g}" for name, calls in measured["calls_per_pair"].items()),
+        ]
+        for library, measured in libraries.items()
+    ]
+    lines += _table(
+        ["library", "us per pair", f"x {anchors.REDIS_PY}", "commands sent per pair"], rows
+    )
     floor = server_time.get("commands_only")
     if floor:
-        lines += [f"The commands distlock's scripts run, with constant values and no Lua logic "
-                  f"(benchmarks/server_time.py COMMANDS_ONLY), take {floor['us_per_pair']} us "
-                  f"per pair: {floor['vs_redis_py']}x {anchors.REDIS_PY}'s whole pair, before "
-                  "any of distlock's own work.", ""]
+        lines += [
+            f"The commands distlock's scripts run, with constant values and no Lua logic "
+            f"(benchmarks/server_time.py COMMANDS_ONLY), take {floor['us_per_pair']} us "
+            f"per pair: {floor['vs_redis_py']}x {anchors.REDIS_PY}'s whole pair, before "
+            "any of distlock's own work.",
+            "",
+        ]
     return lines
 
 
@@ -226,12 +333,22 @@ def _external(name: str, data: dict[str, Any]) -> list[str]:
         if key in ("targets", "title", "machine", "exit_status"):
             continue
         if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
-            header = list(dict.fromkeys(
-                column for inner in value.values() for column, cell in inner.items()
-                if isinstance(cell, (int, float, str, bool))))
+            header = list(
+                dict.fromkeys(
+                    column
+                    for inner in value.values()
+                    for column, cell in inner.items()
+                    if isinstance(cell, (int, float, str, bool))
+                )
+            )
             lines += [f"{key}:", ""]
-            lines += _table([key, *header], [[label, *(inner.get(column, "") for column in header)]
-                                             for label, inner in value.items()])
+            lines += _table(
+                [key, *header],
+                [
+                    [label, *(inner.get(column, "") for column in header)]
+                    for label, inner in value.items()
+                ],
+            )
         else:
             rest[key] = value
     flat = _flatten(rest)
@@ -256,9 +373,14 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
     sections = results["sections"]
     figure, axes = plt.subplots(3, 3, figsize=(17, 14))
-    colours = {anchors.DISTLOCK: "#1f77b4", anchors.REDIS_PY: "#d62728",
-               anchors.PYTHON_REDIS_LOCK: "#2ca02c", anchors.POTTERY: "#9467bd",
-               anchors.REDLOCK_PY: "#ff7f0e", CLIENT: "#7f7f7f"}
+    colours = {
+        anchors.DISTLOCK: "#1f77b4",
+        anchors.REDIS_PY: "#d62728",
+        anchors.PYTHON_REDIS_LOCK: "#2ca02c",
+        anchors.POTTERY: "#9467bd",
+        anchors.REDLOCK_PY: "#ff7f0e",
+        CLIENT: "#7f7f7f",
+    }
     _plot_uncontended(axes[0][0], sections.get("uncontended"), colours)
     _plot_contention(axes[0][1], axes[0][2], sections.get("contention"), colours)
     _plot_scale(axes[1][0], sections.get("scale"), colours)
@@ -268,9 +390,11 @@ def plot(results: dict[str, Any], path: Path) -> None:
         _plot_latency(ax, operation, sections.get("latency"), colours)
     _plot_server_time(axes[2][2], sections.get("server_time"), colours)
     env = results["environment"]
-    figure.suptitle(f"distlock benchmarks ({results['profile']['name']} run, {env['date']}; "
-                    f"{env['machine']}, {env['cpus']} CPUs, load {env['load_average_at_start']})",
-                    fontsize=11)
+    figure.suptitle(
+        f"distlock benchmarks ({results['profile']['name']} run, {env['date']}; "
+        f"{env['machine']}, {env['cpus']} CPUs, load {env['load_average_at_start']})",
+        fontsize=11,
+    )
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -284,15 +408,26 @@ def _plot_uncontended(ax: Any, pairs: dict[str, Any] | None, colours: dict[str, 
     width = 0.38
     for offset, mode in ((-width / 2, SAME), (width / 2, DISTINCT)):
         values = [pairs["locks"][mode][library]["us"] for library in libraries]
-        bars = ax.bar([i + offset for i in range(len(libraries))], values, width,
-                      color=[colours[library] for library in libraries],
-                      alpha=1.0 if mode == SAME else 0.55, label=mode)
+        bars = ax.bar(
+            [i + offset for i in range(len(libraries))],
+            values,
+            width,
+            color=[colours[library] for library in libraries],
+            alpha=1.0 if mode == SAME else 0.55,
+            label=mode,
+        )
         ax.bar_label(bars, fmt="%.0f", fontsize=7)
     for floor, style in ((FLOOR, "--"), (FLOOR_BARE, ":")):
-        ax.axhline(pairs["floor"][floor]["us"], color="black", linestyle=style, linewidth=1,
-                   label=f"floor: {floor}")
-    ax.set_xticks(range(len(libraries)), [lib.replace(" ", "\n", 1) for lib in libraries],
-                  fontsize=8)
+        ax.axhline(
+            pairs["floor"][floor]["us"],
+            color="black",
+            linestyle=style,
+            linewidth=1,
+            label=f"floor: {floor}",
+        )
+    ax.set_xticks(
+        range(len(libraries)), [lib.replace(" ", "\n", 1) for lib in libraries], fontsize=8
+    )
     ax.set_yscale("log")
     ax.legend(fontsize=7)
 
@@ -305,28 +440,51 @@ def _long_waits(contention: dict[str, Any]) -> list[str]:
         for library, measured in row.items():
             if "long_waits" not in measured:
                 return []
-            rows.append([k, library, measured["wait_p999_ms"], measured["wait_max_ms"],
-                         _or_na(measured["worst_wait_waiter_run_queue_ms"]),
-                         _or_na(measured["worst_wait_holders_run_queue_ms"]),
-                         measured["long_wait_threshold_ms"], measured["long_waits"],
-                         _or_na(measured["long_waits_scheduler_bound"])])
+            rows.append(
+                [
+                    k,
+                    library,
+                    measured["wait_p999_ms"],
+                    measured["wait_max_ms"],
+                    _or_na(measured["worst_wait_waiter_run_queue_ms"]),
+                    _or_na(measured["worst_wait_holders_run_queue_ms"]),
+                    measured["long_wait_threshold_ms"],
+                    measured["long_waits"],
+                    _or_na(measured["long_waits_scheduler_bound"]),
+                ]
+            )
     times = contention.get("long_wait_p99s", 5)
-    lines = [f"Long waits, every library alike: run-queue delay is the time a process was "
-             f"runnable but not running (/proc/self/schedstat); the holders' is that of the "
-             f"processes holding the lock during the wait, each capped at its overlap with it. "
-             f"A long wait (over {times:g} p99s) is scheduler-bound when these delays cover at "
-             f"least half its excess over the p99. No wait is dropped from any figure.", ""]
-    return lines + _table(["K", "library", "wait p99.9 ms", "wait max ms",
-                           "max: waiter's run queue ms", "max: holders' run queue ms",
-                           "long wait from ms", "long waits", "of which scheduler-bound"], rows)
+    lines = [
+        f"Long waits, every library alike: run-queue delay is the time a process was "
+        f"runnable but not running (/proc/self/schedstat); the holders' is that of the "
+        f"processes holding the lock during the wait, each capped at its overlap with it. "
+        f"A long wait (over {times:g} p99s) is scheduler-bound when these delays cover at "
+        f"least half its excess over the p99. No wait is dropped from any figure.",
+        "",
+    ]
+    return lines + _table(
+        [
+            "K",
+            "library",
+            "wait p99.9 ms",
+            "wait max ms",
+            "max: waiter's run queue ms",
+            "max: holders' run queue ms",
+            "long wait from ms",
+            "long waits",
+            "of which scheduler-bound",
+        ],
+        rows,
+    )
 
 
 def _or_na(value: Any) -> Any:
     return "n/a" if value is None else value
 
 
-def _plot_contention(rate_ax: Any, wait_ax: Any, contention: dict[str, Any] | None,
-                     colours: dict[str, str]) -> None:
+def _plot_contention(
+    rate_ax: Any, wait_ax: Any, contention: dict[str, Any] | None, colours: dict[str, str]
+) -> None:
     rate_ax.set_title("Contention: cross-process handoffs/s (higher is better)", fontsize=10)
     wait_ax.set_title("Contention: p99 / max wait, ms (lower is better)", fontsize=10)
     if not contention:
@@ -334,12 +492,28 @@ def _plot_contention(rate_ax: Any, wait_ax: Any, contention: dict[str, Any] | No
     ks = [int(key[2:]) for key in contention["by_k"]]
     for library in anchors.CONTENDED_LIBRARIES:
         rows = [contention["by_k"][f"K={k}"][library] for k in ks]
-        rate_ax.plot(ks, [row["handoffs_per_s"] for row in rows], marker="o",
-                     color=colours[library], label=library)
-        wait_ax.plot(ks, [row["wait_p99_ms"] for row in rows], marker="o",
-                     color=colours[library], label=f"{library} p99")
-        wait_ax.plot(ks, [row["wait_max_ms"] for row in rows], marker="x", linestyle=":",
-                     color=colours[library], label=f"{library} max")
+        rate_ax.plot(
+            ks,
+            [row["handoffs_per_s"] for row in rows],
+            marker="o",
+            color=colours[library],
+            label=library,
+        )
+        wait_ax.plot(
+            ks,
+            [row["wait_p99_ms"] for row in rows],
+            marker="o",
+            color=colours[library],
+            label=f"{library} p99",
+        )
+        wait_ax.plot(
+            ks,
+            [row["wait_max_ms"] for row in rows],
+            marker="x",
+            linestyle=":",
+            color=colours[library],
+            label=f"{library} max",
+        )
     for ax in (rate_ax, wait_ax):
         ax.set_xticks(ks)
         ax.set_xlabel("K processes")
@@ -368,14 +542,16 @@ def _plot_memory(ax: Any, memory: dict[str, Any] | None, colours: dict[str, str]
         return
     labels = [*memory["bytes_per_lock"], "distlock\nafter release"]
     values = [*memory["bytes_per_lock"].values(), memory["distlock_bytes_per_released_name"]]
-    bars = ax.bar(range(len(values)), values,
-                  color=[colours.get(label, "#7f7f7f") for label in labels])
+    bars = ax.bar(
+        range(len(values)), values, color=[colours.get(label, "#7f7f7f") for label in labels]
+    )
     ax.bar_label(bars, fmt="%.0f", fontsize=8)
     ax.set_xticks(range(len(values)), labels, fontsize=8)
 
 
-def _plot_latency(ax: Any, operation: str, latency: dict[str, Any] | None,
-                  colours: dict[str, str]) -> None:
+def _plot_latency(
+    ax: Any, operation: str, latency: dict[str, Any] | None, colours: dict[str, str]
+) -> None:
     ax.set_title(f"{operation}: median ms vs added RTT (slope: round trips)", fontsize=10)
     if not latency:
         return
@@ -383,17 +559,21 @@ def _plot_latency(ax: Any, operation: str, latency: dict[str, Any] | None,
     for library, fit in shown.items():
         rtts = [2 * float(delay) for delay in fit["median_ms"]]
         label = f"{library}: {fit['calibrated']:.2f}" + (" (polls)" if fit["poll_bound"] else "")
-        ax.plot(rtts, list(fit["median_ms"].values()), marker="o", label=label,
-                color=colours.get(library, colours[CLIENT]),
-                linestyle=":" if library.startswith("PING") else "-")
+        ax.plot(
+            rtts,
+            list(fit["median_ms"].values()),
+            marker="o",
+            label=label,
+            color=colours.get(library, colours[CLIENT]),
+            linestyle=":" if library.startswith("PING") else "-",
+        )
     if operation == HANDOFF:
         ax.set_yscale("log")
     ax.set_xlabel("added round trip, ms")
     ax.legend(fontsize=7)
 
 
-def _plot_server_time(ax: Any, server_time: dict[str, Any] | None,
-                      colours: dict[str, str]) -> None:
+def _plot_server_time(ax: Any, server_time: dict[str, Any] | None, colours: dict[str, str]) -> None:
     ax.set_title("Server time per acquire+release (us, INFO commandstats)", fontsize=10)
     if not server_time:
         return
@@ -401,8 +581,7 @@ def _plot_server_time(ax: Any, server_time: dict[str, Any] | None,
     values = [server_time["libraries"][library]["us_per_pair"] for library in libraries]
     bars = ax.bar(range(len(values)), values, color=[colours[library] for library in libraries])
     ax.bar_label(bars, fmt="%.1f", fontsize=8)
-    ax.set_xticks(range(len(values)), [lib.replace(" ", "\n", 1) for lib in libraries],
-                  fontsize=8)
+    ax.set_xticks(range(len(values)), [lib.replace(" ", "\n", 1) for lib in libraries], fontsize=8)
 
 
 def _plot_targets(ax: Any, targets: list[dict[str, Any]]) -> None:
@@ -412,8 +591,21 @@ def _plot_targets(ax: Any, targets: list[dict[str, Any]]) -> None:
     size = 8 if step >= 0.05 else 7
     for row, target in enumerate(targets):
         colour = "#2ca02c" if target["met"] else "#d62728"
-        ax.text(0.0, 1 - row * step, f"{_number(target['value'])} {target['limit']}",
-                color=colour, fontsize=size, transform=ax.transAxes, family="monospace",
-                verticalalignment="top")
-        ax.text(0.3, 1 - row * step, target["target"], fontsize=size, transform=ax.transAxes,
-                verticalalignment="top")
+        ax.text(
+            0.0,
+            1 - row * step,
+            f"{_number(target['value'])} {target['limit']}",
+            color=colour,
+            fontsize=size,
+            transform=ax.transAxes,
+            family="monospace",
+            verticalalignment="top",
+        )
+        ax.text(
+            0.3,
+            1 - row * step,
+            target["target"],
+            fontsize=size,
+            transform=ax.transAxes,
+            verticalalignment="top",
+        )

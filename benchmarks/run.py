@@ -5,6 +5,7 @@ with the libraries interleaved, runs ``benchmarks/bench_redlock.py``, ``bench_lo
 and ``bench_admin.py`` when they exist and merges the JSON files they write, then writes
 ``benchmarks/results/latest.json``, ``latest.md`` and ``latest.png``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,12 +65,14 @@ def main(argv: list[str] | None = None) -> int:
     options = _parse(argv)
     profile = QUICK if options.quick else FULL
     chosen = options.only or list(SECTIONS)
-    output = Path(options.output or (RESULTS / "latest" if not options.only
-                                     else ROOT / "benchmarks" / "out" / "partial"))
+    output = Path(
+        options.output
+        or (RESULTS / "latest" if not options.only else ROOT / "benchmarks" / "out" / "partial")
+    )
     started = time.time()
     results: dict[str, Any] = {
-        "command": "python benchmarks/run.py " + shlex.join(argv if argv is not None
-                                                            else sys.argv[1:]),
+        "command": "python benchmarks/run.py "
+        + shlex.join(argv if argv is not None else sys.argv[1:]),
         "profile": profile.as_dict(),
         "sections": {},
     }
@@ -82,9 +85,11 @@ def main(argv: list[str] | None = None) -> int:
             configure_distlock(server.url)
             results["sections"][name] = SECTIONS[name](profile, server.url)
     if not options.skip_external:
-        external = {name: _external(name, script, profile, started)
-                    for name, script in EXTERNAL.items()
-                    if (ROOT / "benchmarks" / script).exists()}
+        external = {
+            name: _external(name, script, profile, started)
+            for name, script in EXTERNAL.items()
+            if (ROOT / "benchmarks" / script).exists()
+        }
         if external:
             results["sections"]["external"] = external
     if "environment" not in results:
@@ -94,19 +99,31 @@ def main(argv: list[str] | None = None) -> int:
     results["targets"] = targets.check(results["sections"])
     _write(results, output)
     for target in results["targets"]:
-        log(f"{'met ' if target['met'] else 'MISS'} {target['target']}: "
-            f"{target['value']} (limit {target['limit']})")
+        log(
+            f"{'met ' if target['met'] else 'MISS'} {target['target']}: "
+            f"{target['value']} (limit {target['limit']})"
+        )
     return 0
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="a smoke run of about a minute (fewer repeats, up to 100k locks)")
-    parser.add_argument("--only", action="append", choices=list(SECTIONS),
-                        help="run only this section (repeatable); writes benchmarks/out/partial.*")
-    parser.add_argument("--skip-external", action="store_true",
-                        help="do not run bench_redlock.py, bench_lock_view.py, bench_admin.py")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run of about a minute (fewer repeats, up to 100k locks)",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=list(SECTIONS),
+        help="run only this section (repeatable); writes benchmarks/out/partial.*",
+    )
+    parser.add_argument(
+        "--skip-external",
+        action="store_true",
+        help="do not run bench_redlock.py, bench_lock_view.py, bench_admin.py",
+    )
     parser.add_argument("--output", help="path prefix of the .json/.md/.png outputs")
     return parser.parse_args(argv)
 
@@ -118,18 +135,28 @@ def _external(name: str, script: str, profile: Profile, started: float) -> dict[
     if profile is QUICK:
         command += EXTERNAL_QUICK_ARGUMENTS.get(name, ["--quick"])
     log(f"external {script}")
-    environment_variables = {**os.environ, "DISTLOCK_BENCH_PROFILE": profile.name,
-                             "PYTHONPATH": os.pathsep.join(filter(None, [
-                                 str(ROOT), os.environ.get("PYTHONPATH")]))}
+    environment_variables = {
+        **os.environ,
+        "DISTLOCK_BENCH_PROFILE": profile.name,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     try:
-        finished = subprocess.run(command, cwd=ROOT, env=environment_variables,
-                                  timeout=EXTERNAL_TIMEOUT, capture_output=True, text=True)
+        finished = subprocess.run(
+            command,
+            cwd=ROOT,
+            env=environment_variables,
+            timeout=EXTERNAL_TIMEOUT,
+            capture_output=True,
+            text=True,
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"{script} ran longer than {EXTERNAL_TIMEOUT} s"}
     tail = " / ".join((finished.stderr or finished.stdout).strip().splitlines()[-3:])
     if not result_file.exists() or result_file.stat().st_mtime < started:
-        return {"error": f"{script} exited with {finished.returncode} without writing "
-                         f"{result_file.relative_to(ROOT)}: {tail}"}
+        return {
+            "error": f"{script} exited with {finished.returncode} without writing "
+            f"{result_file.relative_to(ROOT)}: {tail}"
+        }
     # Written this run: kept even when the script's exit status says a target was missed.
     return {**json.loads(result_file.read_text()), "exit_status": finished.returncode}
 

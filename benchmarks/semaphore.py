@@ -25,6 +25,7 @@ The cache cases read a key that is present: ``cache.get(key)`` against
 
 Writes benchmarks/results/semaphore.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,8 +65,13 @@ def configure(url: str) -> None:
     from django.conf import settings
 
     settings.configure(
-        DISTLOCK={"default": {"BACKEND": "distlock.backends.redis.RedisBackend",
-                              "LOCATION": url, "KEY_PREFIX": "bench"}},
+        DISTLOCK={
+            "default": {
+                "BACKEND": "distlock.backends.redis.RedisBackend",
+                "LOCATION": url,
+                "KEY_PREFIX": "bench",
+            }
+        },
         CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url}},
         USE_TZ=True,
     )
@@ -84,8 +90,9 @@ def distlock_cases() -> dict[str, Callable[[], object]]:
 
     return {
         DISTLOCK_SEMAPHORE: pair(lambda: distlock.semaphore("sem", LIMIT, ttl=TTL, wait=0)),
-        DISTLOCK_RENEWED: pair(lambda: distlock.semaphore("sem-renewed", LIMIT, ttl=TTL,
-                                                          wait=0, auto_renew=True)),
+        DISTLOCK_RENEWED: pair(
+            lambda: distlock.semaphore("sem-renewed", LIMIT, ttl=TTL, wait=0, auto_renew=True)
+        ),
         DISTLOCK_LOCK: pair(lambda: distlock.lock("lock", ttl=TTL, wait=0)),
     }
 
@@ -117,8 +124,7 @@ def anchor_cases(url: str, missing: dict[str, str]) -> dict[str, Callable[[], ob
         eval_client = redis.Redis.from_url(url)
 
         def semaphore_eval() -> None:
-            with semaphore(eval_client, "eval-anchor", limit=LIMIT, expire_in=TTL,
-                           blocking=False):
+            with semaphore(eval_client, "eval-anchor", limit=LIMIT, expire_in=TTL, blocking=False):
                 pass
 
         cases[SEMAPHORE_EVAL] = semaphore_eval
@@ -132,8 +138,10 @@ def cache_cases() -> dict[str, Callable[[], object]]:
 
     cache.set("plain", "value", 3600)
     get_or_set("cached", lambda: "value", 3600)
-    return {CACHE_GET: lambda: cache.get("plain"),
-            GET_OR_SET: lambda: get_or_set("cached", lambda: "value", 3600)}
+    return {
+        CACHE_GET: lambda: cache.get("plain"),
+        GET_OR_SET: lambda: get_or_set("cached", lambda: "value", 3600),
+    }
 
 
 def measure(url: str, quick: bool) -> dict[str, Any]:
@@ -146,17 +154,19 @@ def measure(url: str, quick: bool) -> dict[str, Any]:
     results: dict[str, Any] = {
         "title": "Semaphores and get_or_set",
         "benchmark": "uncontended acquire+release of a limit-3 semaphore, and a cache hit; "
-                     "per_s and us are medians over interleaved rounds",
+        "per_s and us are medians over interleaved rounds",
         "cases": {name: summary(samples) for name, samples in rates.items()},
         "ratios": {
             f"{DISTLOCK_SEMAPHORE} speed vs {anchor}": round(
-                paired_ratio(rates[DISTLOCK_SEMAPHORE], rates[anchor]), 3)
+                paired_ratio(rates[DISTLOCK_SEMAPHORE], rates[anchor]), 3
+            )
             for anchor in anchors
         },
         "not_measured": missing,
     }
     results["ratios"][f"{DISTLOCK_SEMAPHORE} speed vs {DISTLOCK_LOCK}"] = round(
-        paired_ratio(rates[DISTLOCK_SEMAPHORE], rates[DISTLOCK_LOCK]), 3)
+        paired_ratio(rates[DISTLOCK_SEMAPHORE], rates[DISTLOCK_LOCK]), 3
+    )
     hit, plain = results["cases"][GET_OR_SET]["us"], results["cases"][CACHE_GET]["us"]
     results["get_or_set_overhead"] = {
         "us_over_cache_get": round(hit - plain, 2),

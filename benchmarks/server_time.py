@@ -11,6 +11,7 @@ One more case shows how much of distlock's figure its features cost before any o
 runs: two scripts that run the same commands as distlock's uncontended acquire and release
 (COMMANDS_ONLY), with distlock's keys and arguments but constant values and no logic.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -121,9 +122,11 @@ def run(profile: Profile, url: str) -> dict[str, Any]:
         "libraries": libraries,
         "distlock_vs_redis_py": _ratio(libraries[anchors.DISTLOCK]["us_per_pair"], theirs),
         # What distlock's features cost before any of its Lua logic (see COMMANDS_ONLY).
-        "commands_only": {"us_per_pair": commands_only["us_per_pair"],
-                          "vs_redis_py": _ratio(commands_only["us_per_pair"], theirs),
-                          "scripted_commands": commands_only["scripted_commands"]},
+        "commands_only": {
+            "us_per_pair": commands_only["us_per_pair"],
+            "vs_redis_py": _ratio(commands_only["us_per_pair"], theirs),
+            "scripted_commands": commands_only["scripted_commands"],
+        },
     }
 
 

@@ -10,6 +10,7 @@ index, fencing token, queue) costs over the bare floor.
 Lock cases: one acquire+release of a new lock object per call, on the same name every time
 (a hot lock: a cron job's, a view's) and on a new name every time.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -50,10 +51,16 @@ def floor_cases(url: str) -> dict[str, Callable[[], object]]:
         client.set("floor:client", "token", nx=True, px=10_000)
         client.delete("floor:client")
 
-    packed = [connection.pack_command(*command)
-              for command in script_commands(client, "floor:scripts")]
-    return {PING: client.ping, PING_BARE: bare(ping), FLOOR: set_and_delete,
-            FLOOR_BARE: bare(set_nx, delete), SCRIPTS_BARE: bare(*packed)}
+    packed = [
+        connection.pack_command(*command) for command in script_commands(client, "floor:scripts")
+    ]
+    return {
+        PING: client.ping,
+        PING_BARE: bare(ping),
+        FLOOR: set_and_delete,
+        FLOOR_BARE: bare(set_nx, delete),
+        SCRIPTS_BARE: bare(*packed),
+    }
 
 
 def script_calls(name: str) -> dict[str, Any]:
@@ -66,8 +73,9 @@ def script_calls(name: str) -> dict[str, Any]:
 
     layout = locks["default"].layout
     return {
-        "acquire": lock_ops.acquire_call(layout, name, SCRIPT_TOKEN, SCRIPT_TTL_MS,
-                                         holder_metadata(None), SCRIPT_PATIENCE_MS),
+        "acquire": lock_ops.acquire_call(
+            layout, name, SCRIPT_TOKEN, SCRIPT_TTL_MS, holder_metadata(None), SCRIPT_PATIENCE_MS
+        ),
         "release": lock_ops.release_call(layout, name, SCRIPT_TOKEN, every_level=True),
     }
 
@@ -89,15 +97,17 @@ def lock_cases(url: str) -> dict[str, Callable[[], object]]:
         prefix = f"{library.split()[0]}:distinct:"
         cases[f"{library} | {SAME}"] = anchors.pair(make, lambda: "same-name")
         cases[f"{library} | {DISTINCT}"] = anchors.pair(
-            make, lambda prefix=prefix, counter=counter: f"{prefix}{next(counter)}")
+            make, lambda prefix=prefix, counter=counter: f"{prefix}{next(counter)}"
+        )
     return cases
 
 
 def run(profile: Profile, url: str) -> dict[str, Any]:
     cases = {**floor_cases(url), **lock_cases(url)}
     rates = interleaved(cases, profile.repeats, profile.seconds_per_case)
-    floor = {name: summary(rates[name])
-             for name in (PING, PING_BARE, FLOOR, FLOOR_BARE, SCRIPTS_BARE)}
+    floor = {
+        name: summary(rates[name]) for name in (PING, PING_BARE, FLOOR, FLOOR_BARE, SCRIPTS_BARE)
+    }
     locks: dict[str, dict[str, Any]] = {SAME: {}, DISTINCT: {}}
     ratios: dict[str, dict[str, float]] = {SAME: {}, DISTINCT: {}}
     for mode in (SAME, DISTINCT):
@@ -106,10 +116,15 @@ def run(profile: Profile, url: str) -> dict[str, Any]:
             locks[mode][library] = summary(rates[f"{library} | {mode}"])
             if library != anchors.DISTLOCK:
                 ratios[mode][f"vs {library}"] = round(
-                    paired_ratio(ours, rates[f"{library} | {mode}"]), 3)
+                    paired_ratio(ours, rates[f"{library} | {mode}"]), 3
+                )
         ratios[mode][f"vs {FLOOR}"] = round(paired_ratio(ours, rates[FLOOR]), 3)
         ratios[mode][f"vs {FLOOR_BARE}"] = round(paired_ratio(ours, rates[FLOOR_BARE]), 3)
     # The bare floor is out of reach of anything that runs these scripts: their own ratio.
     scripts_vs_floor = round(paired_ratio(rates[SCRIPTS_BARE], rates[FLOOR_BARE]), 3)
-    return {"floor": floor, "locks": locks, "distlock_ratios": ratios,
-            "scripts_bare_vs_bare_floor": scripts_vs_floor}
+    return {
+        "floor": floor,
+        "locks": locks,
+        "distlock_ratios": ratios,
+        "scripts_bare_vs_bare_floor": scripts_vs_floor,
+    }

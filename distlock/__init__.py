@@ -1,10 +1,11 @@
 """distlock: correct, fast distributed locks on Redis for Django.
 
-    import distlock
+import distlock
 
-    with distlock.lock("reports:daily", ttl=60, wait=5) as lk:
-        ...
+with distlock.lock("reports:daily", ttl=60, wait=5) as lk:
+    ...
 """
+
 from .exceptions import (
     BackendUnavailable,
     FencedUpdateRejected,

@@ -40,6 +40,7 @@ alias warns with ``PerProcessCacheWarning``.
 that tests replace (with a seeded one, or one whose ``random()`` returns a chosen value) to
 decide the draw.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -125,8 +126,12 @@ def get_or_set(key: str, build: Callable[[], T], timeout: float, **options: Unpa
     return value
 
 
-async def aget_or_set(key: str, build: Callable[[], T] | Callable[[], Awaitable[T]],
-                      timeout: float, **options: Unpack[Options]) -> T:
+async def aget_or_set(
+    key: str,
+    build: Callable[[], T] | Callable[[], Awaitable[T]],
+    timeout: float,
+    **options: Unpack[Options],
+) -> T:
     """Async twin of get_or_set(); ``build`` may be a plain or a coroutine function."""
     plan = _Plan(key, build, timeout, **options)
     _warn_if_per_process(plan.cache_alias, plan.cache)
@@ -143,11 +148,20 @@ async def aget_or_set(key: str, build: Callable[[], T] | Callable[[], Awaitable[
 class _Plan:
     """One get_or_set call: its checked arguments, its cache and its lock."""
 
-    def __init__(self, key: str, build: Callable[[], Any], timeout: float, *,
-                 cache: str = "default", lock_ttl: float = DEFAULT_LOCK_TTL,
-                 stale: float | None = None, wait: float | None = None,
-                 early: float | None = None, using: str = "default",
-                 version: int | None = None) -> None:
+    def __init__(
+        self,
+        key: str,
+        build: Callable[[], Any],
+        timeout: float,
+        *,
+        cache: str = "default",
+        lock_ttl: float = DEFAULT_LOCK_TTL,
+        stale: float | None = None,
+        wait: float | None = None,
+        early: float | None = None,
+        using: str = "default",
+        version: int | None = None,
+    ) -> None:
         if not isinstance(key, str) or not key:
             raise TypeError(f"key must be a non-empty str, not {key!r}.")
         if not callable(build):
@@ -171,9 +185,13 @@ class _Plan:
     def lock(self) -> Lock:
         """The rebuild lock, made only when needed (a fresh hit needs none)."""
         if self._lock is None:
-            self._lock = Lock(_lock_name(self.cache_alias, self.key), ttl=self.lock_ttl,
-                              auto_renew=True, using=self.using,
-                              purpose=f"distlock.cache rebuild of {self.key[:80]!r}")
+            self._lock = Lock(
+                _lock_name(self.cache_alias, self.key),
+                ttl=self.lock_ttl,
+                auto_renew=True,
+                using=self.using,
+                purpose=f"distlock.cache rebuild of {self.key[:80]!r}",
+            )
         return self._lock
 
     def judge(self, entry: Any) -> tuple[str, Any]:
@@ -224,8 +242,9 @@ class _Plan:
         """Build the value and cache it; return it."""
         started = time.monotonic()
         value = self.build()
-        self.cache.set(self.key, self._entry(value, started), self.timeout + self.stale,
-                       version=self.version)
+        self.cache.set(
+            self.key, self._entry(value, started), self.timeout + self.stale, version=self.version
+        )
         return value
 
     async def astore(self) -> Any:
@@ -233,15 +252,19 @@ class _Plan:
         value = self.build()
         if inspect.isawaitable(value):
             value = await value
-        await self.cache.aset(self.key, self._entry(value, started), self.timeout + self.stale,
-                              version=self.version)
+        await self.cache.aset(
+            self.key, self._entry(value, started), self.timeout + self.stale, version=self.version
+        )
         return value
 
     def build_missing(self) -> Any:
         """Build a missing value, or wait for whoever is building it and read theirs."""
         if not self.lock.acquire(wait=self.wait):
-            logger.warning("distlock.cache: waited %.1fs for the rebuild of %r; building it "
-                           "here as well", self.wait, self.key)
+            logger.warning(
+                "distlock.cache: waited %.1fs for the rebuild of %r; building it here as well",
+                self.wait,
+                self.key,
+            )
             return self.store()
         try:
             return self.rebuild()  # built by the caller it waited for?
@@ -250,8 +273,11 @@ class _Plan:
 
     async def abuild_missing(self) -> Any:
         if not await self.lock.aacquire(wait=self.wait):
-            logger.warning("distlock.cache: waited %.1fs for the rebuild of %r; building it "
-                           "here as well", self.wait, self.key)
+            logger.warning(
+                "distlock.cache: waited %.1fs for the rebuild of %r; building it here as well",
+                self.wait,
+                self.key,
+            )
             return await self.astore()
         try:
             return await self.arebuild()
@@ -279,21 +305,26 @@ class _Plan:
         """Rebuild a stale value in a thread, unless someone else is at it."""
         if not self.lock.acquire(wait=0):
             return
-        threading.Thread(target=self._refresh, name=f"distlock-cache {self.key[:40]}",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._refresh, name=f"distlock-cache {self.key[:40]}", daemon=True
+        ).start()
 
     def _refresh(self) -> None:
         try:
             self.rebuild()  # the re-read runs here, in the thread: the caller never waits
         except Exception:
-            logger.exception("distlock.cache: the background rebuild of %r failed; the stale "
-                             "value is served until it expires", self.key)
+            logger.exception(
+                "distlock.cache: the background rebuild of %r failed; the stale "
+                "value is served until it expires",
+                self.key,
+            )
         finally:
             try:
                 self.lock.release()
             except Exception:  # its lease ends on its own
-                logger.exception("distlock.cache: releasing the rebuild lock of %r failed",
-                                 self.key)
+                logger.exception(
+                    "distlock.cache: releasing the rebuild lock of %r failed", self.key
+                )
             connections.close_all()  # this thread's own: nobody else would close them
 
     async def arefresh_in_background(self) -> None:
@@ -308,14 +339,18 @@ class _Plan:
         try:
             await self.arebuild()
         except Exception:
-            logger.exception("distlock.cache: the background rebuild of %r failed; the stale "
-                             "value is served until it expires", self.key)
+            logger.exception(
+                "distlock.cache: the background rebuild of %r failed; the stale "
+                "value is served until it expires",
+                self.key,
+            )
         finally:
             try:
                 await self.lock.arelease()
             except Exception:
-                logger.exception("distlock.cache: releasing the rebuild lock of %r failed",
-                                 self.key)
+                logger.exception(
+                    "distlock.cache: releasing the rebuild lock of %r failed", self.key
+                )
 
     def rebuild_early(self, now: float, fresh_until: float, duration: float) -> bool:
         """XFetch: True with a probability that rises as expiry nears, scaled by the build's
@@ -343,7 +378,10 @@ def _warn_if_per_process(alias: str, cache: BaseCache) -> None:
     warnings.warn(
         f"distlock.cache: the cache {alias!r} ({type(cache).__name__}) {effect}; the "
         "rebuild lock cannot make one build across processes. Use a shared cache (Redis, "
-        "Memcached, the database cache).", PerProcessCacheWarning, stacklevel=3)
+        "Memcached, the database cache).",
+        PerProcessCacheWarning,
+        stacklevel=3,
+    )
 
 
 def _lock_name(cache: str, key: str) -> str:

@@ -1,4 +1,5 @@
 """System checks: a bad DISTLOCK fails at ``manage.py check``, never at the first lock."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -48,8 +49,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             continue
         if isinstance(backend, LocMemBackend) and not settings.DEBUG:
             messages.append(
-                Warning(LOCMEM_IN_PRODUCTION.format(alias=alias), hint=LOCMEM_HINT,
-                        id="distlock.W001")
+                Warning(
+                    LOCMEM_IN_PRODUCTION.format(alias=alias), hint=LOCMEM_HINT, id="distlock.W001"
+                )
             )
         messages.extend(_replication_warnings(alias, backend))
     return messages
@@ -65,8 +67,13 @@ def _replication_warnings(alias: str, backend: BaseLockBackend) -> list[CheckMes
         deployment = "Redis Sentinel"
     else:
         return []  # one server: whether it has replicas is not known without connecting
-    return [Warning(REPLICATED_WITHOUT_WAIT.format(alias=alias, deployment=deployment),
-                    hint=REPLICATED_HINT, id="distlock.W002")]
+    return [
+        Warning(
+            REPLICATED_WITHOUT_WAIT.format(alias=alias, deployment=deployment),
+            hint=REPLICATED_HINT,
+            id="distlock.W002",
+        )
+    ]
 
 
 def create_backend_error(alias: str, aliases: dict[str, Any]) -> InvalidLockBackendError:

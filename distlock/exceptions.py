@@ -1,4 +1,5 @@
 """The errors distlock raises, rooted at LockError."""
+
 from __future__ import annotations
 
 import shlex
@@ -23,8 +24,9 @@ class LockError(Exception):
 class LockNotAcquired(LockError):
     """The lock stayed held by someone else for the whole wait."""
 
-    def __init__(self, name: str, *, holder: LockInfo | None = None,
-                 wait: float | None = None) -> None:
+    def __init__(
+        self, name: str, *, holder: LockInfo | None = None, wait: float | None = None
+    ) -> None:
         waited = "" if wait is None else f" within {wait:g}s"
         by = "" if holder is None else f"; held by {held_by(holder)}"
         super().__init__(f"Lock {name!r} could not be acquired{waited}{by}.", name=name)
@@ -36,8 +38,15 @@ class SemaphoreFull(LockNotAcquired):
     """Every permit of a semaphore stayed held for the whole wait (``holder``: the permit
     whose lease ends first)."""
 
-    def __init__(self, name: str, *, limit: int, held: int, holder: LockInfo | None = None,
-                 wait: float | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        limit: int,
+        held: int,
+        holder: LockInfo | None = None,
+        wait: float | None = None,
+    ) -> None:
         within = f" within {wait:g}s" if wait else ""
         if held >= limit:
             state = f"is full: {held} of {limit} permits held, none free{within}"
@@ -99,9 +108,14 @@ class InvalidLockBackendError(ImproperlyConfigured):
     ``check_id`` and ``hint`` let the system check report it as ``distlock.E0xx``.
     """
 
-    def __init__(self, message: str, *, check_id: str = "distlock.E002",
-                 hint: str | None = None,
-                 problems: list[InvalidLockBackendError] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        check_id: str = "distlock.E002",
+        hint: str | None = None,
+        problems: list[InvalidLockBackendError] | None = None,
+    ) -> None:
         super().__init__(message)
         self.check_id = check_id
         self.hint = hint

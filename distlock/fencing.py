@@ -17,6 +17,7 @@ runs ``UPDATE ... SET balance = balance - 10, fence = <token> WHERE id = <pk> AN
 <token>``: a row already written under a newer token is left alone. Equal tokens pass, so one
 holder may write several times.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -29,8 +30,14 @@ from .exceptions import FencedUpdateRejected
 __all__ = ["FencedUpdateRejected", "afenced_update", "fenced_update"]
 
 
-def fenced_update(queryset: models.QuerySet[Any], token: int, *, field: str = "fence",
-                  strict: bool = False, **values: Any) -> int:
+def fenced_update(
+    queryset: models.QuerySet[Any],
+    token: int,
+    *,
+    field: str = "fence",
+    strict: bool = False,
+    **values: Any,
+) -> int:
     """Update the rows of ``queryset`` with ``values`` and set ``field`` to ``token``, only
     where ``field`` <= ``token``; return how many rows were updated.
 
@@ -48,8 +55,14 @@ def fenced_update(queryset: models.QuerySet[Any], token: int, *, field: str = "f
     return updated
 
 
-async def afenced_update(queryset: models.QuerySet[Any], token: int, *, field: str = "fence",
-                         strict: bool = False, **values: Any) -> int:
+async def afenced_update(
+    queryset: models.QuerySet[Any],
+    token: int,
+    *,
+    field: str = "fence",
+    strict: bool = False,
+    **values: Any,
+) -> int:
     """Async twin of fenced_update()."""
     fenced = _fenced(queryset, token, field, strict, values)
     updated = await fenced.aupdate(**{field: token}, **values)
@@ -60,8 +73,9 @@ async def afenced_update(queryset: models.QuerySet[Any], token: int, *, field: s
     return updated
 
 
-def _fenced(queryset: Any, token: object, field: str, strict: object,
-            values: dict[str, Any]) -> models.QuerySet[Any]:
+def _fenced(
+    queryset: Any, token: object, field: str, strict: object, values: dict[str, Any]
+) -> models.QuerySet[Any]:
     """Check the arguments; return the queryset narrowed to rows the token may write."""
     if not isinstance(queryset, models.QuerySet):
         raise TypeError(
@@ -84,17 +98,22 @@ def _fenced(queryset: Any, token: object, field: str, strict: object,
 
 
 def _check_fence_field(model: type[models.Model], field: str) -> None:
-    hint = (f"Add `{field} = models.BigIntegerField(default=0)` to {model.__name__} (and a "
-            "migration), or pass field= the name of such a field.")
+    hint = (
+        f"Add `{field} = models.BigIntegerField(default=0)` to {model.__name__} (and a "
+        "migration), or pass field= the name of such a field."
+    )
     try:
         found = model._meta.get_field(field)
     except FieldDoesNotExist:
-        raise ValueError(f"{model.__name__} has no field {field!r} to hold fencing tokens. "
-                         f"{hint}") from None
+        raise ValueError(
+            f"{model.__name__} has no field {field!r} to hold fencing tokens. {hint}"
+        ) from None
     # Tokens are microseconds since 1970 (about 2**51): a 32-bit integer column overflows.
     if not isinstance(found, models.BigIntegerField) or found.null:
-        raise ValueError(f"{model.__name__}.{field} must be a BigIntegerField that is not "
-                         f"nullable (NULL never compares <= a token). {hint}")
+        raise ValueError(
+            f"{model.__name__}.{field} must be a BigIntegerField that is not "
+            f"nullable (NULL never compares <= a token). {hint}"
+        )
 
 
 def _rejected(queryset: Any, token: int, newest: int) -> FencedUpdateRejected:

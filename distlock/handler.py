@@ -1,4 +1,5 @@
 """``distlock.locks``: the backends of the DISTLOCK setting, by alias, like ``caches``."""
+
 from __future__ import annotations
 
 import threading

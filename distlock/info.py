@@ -1,4 +1,5 @@
 """LockInfo: what operators see about a held lock."""
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,18 @@ class LockInfo:
 
     @classmethod
     def from_stored(
-        cls, *, name: str, token: str, fence: int, meta_json: str | bytes, acquired_ms: int,
-        now_ms: int, pttl_ms: int, renewals: int, depth: int, alias: str,
+        cls,
+        *,
+        name: str,
+        token: str,
+        fence: int,
+        meta_json: str | bytes,
+        acquired_ms: int,
+        now_ms: int,
+        pttl_ms: int,
+        renewals: int,
+        depth: int,
+        alias: str,
     ) -> LockInfo:
         """Build a LockInfo from the fields a backend stored and the server's clock."""
         meta = json.loads(meta_json) if meta_json else {}
@@ -138,5 +149,10 @@ class SemaphoreInfo:
 
     def as_json_dict(self) -> dict[str, Any]:
         """Return the fields as JSON-ready values, each holder as LockInfo.as_json_dict()."""
-        return {"name": self.name, "limit": self.limit, "waiting": self.waiting,
-                "alias": self.alias, "holders": [h.as_json_dict() for h in self.holders]}
+        return {
+            "name": self.name,
+            "limit": self.limit,
+            "waiting": self.waiting,
+            "alias": self.alias,
+            "holders": [h.as_json_dict() for h in self.holders],
+        }

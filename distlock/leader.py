@@ -12,6 +12,7 @@ when the lease is lost (a renewal finds it gone, or the lease ran out by this pr
 clock, e.g. after a pause): ``is_leader`` turns False at once, ``on_revoked`` is called, and
 the campaign starts again. ``stop()`` (or leaving the ``with`` block) resigns.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -50,8 +51,7 @@ class Leader:
     ) -> None:
         for label, callback in (("on_elected", on_elected), ("on_revoked", on_revoked)):
             if callback is not None and not callable(callback):
-                raise TypeError(f"{label} must be a callable taking the Leader, not "
-                                f"{callback!r}.")
+                raise TypeError(f"{label} must be a callable taking the Leader, not {callback!r}.")
         self.name = name
         self.ttl = seconds("ttl", ttl, allow_none=True)
         self.on_elected = on_elected
@@ -110,8 +110,9 @@ class Leader:
         if self._thread is not None:
             raise LockError(f"This Leader already campaigns for {self.name!r}.", name=self.name)
         self._stopping.clear()
-        self._thread = threading.Thread(target=self._campaign, daemon=True,
-                                        name=f"distlock-leader {self.name}")
+        self._thread = threading.Thread(
+            target=self._campaign, daemon=True, name=f"distlock-leader {self.name}"
+        )
         self._thread.start()
         return self
 
@@ -148,8 +149,15 @@ class Leader:
 
     # --- the campaign (background thread) -----------------------------------------------
     def _new_lock(self) -> Lock:
-        return Lock(self.name, ttl=self.ttl, wait=CAMPAIGN_WAIT, auto_renew=True,
-                    on_lost=self._lease_lost, using=self.using, purpose=self.purpose)
+        return Lock(
+            self.name,
+            ttl=self.ttl,
+            wait=CAMPAIGN_WAIT,
+            auto_renew=True,
+            on_lost=self._lease_lost,
+            using=self.using,
+            purpose=self.purpose,
+        )
 
     def _campaign(self) -> None:
         while not self._stopping.is_set():
@@ -191,8 +199,7 @@ class Leader:
         if self._stopping.is_set() and self._lock.lease_left() > 0:
             logger.info("distlock: resigned as leader of %r, term %s", self.name, self._term)
         else:
-            logger.warning("distlock: lost the leadership of %r, term %s", self.name,
-                           self._term)
+            logger.warning("distlock: lost the leadership of %r, term %s", self.name, self._term)
         # Before the release: on resigning, the next leader is elected only once this one's
         # on_revoked has finished.
         self._call(self.on_revoked)
@@ -215,13 +222,16 @@ class Leader:
             result = callback(self)
             if inspect.isawaitable(result):
                 if self._loop is None:
-                    raise TypeError("coroutine callbacks need the async API (async with or "
-                                    "astart())")
+                    raise TypeError(
+                        "coroutine callbacks need the async API (async with or astart())"
+                    )
                 asyncio.run_coroutine_threadsafe(result, self._loop).result()  # type: ignore[arg-type]
         except Exception:
-            logger.exception("distlock: %s callback of the leader of %r failed",
-                             getattr(callback, "__name__", "a"), self.name)
-
+            logger.exception(
+                "distlock: %s callback of the leader of %r failed",
+                getattr(callback, "__name__", "a"),
+                self.name,
+            )
 
 
 # distlock.leader(name, ttl=..., ...): the class itself, named like distlock.lock.

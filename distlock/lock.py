@@ -1,4 +1,5 @@
 """The lock: acquire with a lease, token-checked release and extend, sync and async."""
+
 from __future__ import annotations
 
 import asyncio
@@ -75,8 +76,11 @@ class Lock:
         if self.ttl is not None:
             lease_milliseconds("ttl", self.ttl)
         self.wait = seconds("wait", wait, allow_none=True, allow_zero=True)
-        for label, flag in (("auto_renew", auto_renew), ("reentrant", reentrant),
-                            ("hold_until_commit", hold_until_commit)):
+        for label, flag in (
+            ("auto_renew", auto_renew),
+            ("reentrant", reentrant),
+            ("hold_until_commit", hold_until_commit),
+        ):
             if not isinstance(flag, bool):
                 raise TypeError(f"{label} must be True or False, not {flag!r}.")
         if on_lost is not None and not callable(on_lost):
@@ -168,8 +172,7 @@ class Lock:
             if block is None:
                 await attempts.agive_up(backend.aleave_queue)
                 return False
-            attempt = await attempts.aguarded(backend.await_and_acquire, block,
-                                              *attempts.waiting())
+            attempt = await attempts.aguarded(backend.await_and_acquire, block, *attempts.waiting())
         self._take(attempts, attempt)
         return True
 
@@ -313,7 +316,9 @@ class Lock:
         if self._pending is not None:
             raise LockNotOwned(
                 f"{self.name!r} was released already: its release waits for the database "
-                "transaction to end.", name=self.name)
+                "transaction to end.",
+                name=self.name,
+            )
         if not self.hold_until_commit or self._depth > 1 or self._lost or self.token is None:
             return False
         transactions = open_transactions()
@@ -341,8 +346,12 @@ class Lock:
         except LockNotOwned:  # the lease ended before the transaction did
             self._report_lost()
         except LockError as exc:
-            logger.warning("distlock: could not release %r after its transaction ended (%s); "
-                           "it ends with its lease.", self.name, exc)
+            logger.warning(
+                "distlock: could not release %r after its transaction ended (%s); "
+                "it ends with its lease.",
+                self.name,
+                exc,
+            )
             self._forget()
 
     def _waiting_release(self) -> Lock | None:
@@ -423,7 +432,9 @@ class Lock:
                 "before the lock was granted, its snapshot predates the previous holder's "
                 "commit and rows read now may be stale. Take the lock before the transaction "
                 "begins (with lock: with atomic(): ...). See docs/transactions.md.",
-                IsolationLevelWarning, stacklevel=3)
+                IsolationLevelWarning,
+                stacklevel=3,
+            )
 
     # --- extend -------------------------------------------------------------------------
     def extend(self, ttl: float | None = None) -> None:
@@ -450,8 +461,9 @@ class Lock:
         value = seconds("ttl", ttl, allow_none=True)
         return self._ttl_ms if value is None else self.backend.lease_ms(value)
 
-    def _after_extend(self, extended: bool, started: float, *, ttl_ms: int | None = None,
-                      reentered: bool = False) -> None:
+    def _after_extend(
+        self, extended: bool, started: float, *, ttl_ms: int | None = None, reentered: bool = False
+    ) -> None:
         if not extended:
             self._forget()
             raise self._expired_error("extend")
@@ -568,8 +580,9 @@ class Lock:
 
     def _report_lost(self) -> None:
         logger.warning("distlock: lost the lease on %r", self.name)
-        lock_lost.send(_sender(self._backend), name=self.name, alias=self.using,
-                       info=self._local_info())
+        lock_lost.send(
+            _sender(self._backend), name=self.name, alias=self.using, info=self._local_info()
+        )
         if self.on_lost is not None:
             try:
                 self.on_lost(self)
@@ -589,11 +602,19 @@ class Lock:
         meta = json.loads(self._meta)
         remaining = max(self._lease_deadline - time.monotonic(), 0.0)
         return LockInfo(
-            name=self.name, token=self.token, fencing_token=self.fencing_token,
-            host=meta["host"], pid=meta["pid"], thread=meta["thread"], purpose=meta["purpose"],
+            name=self.name,
+            token=self.token,
+            fencing_token=self.fencing_token,
+            host=meta["host"],
+            pid=meta["pid"],
+            thread=meta["thread"],
+            purpose=meta["purpose"],
             acquired_at=from_milliseconds(self._acquired_ms),
             expires_at=from_milliseconds(self._acquired_ms + self._ttl_ms),
-            ttl_remaining=remaining, renewals=0, depth=self._depth, alias=self.using,
+            ttl_remaining=remaining,
+            renewals=0,
+            depth=self._depth,
+            alias=self.using,
         )
 
     # --- with, async with, decorator ----------------------------------------------------
@@ -653,9 +674,14 @@ class Lock:
     def copy(self, **changes: Any) -> Lock:
         """Return a new, unheld Lock with the same settings (and ``changes``)."""
         settings = {
-            "ttl": self.ttl, "wait": self.wait, "auto_renew": self.auto_renew,
-            "reentrant": self.reentrant, "on_lost": self.on_lost, "using": self.using,
-            "purpose": self.purpose, "hold_until_commit": self.hold_until_commit,
+            "ttl": self.ttl,
+            "wait": self.wait,
+            "auto_renew": self.auto_renew,
+            "reentrant": self.reentrant,
+            "on_lost": self.on_lost,
+            "using": self.using,
+            "purpose": self.purpose,
+            "hold_until_commit": self.hold_until_commit,
         }
         return Lock(changes.pop("name", self.name), **{**settings, **changes})
 
@@ -814,6 +840,14 @@ def lock(
     waits (0: try once, None: until acquired). ``hold_until_commit``: a release inside a
     database transaction waits for it to end (False: release at once).
     """
-    return Lock(name, ttl=ttl, wait=wait, auto_renew=auto_renew, reentrant=reentrant,
-                on_lost=on_lost, using=using, purpose=purpose,
-                hold_until_commit=hold_until_commit)
+    return Lock(
+        name,
+        ttl=ttl,
+        wait=wait,
+        auto_renew=auto_renew,
+        reentrant=reentrant,
+        on_lost=on_lost,
+        using=using,
+        purpose=purpose,
+        hold_until_commit=hold_until_commit,
+    )

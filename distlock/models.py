@@ -1,4 +1,5 @@
 """HeldLock: the admin's handle on locks, which live in Redis, never in the database."""
+
 from django.db import models
 
 

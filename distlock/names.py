@@ -7,6 +7,7 @@ the lock. Names are percent-encoded, so nothing a user puts in a name (braces, `
 spaces, newlines, any Unicode) can move the hash tag or change the key structure, and two
 different names never share a key.
 """
+
 from __future__ import annotations
 
 import re
@@ -134,7 +135,11 @@ class KeyLayout:
         bucket = bucket_of(name)
         base = f"{self._tag(bucket)}:sem:{encode_name(name)}"
         return SemaphoreKeys(
-            holders=f"{base}:holders", state=f"{base}:state", queue=f"{base}:queue",
-            patience=f"{base}:patience", reserved=f"{base}:reserved",
-            signal_prefix=f"{base}:signal:", index=self.semaphore_index_keys[bucket],
+            holders=f"{base}:holders",
+            state=f"{base}:state",
+            queue=f"{base}:queue",
+            patience=f"{base}:patience",
+            reserved=f"{base}:reserved",
+            signal_prefix=f"{base}:signal:",
+            index=self.semaphore_index_keys[bucket],
         )

@@ -4,6 +4,7 @@ The thread starts when the first auto-renewing lock is acquired and ends when no
 so a process that renews nothing runs no extra thread. Locks are held by weak reference: a
 lock that is garbage-collected is simply no longer renewed, and its lease runs out.
 """
+
 from __future__ import annotations
 
 import heapq

@@ -5,6 +5,7 @@ operations of the same backend (through :class:`Permits`), so acquiring with ``w
 release and extend by token, ``auto_renew`` with lost-lease notification, signals, ``with``/
 ``async with`` and the decorator all behave as they do for locks.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -39,26 +40,33 @@ class Permits:
         self.lease_ms = backend.lease_ms
         self._token = ""  # of the latest attempt: the holder's, once a permit is held
 
-    def try_acquire(self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None,
-                    patience_ms: int) -> Attempt:
+    def try_acquire(
+        self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None, patience_ms: int
+    ) -> Attempt:
         self._token = token
         return self.backend.semaphore_acquire(name, self.limit, token, ttl_ms, meta, patience_ms)
 
-    async def atry_acquire(self, name: str, token: str, ttl_ms: int, meta: str,
-                           grant: str | None, patience_ms: int) -> Attempt:
+    async def atry_acquire(
+        self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None, patience_ms: int
+    ) -> Attempt:
         self._token = token
-        return await self.backend.asemaphore_acquire(name, self.limit, token, ttl_ms, meta,
-                                                     patience_ms)
+        return await self.backend.asemaphore_acquire(
+            name, self.limit, token, ttl_ms, meta, patience_ms
+        )
 
-    def wait_and_acquire(self, timeout: float, name: str, token: str, ttl_ms: int, meta: str,
-                         patience_ms: int) -> Attempt:
-        return self.backend.semaphore_wait_and_acquire(timeout, name, self.limit, token, ttl_ms,
-                                                       meta, patience_ms)
+    def wait_and_acquire(
+        self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
+        return self.backend.semaphore_wait_and_acquire(
+            timeout, name, self.limit, token, ttl_ms, meta, patience_ms
+        )
 
-    async def await_and_acquire(self, timeout: float, name: str, token: str, ttl_ms: int,
-                                meta: str, patience_ms: int) -> Attempt:
-        return await self.backend.asemaphore_wait_and_acquire(timeout, name, self.limit, token,
-                                                              ttl_ms, meta, patience_ms)
+    async def await_and_acquire(
+        self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
+        return await self.backend.asemaphore_wait_and_acquire(
+            timeout, name, self.limit, token, ttl_ms, meta, patience_ms
+        )
 
     def leave_queue(self, name: str, token: str) -> None:
         self.backend.semaphore_leave(name, token)
@@ -72,13 +80,16 @@ class Permits:
     async def arelease(self, name: str, token: str, *, every_level: bool = False) -> int:
         return await self.backend.asemaphore_release(name, token)
 
-    def extend(self, name: str, token: str, ttl_ms: int, *, renewal: bool = False,
-               reenter: bool = False) -> bool:
-        return self._extended(name, self.backend.semaphore_extend(name, token, ttl_ms,
-                                                                  renewal=renewal))
+    def extend(
+        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
+    ) -> bool:
+        return self._extended(
+            name, self.backend.semaphore_extend(name, token, ttl_ms, renewal=renewal)
+        )
 
-    async def aextend(self, name: str, token: str, ttl_ms: int, *, renewal: bool = False,
-                      reenter: bool = False) -> bool:
+    async def aextend(
+        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
+    ) -> bool:
         outcome = await self.backend.asemaphore_extend(name, token, ttl_ms, renewal=renewal)
         return self._extended(name, outcome)
 
@@ -111,16 +122,33 @@ class Semaphore(Lock):
 
     kind = "semaphore"
 
-    def __init__(self, name: str, limit: int, *, ttl: float | None = None,
-                 wait: float | None = None, auto_renew: bool = False,
-                 on_lost: Callable[[Lock], Any] | None = None, using: str = "default",
-                 purpose: str | None = None, hold_until_commit: bool = True) -> None:
+    def __init__(
+        self,
+        name: str,
+        limit: int,
+        *,
+        ttl: float | None = None,
+        wait: float | None = None,
+        auto_renew: bool = False,
+        on_lost: Callable[[Lock], Any] | None = None,
+        using: str = "default",
+        purpose: str | None = None,
+        hold_until_commit: bool = True,
+    ) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise TypeError(f"limit must be a whole number of permits, not {limit!r}.")
         if limit < 1:
             raise ValueError(f"limit must be at least 1, not {limit}.")
-        super().__init__(name, ttl=ttl, wait=wait, auto_renew=auto_renew, on_lost=on_lost,
-                         using=using, purpose=purpose, hold_until_commit=hold_until_commit)
+        super().__init__(
+            name,
+            ttl=ttl,
+            wait=wait,
+            auto_renew=auto_renew,
+            on_lost=on_lost,
+            using=using,
+            purpose=purpose,
+            hold_until_commit=hold_until_commit,
+        )
         self.limit = limit
 
     def __repr__(self) -> str:
@@ -172,8 +200,13 @@ class Semaphore(Lock):
 
     def _full_error(self, info: SemaphoreInfo | None) -> SemaphoreFull:
         holders = info.holders if info is not None else ()
-        return SemaphoreFull(self.name, limit=self.limit, held=len(holders),
-                             holder=holders[0] if holders else None, wait=self.wait)
+        return SemaphoreFull(
+            self.name,
+            limit=self.limit,
+            held=len(holders),
+            holder=holders[0] if holders else None,
+            wait=self.wait,
+        )
 
     def holders(self) -> SemaphoreInfo | None:
         """Return the semaphore's holders and waiters, or None if nobody holds or waits."""
@@ -182,8 +215,12 @@ class Semaphore(Lock):
     def copy(self, **changes: Any) -> Semaphore:
         """Return a new Semaphore holding nothing, with the same settings (and ``changes``)."""
         settings = {
-            "ttl": self.ttl, "wait": self.wait, "auto_renew": self.auto_renew,
-            "on_lost": self.on_lost, "using": self.using, "purpose": self.purpose,
+            "ttl": self.ttl,
+            "wait": self.wait,
+            "auto_renew": self.auto_renew,
+            "on_lost": self.on_lost,
+            "using": self.using,
+            "purpose": self.purpose,
             "hold_until_commit": self.hold_until_commit,
         }
         name = changes.pop("name", self.name)
@@ -209,5 +246,14 @@ def semaphore(
     :func:`distlock.lock`; each holder has its own lease. ``hold_until_commit``: a release
     inside a database transaction waits for it to end, as a lock's does.
     """
-    return Semaphore(name, limit, ttl=ttl, wait=wait, auto_renew=auto_renew, on_lost=on_lost,
-                     using=using, purpose=purpose, hold_until_commit=hold_until_commit)
+    return Semaphore(
+        name,
+        limit,
+        ttl=ttl,
+        wait=wait,
+        auto_renew=auto_renew,
+        on_lost=on_lost,
+        using=using,
+        purpose=purpose,
+        hold_until_commit=hold_until_commit,
+    )

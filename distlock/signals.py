@@ -1,5 +1,6 @@
 """Signals sent as locks change hands. The sender is the backend class; every signal has
 the keyword arguments ``name``, ``alias`` and ``info`` (a LockInfo, or None)."""
+
 from typing import Any
 
 from django.dispatch import Signal

@@ -4,6 +4,7 @@ One ``os.urandom`` call per token is one system call per acquire, a noticeable s
 uncontended acquire+release. Tokens are therefore cut from a batch of random bytes read at
 once. A forked child drops its parent's batch, so the two never hand out the same token.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,7 +28,7 @@ class _TokenSource:
             start = self._offset
             self._offset = start + TOKEN_BYTES
             batch = self._batch
-        return batch[start:start + TOKEN_BYTES].hex()
+        return batch[start : start + TOKEN_BYTES].hex()
 
     def forget(self) -> None:
         """Drop the batch (and a mutex another thread may have held) in a forked child."""

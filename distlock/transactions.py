@@ -17,6 +17,7 @@ callback, so the end of such a block is watched for by the renewer thread every
 ``TEST_WATCH_INTERVAL`` seconds, and checked at once when the same thread asks for the lock
 again. A rollback of that block drops the callback as in production.
 """
+
 from __future__ import annotations
 
 import logging
@@ -87,7 +88,8 @@ class PendingRelease:
             if self._watch is None:
                 self._watch = _SavepointWatch()
                 self._watch.registration = renewal.renewer.register(
-                    self._watch, TEST_WATCH_INTERVAL)
+                    self._watch, TEST_WATCH_INTERVAL
+                )
             self._watch.add(conn, end)
         return end
 

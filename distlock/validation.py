@@ -1,4 +1,5 @@
 """Checks of the numbers users pass in: leases, waits, timeouts."""
+
 from __future__ import annotations
 
 import math
@@ -8,6 +9,7 @@ import math
 # seconds made held() raise OverflowError for every operator, and larger ones were refused by
 # Redis and reported as an unreachable server.
 MAX_LEASE_SECONDS = 10 * 365 * 24 * 3600
+
 
 def seconds(
     label: str, value: object, *, allow_none: bool = False, allow_zero: bool = False

@@ -6,6 +6,7 @@ Starts a redis-server of its own, holds a few locks the way a project would (vie
 commands, workers, in several threads), serves the admin on a local port and photographs it
 with Debian's headless Chromium through Playwright (as tests/support/browser.py does).
 """
+
 from __future__ import annotations
 
 import os
@@ -23,10 +24,24 @@ VIEWPORT = {"width": 1280, "height": 640}  # the width the table must fit (issue
 LOCKS = [
     ("default", "orders:1842:pay", 30, "POST /orders/1842/pay", "Thread-12", 1, 0),
     ("default", "reports:daily", 600, "manage.py build_daily_report", "MainThread", 1, 4),
-    ("default", "search:reindex", 300, "celery task search.rebuild_index", "ForkPoolWorker-3",
-     2, 1),
-    ("default", "newsletter:2024-06", 120, "manage.py send_newsletter --issue 2024-06",
-     "MainThread", 1, 0),
+    (
+        "default",
+        "search:reindex",
+        300,
+        "celery task search.rebuild_index",
+        "ForkPoolWorker-3",
+        2,
+        1,
+    ),
+    (
+        "default",
+        "newsletter:2024-06",
+        120,
+        "manage.py send_newsletter --issue 2024-06",
+        "MainThread",
+        1,
+        0,
+    ),
     ("billing", "invoices:close-month", 900, "manage.py close_month", "MainThread", 1, 2),
     ("billing", "stripe:webhook:evt_1PQ", 20, "POST /webhooks/stripe/", "Thread-7", 1, 0),
 ]
@@ -53,8 +68,11 @@ def main() -> None:
         raise SystemExit("no Chromium: apt-get install -y chromium, or set DISTLOCK_CHROMIUM")
     with RedisServer() as server:
         settings.DISTLOCK = {
-            alias: {"BACKEND": "distlock.backends.redis.RedisBackend", "LOCATION": server.url,
-                    "KEY_PREFIX": alias}
+            alias: {
+                "BACKEND": "distlock.backends.redis.RedisBackend",
+                "LOCATION": server.url,
+                "KEY_PREFIX": alias,
+            }
             for alias in ("default", "billing")
         }
         locks.reset()
@@ -64,8 +82,9 @@ def main() -> None:
         connection.creation.create_test_db(verbosity=0)
         get_user_model().objects.create_superuser("operator", password="operator-pw")
         connection.inc_thread_sharing()  # the in-memory database, shared with the server
-        live = LiveServerThread("localhost", StaticFilesHandler,
-                                connections_override={"default": connection}, port=0)
+        live = LiveServerThread(
+            "localhost", StaticFilesHandler, connections_override={"default": connection}, port=0
+        )
         live.daemon = True
         live.start()
         live.is_ready.wait()
@@ -74,8 +93,9 @@ def main() -> None:
         base = f"http://localhost:{live.port}"
         try:
             with sync_playwright() as playwright:
-                browser = playwright.chromium.launch(executable_path=chromium, headless=True,
-                                                     args=CHROMIUM_ARGS)
+                browser = playwright.chromium.launch(
+                    executable_path=chromium, headless=True, args=CHROMIUM_ARGS
+                )
                 for scheme in ("light", "dark"):
                     photograph(browser, base, scheme)
                 browser.close()
@@ -100,8 +120,9 @@ def hold_locks() -> list:
         held.append(lock)
 
     for alias, name, ttl, purpose, thread, depth, renewals in LOCKS:
-        worker = threading.Thread(target=take, name=thread,
-                                  args=(alias, name, ttl, purpose, depth, renewals))
+        worker = threading.Thread(
+            target=take, name=thread, args=(alias, name, ttl, purpose, depth, renewals)
+        )
         worker.start()
         worker.join()
     return held
@@ -121,7 +142,8 @@ def photograph(browser, base: str, scheme: str) -> None:  # type: ignore[no-unty
     print(f"wrote {target.relative_to(ROOT)}")
     if scheme == "light":
         page.locator("#result_list tbody tr", has_text="reports:daily").get_by_role(
-            "link", name="Force release").click()
+            "link", name="Force release"
+        ).click()
         page.wait_for_selector(".distlock-release-summary")
         target = IMAGES / "admin-force-release.png"
         page.screenshot(path=str(target), full_page=True)

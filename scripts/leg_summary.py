@@ -2,6 +2,7 @@
 
 Usage: leg_summary.py NAME JUNIT_XML SECONDS; exits 1 when the leg failed or ran no test.
 """
+
 from __future__ import annotations
 
 import platform
@@ -21,10 +22,10 @@ def version(package: str) -> str:
 def server_version() -> str:
     from tests.support.redis_server import find_redis_server
 
-    output = subprocess.run([find_redis_server(), "--version"], capture_output=True,
-                            text=True, check=False).stdout
-    return next((part.split("=", 1)[1] for part in output.split() if part.startswith("v=")),
-                "?")
+    output = subprocess.run(
+        [find_redis_server(), "--version"], capture_output=True, text=True, check=False
+    ).stdout
+    return next((part.split("=", 1)[1] for part in output.split() if part.startswith("v=")), "?")
 
 
 def main(name: str, junit: str, seconds: str) -> int:
@@ -35,10 +36,12 @@ def main(name: str, junit: str, seconds: str) -> int:
             counts[key] += int(suite.get(key, 0))
     failed = counts["failures"] + counts["errors"]
     passed = counts["tests"] - failed - counts["skipped"]
-    print(f"[leg] {name}: Python {platform.python_version()}, Django {version('Django')}, "
-          f"redis-py {version('redis')}, hiredis {version('hiredis')}, "
-          f"redis-server {server_version()}: {passed} passed, {failed} failed, "
-          f"{counts['skipped']} skipped ({float(seconds):.0f} s)")
+    print(
+        f"[leg] {name}: Python {platform.python_version()}, Django {version('Django')}, "
+        f"redis-py {version('redis')}, hiredis {version('hiredis')}, "
+        f"redis-server {server_version()}: {passed} passed, {failed} failed, "
+        f"{counts['skipped']} skipped ({float(seconds):.0f} s)"
+    )
     return 1 if failed or not passed else 0
 
 

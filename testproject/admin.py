@@ -1,4 +1,5 @@
 """The demo shop in the admin: orders with the number of payments each was charged."""
+
 from __future__ import annotations
 
 from django.contrib import admin

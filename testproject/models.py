@@ -4,6 +4,7 @@ The Pay view (views.pay) runs under ``@lock_view`` with ``ATOMIC_REQUESTS``: the
 taken before the request's transaction begins and released after it commits, so a second
 click reads the first click's payment, and an order is charged once.
 """
+
 from __future__ import annotations
 
 from django.db import models

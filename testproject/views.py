@@ -113,10 +113,16 @@ def pay_page(request: HttpRequest) -> HttpResponse:
     return _pay_page(request, order_id)
 
 
-def _pay_page(request: HttpRequest, order_id: int, message: str = "", level: str = "",
-              status: int = 200) -> HttpResponse:
-    context = {"order_id": order_id, "payments": _payments(order_id), "message": message,
-               "level": level, "pay_seconds": PAY_SECONDS}
+def _pay_page(
+    request: HttpRequest, order_id: int, message: str = "", level: str = "", status: int = 200
+) -> HttpResponse:
+    context = {
+        "order_id": order_id,
+        "payments": _payments(order_id),
+        "message": message,
+        "level": level,
+        "pay_seconds": PAY_SECONDS,
+    }
     return render(request, "testproject/pay.html", context, status=status)
 
 

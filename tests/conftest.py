@@ -3,6 +3,7 @@
 ``backend_kind`` runs a test once per backend in BACKENDS (the contract suite); tests that
 need a Redis server of their own (to stop or pause it) take ``private_redis``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -17,6 +18,8 @@ from tests.support.redis_server import RedisServer
 BACKENDS = ["redis", "django_redis", "locmem", "redlock3", "redlock5", "cluster", "sentinel"]
 # Backends whose locks live in a server that other processes share.
 SHARED_BACKENDS = ["redis", "django_redis", "redlock3", "cluster"]
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     server = RedisServer().start()
@@ -30,8 +33,9 @@ def redis_url(redis_server: RedisServer) -> str:
     return redis_server.url
 
 
-def location_of(kind: str, request: pytest.FixtureRequest, redis_url: str,
-                flush: bool = True) -> str:
+def location_of(
+    kind: str, request: pytest.FixtureRequest, redis_url: str, flush: bool = True
+) -> str:
     from tests.support.topologies import location_of  # a plugin: imported by pytest_plugins first
 
     return location_of(kind, request, redis_url, flush=flush)
@@ -57,8 +61,9 @@ def shared_backend_kind(request: pytest.FixtureRequest, settings: Any, redis_url
 
 
 @pytest.fixture
-def backend_location(shared_backend_kind: str, request: pytest.FixtureRequest,
-                     redis_url: str) -> str:
+def backend_location(
+    shared_backend_kind: str, request: pytest.FixtureRequest, redis_url: str
+) -> str:
     """The location (tests.support.configs) of the shared backend the test runs against."""
     return location_of(shared_backend_kind, request, redis_url, flush=False)
 
@@ -102,5 +107,8 @@ def nodes(settings: Any) -> Iterator[list[RedisServer]]:
         locks.reset()
 
 
-pytest_plugins = ["tests.support.browser", "tests.support.database_fixtures",
-                  "tests.support.topologies"]
+pytest_plugins = [
+    "tests.support.browser",
+    "tests.support.database_fixtures",
+    "tests.support.topologies",
+]

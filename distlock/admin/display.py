@@ -1,6 +1,7 @@
 """How the "Held locks" page shows a hold to people, for the lock rows (distlock.admin.options)
 and the semaphore rows (distlock.admin.semaphores) alike: the time left, the holder, and the
 link to release it that leads back to the same list."""
+
 from __future__ import annotations
 
 import math
@@ -37,6 +38,10 @@ def release_url(base: str, info: LockInfo, filters: str) -> str:
     """Return the URL of the page that releases the hold ``info`` (a lock, or one permit of
     a semaphore), named by alias, name and fencing token: the holder's token never leaves the
     server. ``filters`` is the list's query, restored after the release."""
-    query = {"alias": info.alias, "name": info.name, "fencing_token": info.fencing_token,
-             FILTERS: filters}
+    query = {
+        "alias": info.alias,
+        "name": info.name,
+        "fencing_token": info.fencing_token,
+        FILTERS: filters,
+    }
     return f"{base}?{urlencode(query)}"

@@ -5,6 +5,7 @@ scan of the keyspace); the full LockInfo is read only for the locks of the page 
 (``info_many``: one round trip per alias). A backend that cannot be reached is reported,
 never raised, so one broken alias does not hide the locks of the others.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence

@@ -8,6 +8,7 @@ A force release names the hold by alias, name and fencing token (the holder's se
 never leaves the server), shows a confirmation page on GET, and releases on a CSRF-checked
 POST only if that same hold still has the lock.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -103,11 +104,16 @@ class HeldLockList:
         self.result_count = len(selected)
         self.paginator = Paginator(sort_held(selected, self.order or DEFAULT_ORDER), PER_PAGE)
         self.page = self.paginator.get_page(self.params.get(PAGE))
-        self.rows = [self._row(info) for info in read_infos(list(self.page.object_list),
-                                                            self.unavailable)]
-        self.semaphores = semaphore_rows([self.alias] if self.alias else self.aliases,
-                                         self.query, model_admin.url("release_permit"),
-                                         urlencode(self.params), self.unavailable)
+        self.rows = [
+            self._row(info) for info in read_infos(list(self.page.object_list), self.unavailable)
+        ]
+        self.semaphores = semaphore_rows(
+            [self.alias] if self.alias else self.aliases,
+            self.query,
+            model_admin.url("release_permit"),
+            urlencode(self.params),
+            self.unavailable,
+        )
 
     def url_with(self, **changes: str | int | None) -> str:
         """Return this page's query string with ``changes`` (None removes a parameter).
@@ -137,8 +143,11 @@ class HeldLockList:
     def alias_choices(self) -> list[Choice]:
         choices = [Choice("All", self.url_with(**{ALIAS: None}), not self.alias)]
         choices += [
-            Choice(f"{alias} ({self.count_label(alias)})", self.url_with(**{ALIAS: alias}),
-                   alias == self.alias)
+            Choice(
+                f"{alias} ({self.count_label(alias)})",
+                self.url_with(**{ALIAS: alias}),
+                alias == self.alias,
+            )
             for alias in self.aliases
         ]
         return choices
@@ -167,8 +176,10 @@ class HeldLockList:
             return count
         if not self.answered:
             return ""
-        return (f"{count} in {', '.join(self.answered)}; not counted: "
-                f"{', '.join(self.not_counted)} (unavailable)")
+        return (
+            f"{count} in {', '.join(self.answered)}; not counted: "
+            f"{', '.join(self.not_counted)} (unavailable)"
+        )
 
     @property
     def empty_text(self) -> str:
@@ -177,9 +188,11 @@ class HeldLockList:
             if self.query:
                 return f"No held lock has a name that starts with “{self.query}”."
             return "No lock is held right now."
-        unknown = (f"What alias{'es' if len(self.not_counted) > 1 else ''} "
-                   f"{', '.join(self.not_counted)} hold{'' if len(self.not_counted) > 1 else 's'}"
-                   " is unknown: it could not be read.")
+        unknown = (
+            f"What alias{'es' if len(self.not_counted) > 1 else ''} "
+            f"{', '.join(self.not_counted)} hold{'' if len(self.not_counted) > 1 else 's'}"
+            " is unknown: it could not be read."
+        )
         if not self.answered:
             return unknown
         matching = f" whose name starts with “{self.query}”" if self.query else ""
@@ -189,8 +202,11 @@ class HeldLockList:
     def order_choices(self) -> list[Choice]:
         current = self.order or DEFAULT_ORDER
         return [
-            Choice(order.label, self.url_with(**{ORDER: None if key == DEFAULT_ORDER else key}),
-                   key == current)
+            Choice(
+                order.label,
+                self.url_with(**{ORDER: None if key == DEFAULT_ORDER else key}),
+                key == current,
+            )
             for key, order in ORDERS.items()
         ]
 
@@ -272,12 +288,21 @@ class HeldLockAdmin(admin.ModelAdmin):
     def get_urls(self) -> list[URLPattern]:
         # Only these: there are no rows in a table to add, change, delete or list history.
         return [
-            path("", self.admin_site.admin_view(self.changelist_view),
-                 name=self.url_name("changelist")),
-            path("release/", self.admin_site.admin_view(self.release_view),
-                 name=self.url_name("release")),
-            path("release-permit/", self.admin_site.admin_view(self.release_permit_view),
-                 name=self.url_name("release_permit")),
+            path(
+                "",
+                self.admin_site.admin_view(self.changelist_view),
+                name=self.url_name("changelist"),
+            ),
+            path(
+                "release/",
+                self.admin_site.admin_view(self.release_view),
+                name=self.url_name("release"),
+            ),
+            path(
+                "release-permit/",
+                self.admin_site.admin_view(self.release_permit_view),
+                name=self.url_name("release_permit"),
+            ),
         ]
 
     def url_name(self, view: str) -> str:
@@ -367,8 +392,10 @@ class HeldLockAdmin(admin.ModelAdmin):
         if isinstance(asked, HttpResponse):
             return asked
         form, alias, name, number, back = asked
-        gone = (f"No permit of the semaphore “{name}” (alias {alias}) is held with number "
-                f"{number} any more: it was released or expired. Nothing was freed.")
+        gone = (
+            f"No permit of the semaphore “{name}” (alias {alias}) is held with number "
+            f"{number} any more: it was released or expired. Nothing was freed."
+        )
         try:
             backend = locks[alias]
             info = backend.semaphore_info(name)
@@ -378,8 +405,9 @@ class HeldLockAdmin(admin.ModelAdmin):
                 messages.warning(request, gone)
                 return HttpResponseRedirect(back)
             if request.method != "POST":
-                return self._confirm(request, form, holder, back,
-                                     title="Free a permit of a semaphore", permit=True)
+                return self._confirm(
+                    request, form, holder, back, title="Free a permit of a semaphore", permit=True
+                )
             freed = backend.force_release_permit(name, holder.token)
         except (*ALIAS_ERRORS, SemaphoresNotSupported) as exc:
             messages.error(request, f"Nothing was freed: alias {alias!r} cannot be read. {exc}")
@@ -387,17 +415,32 @@ class HeldLockAdmin(admin.ModelAdmin):
         if not freed:
             messages.warning(request, gone)
             return HttpResponseRedirect(back)
-        self.log_change(request, HeldLock(name=name), (
-            f"Freed permit {number} of the semaphore (alias {alias!r}), held by "
-            f"{describe_holder(holder)} since {holder.acquired_at:%Y-%m-%d %H:%M:%S} UTC "
-            f"(purpose: {holder.purpose or 'none given'})."))
-        messages.success(request, f"Freed permit {number} of the semaphore “{name}” (alias "
-                                  f"{alias}) held by {describe_holder(holder)}.")
+        self.log_change(
+            request,
+            HeldLock(name=name),
+            (
+                f"Freed permit {number} of the semaphore (alias {alias!r}), held by "
+                f"{describe_holder(holder)} since {holder.acquired_at:%Y-%m-%d %H:%M:%S} UTC "
+                f"(purpose: {holder.purpose or 'none given'})."
+            ),
+        )
+        messages.success(
+            request,
+            f"Freed permit {number} of the semaphore “{name}” (alias "
+            f"{alias}) held by {describe_holder(holder)}.",
+        )
         return HttpResponseRedirect(back)
 
-    def _confirm(self, request: HttpRequest, form: ReleaseForm, info: LockInfo, back: str, *,
-                 title: str = "Force release a held lock", permit: bool = False
-                 ) -> HttpResponse:
+    def _confirm(
+        self,
+        request: HttpRequest,
+        form: ReleaseForm,
+        info: LockInfo,
+        back: str,
+        *,
+        title: str = "Force release a held lock",
+        permit: bool = False,
+    ) -> HttpResponse:
         context = {
             **self.admin_site.each_context(request),
             "title": title,

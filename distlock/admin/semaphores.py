@@ -4,6 +4,7 @@ with a link to free that one permit (HeldLockAdmin.release_permit_view).
 A permit is named by alias, semaphore name and permit number (its ``fencing_token``); the
 holder's token never leaves the server.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,8 +30,9 @@ class SemaphoreRow:
     permits: list[PermitRow]
 
 
-def semaphore_rows(aliases: list[str], prefix: str, release_base: str, filters: str,
-                   unavailable: dict[str, str]) -> list[SemaphoreRow]:
+def semaphore_rows(
+    aliases: list[str], prefix: str, release_base: str, filters: str, unavailable: dict[str, str]
+) -> list[SemaphoreRow]:
     """Return a row for every held semaphore of ``aliases`` whose name starts with
     ``prefix``; an alias that cannot be read is added to ``unavailable``."""
     rows = []
@@ -43,10 +45,14 @@ def semaphore_rows(aliases: list[str], prefix: str, release_base: str, filters: 
             unavailable[alias] = str(exc)
             continue
         for info in held:
-            permits = [PermitRow(
-                info=holder, holder=describe_holder(holder),
-                expires_in=format_remaining(holder.ttl_remaining),
-                release_url=release_url(release_base, holder, filters),
-            ) for holder in info.holders]
+            permits = [
+                PermitRow(
+                    info=holder,
+                    holder=describe_holder(holder),
+                    expires_in=format_remaining(holder.ttl_remaining),
+                    release_url=release_url(release_base, holder, filters),
+                )
+                for holder in info.holders
+            ]
             rows.append(SemaphoreRow(info, permits))
     return rows

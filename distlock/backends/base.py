@@ -1,5 +1,6 @@
 """The backend contract: the operations every lock store implements (and, for a store without
 semaphores, the ones it refuses), with their async twins."""
+
 from __future__ import annotations
 
 import time
@@ -71,8 +72,7 @@ class BaseLockBackend:
 
         Subclasses extend it (calling super().configure() first) for their own settings.
         """
-        shared = parse_shared(self.alias, params, self.own_options, type(self).__name__,
-                              problems)
+        shared = parse_shared(self.alias, params, self.own_options, type(self).__name__, problems)
         self.key_prefix = shared.key_prefix
         self.default_timeout = shared.default_timeout
         self.options = shared.options
@@ -120,8 +120,9 @@ class BaseLockBackend:
             "subclasses of BaseLockBackend must provide a wait_for_turn() method"
         )
 
-    def wait_and_acquire(self, timeout: float, name: str, token: str, ttl_ms: int, meta: str,
-                         patience_ms: int) -> Attempt:
+    def wait_and_acquire(
+        self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
         """Wait up to ``timeout`` for the lock to be handed over or freed, then try to acquire
         it (with the grant the wait brought, if any). A backend that can do both in one round
         trip does."""
@@ -138,22 +139,16 @@ class BaseLockBackend:
         """Return 0 if ``token`` does not hold ``name``, 1 if released, 2 if one reentrant
         level was. ``every_level``: release every reentrant level at once (the holder's last
         level, or an operator's force release); ``token`` "" releases whoever holds it."""
-        raise NotImplementedError(
-            "subclasses of BaseLockBackend must provide a release() method"
-        )
+        raise NotImplementedError("subclasses of BaseLockBackend must provide a release() method")
 
     def extend(
         self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
     ) -> bool:
-        raise NotImplementedError(
-            "subclasses of BaseLockBackend must provide an extend() method"
-        )
+        raise NotImplementedError("subclasses of BaseLockBackend must provide an extend() method")
 
     def info(self, name: str) -> LockInfo | None:
         """Return the LockInfo of ``name`` if it is held, else None."""
-        raise NotImplementedError(
-            "subclasses of BaseLockBackend must provide an info() method"
-        )
+        raise NotImplementedError("subclasses of BaseLockBackend must provide an info() method")
 
     def held_names(self, prefix: str = "") -> list[HeldEntry]:
         """Return the index entry of every held lock whose name starts with ``prefix``, by
@@ -216,14 +211,23 @@ class BaseLockBackend:
             "(one server, Sentinel or Cluster) and pass using=<that alias>.",
         )
 
-    def semaphore_acquire(self, name: str, limit: int, token: str, ttl_ms: int, meta: str,
-                          patience_ms: int) -> Attempt:
+    def semaphore_acquire(
+        self, name: str, limit: int, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
         """Take a permit of ``name`` (at most ``limit`` holders) for ``token``, or queue it
         for ``patience_ms``."""
         raise self.semaphores_not_supported()
 
-    def semaphore_wait_and_acquire(self, timeout: float, name: str, limit: int, token: str,
-                                   ttl_ms: int, meta: str, patience_ms: int) -> Attempt:
+    def semaphore_wait_and_acquire(
+        self,
+        timeout: float,
+        name: str,
+        limit: int,
+        token: str,
+        ttl_ms: int,
+        meta: str,
+        patience_ms: int,
+    ) -> Attempt:
         """Wait up to ``timeout`` for a permit to be handed to ``token``, then try to take
         it, as wait_and_acquire() does for a lock."""
         raise self.semaphores_not_supported()
@@ -283,8 +287,9 @@ class BaseLockBackend:
     async def await_for_turn(self, name: str, timeout: float) -> str | None:
         return await sync_to_async(self.wait_for_turn, thread_sensitive=False)(name, timeout)
 
-    async def await_and_acquire(self, timeout: float, name: str, token: str, ttl_ms: int,
-                                meta: str, patience_ms: int) -> Attempt:
+    async def await_and_acquire(
+        self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
         grant = await self.await_for_turn(name, timeout)
         sent = time.monotonic()
         attempt = await self.atry_acquire(name, token, ttl_ms, meta, grant, patience_ms)
@@ -297,8 +302,9 @@ class BaseLockBackend:
         release = sync_to_async(self.release, thread_sensitive=False)
         return await release(name, token, every_level=every_level)
 
-    async def aextend(self, name: str, token: str, ttl_ms: int, *, renewal: bool = False,
-                      reenter: bool = False) -> bool:
+    async def aextend(
+        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
+    ) -> bool:
         extend = sync_to_async(self.extend, thread_sensitive=False)
         return await extend(name, token, ttl_ms, renewal=renewal, reenter=reenter)
 
@@ -311,14 +317,22 @@ class BaseLockBackend:
     async def aforce_release(self, name: str, token: str | None = None) -> bool:
         return await sync_to_async(self.force_release, thread_sensitive=False)(name, token)
 
-    async def asemaphore_acquire(self, name: str, limit: int, token: str, ttl_ms: int,
-                                 meta: str, patience_ms: int) -> Attempt:
+    async def asemaphore_acquire(
+        self, name: str, limit: int, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
         acquire = sync_to_async(self.semaphore_acquire, thread_sensitive=False)
         return await acquire(name, limit, token, ttl_ms, meta, patience_ms)
 
-    async def asemaphore_wait_and_acquire(self, timeout: float, name: str, limit: int,
-                                          token: str, ttl_ms: int, meta: str,
-                                          patience_ms: int) -> Attempt:
+    async def asemaphore_wait_and_acquire(
+        self,
+        timeout: float,
+        name: str,
+        limit: int,
+        token: str,
+        ttl_ms: int,
+        meta: str,
+        patience_ms: int,
+    ) -> Attempt:
         wait = sync_to_async(self.semaphore_wait_and_acquire, thread_sensitive=False)
         return await wait(timeout, name, limit, token, ttl_ms, meta, patience_ms)
 
@@ -328,8 +342,7 @@ class BaseLockBackend:
     async def asemaphore_release(self, name: str, token: str) -> int:
         return await sync_to_async(self.semaphore_release, thread_sensitive=False)(name, token)
 
-    async def asemaphore_extend(self, name: str, token: str, ttl_ms: int, *,
-                                renewal: bool) -> int:
+    async def asemaphore_extend(self, name: str, token: str, ttl_ms: int, *, renewal: bool) -> int:
         extend = sync_to_async(self.semaphore_extend, thread_sensitive=False)
         return await extend(name, token, ttl_ms, renewal=renewal)
 
@@ -342,7 +355,7 @@ class BaseLockBackend:
 
 def check_prefix(prefix: object) -> None:
     if not isinstance(prefix, str):
-        raise TypeError(f"prefix must be a str (\"\" for every lock), not {type(prefix).__name__}.")
+        raise TypeError(f'prefix must be a str ("" for every lock), not {type(prefix).__name__}.')
 
 
 def _check_token(token: object) -> None:

@@ -1,4 +1,5 @@
 """DjangoRedisBackend: locks on the connection pool of a django-redis cache alias."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -5,6 +5,7 @@ semaphore's permits freed while tokens wait are reserved for them in arrival ord
 HANDOFF_GRACE_MS), and waiters are woken through the store's condition, as the scripts do it
 through one list per waiter.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -99,8 +100,9 @@ class LocMemBackend(BaseLockBackend):
         with _stores_guard:
             self._store = _stores.setdefault(f"{self.key_prefix}:{location}", _Store())
 
-    def try_acquire(self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None,
-                    patience_ms: int) -> Attempt:
+    def try_acquire(
+        self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None, patience_ms: int
+    ) -> Attempt:
         store = self._store
         with store.changed:
             entry = store.current(name)
@@ -113,7 +115,10 @@ class LocMemBackend(BaseLockBackend):
             fence = max(now_us, store.fences.get(name, 0) + 1)
             store.fences[name] = fence
             store.held[name] = _Held(
-                token=token, fence=fence, meta=meta, acquired_ms=now_us // 1000,
+                token=token,
+                fence=fence,
+                meta=meta,
+                acquired_ms=now_us // 1000,
                 expires=time.monotonic() + ttl_ms / 1000,
             )
             return Attempt(True, fencing_token=fence, acquired_ms=now_us // 1000)
@@ -141,8 +146,9 @@ class LocMemBackend(BaseLockBackend):
             store.changed.notify_all()
             return 1
 
-    def extend(self, name: str, token: str, ttl_ms: int, *, renewal: bool = False,
-               reenter: bool = False) -> bool:
+    def extend(
+        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
+    ) -> bool:
         with self._store.changed:
             entry = self._store.current(name)
             if entry is None or entry.token != token:
@@ -162,9 +168,16 @@ class LocMemBackend(BaseLockBackend):
                 return None
             pttl = max(round((entry.expires - time.monotonic()) * 1000), 0)
             return LockInfo.from_stored(
-                name=name, token=entry.token, fence=entry.fence, meta_json=entry.meta,
-                acquired_ms=entry.acquired_ms, now_ms=time.time_ns() // 1_000_000, pttl_ms=pttl,
-                renewals=entry.renewals, depth=entry.depth, alias=self.alias,
+                name=name,
+                token=entry.token,
+                fence=entry.fence,
+                meta_json=entry.meta,
+                acquired_ms=entry.acquired_ms,
+                now_ms=time.time_ns() // 1_000_000,
+                pttl_ms=pttl,
+                renewals=entry.renewals,
+                depth=entry.depth,
+                alias=self.alias,
             )
 
     def held_names(self, prefix: str = "") -> list[HeldEntry]:
@@ -175,8 +188,9 @@ class LocMemBackend(BaseLockBackend):
             for name in names:
                 entry = self._store.current(name)
                 if entry is not None:
-                    found.append(HeldEntry(name, wall + entry.expires - now,
-                                           entry.acquired_ms / 1000))
+                    found.append(
+                        HeldEntry(name, wall + entry.expires - now, entry.acquired_ms / 1000)
+                    )
         return sorted(found)
 
     # --- semaphores -------------------------------------------------------------------
@@ -188,8 +202,9 @@ class LocMemBackend(BaseLockBackend):
             self._semaphores().pop(name, None)
         self._store.changed.notify_all()
 
-    def semaphore_acquire(self, name: str, limit: int, token: str, ttl_ms: int, meta: str,
-                          patience_ms: int) -> Attempt:
+    def semaphore_acquire(
+        self, name: str, limit: int, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
         with self._store.changed:
             semaphore = self._semaphores().setdefault(name, _Semaphore())
             semaphore.limit = limit
@@ -218,8 +233,16 @@ class LocMemBackend(BaseLockBackend):
             if semaphore is not None and token not in semaphore.reserved:
                 self._store.changed.wait(timeout)
 
-    def semaphore_wait_and_acquire(self, timeout: float, name: str, limit: int, token: str,
-                                   ttl_ms: int, meta: str, patience_ms: int) -> Attempt:
+    def semaphore_wait_and_acquire(
+        self,
+        timeout: float,
+        name: str,
+        limit: int,
+        token: str,
+        ttl_ms: int,
+        meta: str,
+        patience_ms: int,
+    ) -> Attempt:
         """Wait until a permit is reserved for ``token`` (or ``timeout`` passes), then try
         to take it (no round trip to save in memory)."""
         self._semaphore_wait(name, token, timeout)
@@ -275,16 +298,26 @@ class LocMemBackend(BaseLockBackend):
             now_ms = time.time_ns() // 1_000_000
             holders = tuple(
                 LockInfo.from_stored(
-                    name=name, token=token, fence=held.fence, meta_json=held.meta,
-                    acquired_ms=held.acquired_ms, now_ms=now_ms,
-                    pttl_ms=round((held.expires - now) * 1000), renewals=held.renewals,
-                    depth=1, alias=self.alias,
+                    name=name,
+                    token=token,
+                    fence=held.fence,
+                    meta_json=held.meta,
+                    acquired_ms=held.acquired_ms,
+                    now_ms=now_ms,
+                    pttl_ms=round((held.expires - now) * 1000),
+                    renewals=held.renewals,
+                    depth=1,
+                    alias=self.alias,
                 )
                 for token, held in sorted(semaphore.holders.items(), key=lambda i: i[1].expires)
             )
-            return SemaphoreInfo(name=name, limit=semaphore.limit, holders=holders,
-                                 waiting=len(semaphore.queue) + len(semaphore.reserved),
-                                 alias=self.alias)
+            return SemaphoreInfo(
+                name=name,
+                limit=semaphore.limit,
+                holders=holders,
+                waiting=len(semaphore.queue) + len(semaphore.reserved),
+                alias=self.alias,
+            )
 
     def held_semaphores(self, prefix: str = "") -> list[SemaphoreInfo]:
         with self._store.changed:
@@ -293,16 +326,25 @@ class LocMemBackend(BaseLockBackend):
         return [info for info in found if info is not None and info.holders]
 
     # The in-memory store answers at once: the async twins call the sync methods directly.
-    async def asemaphore_acquire(self, name: str, limit: int, token: str, ttl_ms: int,
-                                 meta: str, patience_ms: int) -> Attempt:
+    async def asemaphore_acquire(
+        self, name: str, limit: int, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
         return self.semaphore_acquire(name, limit, token, ttl_ms, meta, patience_ms)
 
-    async def asemaphore_wait_and_acquire(self, timeout: float, name: str, limit: int,
-                                          token: str, ttl_ms: int, meta: str,
-                                          patience_ms: int) -> Attempt:
+    async def asemaphore_wait_and_acquire(
+        self,
+        timeout: float,
+        name: str,
+        limit: int,
+        token: str,
+        ttl_ms: int,
+        meta: str,
+        patience_ms: int,
+    ) -> Attempt:
         # Blocking on the condition would stall the event loop: wait in a thread.
-        return await asyncio.to_thread(self.semaphore_wait_and_acquire, timeout, name, limit,
-                                       token, ttl_ms, meta, patience_ms)
+        return await asyncio.to_thread(
+            self.semaphore_wait_and_acquire, timeout, name, limit, token, ttl_ms, meta, patience_ms
+        )
 
     async def asemaphore_leave(self, name: str, token: str) -> None:
         self.semaphore_leave(name, token)
@@ -310,10 +352,8 @@ class LocMemBackend(BaseLockBackend):
     async def asemaphore_release(self, name: str, token: str) -> int:
         return self.semaphore_release(name, token)
 
-    async def asemaphore_extend(self, name: str, token: str, ttl_ms: int, *,
-                                renewal: bool) -> int:
+    async def asemaphore_extend(self, name: str, token: str, ttl_ms: int, *, renewal: bool) -> int:
         return self.semaphore_extend(name, token, ttl_ms, renewal=renewal)
 
     async def asemaphore_info(self, name: str) -> SemaphoreInfo | None:
         return self.semaphore_info(name)
-

@@ -4,6 +4,7 @@ Settings are parsed in distlock.backends.redis_settings; the operations, their s
 how they run are in distlock.backends.redis_ops. This module builds the clients: a sync one,
 and an async one per event loop.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -40,7 +41,8 @@ class RedisBackend(ScriptedBackend):
     def configure(self, params: dict[str, Any], problems: Problems) -> None:
         super().configure(params, problems)
         self.settings: RedisSettings = parse_settings(
-            self.alias, params.get("LOCATION"), self.options, problems)
+            self.alias, params.get("LOCATION"), self.options, problems
+        )
         self.location = self.settings.location
         self.cluster = self.settings.cluster
         self.sentinels = self.settings.sentinels
@@ -81,7 +83,9 @@ class RedisBackend(ScriptedBackend):
                 **options,
             )
             return sentinel.master_for(
-                self.settings.service_name, db=int(parts.path.strip("/") or 0), **credentials,
+                self.settings.service_name,
+                db=int(parts.path.strip("/") or 0),
+                **credentials,
             )
         return module.Redis.from_url(self.location, **options)
 

@@ -2,6 +2,7 @@
 
 Every check notes its problem and goes on, so `manage.py check` names all of them at once.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -28,21 +29,28 @@ CLIENT_DEFAULTS: dict[str, Any] = {"socket_timeout": 2.0, "socket_connect_timeou
 # How long WAIT waits for replicas by default (ms), at most half the socket timeout.
 DEFAULT_WAIT_TIMEOUT_MS = 500
 # What OPTIONS are distlock's own on a RedisBackend (upper case).
-OWN_OPTIONS = frozenset({"CLUSTER", "SENTINELS", "SENTINEL_KWARGS", "WAIT_REPLICAS",
-                         "WAIT_TIMEOUT"})
+OWN_OPTIONS = frozenset(
+    {"CLUSTER", "SENTINELS", "SENTINEL_KWARGS", "WAIT_REPLICAS", "WAIT_TIMEOUT"}
+)
 
 
 def _parameters(*callables: Any) -> frozenset[str]:
-    return frozenset(name for function in callables
-                     for name in inspect.signature(function).parameters
-                     if name not in ("self", "args", "kwargs"))
+    return frozenset(
+        name
+        for function in callables
+        for name in inspect.signature(function).parameters
+        if name not in ("self", "args", "kwargs")
+    )
 
 
 # Keyword arguments a client, its pool or its connections take: an OPTION not among them is
 # a typo, reported by name (with the nearest known one) rather than as the first TypeError.
 CLIENT_ARGUMENTS = _parameters(
-    redis.Redis.__init__, redis.ConnectionPool.__init__, redis.BlockingConnectionPool.__init__,
-    redis.Connection.__init__, redis.SSLConnection.__init__,
+    redis.Redis.__init__,
+    redis.ConnectionPool.__init__,
+    redis.BlockingConnectionPool.__init__,
+    redis.Connection.__init__,
+    redis.SSLConnection.__init__,
     redis.UnixDomainSocketConnection.__init__,
 )
 # Keyword arguments only a RedisCluster takes (read_from_replicas, require_full_coverage...).
@@ -76,25 +84,29 @@ class RedisSettings:
         return redact(self.location)
 
 
-def parse_settings(alias: str, location: object, options: dict[str, Any],
-                   problems: Problems) -> RedisSettings:
+def parse_settings(
+    alias: str, location: object, options: dict[str, Any], problems: Problems
+) -> RedisSettings:
     """Return the settings of ``alias``; note in ``problems`` everything that is wrong."""
     parsed = RedisSettings()
 
     def error(message: str, hint: str) -> InvalidLockBackendError:
-        return InvalidLockBackendError(f"DISTLOCK[{alias!r}]['OPTIONS']{message}",
-                                       check_id="distlock.E006", hint=hint)
+        return InvalidLockBackendError(
+            f"DISTLOCK[{alias!r}]['OPTIONS']{message}", check_id="distlock.E006", hint=hint
+        )
 
     parsed.cluster = problems.parse(lambda: _parse_cluster(options, error), False)
     parsed.sentinels = problems.parse(lambda: _parse_sentinels(options, error), None)
     parsed.sentinel_kwargs = options.get("SENTINEL_KWARGS")
     parsed.location = problems.parse(
-        lambda: _parse_location(alias, location, parsed), parsed.location)
+        lambda: _parse_location(alias, location, parsed), parsed.location
+    )
     parsed.client_options = problems.parse(
-        lambda: _parse_client_options(options, parsed, error), parsed.client_options)
+        lambda: _parse_client_options(options, parsed, error), parsed.client_options
+    )
     parsed.wait_replicas, parsed.wait_timeout_ms = problems.parse(
-        lambda: _parse_wait(options, parsed.client_options, error),
-        (0, DEFAULT_WAIT_TIMEOUT_MS))
+        lambda: _parse_wait(options, parsed.client_options, error), (0, DEFAULT_WAIT_TIMEOUT_MS)
+    )
     return parsed
 
 
@@ -130,9 +142,12 @@ def _parse_sentinels(options: dict[str, Any], error: Any) -> list[tuple[str, int
     parsed = []
     for address in sentinels:
         if not (
-            isinstance(address, (list, tuple)) and len(address) == 2
-            and isinstance(address[0], str) and address[0]
-            and isinstance(address[1], int) and not isinstance(address[1], bool)
+            isinstance(address, (list, tuple))
+            and len(address) == 2
+            and isinstance(address[0], str)
+            and address[0]
+            and isinstance(address[1], int)
+            and not isinstance(address[1], bool)
             and 0 < address[1] < 65536
         ):
             raise error(f"['SENTINELS'] has {address!r}, which is not a (host, port) pair.", hint)
@@ -157,14 +172,16 @@ def _parse_location(alias: str, location: object, parsed: RedisSettings) -> str:
     def invalid(why: str) -> InvalidLockBackendError:
         shown = redact(location) if isinstance(location, str) else location
         return InvalidLockBackendError(
-            f"DISTLOCK[{alias!r}]['LOCATION'] {shown!r} {why}.", check_id="distlock.E005",
+            f"DISTLOCK[{alias!r}]['LOCATION'] {shown!r} {why}.",
+            check_id="distlock.E005",
             hint=hint,
         )
 
     if not isinstance(location, str) or not location:
         raise InvalidLockBackendError(
             f"DISTLOCK[{alias!r}]['LOCATION'] must be a Redis URL string, not {location!r}.",
-            check_id="distlock.E005", hint=hint,
+            check_id="distlock.E005",
+            hint=hint,
         )
     if _UNSAFE_IN_URL.search(location):
         # urlsplit strips these, redis-py does not: the check passed, the client failed.
@@ -189,27 +206,37 @@ def _parse_location(alias: str, location: object, parsed: RedisSettings) -> str:
     return location
 
 
-def _parse_client_options(options: dict[str, Any], parsed: RedisSettings,
-                          error: Any) -> dict[str, Any]:
+def _parse_client_options(
+    options: dict[str, Any], parsed: RedisSettings, error: Any
+) -> dict[str, Any]:
     client_options = {k: v for k, v in options.items() if not k.isupper()}
     known = CLIENT_ARGUMENTS | (CLUSTER_ARGUMENTS if parsed.cluster else frozenset())
     found = Problems()
     for name in sorted(set(client_options) - known):
         near = difflib.get_close_matches(name, known, n=1)
-        found.add(error(
-            f"[{name!r}] is not an option of the Redis client.",
-            f"Did you mean {near[0]!r}?" if near else
-            "Lower-case OPTIONS are redis-py client arguments (password, socket_timeout, "
-            "ssl_ca_certs, ...); upper-case ones are distlock's own.",
-        ))
+        found.add(
+            error(
+                f"[{name!r}] is not an option of the Redis client.",
+                f"Did you mean {near[0]!r}?"
+                if near
+                else "Lower-case OPTIONS are redis-py client arguments (password, socket_timeout, "
+                "ssl_ca_certs, ...); upper-case ones are distlock's own.",
+            )
+        )
     for name in ("socket_timeout", "socket_connect_timeout"):
         value = client_options.get(name, CLIENT_DEFAULTS[name])
         if value is not None and (
-            isinstance(value, bool) or not isinstance(value, (int, float))
-            or not math.isfinite(value) or value <= 0
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value <= 0
         ):
-            found.add(error(f"[{name!r}] must be a finite number of seconds > 0, not {value!r}.",
-                            f"For example '{name}': 2."))
+            found.add(
+                error(
+                    f"[{name!r}] must be a finite number of seconds > 0, not {value!r}.",
+                    f"For example '{name}': 2.",
+                )
+            )
     found.raise_any()
     merged = {**CLIENT_DEFAULTS, **client_options}
     try:
@@ -230,8 +257,9 @@ def _parse_client_options(options: dict[str, Any], parsed: RedisSettings,
     return merged
 
 
-def _parse_wait(options: dict[str, Any], client_options: dict[str, Any],
-                error: Any) -> tuple[int, int]:
+def _parse_wait(
+    options: dict[str, Any], client_options: dict[str, Any], error: Any
+) -> tuple[int, int]:
     replicas = options.get("WAIT_REPLICAS", 0)
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
         raise error(
@@ -241,17 +269,19 @@ def _parse_wait(options: dict[str, Any], client_options: dict[str, Any],
         )
     socket_timeout = client_options.get("socket_timeout")
     ceiling = round(socket_timeout * 1000) if socket_timeout else None
-    default = DEFAULT_WAIT_TIMEOUT_MS if ceiling is None else min(DEFAULT_WAIT_TIMEOUT_MS,
-                                                                  ceiling // 2)
+    default = (
+        DEFAULT_WAIT_TIMEOUT_MS if ceiling is None else min(DEFAULT_WAIT_TIMEOUT_MS, ceiling // 2)
+    )
     timeout = options.get("WAIT_TIMEOUT", default)
     if (
-        isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int)
+        or timeout <= 0
         or (ceiling is not None and timeout >= ceiling)
     ):
         bound = f" and below socket_timeout ({ceiling} ms)" if ceiling else ""
         raise error(
-            f"['WAIT_TIMEOUT'] must be a whole number of milliseconds > 0{bound}, "
-            f"not {timeout!r}.",
+            f"['WAIT_TIMEOUT'] must be a whole number of milliseconds > 0{bound}, not {timeout!r}.",
             "For example 'WAIT_TIMEOUT': 100: how long an acquire waits for replicas "
             "before it fails closed.",
         )

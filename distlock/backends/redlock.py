@@ -19,6 +19,7 @@ nodes' clocks agree to within the time between the two acquisitions. A node rest
 with its clock stepped back, or clocks further apart than a handoff takes, can break the
 order. See docs/deployments.md.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -67,13 +68,18 @@ GRANT_RETRY_DELAY = 0.002
 JITTER_MS = (5.0, 50.0)
 # No HELLO (RESP2, the default before redis-py 8) and no CLIENT SETINFO on connect: redis-py
 # 8 spells the latter driver_info=None, earlier ones lib_name=None, lib_version=None.
-QUIET_GREETING: dict[str, Any] = {"protocol": 2, **(
-    {"driver_info": None}
-    if "driver_info" in inspect.signature(redis.Redis.__init__).parameters
-    else {"lib_name": None, "lib_version": None}
-)}
-NO_SEMAPHORES = ("a permit count kept on several independent servers would need a quorum "
-                 "protocol distlock does not implement")
+QUIET_GREETING: dict[str, Any] = {
+    "protocol": 2,
+    **(
+        {"driver_info": None}
+        if "driver_info" in inspect.signature(redis.Redis.__init__).parameters
+        else {"lib_name": None, "lib_version": None}
+    ),
+}
+NO_SEMAPHORES = (
+    "a permit count kept on several independent servers would need a quorum "
+    "protocol distlock does not implement"
+)
 LOCATION_HINT = (
     "For example 'LOCATION': ['redis://10.0.0.1:6379/0', 'redis://10.0.0.2:6379/0', "
     "'redis://10.0.0.3:6379/0']: an odd number (at least 3) of independent Redis servers."
@@ -125,8 +131,10 @@ class RedlockBackend(BaseLockBackend):
         # a database, a client name): a node that accepts connections but never answers
         # (paused, partitioned) then holds up a fan-out for its grace, not for a socket
         # timeout spent waiting for the greeting's reply.
-        node_options = {**QUIET_GREETING, **{k: v for k, v in self.options.items()
-                                             if not k.isupper() or k in LIMIT_OPTIONS}}
+        node_options = {
+            **QUIET_GREETING,
+            **{k: v for k, v in self.options.items() if not k.isupper() or k in LIMIT_OPTIONS},
+        }
         self.nodes = self._parse_nodes(params.get("LOCATION"), node_options, problems)
         if not self.nodes:
             return  # the problems say why; nothing below can be worked out
@@ -148,17 +156,24 @@ class RedlockBackend(BaseLockBackend):
             hint=LOCATION_HINT,
         )
 
-    def _parse_nodes(self, location: object, options: dict[str, Any],
-                     problems: Problems) -> list[RedisBackend]:
+    def _parse_nodes(
+        self, location: object, options: dict[str, Any], problems: Problems
+    ) -> list[RedisBackend]:
         if isinstance(location, str) or not isinstance(location, (list, tuple)):
-            problems.add(self._location_error(
-                f"must be a list of Redis URLs, one per independent server, not {location!r}."
-            ))
+            problems.add(
+                self._location_error(
+                    f"must be a list of Redis URLs, one per independent server, not {location!r}."
+                )
+            )
             return []
         nodes = []
         for position, url in enumerate(location):
-            params = {"LOCATION": url, "KEY_PREFIX": self.key_prefix,
-                      "TIMEOUT": self.default_timeout, "OPTIONS": options}
+            params = {
+                "LOCATION": url,
+                "KEY_PREFIX": self.key_prefix,
+                "TIMEOUT": self.default_timeout,
+                "OPTIONS": options,
+            }
             try:
                 nodes.append(RedisBackend(self.alias, params))
             except InvalidLockBackendError as exc:
@@ -167,9 +182,11 @@ class RedlockBackend(BaseLockBackend):
                         if position == 0:  # the same OPTIONS on every node: report once
                             problems.add(problem)
                         continue
-                    problems.add(self._location_error(
-                        f"[{position}]: " + str(problem).split("['LOCATION'] ", 1)[-1]
-                    ))
+                    problems.add(
+                        self._location_error(
+                            f"[{position}]: " + str(problem).split("['LOCATION'] ", 1)[-1]
+                        )
+                    )
         if len(nodes) < len(location):
             return []
         return problems.parse(lambda: self._check_nodes(nodes), [])
@@ -199,8 +216,10 @@ class RedlockBackend(BaseLockBackend):
 
     def _parse_drift_factor(self) -> float:
         factor = self.options.get("DRIFT_FACTOR", DEFAULT_DRIFT_FACTOR)
-        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not (
-            0 <= factor < 0.5
+        if (
+            isinstance(factor, bool)
+            or not isinstance(factor, (int, float))
+            or not (0 <= factor < 0.5)
         ):
             raise InvalidLockBackendError(
                 f"DISTLOCK[{self.alias!r}]['OPTIONS']['DRIFT_FACTOR'] must be a number from 0 "
@@ -247,38 +266,53 @@ class RedlockBackend(BaseLockBackend):
         asked = [i for i in range(len(self.nodes)) if up[i] and (only is None or i in only)]
         # The same source, so the same digest everywhere.
         results = self._fan_out(asked, [call.command() for call in step.calls], step.decided)
-        forgot = [i for i, result in enumerate(results)
-                  if isinstance(result, list) and any(_no_script(reply) for reply in result)]
+        forgot = [
+            i
+            for i, result in enumerate(results)
+            if isinstance(result, list) and any(_no_script(reply) for reply in result)
+        ]
         if forgot:
             # Nodes restarted since they last ran the script: run it there with EVAL, all of
             # them at once again (the server caches the script on the way).
-            again = self._fan_out(forgot, [call.command(by_source=True) for call in step.calls],
-                                  _always)
+            again = self._fan_out(
+                forgot, [call.command(by_source=True) for call in step.calls], _always
+            )
             for position in forgot:
                 results[position] = again[position]
         return self._note_failures(results)
 
-    def _fan_out(self, positions: list[int], commands: list[tuple[Any, ...]],
-                 decided: Callable[[Results], bool]) -> Results:
-        pools = [node.client.connection_pool if i in positions else None
-                 for i, node in enumerate(self.nodes)]
-        return fan_out(pools, commands, timeout=self.timeout, decided=decided,
-                       grace=self.grace)
+    def _fan_out(
+        self,
+        positions: list[int],
+        commands: list[tuple[Any, ...]],
+        decided: Callable[[Results], bool],
+    ) -> Results:
+        pools = [
+            node.client.connection_pool if i in positions else None
+            for i, node in enumerate(self.nodes)
+        ]
+        return fan_out(pools, commands, timeout=self.timeout, decided=decided, grace=self.grace)
 
     async def _aask(self, step: Ask) -> Results:
         """Async twin of _ask(): one task per node asked, each on the node's async client."""
+
         async def one(node: RedisBackend) -> list[Any]:
             client = await node.async_client()
             # One attempt per node, as the sync fan-out makes: a node that fails counts as
             # a vote short, and the Lock retries as a whole.
-            return [await node.aexecute(dataclasses.replace(call, idempotent=False), client)
-                    for call in step.calls]
+            return [
+                await node.aexecute(dataclasses.replace(call, idempotent=False), client)
+                for call in step.calls
+            ]
 
         only = step.only
-        tasks = [(lambda node=node: one(node)) if up and (only is None or i in only) else None
-                 for i, (node, up) in enumerate(zip(self.nodes, self._up(), strict=True))]
-        results = await afan_out(tasks, timeout=self.timeout, decided=step.decided,
-                                 grace=self.grace)
+        tasks = [
+            (lambda node=node: one(node)) if up and (only is None or i in only) else None
+            for i, (node, up) in enumerate(zip(self.nodes, self._up(), strict=True))
+        ]
+        results = await afan_out(
+            tasks, timeout=self.timeout, decided=step.decided, grace=self.grace
+        )
         return self._note_failures(results)
 
     def _note_failures(self, results: Results) -> Results:
@@ -322,12 +356,20 @@ class RedlockBackend(BaseLockBackend):
     def _drift_ms(self, ttl_ms: int) -> float:
         return ttl_ms * self.drift_factor + DRIFT_MS
 
-    def _unavailable(self, action: str, name: str, agreed: int, results: Results
-                     ) -> BackendUnavailable:
-        failures = [(node, result) for node, result in zip(self.nodes, results, strict=True)
-                    if isinstance(result, Exception)]
-        detail = "; ".join(f"{node.address}: {type(error).__name__}: {error}"
-                           for node, error in failures) or "no failure reported"
+    def _unavailable(
+        self, action: str, name: str, agreed: int, results: Results
+    ) -> BackendUnavailable:
+        failures = [
+            (node, result)
+            for node, result in zip(self.nodes, results, strict=True)
+            if isinstance(result, Exception)
+        ]
+        detail = (
+            "; ".join(
+                f"{node.address}: {type(error).__name__}: {error}" for node, error in failures
+            )
+            or "no failure reported"
+        )
         return BackendUnavailable(
             f"Redlock could not {action} {name!r}: {agreed} of {len(self.nodes)} Redis servers "
             f"agreed and {len(failures)} did not answer ({detail}); a majority of "
@@ -339,16 +381,19 @@ class RedlockBackend(BaseLockBackend):
     # A waiter handed the lock is woken by the first node the release reached; the other
     # nodes may still show the releasing holder for a moment. A grant that got some nodes but
     # not a majority is so tried again, shortly, before the waiter waits again.
-    def try_acquire(self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None,
-                    patience_ms: int) -> Attempt:
+    def try_acquire(
+        self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None, patience_ms: int
+    ) -> Attempt:
         return self.run(self._acquire(name, token, ttl_ms, meta, grant, patience_ms))
 
-    async def atry_acquire(self, name: str, token: str, ttl_ms: int, meta: str,
-                           grant: str | None, patience_ms: int) -> Attempt:
+    async def atry_acquire(
+        self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None, patience_ms: int
+    ) -> Attempt:
         return await self.arun(self._acquire(name, token, ttl_ms, meta, grant, patience_ms))
 
-    def _acquire(self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None,
-                 patience_ms: int) -> Steps[Attempt]:
+    def _acquire(
+        self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None, patience_ms: int
+    ) -> Steps[Attempt]:
         call = grants.acquire_call(self.layout, name, token, ttl_ms, meta, grant, patience_ms)
         for retry in range(GRANT_RETRIES + 1):
             started = time.monotonic()
@@ -369,24 +414,33 @@ class RedlockBackend(BaseLockBackend):
             yield Sleep(GRANT_RETRY_DELAY * (retry + 1))
         return attempt
 
-    def _judge_acquire(self, name: str, ttl_ms: int, results: Results, started: float
-                       ) -> tuple[Attempt, list[int], BackendUnavailable | None]:
+    def _judge_acquire(
+        self, name: str, ttl_ms: int, results: Results, started: float
+    ) -> tuple[Attempt, list[int], BackendUnavailable | None]:
         """Return the attempt's outcome, the nodes to take the lock back from, and the error
         to raise instead of an outcome."""
-        answered = [(i, locks.took_lock(r[0])) for i, r in enumerate(results)
-                    if isinstance(r, list)]
+        answered = [
+            (i, locks.took_lock(r[0])) for i, r in enumerate(results) if isinstance(r, list)
+        ]
         granted = [i for i, took in answered if took]
         refused = [i for i, took in answered if not took]
-        unanswered = [i for i, r in enumerate(results)
-                      if isinstance(r, Exception) and not isinstance(r, Skipped)]
+        unanswered = [
+            i
+            for i, r in enumerate(results)
+            if isinstance(r, Exception) and not isinstance(r, Skipped)
+        ]
         validity = ttl_ms - (time.monotonic() - started) * 1000 - self._drift_ms(ttl_ms)
         if len(granted) >= self.quorum and validity > 0:
             taken = [locks.attempt_from(results[i][0]) for i in granted]
-            return Attempt(
-                True,
-                fencing_token=max(grant.fencing_token for grant in taken),
-                acquired_ms=min(grant.acquired_ms for grant in taken),
-            ), [], None
+            return (
+                Attempt(
+                    True,
+                    fencing_token=max(grant.fencing_token for grant in taken),
+                    acquired_ms=min(grant.acquired_ms for grant in taken),
+                ),
+                [],
+                None,
+            )
         if len(granted) + len(refused) < self.quorum:
             # No majority answered: nothing can be known. (The Lock then releases on every
             # node, which also covers grants whose reply was lost.)
@@ -440,8 +494,9 @@ class RedlockBackend(BaseLockBackend):
         # One grant, valid on every node; and the nodes the lock was not held on (a bare
         # majority held it) hand it to the waiters too, so no newcomer can take them first.
         # (A force release does not know the holder's token, hence its grant: it does not.)
-        call = grants.release_call(self.layout, name, token, every_level,
-                                   suffix=os.urandom(8).hex(), vacant=bool(token))
+        call = grants.release_call(
+            self.layout, name, token, every_level, suffix=os.urandom(8).hex(), vacant=bool(token)
+        )
         return self._judge_release(name, (yield Ask([call], self._release_decided)))
 
     def _judge_release(self, name: str, results: Results) -> int:
@@ -455,18 +510,22 @@ class RedlockBackend(BaseLockBackend):
             raise self._unavailable("release", name, released, results)
         return 0
 
-    def extend(self, name: str, token: str, ttl_ms: int, *, renewal: bool = False,
-               reenter: bool = False) -> bool:
+    def extend(
+        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
+    ) -> bool:
         return self.run(self._extend(name, token, ttl_ms, renewal, reenter))
 
-    async def aextend(self, name: str, token: str, ttl_ms: int, *, renewal: bool = False,
-                      reenter: bool = False) -> bool:
+    async def aextend(
+        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
+    ) -> bool:
         return await self.arun(self._extend(name, token, ttl_ms, renewal, reenter))
 
-    def _extend(self, name: str, token: str, ttl_ms: int, renewal: bool,
-                reenter: bool) -> Steps[bool]:
-        call = locks.extend_call(self.layout, name, token, ttl_ms, renewal, reenter,
-                                 self.max_renewals)
+    def _extend(
+        self, name: str, token: str, ttl_ms: int, renewal: bool, reenter: bool
+    ) -> Steps[bool]:
+        call = locks.extend_call(
+            self.layout, name, token, ttl_ms, renewal, reenter, self.max_renewals
+        )
         started = time.monotonic()
         results = yield Ask([call], self._extend_decided)
         return self._judge_extend(name, ttl_ms, results, started)
@@ -531,12 +590,12 @@ class RedlockBackend(BaseLockBackend):
         return None
 
     def held_names(self, prefix: str = "") -> list[HeldEntry]:
-        results = self._ask(Ask(listing.held_names_calls(self.layout),
-                                self._answered_by_quorum))
+        results = self._ask(Ask(listing.held_names_calls(self.layout), self._answered_by_quorum))
         answered = [r for r in results if isinstance(r, list)]
         if len(answered) < self.quorum:
-            raise self._unavailable("list the locks of", prefix or "every prefix",
-                                    len(answered), results)
+            raise self._unavailable(
+                "list the locks of", prefix or "every prefix", len(answered), results
+            )
         seen: dict[str, list[HeldEntry]] = defaultdict(list)
         for buckets in answered:
             for reply in buckets:
@@ -546,9 +605,13 @@ class RedlockBackend(BaseLockBackend):
         # Held where a majority holds it: until the quorum-th latest lease end, since the
         # earliest acquisition among those nodes.
         return sorted(
-            HeldEntry(name, sorted((e.lease_end for e in entries), reverse=True)[self.quorum - 1],
-                      min((e.acquired for e in entries if e.acquired), default=0.0))
-            for name, entries in seen.items() if len(entries) >= self.quorum
+            HeldEntry(
+                name,
+                sorted((e.lease_end for e in entries), reverse=True)[self.quorum - 1],
+                min((e.acquired for e in entries if e.acquired), default=0.0),
+            )
+            for name, entries in seen.items()
+            if len(entries) >= self.quorum
         )
 
     def close(self) -> None:

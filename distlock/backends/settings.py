@@ -1,5 +1,6 @@
 """The settings every backend shares (KEY_PREFIX, TIMEOUT, OPTIONS and its limits), parsed
 with every problem collected, so that one `manage.py check` names them all."""
+
 from __future__ import annotations
 
 import re
@@ -47,10 +48,14 @@ class Problems:
         first, others = self.found[0], self.found[1:]
         message = str(first)
         if others:
-            message += f" (and {len(others)} more problem(s): " + " ".join(
-                str(problem) for problem in others) + ")"
-        raise InvalidLockBackendError(message, check_id=first.check_id, hint=first.hint,
-                                      problems=list(self.found))
+            message += (
+                f" (and {len(others)} more problem(s): "
+                + " ".join(str(problem) for problem in others)
+                + ")"
+            )
+        raise InvalidLockBackendError(
+            message, check_id=first.check_id, hint=first.hint, problems=list(self.found)
+        )
 
 
 class SharedSettings(NamedTuple):
@@ -63,51 +68,66 @@ class SharedSettings(NamedTuple):
     max_renewals: int | None
 
 
-def parse_shared(alias: str, params: dict[str, Any], own_options: frozenset[str],
-                 backend: str, problems: Problems) -> SharedSettings:
+def parse_shared(
+    alias: str,
+    params: dict[str, Any],
+    own_options: frozenset[str],
+    backend: str,
+    problems: Problems,
+) -> SharedSettings:
     """Return the shared settings of ``alias`` (for a ``backend`` that understands the
     upper-case ``own_options``); note every problem in ``problems``, with defaults instead."""
     unknown = set(params) - KNOWN_SETTINGS
     if unknown:
-        problems.add(InvalidLockBackendError(
-            f"DISTLOCK[{alias!r}] has unknown keys: {', '.join(sorted(unknown))}.",
-            check_id="distlock.E009",
-            hint=f"Use only {', '.join(sorted(KNOWN_SETTINGS))}; check for typos.",
-        ))
+        problems.add(
+            InvalidLockBackendError(
+                f"DISTLOCK[{alias!r}] has unknown keys: {', '.join(sorted(unknown))}.",
+                check_id="distlock.E009",
+                hint=f"Use only {', '.join(sorted(KNOWN_SETTINGS))}; check for typos.",
+            )
+        )
     key_prefix = problems.parse(
         lambda: _parse_prefix(alias, params.get("KEY_PREFIX", DEFAULT_KEY_PREFIX)),
-        DEFAULT_KEY_PREFIX)
+        DEFAULT_KEY_PREFIX,
+    )
     timeout = problems.parse(
         lambda: _parse_timeout(alias, params.get("TIMEOUT", DEFAULT_TIMEOUT)),
-        float(DEFAULT_TIMEOUT))
+        float(DEFAULT_TIMEOUT),
+    )
     options = _parse_options(alias, params.get("OPTIONS", {}), own_options, backend, problems)
     no_limits: tuple[float | None, int | None] = (None, None)
     max_ttl, max_renewals = problems.parse(
-        lambda: _parse_limits(alias, options, timeout), no_limits)
+        lambda: _parse_limits(alias, options, timeout), no_limits
+    )
     return SharedSettings(key_prefix, timeout, options, max_ttl, max_renewals)
 
 
-def _parse_options(alias: str, options: object, own_options: frozenset[str], backend: str,
-                   problems: Problems) -> dict[str, Any]:
+def _parse_options(
+    alias: str, options: object, own_options: frozenset[str], backend: str, problems: Problems
+) -> dict[str, Any]:
     """Return OPTIONS ({} if it is no dict). Upper-case options the backend does not know
     are noted, and the rest read on, so that their problems are reported too."""
     if not isinstance(options, dict):
-        problems.add(InvalidLockBackendError(
-            f"DISTLOCK[{alias!r}]['OPTIONS'] must be a dict, not {type(options).__name__}.",
-            check_id="distlock.E006",
-            hint="For example 'OPTIONS': {'socket_timeout': 2}.",
-        ))
+        problems.add(
+            InvalidLockBackendError(
+                f"DISTLOCK[{alias!r}]['OPTIONS'] must be a dict, not {type(options).__name__}.",
+                check_id="distlock.E006",
+                hint="For example 'OPTIONS': {'socket_timeout': 2}.",
+            )
+        )
         return {}
     unknown_own = {k for k in options if k.isupper()} - own_options
     if unknown_own:
-        problems.add(InvalidLockBackendError(
-            f"DISTLOCK[{alias!r}]['OPTIONS'] has options this backend does not know: "
-            f"{', '.join(sorted(unknown_own))}.",
-            check_id="distlock.E006",
-            hint=f"{backend} understands "
-            f"{', '.join(sorted(own_options)) or 'no upper-case options'}; "
-            "lower-case options go to the Redis client.",
-        ))
+        problems.add(
+            InvalidLockBackendError(
+                f"DISTLOCK[{alias!r}]['OPTIONS'] has options this backend does not know: "
+                f"{', '.join(sorted(unknown_own))}.",
+                check_id="distlock.E006",
+                hint=f"{backend} understands "
+                f"{', '.join(sorted(own_options)) or 'no upper-case options'}; "
+                "lower-case options go to the Redis client.",
+            )
+        )
     return options
 
 
@@ -137,12 +157,15 @@ def _parse_timeout(alias: str, timeout: object) -> float:
     return value
 
 
-def _parse_limits(alias: str, options: dict[str, Any],
-                  timeout: float) -> tuple[float | None, int | None]:
+def _parse_limits(
+    alias: str, options: dict[str, Any], timeout: float
+) -> tuple[float | None, int | None]:
     """Return (MAX_TTL, MAX_RENEWALS) from OPTIONS; None where no limit is set."""
+
     def invalid(option: str, problem: str, hint: str) -> InvalidLockBackendError:
         return InvalidLockBackendError(
-            f"DISTLOCK[{alias!r}]['OPTIONS'][{option!r}] {problem}", check_id="distlock.E006",
+            f"DISTLOCK[{alias!r}]['OPTIONS'][{option!r}] {problem}",
+            check_id="distlock.E006",
             hint=hint,
         )
 
@@ -153,11 +176,15 @@ def _parse_limits(alias: str, options: dict[str, Any],
             assert max_ttl is not None
             lease_milliseconds("MAX_TTL", max_ttl)
         except (TypeError, ValueError) as exc:
-            raise invalid("MAX_TTL", f"is invalid: {exc}",
-                          "MAX_TTL is the longest lease in seconds, e.g. 300.") from None
+            raise invalid(
+                "MAX_TTL",
+                f"is invalid: {exc}",
+                "MAX_TTL is the longest lease in seconds, e.g. 300.",
+            ) from None
         if timeout > max_ttl:
             raise invalid(
-                "MAX_TTL", f"is {max_ttl:g} seconds, shorter than the alias's TIMEOUT "
+                "MAX_TTL",
+                f"is {max_ttl:g} seconds, shorter than the alias's TIMEOUT "
                 f"({timeout:g}), the default lease.",
                 "Set TIMEOUT to at most MAX_TTL.",
             )
@@ -166,7 +193,8 @@ def _parse_limits(alias: str, options: dict[str, Any],
         isinstance(max_renewals, bool) or not isinstance(max_renewals, int) or max_renewals < 0
     ):
         raise invalid(
-            "MAX_RENEWALS", f"must be a whole number >= 0 or None, not {max_renewals!r}.",
+            "MAX_RENEWALS",
+            f"must be a whole number >= 0 or None, not {max_renewals!r}.",
             "MAX_RENEWALS counts renewals of one hold (auto_renew and extend()), e.g. 100; "
             "None for no limit.",
         )

@@ -24,6 +24,7 @@ The lock is released when the task ends: success, exception, retry, and revoke w
 ``terminate=True`` (SIGTERM) in the prefork pool. The holder's purpose is
 ``"celery task NAME[ID]"``, as the admin and ``manage.py distlock list`` show it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -107,9 +108,15 @@ class LockedTask(celery.Task):
     # --- running ------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         task_id = self.request.id
-        lock = Lock(self.lock_name_for(args, kwargs), ttl=self.lock_ttl, wait=0,
-                    auto_renew=True, using=self.lock_using, purpose=self._purpose(task_id),
-                    hold_until_commit=self.lock_hold_until_commit)
+        lock = Lock(
+            self.lock_name_for(args, kwargs),
+            ttl=self.lock_ttl,
+            wait=0,
+            auto_renew=True,
+            using=self.lock_using,
+            purpose=self._purpose(task_id),
+            hold_until_commit=self.lock_hold_until_commit,
+        )
         if not lock.acquire():
             return self._duplicate(lock, task_id)
         self._forget_queued()
@@ -130,8 +137,11 @@ class LockedTask(celery.Task):
         if self.lock_on_duplicate != "retry":
             self._forget_queued()
             return skipped(lock, self.name, task_id, holder)
-        raise self.retry(countdown=self.lock_retry_after, max_retries=self.lock_max_retries,
-                         exc=LockNotAcquired(lock.name))
+        raise self.retry(
+            countdown=self.lock_retry_after,
+            max_retries=self.lock_max_retries,
+            exc=LockNotAcquired(lock.name),
+        )
 
     def _forget_queued(self) -> None:
         """Release the lock taken when this message was enqueued (lock_at_enqueue): from now
@@ -143,8 +153,9 @@ class LockedTask(celery.Task):
                 locks[self.lock_using].force_release(QUEUED_PREFIX + name, token)
 
     # --- enqueueing ---------------------------------------------------------------------
-    def apply_async(self, args: Any = None, kwargs: Any = None, task_id: str | None = None,
-                    **options: Any) -> Any:
+    def apply_async(
+        self, args: Any = None, kwargs: Any = None, task_id: str | None = None, **options: Any
+    ) -> Any:
         """Enqueue the task; with lock_at_enqueue, raise TaskAlreadyQueued if a copy with the
         same lock name is queued or running."""
         headers = options.get("headers") or {}
@@ -154,8 +165,13 @@ class LockedTask(celery.Task):
             return super().apply_async(args, kwargs, task_id=task_id, **options)
         task_id = task_id or uuid()
         name = self.lock_name_for(args or (), kwargs or {})
-        queued = Lock(QUEUED_PREFIX + name, ttl=self.lock_queued_ttl, wait=0,
-                      using=self.lock_using, purpose=self._purpose(task_id, " (queued)"))
+        queued = Lock(
+            QUEUED_PREFIX + name,
+            ttl=self.lock_queued_ttl,
+            wait=0,
+            using=self.lock_using,
+            purpose=self._purpose(task_id, " (queued)"),
+        )
         backend = queued.backend
         running = backend.info(name)
         if running is not None or not queued.acquire():
@@ -184,8 +200,10 @@ def _release_on_sigterm() -> Iterator[None]:
     SIGTERM has a handler of its own (the worker's main process: warm shutdown) it is left
     alone.
     """
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
         yield
         return
 

@@ -5,6 +5,7 @@ A name template names the task function's parameters (``"charge:{order_id}"``); 
 arguments are bound to the signature (defaults included) and escaped like ``@lock_view``'s
 request values (distlock.naming), so no argument can change the name's structure.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -84,8 +85,9 @@ def holder_text(lock: Lock) -> str:
 
 def skipped(lock: Lock, task: str, task_id: str | None, holder: str) -> dict[str, Any]:
     """Log a skipped duplicate and return the result that says so."""
-    logger.info("distlock: skipped %s[%s]: the lock %r is held by %s", task, task_id,
-                lock.name, holder)
+    logger.info(
+        "distlock: skipped %s[%s]: the lock %r is held by %s", task, task_id, lock.name, holder
+    )
     return {RESULT_KEY: "skipped", "lock": lock.name, "holder": holder}
 
 
@@ -113,5 +115,4 @@ async def arelease_quietly(lock: Lock, task: str, task_id: str | None) -> None:
 
 def _not_released(lock: Lock, task: str, task_id: str | None, exc: LockError) -> None:
     # If the lease was lost while the task ran, the renewer has already warned.
-    logger.warning("distlock: %s[%s] ended without its lock %r: %s", task, task_id,
-                   lock.name, exc)
+    logger.warning("distlock: %s[%s] ended without its lock %r: %s", task, task_id, lock.name, exc)

@@ -17,6 +17,7 @@ and logs it; with ``on_duplicate="retry"`` it also enqueues itself again to run
 ``retry_after`` seconds later (the backend must support ``run_after``; the result names the
 new one under ``"retried_as"``). The holder's purpose is ``"django task NAME[RESULT_ID]"``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -69,9 +70,7 @@ def locked(
 
     def decorate(task: Task) -> Task:
         if not isinstance(task, Task):
-            raise TypeError(
-                "locked() decorates a django.tasks Task: put @locked(...) above @task."
-            )
+            raise TypeError("locked() decorates a django.tasks Task: put @locked(...) above @task.")
         where = f"locked task {task.module_path}"
         check_on_duplicate(on_duplicate, where)
         if on_duplicate == "retry" and not task.get_backend().supports_defer:
@@ -89,8 +88,16 @@ def locked(
 class _LockedRun:
     """Run one task function under its lock; called by the worker with the task context."""
 
-    def __init__(self, task: Task, namer: TaskLockName, ttl: float | None, on_duplicate: str,
-                 retry_after: float, using: str, hold_until_commit: bool) -> None:
+    def __init__(
+        self,
+        task: Task,
+        namer: TaskLockName,
+        ttl: float | None,
+        on_duplicate: str,
+        retry_after: float,
+        using: str,
+        hold_until_commit: bool,
+    ) -> None:
         self.func = task.func
         self.takes_context = task.takes_context
         self.label = task.module_path
@@ -133,8 +140,9 @@ class _LockedRun:
         signature = inspect.signature(self.func)
         parameters = list(signature.parameters.values())
         if not self.takes_context:
-            parameters.insert(0, inspect.Parameter("context",
-                                                   inspect.Parameter.POSITIONAL_OR_KEYWORD))
+            parameters.insert(
+                0, inspect.Parameter("context", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+            )
         run.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
         return run
 
@@ -144,15 +152,22 @@ class _LockedRun:
     def _lock(self, context: TaskContext, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Lock:
         name = self.namer.render(self._arguments(context, args), kwargs)
         purpose = f"django task {self.label}[{context.task_result.id}]"
-        return Lock(name, ttl=self.ttl, wait=0, auto_renew=True, using=self.using,
-                    purpose=purpose, hold_until_commit=self.hold_until_commit)
+        return Lock(
+            name,
+            ttl=self.ttl,
+            wait=0,
+            auto_renew=True,
+            using=self.using,
+            purpose=purpose,
+            hold_until_commit=self.hold_until_commit,
+        )
 
-    def _duplicate(self, lock: Lock, context: TaskContext, args: tuple[Any, ...],
-                   kwargs: dict[str, Any]) -> dict[str, Any]:
+    def _duplicate(
+        self, lock: Lock, context: TaskContext, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> dict[str, Any]:
         result = skipped(lock, self.label, context.task_result.id, holder_text(lock))
         if self.on_duplicate == "retry":
             task = context.task_result.task
             later = timezone.now() + timedelta(seconds=self.retry_after)
             result["retried_as"] = task.using(run_after=later).enqueue(*args, **kwargs).id
         return result
-

@@ -24,6 +24,7 @@ Limits, by the nature of signals in Python:
 - While ``handle()`` runs, SIGUSR1 belongs to the guard; the previous handlers of SIGUSR1,
   SIGTERM and SIGINT are restored afterwards.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -41,8 +42,10 @@ STOP_SIGNALS: tuple[int, ...] = tuple(
 # Signals can only be delivered to a chosen thread where pthread_kill exists (not Windows).
 CAN_TARGET_THREADS = bool(LOST_SIGNAL) and hasattr(signal, "pthread_kill")
 # Why a lease is lost, for the messages that report it.
-LOST_CAUSES = ("its lease was force-released or expired, or the lock server was unreachable "
-               "for longer than the lease")
+LOST_CAUSES = (
+    "its lease was force-released or expired, or the lock server was unreachable "
+    "for longer than the lease"
+)
 
 
 class CommandLockLost(LockLost):

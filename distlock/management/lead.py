@@ -16,6 +16,7 @@ On every host the command waits to be elected, then starts COMMAND as a child pr
 - This host killed (SIGKILL): on Linux the child is killed with it (PR_SET_PDEATHSIG) and
   the others take over when the lease ends; elsewhere the child is left running.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,15 +49,27 @@ CANNOT_RUN_EXIT_CODE = 127  # what shells answer for a command that cannot be ru
 class LeadRun:
     """One ``distlock lead`` run; ``run()`` returns the exit status."""
 
-    def __init__(self, name: str, command: list[str], *, ttl: float | None, grace: float,
-                 using: str, say: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        name: str,
+        command: list[str],
+        *,
+        ttl: float | None,
+        grace: float,
+        using: str,
+        say: Callable[[str], None],
+    ) -> None:
         self.command = command
         self.grace = grace
         self.say = say
         self.stop_signal: int | None = None
         self.started = False  # a child was started (in any term)
-        self.leader = Leader(name, ttl=ttl, using=using,
-                             purpose=shorten(f"leader of {name}: {shlex.join(command)}", 200))
+        self.leader = Leader(
+            name,
+            ttl=ttl,
+            using=using,
+            purpose=shorten(f"leader of {name}: {shlex.join(command)}", 200),
+        )
 
     def run(self) -> int:
         with self._signals_recorded(), self.leader:
@@ -87,17 +100,25 @@ class LeadRun:
             leader = locks[self.leader.using].info(name)
         except LockError:
             leader = None
-        who = ("the leader is not known yet" if leader is None else
-               f"{leader.host} pid {leader.pid} leads it (term {leader.fencing_token})")
+        who = (
+            "the leader is not known yet"
+            if leader is None
+            else f"{leader.host} pid {leader.pid} leads it (term {leader.fencing_token})"
+        )
         return f"Waiting to lead {name!r}: {who}; the command starts once this process leads."
 
     def _interrupted_while_waiting(self) -> CommandError:
         signum = self.stop_signal or signal.SIGINT
-        status = "no command was started" if not self.started else \
-            "the command is not running (it was stopped when the leadership was lost)"
+        status = (
+            "no command was started"
+            if not self.started
+            else "the command is not running (it was stopped when the leadership was lost)"
+        )
         return CommandError(
             f"distlock lead {self.leader.name!r}: interrupted by {signal.Signals(signum).name} "
-            f"while waiting to lead; {status}.", returncode=128 + signum)
+            f"while waiting to lead; {status}.",
+            returncode=128 + signum,
+        )
 
     def _lead(self) -> int | None:
         """Run the child while leading; return the exit status, or None to campaign again."""
@@ -105,12 +126,15 @@ class LeadRun:
         try:
             child = subprocess.Popen(self.command, preexec_fn=_die_with_parent(os.getpid()))
         except OSError as exc:  # not found, not executable: as a shell would say it
-            self.say(f"Cannot run {shlex.join(self.command)}: {exc}; giving up the leadership "
-                     f"of {name!r}.")
+            self.say(
+                f"Cannot run {shlex.join(self.command)}: {exc}; giving up the leadership "
+                f"of {name!r}."
+            )
             return CANNOT_RUN_EXIT_CODE
         self.started = True
-        self.say(f"Leading {name!r} (term {term}): started {shlex.join(self.command)} "
-                 f"(pid {child.pid}).")
+        self.say(
+            f"Leading {name!r} (term {term}): started {shlex.join(self.command)} (pid {child.pid})."
+        )
         while child.poll() is None and self.stop_signal is None and self._may_run():
             time.sleep(POLL)
         if child.poll() is None:
@@ -121,8 +145,10 @@ class LeadRun:
                 return 128 + self.stop_signal
             return None
         status = child.returncode if child.returncode >= 0 else 128 - child.returncode
-        self.say(f"The child pid {child.pid} exited with status {status}; giving up the "
-                 f"leadership of {name!r}.")
+        self.say(
+            f"The child pid {child.pid} exited with status {status}; giving up the "
+            f"leadership of {name!r}."
+        )
         return status
 
     def _may_run(self) -> bool:
@@ -136,8 +162,11 @@ class LeadRun:
         never outlives it; once it is gone, or on a stop signal, the whole grace applies."""
         child.send_signal(signal.SIGTERM)
         lease_left = self.leader.lease_left()
-        patience = self.grace if self.stop_signal is not None or lease_left <= 0 \
+        patience = (
+            self.grace
+            if self.stop_signal is not None or lease_left <= 0
             else min(self.grace, lease_left)
+        )
         try:
             child.wait(timeout=patience)
         except subprocess.TimeoutExpired:
@@ -154,8 +183,9 @@ class LeadRun:
         def record(signum: int, frame: Any) -> None:
             self.stop_signal = signum
 
-        previous = {signum: signal.signal(signum, record)
-                    for signum in (signal.SIGTERM, signal.SIGINT)}
+        previous = {
+            signum: signal.signal(signum, record) for signum in (signal.SIGTERM, signal.SIGINT)
+        }
         try:
             yield
         finally:
@@ -181,7 +211,8 @@ def _die_with_parent(parent: int) -> Callable[[], None] | None:
 def add_lead_parser(actions: Any) -> None:
     """Add ``lead`` to the subcommands of ``manage.py distlock``."""
     parser = actions.add_parser(
-        "lead", help="Run a command only while this process leads NAME (one host at a time).",
+        "lead",
+        help="Run a command only while this process leads NAME (one host at a time).",
         usage="distlock lead NAME [--ttl SECONDS] [--grace SECONDS] [--using ALIAS] "
         "-- COMMAND [ARGS ...]",
     )
@@ -193,11 +224,20 @@ def add_lead_parser(actions: Any) -> None:
 
 
 def _add_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ttl", type=float, metavar="SECONDS",
-                        help="Lease of the leadership: how long a dead leader keeps the others "
-                        "waiting (default: the alias's TIMEOUT).")
-    parser.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
-                        help="Seconds between SIGTERM and SIGKILL of the child (default 10).")
+    parser.add_argument(
+        "--ttl",
+        type=float,
+        metavar="SECONDS",
+        help="Lease of the leadership: how long a dead leader keeps the others "
+        "waiting (default: the alias's TIMEOUT).",
+    )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="Seconds between SIGTERM and SIGKILL of the child (default 10).",
+    )
     parser.add_argument("--using", default="default", metavar="ALIAS")
 
 
@@ -205,9 +245,8 @@ def lead(command: BaseCommand, *, name: str, rest: list[str], **options: Any) ->
     """Run ``lead`` for ``manage.py distlock``; exit with the child's status."""
     if "--" in rest:
         split = rest.index("--")
-        own, child = rest[:split], rest[split + 1:]
-        more = argparse.ArgumentParser(prog="distlock lead", add_help=False,
-                                       exit_on_error=False)
+        own, child = rest[:split], rest[split + 1 :]
+        more = argparse.ArgumentParser(prog="distlock lead", add_help=False, exit_on_error=False)
         _add_options(more)
         more.set_defaults(**{key: options[key] for key in ("ttl", "grace", "using")})
         try:
@@ -227,8 +266,9 @@ def lead(command: BaseCommand, *, name: str, rest: list[str], **options: Any) ->
             command.stderr.write(f"distlock lead: {line}")
 
     try:
-        run = LeadRun(name, child, ttl=options["ttl"], grace=options["grace"],
-                      using=options["using"], say=say)
+        run = LeadRun(
+            name, child, ttl=options["ttl"], grace=options["grace"], using=options["using"], say=say
+        )
     except (TypeError, ValueError, LockError, ImproperlyConfigured) as exc:
         raise CommandError(str(exc)) from None
     status = run.run()

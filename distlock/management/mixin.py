@@ -10,6 +10,7 @@ Exit statuses: 0 ran (or skipped: ``lock_skip_exit_code``); 1 the lease was lost
 finished but the lock had been lost meanwhile, so another copy may have overlapped it;
 128 + N stopped by signal N.
 """
+
 from __future__ import annotations
 
 import functools
@@ -77,16 +78,19 @@ class LockedCommandMixin:
             "locking", "Only one instance runs at a time, across hosts (distlock)."
         )
         group.add_argument(
-            "--lock-wait", metavar="SECONDS",
+            "--lock-wait",
+            metavar="SECONDS",
             help="Wait up to SECONDS for a running instance to finish (default: "
             f"{'no limit' if self.lock_wait is None else self.lock_wait}).",
         )
         group.add_argument(
-            "--lock-ttl", metavar="SECONDS",
+            "--lock-ttl",
+            metavar="SECONDS",
             help=f"Lease of the lock, renewed while the command runs (default: {self.lock_ttl}).",
         )
         group.add_argument(
-            "--no-lock", action="store_true",
+            "--no-lock",
+            action="store_true",
             help="Run without the lock (when you know no other instance can run).",
         )
         return parser
@@ -115,14 +119,17 @@ class LockedCommandMixin:
 
     def lock_plan(self, args: tuple[Any, ...], options: dict[str, Any]) -> LockPlan:
         """Check the lock settings and options; raise CommandError saying what is wrong."""
-        wait = _lock_setting("--lock-wait", options.get("lock_wait"), "lock_wait", self.lock_wait,
-                             is_wait=True)
-        ttl = _lock_setting("--lock-ttl", options.get("lock_ttl"), "lock_ttl", self.lock_ttl,
-                            is_wait=False)
+        wait = _lock_setting(
+            "--lock-wait", options.get("lock_wait"), "lock_wait", self.lock_wait, is_wait=True
+        )
+        ttl = _lock_setting(
+            "--lock-ttl", options.get("lock_ttl"), "lock_ttl", self.lock_ttl, is_wait=False
+        )
         assert ttl is not None
         _check_exit_code(self.lock_skip_exit_code)
-        return LockPlan(name=self._filled_lock_name(options), ttl=ttl, wait=wait,
-                        purpose=self._purpose(args))
+        return LockPlan(
+            name=self._filled_lock_name(options), ttl=ttl, wait=wait, purpose=self._purpose(args)
+        )
 
     def _filled_lock_name(self, options: dict[str, Any]) -> str:
         template = self.lock_name if self.lock_name is not None else self.command_name()
@@ -144,9 +151,16 @@ class LockedCommandMixin:
     # --- running under the lock -------------------------------------------------------
     def _handle_locked(self, plan: LockPlan, handle: Any, *args: Any, **options: Any) -> Any:
         guard = CommandGuard(plan.name)
-        lock = Lock(plan.name, ttl=plan.ttl, wait=plan.wait, auto_renew=True,
-                    on_lost=guard.lease_lost, using=self.lock_using, purpose=plan.purpose,
-                    hold_until_commit=self.lock_hold_until_commit)
+        lock = Lock(
+            plan.name,
+            ttl=plan.ttl,
+            wait=plan.wait,
+            auto_renew=True,
+            on_lost=guard.lease_lost,
+            using=self.lock_using,
+            purpose=plan.purpose,
+            hold_until_commit=self.lock_hold_until_commit,
+        )
         # The handlers are in place before the lock can be granted: a SIGTERM just after the
         # grant must release it, not kill the process and leave the lock to its lease.
         with guard.installed():
@@ -168,8 +182,10 @@ class LockedCommandMixin:
             raise self._lost(plan.name, guard, returned=returned)
         if guard.stop_signal is not None:
             name = signal.Signals(guard.stop_signal).name
-            raise CommandError(f"Stopped by {name}; released the lock {plan.name!r}.",
-                               returncode=128 + guard.stop_signal)
+            raise CommandError(
+                f"Stopped by {name}; released the lock {plan.name!r}.",
+                returncode=128 + guard.stop_signal,
+            )
         return result
 
     def _lost(self, name: str, guard: CommandGuard, *, returned: bool) -> CommandError:
@@ -180,12 +196,15 @@ class LockedCommandMixin:
             return CommandError(
                 f"Lost the lock {name!r} while the command ran ({LOST_CAUSES}); the command "
                 "caught the interruption and ran on, so from that moment it may have run "
-                "alongside another copy.", returncode=1)
+                "alongside another copy.",
+                returncode=1,
+            )
         # Not interruptible (found only when releasing, off the main thread, in C code).
         return CommandError(
             f"{self.command_name()} finished, but its lock {name!r} had been lost by then "
             f"({LOST_CAUSES}): from that moment another copy may have run alongside it.",
-            returncode=FINISHED_BUT_LOST_EXIT_CODE)
+            returncode=FINISHED_BUT_LOST_EXIT_CODE,
+        )
 
     def _acquire(self, lock: Lock, guard: CommandGuard) -> bool:
         try:
@@ -235,16 +254,19 @@ def skip_message(command: str, lock: Lock) -> str:
     """Return the one line that says a run was skipped, and who holds the lock."""
     holder = lock.holder()
     if holder is None:
-        return (f"{command}: skipped, the lock {lock.name!r} was held by another instance "
-                "(it has just been released).")
+        return (
+            f"{command}: skipped, the lock {lock.name!r} was held by another instance "
+            "(it has just been released)."
+        )
     return (
         f"{command}: skipped, the lock {lock.name!r} is held by {holder.host} pid {holder.pid} "
         f"since {holder.acquired_at:%Y-%m-%d %H:%M:%S} UTC ({shorten(holder.purpose, 60)})."
     )
 
 
-def _lock_setting(flag: str, option: object, attribute: str, default: object, *,
-                  is_wait: bool) -> float | None:
+def _lock_setting(
+    flag: str, option: object, attribute: str, default: object, *, is_wait: bool
+) -> float | None:
     """Return the option's value in seconds, else the class attribute's; raise CommandError
     saying what is wrong with either."""
     label, value = (attribute, default) if option is None else (flag, _number(flag, option))

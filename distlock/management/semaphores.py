@@ -4,6 +4,7 @@
 Kept apart from the command so that it only calls in here: a backend without semaphores
 (RedlockBackend) simply has none to show.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -42,7 +43,8 @@ def semaphore_json(semaphores: list[SemaphoreInfo]) -> list[dict[str, Any]]:
     ``limit`` and ``waiting`` under ``"semaphore"``."""
     return [
         {**holder.as_json_dict(), "semaphore": {"limit": info.limit, "waiting": info.waiting}}
-        for info in semaphores for holder in info.holders
+        for info in semaphores
+        for holder in info.holders
     ]
 
 
@@ -53,31 +55,45 @@ def _holders(info: SemaphoreInfo) -> str:
 def semaphore_table(semaphores: list[SemaphoreInfo], *, show_alias: bool = False) -> str:
     """Return one aligned row per semaphore: held permits of the limit, and the holders."""
     header = ["SEMAPHORE", "HELD", "WAITING", "HOLDERS (EXPIRES IN)"]
-    rows = [[info.alias, info.name, f"{len(info.holders)}/{info.limit}", str(info.waiting),
-             _holders(info)] for info in semaphores]
+    rows = [
+        [
+            info.alias,
+            info.name,
+            f"{len(info.holders)}/{info.limit}",
+            str(info.waiting),
+            _holders(info),
+        ]
+        for info in semaphores
+    ]
     return aligned(header, rows, show_alias=show_alias)
 
 
 def describe_semaphore(info: SemaphoreInfo) -> list[str]:
     """Return the lines telling an operator about a semaphore and each of its holders."""
-    lines = [f"semaphore:      {info.name} (alias {info.alias})",
-             f"permits:        {len(info.holders)} of {info.limit} held, {info.waiting} waiting"]
+    lines = [
+        f"semaphore:      {info.name} (alias {info.alias})",
+        f"permits:        {len(info.holders)} of {info.limit} held, {info.waiting} waiting",
+    ]
     for holder in info.holders:
         lines.append(f"  token {holder.token}: {_holder(holder)}")
     return lines
 
 
 def _holder(holder: LockInfo) -> str:
-    return (f"{holder.host} pid {holder.pid} thread {holder.thread}, permit "
-            f"{holder.fencing_token}, expires in {holder.ttl_remaining:.1f}s, "
-            f"{shorten(holder.purpose, 60)}")
+    return (
+        f"{holder.host} pid {holder.pid} thread {holder.thread}, permit "
+        f"{holder.fencing_token}, expires in {holder.ttl_remaining:.1f}s, "
+        f"{shorten(holder.purpose, 60)}"
+    )
 
 
 def permit_of(info: SemaphoreInfo, token: str | None) -> LockInfo | str:
     """Return the holder of ``token``, or why none can be released."""
     if token is None:
-        return (f"{info.name!r} is a semaphore with {len(info.holders)} holders: pass --token "
-                "with the token of the permit to free (see `distlock info NAME`).")
+        return (
+            f"{info.name!r} is a semaphore with {len(info.holders)} holders: pass --token "
+            "with the token of the permit to free (see `distlock info NAME`)."
+        )
     for holder in info.holders:
         if holder.token == token:
             return holder

@@ -1,4 +1,5 @@
 """Plain-text tables for ``manage.py distlock``."""
+
 from __future__ import annotations
 
 

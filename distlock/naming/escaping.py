@@ -5,6 +5,7 @@ Each value is percent-encoded, keeping only the characters URLs leave alone (``A
 by ``%%`` and its SHA-256, a form no escaped value can take. Used for request values
 (``@lock_view``) and option values (``LockedCommandMixin.lock_name``) alike.
 """
+
 from __future__ import annotations
 
 import hashlib

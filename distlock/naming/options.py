@@ -5,6 +5,7 @@ percent-encoded, so it can never add a separator, a brace or a field of its own,
 be separated by literal text, and a name that would be too long has its long values replaced
 by a digest. Only the template (written by a programmer) can make the name invalid.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping

@@ -8,6 +8,7 @@ A name that would be longer than a lock name may be has its long values digested
 never make a name invalid. Fields are the keyword arguments (``{order_id}``), positional ones
 (``{0}``), ``{user}`` and ``{request.<attr>}`` of a view; a command uses keyword fields only.
 """
+
 from __future__ import annotations
 
 import re
@@ -39,8 +40,7 @@ class Field:
     conversion: str | None
     spec: str
 
-    def value(self, request: Any, args: Sequence[Any], kwargs: dict[str, Any],
-              where: str) -> str:
+    def value(self, request: Any, args: Sequence[Any], kwargs: dict[str, Any], where: str) -> str:
         if self.source == "request":
             value = request
         elif self.source == "kwarg":
@@ -102,8 +102,13 @@ class NameTemplate:
         self._check()
 
     def _field(self, field_name: str, spec: str, conversion: str | None) -> Field:
-        shown = "{" + field_name + (f"!{conversion}" if conversion else "") + (
-            f":{spec}" if spec else "") + "}"
+        shown = (
+            "{"
+            + field_name
+            + (f"!{conversion}" if conversion else "")
+            + (f":{spec}" if spec else "")
+            + "}"
+        )
         problem = self._field_problem(field_name, spec, conversion)
         if problem:
             raise ValueError(f"lock_view name {self.template!r}: the field {shown} {problem}")
@@ -127,25 +132,29 @@ class NameTemplate:
         if conversion not in (None, "r", "s", "a"):
             return "has an unknown conversion; use !r, !s or !a."
         if not field_name:
-            return ("has no name; number positional arguments ({0}, {1}) or name keyword "
-                    "arguments ({order_id}).")
+            return (
+                "has no name; number positional arguments ({0}, {1}) or name keyword "
+                "arguments ({order_id})."
+            )
         if "[" in field_name:
-            return ("uses an index lookup; take such values with a callable name: "
-                    "lock_view(lambda request, *args, **kwargs: ...).")
+            return (
+                "uses an index lookup; take such values with a callable name: "
+                "lock_view(lambda request, *args, **kwargs: ...)."
+            )
         if "{" in spec:
             return "has a nested field in its format; format values with a plain spec."
         root, *attributes = field_name.split(".")
         if not (root.isdigit() or _IDENTIFIER.match(root)) or not all(
             _IDENTIFIER.match(attribute) for attribute in attributes
         ):
-            return ("is not a keyword argument, a positional index, {user} or "
-                    "{request.<attribute>}.")
+            return "is not a keyword argument, a positional index, {user} or {request.<attribute>}."
         return ""
 
     def _check(self) -> None:
         if not self.template:
-            raise ValueError("lock_view name cannot be empty; pass None for one lock per view "
-                             "per user.")
+            raise ValueError(
+                "lock_view name cannot be empty; pass None for one lock per view per user."
+            )
         for literal in self.literals:
             forbidden = FORBIDDEN.search(literal)
             if forbidden:
@@ -180,8 +189,9 @@ class NameTemplate:
                     f"(it takes {', '.join(sorted(parameters)) or 'no keyword arguments'})."
                 )
 
-    def render(self, request: Any, args: Sequence[Any], kwargs: dict[str, Any], where: str,
-               user: str = "") -> str:
+    def render(
+        self, request: Any, args: Sequence[Any], kwargs: dict[str, Any], where: str, user: str = ""
+    ) -> str:
         """Return the lock name for one request (``user``: the {user} value, if used)."""
         values = [
             user if field.source == "user" else field.value(request, args, kwargs, where)

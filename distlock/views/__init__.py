@@ -7,8 +7,8 @@
 
 It uses the lock core (distlock.lock, ...) and distlock.naming, never the other way round.
 """
+
 from .decorators import DEFAULT_METHODS, lock_view
 from .responses import LockContended, LockServiceUnavailable, wants_json
 
-__all__ = ["DEFAULT_METHODS", "LockContended", "LockServiceUnavailable", "lock_view",
-           "wants_json"]
+__all__ = ["DEFAULT_METHODS", "LockContended", "LockServiceUnavailable", "lock_view", "wants_json"]

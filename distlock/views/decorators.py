@@ -8,6 +8,7 @@
 Works on sync and async function views, on class-based views (decorate the class, or use
 ``method_decorator``) and on Django REST framework views. See docs/lock_view.md.
 """
+
 from __future__ import annotations
 
 import functools
@@ -67,9 +68,17 @@ def lock_view(
     released after it ends. Inside a transaction of the caller's, the release waits for it
     (``hold_until_commit``, see distlock.lock).
     """
-    options = ViewLockOptions(name, ttl=ttl, wait=wait, methods=methods, using=using,
-                              on_locked=on_locked, fail_open=fail_open, limit=limit,
-                              hold_until_commit=hold_until_commit)
+    options = ViewLockOptions(
+        name,
+        ttl=ttl,
+        wait=wait,
+        methods=methods,
+        using=using,
+        on_locked=on_locked,
+        fail_open=fail_open,
+        limit=limit,
+        hold_until_commit=hold_until_commit,
+    )
 
     def decorator(view: V) -> V:
         if isinstance(view, type):
@@ -87,9 +96,19 @@ def lock_view(
 class ViewLockOptions:
     """The arguments of one ``lock_view(...)`` call, checked when the view is decorated."""
 
-    def __init__(self, name: Any, *, ttl: Any, wait: Any, methods: Any, using: Any,
-                 on_locked: Any, fail_open: Any, limit: Any = None,
-                 hold_until_commit: Any = True) -> None:
+    def __init__(
+        self,
+        name: Any,
+        *,
+        ttl: Any,
+        wait: Any,
+        methods: Any,
+        using: Any,
+        on_locked: Any,
+        fail_open: Any,
+        limit: Any = None,
+        hold_until_commit: Any = True,
+    ) -> None:
         if name is not None and not isinstance(name, str) and not callable(name):
             raise TypeError(
                 "lock_view name must be a template str, a callable (request, *args, **kwargs) "
@@ -114,8 +133,9 @@ class ViewLockOptions:
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be at least 1, not {limit}.")
         self.limit: int | None = limit
-        self.on_locked: OnLocked = on_locked or (LockContended() if limit is None
-                                                 else LockContended(AT_LIMIT_DETAIL))
+        self.on_locked: OnLocked = on_locked or (
+            LockContended() if limit is None else LockContended(AT_LIMIT_DETAIL)
+        )
         for label, flag in (("fail_open", fail_open), ("hold_until_commit", hold_until_commit)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{label} must be True or False, not {flag!r}.")
@@ -131,8 +151,9 @@ def _checked_methods(methods: Any) -> frozenset[str]:
         )
     names = list(methods)
     if not names:
-        raise ValueError("methods cannot be empty: nothing would be locked. Leave lock_view out "
-                         "instead.")
+        raise ValueError(
+            "methods cannot be empty: nothing would be locked. Leave lock_view out instead."
+        )
     for method in names:
         if not isinstance(method, str) or not _METHOD.match(method):
             raise ValueError(f"methods must hold HTTP method names such as 'POST', not {method!r}.")
@@ -197,11 +218,23 @@ class ViewLock:
     def lock_for(self, name: str) -> Lock:
         options = self.options
         if options.limit is not None:
-            return Semaphore(name, options.limit, ttl=options.ttl, wait=options.wait,
-                             using=options.using, purpose=self.purpose,
-                             hold_until_commit=options.hold_until_commit)
-        return Lock(name, ttl=options.ttl, wait=options.wait, using=options.using,
-                    purpose=self.purpose, hold_until_commit=options.hold_until_commit)
+            return Semaphore(
+                name,
+                options.limit,
+                ttl=options.ttl,
+                wait=options.wait,
+                using=options.using,
+                purpose=self.purpose,
+                hold_until_commit=options.hold_until_commit,
+            )
+        return Lock(
+            name,
+            ttl=options.ttl,
+            wait=options.wait,
+            using=options.using,
+            purpose=self.purpose,
+            hold_until_commit=options.hold_until_commit,
+        )
 
     def name_for(self, request: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         template = self.template
@@ -211,16 +244,21 @@ class ViewLock:
         user = user_value(getattr(request, "user", None), request) if template.uses_user else ""
         return template.render(request, args, kwargs, self.where, user)
 
-    async def aname_for(self, request: Any, args: tuple[Any, ...],
-                        kwargs: dict[str, Any]) -> str:
+    async def aname_for(self, request: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         if self.template is None or not self.template.uses_user:
             return self.name_for(request, args, kwargs)
         user = await auser_value(request)
         return self.template.render(request, args, kwargs, self.where, user)
 
     # --- running ------------------------------------------------------------------------
-    def run(self, view: Callable[..., Any], request: Any, args: tuple[Any, ...],
-            kwargs: dict[str, Any], transactions: RequestTransactions) -> Any:
+    def run(
+        self,
+        view: Callable[..., Any],
+        request: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        transactions: RequestTransactions,
+    ) -> Any:
         """Call a sync view under the lock, inside the request's transactions."""
         if request.method not in self.methods:
             with transactions.opened():
@@ -245,8 +283,9 @@ class ViewLock:
             raise
         return release.after(response)
 
-    async def arun(self, view: Callable[..., Any], request: Any, args: tuple[Any, ...],
-                   kwargs: dict[str, Any]) -> Any:
+    async def arun(
+        self, view: Callable[..., Any], request: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         """Call an async view (or a sync one returning an awaitable) under the lock."""
         if request.method not in self.methods:
             return await _result(view(request, *args, **kwargs))
@@ -270,19 +309,27 @@ class ViewLock:
     def _contended(self, lock: Lock, holder: LockInfo | None) -> LockNotAcquired:
         return LockNotAcquired(lock.name, holder=holder, wait=lock.wait)
 
-    def _refuse_unavailable(self, request: Any, lock: Lock,
-                            exc: BackendUnavailable) -> HttpResponseBase | None:
+    def _refuse_unavailable(
+        self, request: Any, lock: Lock, exc: BackendUnavailable
+    ) -> HttpResponseBase | None:
         """Return the 503 answer, or None to run the view unlocked (fail_open)."""
         if exc.name is None:
             exc.name = lock.name
         if self.options.fail_open:
             logger.warning(
                 "lock_view: the lock server is unreachable, so %s runs WITHOUT its lock %r "
-                "(fail_open=True): %s", self.purpose, lock.name, exc,
+                "(fail_open=True): %s",
+                self.purpose,
+                lock.name,
+                exc,
             )
             return None
-        logger.error("lock_view: the lock server is unreachable, so %s answered 503 for %r: %s",
-                     self.purpose, lock.name, exc)
+        logger.error(
+            "lock_view: the lock server is unreachable, so %s answered 503 for %r: %s",
+            self.purpose,
+            lock.name,
+            exc,
+        )
         return LockServiceUnavailable()(request, exc)
 
 

@@ -1,5 +1,6 @@
 """The values of a view's lock name that come from the request: ``{user}``, and the name a
 callable gives."""
+
 from __future__ import annotations
 
 import hashlib
@@ -41,15 +42,15 @@ async def auser_value(request: Any) -> str:
     return await sync_to_async(user_value)(user, request)
 
 
-def callable_name(name: Callable[..., str], request: Any, args: Sequence[Any],
-                  kwargs: dict[str, Any], where: str) -> str:
+def callable_name(
+    name: Callable[..., str], request: Any, args: Sequence[Any], kwargs: dict[str, Any], where: str
+) -> str:
     """Return the name a callable gives; one unfit for a lock (empty, too long, control
     characters) is replaced by its digest rather than failing the request."""
     value = name(request, *args, **kwargs)
     if not isinstance(value, str):
         raise TypeError(
-            f"{where}: the lock_view name callable must return a str, not "
-            f"{type(value).__name__}."
+            f"{where}: the lock_view name callable must return a str, not {type(value).__name__}."
         )
     try:
         return validate_name(value)

@@ -8,6 +8,7 @@ response is dropped without being closed (a sync view under ASGI whose client di
 before the view returned), the lock is released when the response is garbage-collected, and
 in any case when its lease ends.
 """
+
 from __future__ import annotations
 
 import logging
@@ -57,11 +58,13 @@ class LockRelease:
         if isinstance(exc, LockNotOwned):
             logger.warning(
                 "lock_view: the lease on %r ended before its view finished, so another request "
-                "may have run at the same time; give lock_view a longer ttl.", self.lock.name,
+                "may have run at the same time; give lock_view a longer ttl.",
+                self.lock.name,
             )
         else:
-            logger.warning("lock_view: could not release %r (%s); it ends with its lease.",
-                           self.lock.name, exc)
+            logger.warning(
+                "lock_view: could not release %r (%s); it ends with its lease.", self.lock.name, exc
+            )
 
     def after(self, response: Any) -> Any:
         """Release now, or, for a streaming response, when its stream ends."""

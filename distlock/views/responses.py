@@ -6,6 +6,7 @@ HttpResponse``, so ``on_locked=LockContended("Payment already in progress.")`` c
 and a subclass can change anything else. The body is JSON (``{"detail": ..., "lock": ...}``)
 for clients whose Accept header names JSON, a short plain text otherwise.
 """
+
 from __future__ import annotations
 
 import math
@@ -68,7 +69,8 @@ class LockViewResponse:
             )
         else:
             response = HttpResponse(
-                self.detail + "\n", content_type="text/plain; charset=utf-8",
+                self.detail + "\n",
+                content_type="text/plain; charset=utf-8",
                 status=self.status_code,
             )
         for header, value in self.headers(exc).items():

@@ -7,6 +7,7 @@ locked view tells Django that it opens those transactions itself (:class:`Reques
 answers "yes" to every alias), and opens them inside its lock, for the aliases Django would
 have: those with ``ATOMIC_REQUESTS`` that the view itself does not mark non-atomic.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,8 +36,11 @@ class RequestTransactions(set[str]):
         already = {conn.alias for conn in open_transactions()}
         # Django wraps the view once per alias, in settings order: the last is outermost.
         for alias, settings_dict in reversed(list(connections.settings.items())):
-            if (settings_dict.get("ATOMIC_REQUESTS") and not set.__contains__(self, alias)
-                    and alias not in already):
+            if (
+                settings_dict.get("ATOMIC_REQUESTS")
+                and not set.__contains__(self, alias)
+                and alias not in already
+            ):
                 stack.enter_context(transaction.atomic(using=alias))
         return stack
 

@@ -1,4 +1,5 @@
 """The "Held locks" admin page, through the Django test client against real Redis servers."""
+
 from __future__ import annotations
 
 import re
@@ -34,8 +35,14 @@ def held(redis_backend: str) -> Any:
     """Acquire locks on the default alias (a real Redis) that stay held through the test."""
     taken: list[distlock.Lock] = []
 
-    def hold(name: str, *, ttl: float = 60, using: str = "default", purpose: str | None = None,
-             **options: Any) -> distlock.Lock:
+    def hold(
+        name: str,
+        *,
+        ttl: float = 60,
+        using: str = "default",
+        purpose: str | None = None,
+        **options: Any,
+    ) -> distlock.Lock:
         lock = distlock.lock(name, ttl=ttl, using=using, purpose=purpose, **options)
         assert lock.acquire(wait=0)
         taken.append(lock)
@@ -49,8 +56,11 @@ def other_alias(settings: Any, redis_backend: str) -> str:
     """A second alias on the same Redis server, under another key prefix."""
     settings.DISTLOCK = {
         **settings.DISTLOCK,
-        "other": {"BACKEND": "distlock.backends.redis.RedisBackend", "LOCATION": redis_backend,
-                  "KEY_PREFIX": "other"},
+        "other": {
+            "BACKEND": "distlock.backends.redis.RedisBackend",
+            "LOCATION": redis_backend,
+            "KEY_PREFIX": "other",
+        },
     }
     locks.reset()
     return "other"
@@ -153,7 +163,8 @@ def test_every_alias_is_listed(admin_client: Client, held, other_alias: str) -> 
     held("two", using=other_alias)
     response = changelist(admin_client)
     assert sorted((row.info.alias, row.info.name) for row in response.context["cl"].rows) == [
-        ("default", "one"), ("other", "two"),
+        ("default", "one"),
+        ("other", "two"),
     ]
 
 
@@ -272,9 +283,11 @@ def down_alias(settings: Any, redis_backend: str) -> str:
     """An alias whose server is not running: nothing listens on its port."""
     settings.DISTLOCK = {
         **settings.DISTLOCK,
-        "down": {"BACKEND": "distlock.backends.redis.RedisBackend",
-                 "LOCATION": f"redis://127.0.0.1:{free_port()}/0",
-                 "OPTIONS": {"socket_timeout": 0.5, "socket_connect_timeout": 0.5}},
+        "down": {
+            "BACKEND": "distlock.backends.redis.RedisBackend",
+            "LOCATION": f"redis://127.0.0.1:{free_port()}/0",
+            "OPTIONS": {"socket_timeout": 0.5, "socket_connect_timeout": 0.5},
+        },
     }
     locks.reset()
     return "down"
@@ -310,17 +323,17 @@ def test_release_on_unreachable_alias_is_an_error_message(
         reverse(RELEASE), {"alias": down_alias, "name": "x", "fencing_token": 1}, follow=True
     )
     assert response.status_code == 200
-    assert any("Nothing was released: alias 'down' cannot be read" in text
-               for text in message_texts(response))
+    assert any(
+        "Nothing was released: alias 'down' cannot be read" in text
+        for text in message_texts(response)
+    )
 
 
 def test_broken_distlock_setting_is_a_banner(admin_client: Client, settings) -> None:
     settings.DISTLOCK = ["not", "a", "dict"]
     response = changelist(admin_client)
     assert response.status_code == 200
-    assert "Locks of alias <strong>DISTLOCK</strong> cannot be shown" in (
-        response.content.decode()
-    )
+    assert "Locks of alias <strong>DISTLOCK</strong> cannot be shown" in (response.content.decode())
 
 
 # --- permissions --------------------------------------------------------------------------
@@ -330,8 +343,10 @@ def test_superuser_sees_the_release_button(admin_client: Client, held) -> None:
     lock = held("job")
     content = changelist(admin_client).content.decode()
     assert RELEASE_BUTTON in content
-    assert f'href="{reverse(RELEASE)}?alias=default&amp;name=job&amp;fencing_token=' \
-           f'{lock.fencing_token}' in content
+    assert (
+        f'href="{reverse(RELEASE)}?alias=default&amp;name=job&amp;fencing_token='
+        f"{lock.fencing_token}" in content
+    )
 
 
 def test_view_only_staff_sees_locks_but_cannot_release(staff, held) -> None:
@@ -419,7 +434,8 @@ def test_get_shows_a_confirmation_and_releases_nothing(admin_client: Client, hel
     assert response.status_code == 200
     content = response.content.decode()
     for field, value in (
-        ("alias", "default"), ("name", "reports:daily"),
+        ("alias", "default"),
+        ("name", "reports:daily"),
         ("fencing_token", str(lock.fencing_token)),
         ("holder", f"{info.host}, pid {info.pid}, thread {info.thread}"),
         ("purpose", "nightly report"),
@@ -453,8 +469,10 @@ def test_post_releases_logs_and_signals(admin_client: Client, held) -> None:
         lock_force_released.disconnect(receiver)
 
     assert response.redirect_chain == [(reverse(CHANGELIST) + "?q=reports&p=1", 302)]
-    assert any(f"Released lock “reports:daily” (alias default, fencing token "
-               f"{lock.fencing_token})" in text for text in message_texts(response))
+    assert any(
+        f"Released lock “reports:daily” (alias default, fencing token {lock.fencing_token})" in text
+        for text in message_texts(response)
+    )
     assert lock.backend.info(lock.name) is None
     assert names_on_page(response) == []
 
@@ -492,8 +510,7 @@ def test_reentrant_hold_is_released_at_every_depth(admin_client: Client, held) -
     assert lock.backend.info("deep") is None
 
 
-def test_lock_taken_by_someone_else_meanwhile_is_not_released(admin_client: Client,
-                                                               held) -> None:
+def test_lock_taken_by_someone_else_meanwhile_is_not_released(admin_client: Client, held) -> None:
     first = held("job")
     confirmation = admin_client.get(reverse(RELEASE), release_params(first))
     assert confirmation.status_code == 200
@@ -530,8 +547,7 @@ def test_lock_released_meanwhile(admin_client: Client, held) -> None:
     assert admin_client.get(reverse(RELEASE), params).status_code == 302
 
 
-def test_lock_changing_between_check_and_release(admin_client: Client, held,
-                                                 monkeypatch) -> None:
+def test_lock_changing_between_check_and_release(admin_client: Client, held, monkeypatch) -> None:
     """The token check is in the release itself: a new holder that arrives after the page
     read the lock is not released."""
     first = held("job")
@@ -567,18 +583,22 @@ def test_post_without_csrf_token_is_rejected(django_user_model, held) -> None:
     # The same POST with the token of the confirmation page goes through.
     page = client.get(reverse(RELEASE), release_params(lock))
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.content.decode())
-    response = client.post(reverse(RELEASE),
-                           {**release_params(lock), "csrfmiddlewaretoken": token.group(1)})
+    response = client.post(
+        reverse(RELEASE), {**release_params(lock), "csrfmiddlewaretoken": token.group(1)}
+    )
     assert response.status_code == 302
     assert not still_held(lock)
 
 
-@pytest.mark.parametrize("params", [
-    {},
-    {"alias": "nope", "name": "job", "fencing_token": "1"},
-    {"alias": "default", "name": "job", "fencing_token": "one"},
-    {"alias": "default", "name": "", "fencing_token": "1"},
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"alias": "nope", "name": "job", "fencing_token": "1"},
+        {"alias": "default", "name": "job", "fencing_token": "one"},
+        {"alias": "default", "name": "", "fencing_token": "1"},
+    ],
+)
 def test_malformed_release_requests(admin_client: Client, held, params) -> None:
     lock = held("job")
     response = admin_client.post(reverse(RELEASE), params)

@@ -1,4 +1,5 @@
 """An operator, in a real headless Chromium, frees a lock that another process holds."""
+
 from __future__ import annotations
 
 import os
@@ -19,12 +20,27 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 @pytest.fixture
 def holder(redis_backend: str) -> Iterator[subprocess.Popen]:
     """Another process holding 'reports:nightly' until told to extend() (on its stdin)."""
-    env = {**os.environ, "DISTLOCK_TEST_KIND": "redis", "DISTLOCK_TEST_URL": redis_backend,
-           "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "DISTLOCK_TEST_KIND": "redis",
+        "DISTLOCK_TEST_URL": redis_backend,
+        "PYTHONPATH": str(ROOT),
+    }
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.workers", "hold_then_extend", "reports:nightly",
-         "120", "nightly sales report"],
-        cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "tests.support.workers",
+            "hold_then_extend",
+            "reports:nightly",
+            "120",
+            "nightly sales report",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     yield process
     end_processes([process])

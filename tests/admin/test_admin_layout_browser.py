@@ -1,5 +1,6 @@
 """The held locks table fits a 1,100 px and a 1,280 px wide window in a real headless
 Chromium: every column, the Force release button included, without scrolling sideways."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -15,12 +16,20 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 def held_locks(redis_backend: str) -> list[distlock.Lock]:
     """Locks as production holds them: long names, hosts, threads and purposes."""
     held = [
-        distlock.lock("reports:daily:tenant-4242:eu-west-1", ttl=3600,
-                      purpose="manage.py send_digest --list weekly --tenant 4242 (cron)"),
-        distlock.lock("demo:pay:123456", ttl=30,
-                      purpose="testproject.views.pay_with_a_rather_long_view_name"),
-        distlock.lock("rebuild:search-index:products", ttl=86_400, reentrant=True,
-                      purpose="celery task shop.tasks.rebuild_search_index"),
+        distlock.lock(
+            "reports:daily:tenant-4242:eu-west-1",
+            ttl=3600,
+            purpose="manage.py send_digest --list weekly --tenant 4242 (cron)",
+        ),
+        distlock.lock(
+            "demo:pay:123456", ttl=30, purpose="testproject.views.pay_with_a_rather_long_view_name"
+        ),
+        distlock.lock(
+            "rebuild:search-index:products",
+            ttl=86_400,
+            reentrant=True,
+            purpose="celery task shop.tasks.rebuild_search_index",
+        ),
     ]
     for lock in held:
         assert lock.acquire(wait=0)
@@ -32,7 +41,10 @@ def held_locks(redis_backend: str) -> list[distlock.Lock]:
 
 @pytest.mark.parametrize("width", [1100, 1280])
 def test_the_table_fits_the_window_with_its_release_buttons(
-    page: Any, live_server: Any, django_user_model: Any, held_locks: list[distlock.Lock],
+    page: Any,
+    live_server: Any,
+    django_user_model: Any,
+    held_locks: list[distlock.Lock],
     width: int,
 ) -> None:
     from playwright.sync_api import expect
@@ -69,6 +81,15 @@ def test_the_table_fits_the_window_with_its_release_buttons(
     # Nothing was dropped to make it fit.
     headers = page.locator("#result_list thead th").all_inner_texts()
     assert [" ".join(header.split()).lower() for header in headers] == [
-        "name", "alias", "holder", "purpose", "acquired at", "expires in", "fencing token",
-        "renewals", "depth", "release"]
+        "name",
+        "alias",
+        "holder",
+        "purpose",
+        "acquired at",
+        "expires in",
+        "fencing token",
+        "renewals",
+        "depth",
+        "release",
+    ]
     expect(page.get_by_role("link", name="Expiring first")).to_be_visible()  # the filters too

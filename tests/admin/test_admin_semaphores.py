@@ -1,4 +1,5 @@
 """Semaphores on the admin's "Held locks" page: one row with its holders, freeing one permit."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -17,8 +18,7 @@ RELEASE_PERMIT = "admin:distlock_heldlock_release_permit"
 
 @pytest.fixture
 def permits(redis_backend: str) -> list[distlock.Semaphore]:
-    taken = [distlock.semaphore("exports", 3, ttl=60, purpose="nightly export")
-             for _ in range(2)]
+    taken = [distlock.semaphore("exports", 3, ttl=60, purpose="nightly export") for _ in range(2)]
     for permit in taken:
         assert permit.acquire(wait=0)
     return taken
@@ -39,8 +39,9 @@ def test_a_semaphore_is_one_row_with_its_holders(admin_client: Client, permits) 
     assert admin_client.get(reverse(CHANGELIST), {"q": "zzz"}).context["cl"].semaphores == []
 
 
-def test_freeing_one_permit_confirms_logs_and_keeps_the_others(admin_client: Client,
-                                                               permits) -> None:
+def test_freeing_one_permit_confirms_logs_and_keeps_the_others(
+    admin_client: Client, permits
+) -> None:
     url = reverse(RELEASE_PERMIT)
     confirmation = admin_client.get(url, params(permits[0]))
     assert confirmation.status_code == 200 and b"free this permit" in confirmation.content
@@ -61,8 +62,9 @@ def test_view_only_staff_sees_holders_but_cannot_free(staff, permits) -> None:  
     assert permits[0].owned()
 
 
-def test_semaphores_that_cannot_be_read_mark_the_alias_unavailable(admin_client: Client,
-                                                                  permits, monkeypatch) -> None:
+def test_semaphores_that_cannot_be_read_mark_the_alias_unavailable(
+    admin_client: Client, permits, monkeypatch
+) -> None:
     def unreachable(prefix: str = "") -> None:
         raise distlock.BackendUnavailable("Redis at the test server did not answer.")
 

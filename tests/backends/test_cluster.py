@@ -1,4 +1,5 @@
 """RedisBackend on a real three-master Redis Cluster (the contract suite runs on it too)."""
+
 from __future__ import annotations
 
 import random
@@ -78,8 +79,7 @@ async def test_async_locks_on_random_names(cluster: RedisCluster) -> None:
     assert cross_slot_errors(cluster) == 0
 
 
-def test_wait_replicas_without_replicas_fails_closed(settings: Any,
-                                                    cluster: RedisCluster) -> None:
+def test_wait_replicas_without_replicas_fails_closed(settings: Any, cluster: RedisCluster) -> None:
     config = settings.DISTLOCK["default"]
     options = {**config["OPTIONS"], "WAIT_REPLICAS": 1, "WAIT_TIMEOUT": 50}
     settings.DISTLOCK = {"default": {**config, "OPTIONS": options}}
@@ -94,8 +94,9 @@ def test_wait_replicas_without_replicas_fails_closed(settings: Any,
 
 
 def check(options: dict[str, Any], location: str = "redis://10.0.0.1:7000") -> list[Any]:
-    with override_settings(DISTLOCK={"default": {"BACKEND": REDIS, "LOCATION": location,
-                                                 "OPTIONS": options}}):
+    with override_settings(
+        DISTLOCK={"default": {"BACKEND": REDIS, "LOCATION": location, "OPTIONS": options}}
+    ):
         return check_settings()
 
 
@@ -103,8 +104,10 @@ def test_cluster_settings_are_checked_without_connecting() -> None:
     confirmed = {"WAIT_REPLICAS": 1, "WAIT_TIMEOUT": 100}
     # nothing listens on 10.0.0.1: nothing is asked
     assert check({"CLUSTER": True, **confirmed}) == []
-    assert check({"CLUSTER": True, "read_from_replicas": False, "socket_timeout": 1,
-                  **confirmed}) == []
+    assert (
+        check({"CLUSTER": True, "read_from_replicas": False, "socket_timeout": 1, **confirmed})
+        == []
+    )
     [warning] = check({"CLUSTER": True})  # see tests/core/test_checks.py
     assert warning.id == "distlock.W002"
     for options, check_id in [

@@ -1,6 +1,7 @@
 """RedisBackend on Clusters of other shapes than the shared three masters: six masters (do
 lock keys spread over all of them?) and three masters with a replica each (does a process
 that only lists recover from a master's death by itself?)."""
+
 from __future__ import annotations
 
 import time
@@ -84,9 +85,11 @@ def test_listing_and_locking_recover_from_a_killed_master(settings: Any) -> None
         listings, lockings = load.listings, load.lockings
         listed_again = listings.first_success_after(promoted)
         locked_again = lockings.first_success_after(promoted)
-        print(f"promoted {promoted - killed:.2f} s after the kill; listing back "
-              f"{listed_again and listed_again - promoted} s, locking back "
-              f"{locked_again and locked_again - promoted} s after that")
+        print(
+            f"promoted {promoted - killed:.2f} s after the kill; listing back "
+            f"{listed_again and listed_again - promoted} s, locking back "
+            f"{locked_again and locked_again - promoted} s after that"
+        )
         assert any(not ok for _, ok in listings.seen), "the kill went unnoticed"
         assert listed_again is not None and listed_again - promoted < RECOVERY
         assert locked_again is not None and locked_again - promoted < RECOVERY
@@ -111,9 +114,11 @@ def test_resharding_under_load_never_surfaces_a_redirect(settings: Any) -> None:
             moved = time.monotonic()
             time.sleep(0.3)
         during = [ok for at, ok in load.listings.seen if started <= at <= moved]
-        print(f"{RESHARDED_SLOTS} slots moved in {moved - started:.1f} s: {len(during)} "
-              f"listings meanwhile, {during.count(False)} BackendUnavailable; "
-              f"{len(load.lockings.seen)} locks taken")
+        print(
+            f"{RESHARDED_SLOTS} slots moved in {moved - started:.1f} s: {len(during)} "
+            f"listings meanwhile, {during.count(False)} BackendUnavailable; "
+            f"{len(load.lockings.seen)} locks taken"
+        )
         assert load.unexpected == [] and load.overlaps == [] and load.incomplete == []
         assert during and load.lockings.first_success_after(moved) is not None
         assert cluster.slots_of(target) == before + RESHARDED_SLOTS  # they did move

@@ -1,6 +1,7 @@
 """The Lua scripts (distlock/backends/redis_ops/lua/): one file each, every one documented in
 one place and in one form (the header a later protocol document and a Node.js client read),
 each run by an operation that sends the keys and arguments its header names."""
+
 from __future__ import annotations
 
 import re
@@ -29,13 +30,14 @@ def test_every_script_file_is_run_by_an_operation() -> None:
 def test_each_script_starts_with_its_header(name: str) -> None:
     lines = header((FOLDER / f"{name}.lua").read_text()).splitlines()
     assert re.match(rf"-- {name}\.lua( \(Redlock\))?: \S", lines[0]), lines[0]
-    body = lines[lines.index("--") + 1:]  # after what it does, in a paragraph
+    body = lines[lines.index("--") + 1 :]  # after what it does, in a paragraph
     sections = [line[3:].split()[0] for line in body if not line.startswith("--    ")]
     parameters = [section for section in sections if section.startswith(("KEYS", "ARGV"))]
     assert sections == [*parameters, "Reply:", "Effect:"], "KEYS, ARGV, then Reply and Effect"
     for kind in ("KEYS", "ARGV"):
-        numbers = [int(match[2]) for line in lines if (match := PARAMETER.match(line))
-                   and match[1] == kind]
+        numbers = [
+            int(match[2]) for line in lines if (match := PARAMETER.match(line)) and match[1] == kind
+        ]
         assert numbers == list(range(1, len(numbers) + 1)), f"{kind} in order, none left out"
 
 
@@ -67,8 +69,7 @@ def first_step(steps: Any) -> Any:
 def every_call() -> list[Eval]:
     """One call of each kind the operations send, with sample values."""
     layout = KeyLayout("test")
-    scope: Any = SimpleNamespace(alias="default", layout=layout, max_renewals=3,
-                                 wait_replicas=0)
+    scope: Any = SimpleNamespace(alias="default", layout=layout, max_renewals=3, wait_replicas=0)
     found: list[Eval] = [
         locks.acquire_call(layout, "n", "t", 1000, "{}", 0),
         locks.release_call(layout, "n", "t", every_level=True),

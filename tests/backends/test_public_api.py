@@ -5,6 +5,7 @@ Whatever redis-py does on its own path (reconnecting, reloading nothing, fork sa
 pool limits) then holds for distlock's calls too; the tests below check the cases that bit
 a library driving sockets itself.
 """
+
 from __future__ import annotations
 
 import ast
@@ -31,8 +32,7 @@ PACKAGE = Path(distlock.__file__).parent
 ALLOWED_SOCKET_CALLS = {"gethostname"}
 SOCKET_MODULES = {"socket", "select", "selectors", "ssl"}
 # (Not .send(): Django's signals have one.)
-IO_METHODS = {"recv", "recv_into", "recvfrom", "sendall", "sendto", "readv", "writev",
-              "makefile"}
+IO_METHODS = {"recv", "recv_into", "recvfrom", "sendall", "sendto", "readv", "writev", "makefile"}
 # Names with an underscore that are public by documentation (named tuples' methods).
 DOCUMENTED = {"_replace", "_asdict", "_fields", "_make"}
 OS_IO = {"read", "write", "readv", "writev", "pread", "pwrite", "sendfile"}
@@ -47,8 +47,7 @@ def _private_names(*modules: Any) -> set[str]:
     names: set[str] = set()
     for module in modules:
         found = [module]
-        for info in pkgutil.walk_packages(getattr(module, "__path__", []),
-                                          module.__name__ + "."):
+        for info in pkgutil.walk_packages(getattr(module, "__path__", []), module.__name__ + "."):
             try:
                 found.append(__import__(info.name, fromlist=["_"]))
             except Exception:  # optional parts (ocsp, ...) need packages not installed
@@ -56,13 +55,17 @@ def _private_names(*modules: Any) -> set[str]:
         for mod in found:
             for _, member in inspect.getmembers(mod, inspect.isclass):
                 for klass in member.__mro__:
-                    names |= {name for name in vars(klass)
-                              if name.startswith("_") and not name.startswith("__")}
+                    names |= {
+                        name
+                        for name in vars(klass)
+                        if name.startswith("_") and not name.startswith("__")
+                    }
                     init = vars(klass).get("__init__")
                     code = getattr(init, "__code__", None)
                     if code is not None:
-                        names |= {n for n in code.co_names if n.startswith("_")
-                                  and not n.startswith("__")}
+                        names |= {
+                            n for n in code.co_names if n.startswith("_") and not n.startswith("__")
+                        }
     return names
 
 
@@ -88,8 +91,11 @@ def violations(source: str, private: set[str]) -> list[str]:
             if parts[0] in ("redis", "hiredis") and any(p.startswith("_") for p in parts):
                 found.append(f"{where}: imports {node.module}")
             if parts[0] in ("redis", "hiredis"):
-                found += [f"{where}: imports {alias.name} from {node.module}"
-                          for alias in node.names if alias.name.startswith("_")]
+                found += [
+                    f"{where}: imports {alias.name} from {node.module}"
+                    for alias in node.names
+                    if alias.name.startswith("_")
+                ]
             if parts[0] in SOCKET_MODULES:
                 found.append(f"{where}: imports from {node.module}")
         elif isinstance(node, ast.Import):
@@ -106,16 +112,26 @@ def violations(source: str, private: set[str]) -> list[str]:
                 found.append(f"{where}: uses the private name {node.attr}")
             if node.attr in IO_METHODS:
                 found.append(f"{where}: calls .{node.attr}() (socket I/O)")
-            if isinstance(base, ast.Name) and base.id == "socket" and (
-                    node.attr not in ALLOWED_SOCKET_CALLS):
+            if (
+                isinstance(base, ast.Name)
+                and base.id == "socket"
+                and (node.attr not in ALLOWED_SOCKET_CALLS)
+            ):
                 found.append(f"{where}: uses socket.{node.attr}")
             if isinstance(base, ast.Name) and base.id == "os" and node.attr in OS_IO:
                 found.append(f"{where}: uses os.{node.attr} (descriptor I/O)")
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and (
-                node.func.id in ("getattr", "setattr", "hasattr")) and len(node.args) >= 2:
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and (node.func.id in ("getattr", "setattr", "hasattr"))
+            and len(node.args) >= 2
+        ):
             name = node.args[1]
-            if isinstance(name, ast.Constant) and isinstance(name.value, str) and (
-                    name.value in private):
+            if (
+                isinstance(name, ast.Constant)
+                and isinstance(name.value, str)
+                and (name.value in private)
+            ):
                 found.append(f"{where}: {node.func.id}(..., {name.value!r})")
     return found
 
@@ -144,7 +160,8 @@ def test_the_scan_catches_what_the_old_socket_path_did(redis_private: set[str]) 
 
 
 def test_distlock_uses_no_private_name_of_redis_py_and_no_socket_of_its_own(
-        redis_private: set[str]) -> None:
+    redis_private: set[str],
+) -> None:
     report = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         found = violations(path.read_text(encoding="utf-8"), redis_private)
@@ -164,13 +181,17 @@ def in_use(pool: Any) -> int:
 
 
 @pytest.fixture(params=["max_connections=4", "blocking, 2 connections"])
-def small_cache_pool(request: pytest.FixtureRequest, settings: Any,
-                     redis_url: str) -> Iterator[Any]:
+def small_cache_pool(
+    request: pytest.FixtureRequest, settings: Any, redis_url: str
+) -> Iterator[Any]:
     """The default route (no DISTLOCK): locks share a django-redis cache with a small pool."""
     _, cache_settings = distlock_settings("django_redis", redis_url)
     if request.param.startswith("blocking"):
-        pool_kwargs = {"connection_pool_class": redis.BlockingConnectionPool,
-                       "max_connections": 2, "timeout": 20}
+        pool_kwargs = {
+            "connection_pool_class": redis.BlockingConnectionPool,
+            "max_connections": 2,
+            "timeout": 20,
+        }
     else:
         pool_kwargs = {"max_connections": 4}
     cache_settings["default"]["OPTIONS"]["CONNECTION_POOL_KWARGS"] = pool_kwargs
@@ -211,16 +232,23 @@ def test_locks_never_starve_the_cache_they_share(small_cache_pool: Any) -> None:
 def test_every_call_gives_its_connection_back(small_cache_pool: Any) -> None:
     baseline = in_use(small_cache_pool)
     lk = distlock.lock("baseline", ttl=5, auto_renew=False)
-    steps = [lambda: lk.acquire(wait=0), lk.extend, lk.owned, lk.locked, lk.ttl_remaining,
-             lk.release, lambda: locks["default"].held(), lambda: locks["default"].count(),
-             lambda: locks["default"].info("baseline")]
+    steps = [
+        lambda: lk.acquire(wait=0),
+        lk.extend,
+        lk.owned,
+        lk.locked,
+        lk.ttl_remaining,
+        lk.release,
+        lambda: locks["default"].held(),
+        lambda: locks["default"].count(),
+        lambda: locks["default"].info("baseline"),
+    ]
     for step in steps:
         step()
         assert in_use(small_cache_pool) == baseline, step
 
 
-def test_a_waiter_holds_one_connection_while_it_waits_and_none_after(
-        small_cache_pool: Any) -> None:
+def test_a_waiter_holds_one_connection_while_it_waits_and_none_after(small_cache_pool: Any) -> None:
     baseline = in_use(small_cache_pool)
     holder = distlock.lock("waited", ttl=5)
     holder.acquire()
@@ -336,7 +364,8 @@ def test_the_last_release_frees_the_lock_even_if_the_server_counted_one_more_lev
 
 
 def test_an_acquire_cut_short_after_the_grant_gives_the_lock_back(
-    backend_kind: str, monkeypatch: pytest.MonkeyPatch,
+    backend_kind: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Ctrl-C (or a stop signal a command turns into KeyboardInterrupt) can land after the
     server granted the lock and before acquire() returned: the lock must not stay held until
@@ -357,7 +386,8 @@ def test_an_acquire_cut_short_after_the_grant_gives_the_lock_back(
 
 
 async def test_an_async_acquire_cancelled_after_the_grant_gives_the_lock_back(
-    backend_kind: str, monkeypatch: pytest.MonkeyPatch,
+    backend_kind: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     backend = locks["default"]
     grant = backend.atry_acquire

@@ -1,4 +1,5 @@
 """What the Redis backend stores, and how: keys, index, notifications, script atomicity."""
+
 from __future__ import annotations
 
 import threading
@@ -107,8 +108,9 @@ def test_fencing_memory_is_one_key_per_bucket_that_never_expires(data) -> None:
     # name and for every other name of the bucket.
     ahead = first + 1_000_000_000
     data.set(fence_key, ahead)
-    neighbour = next(f"fence-{n}" for n in range(10_000)
-                     if layout.keys_for(f"fence-{n}").fence == fence_key)
+    neighbour = next(
+        f"fence-{n}" for n in range(10_000) if layout.keys_for(f"fence-{n}").fence == fence_key
+    )
     tokens = []
     for name in ("fence-a", neighbour, "fence-a"):
         with distlock.lock(name, ttl=5) as lk:

@@ -3,6 +3,7 @@
 The contract suite (tests/core/test_contract.py) also runs on Redlock with 3 and 5 nodes; this
 module covers what only a quorum has: nodes that die, pause or come back empty.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -80,8 +81,15 @@ def test_passwords_in_redlock_urls_never_reach_messages() -> None:
 
 @pytest.mark.parametrize(
     "options",
-    [{"DRIFT_FACTOR": 0.5}, {"DRIFT_FACTOR": -0.1}, {"DRIFT_FACTOR": "0.01"},
-     {"CLUSTER": True}, {"WAIT_REPLICAS": 1}, {"socket_timeout": 0}, {"no_such_option": 1}],
+    [
+        {"DRIFT_FACTOR": 0.5},
+        {"DRIFT_FACTOR": -0.1},
+        {"DRIFT_FACTOR": "0.01"},
+        {"CLUSTER": True},
+        {"WAIT_REPLICAS": 1},
+        {"socket_timeout": 0},
+        {"no_such_option": 1},
+    ],
 )
 def test_bad_options_fail_the_system_check(options: dict[str, Any]) -> None:
     [error] = check(URLS[:3], **options)
@@ -215,9 +223,9 @@ def test_nodes_back_after_an_outage_are_used_again(nodes: list[RedisServer]) -> 
 # --------------------------------------------------------------------------- validity
 
 
-def test_a_lease_shorter_than_the_round_trip_is_never_reported_held(settings: Any,
-                                                                    nodes: list[RedisServer]
-                                                                    ) -> None:
+def test_a_lease_shorter_than_the_round_trip_is_never_reported_held(
+    settings: Any, nodes: list[RedisServer]
+) -> None:
     # validity = ttl - elapsed - drift, drift = ttl x 0.01 + 2 ms: below zero for 2 ms.
     lk = distlock.lock("instant", ttl=0.002)
     assert lk.acquire(wait=0) is False
@@ -332,7 +340,8 @@ def slow_replies(backend: Any, script: str, delay: float) -> None:
 
 
 def test_a_majority_granted_too_late_is_not_held_and_is_taken_back(
-        nodes: list[RedisServer]) -> None:
+    nodes: list[RedisServer],
+) -> None:
     # Every node grants the 300 ms lease, but the replies take 350 ms: validity = ttl -
     # elapsed - drift is negative, so the lock is not held, and every grant is undone.
     slow_replies(locks["default"], "grant_acquire", 0.35)
@@ -357,7 +366,8 @@ def test_an_extension_confirmed_too_late_is_not_reported(nodes: list[RedisServer
 
 
 def test_a_split_vote_retries_after_a_random_jitter_and_keeps_nothing(
-        nodes: list[RedisServer]) -> None:
+    nodes: list[RedisServer],
+) -> None:
     # Two contenders hold one node each (as if they split the nodes between them); a third
     # gets only the free node: no majority. It must take that node back and retry after a
     # random pause, so that contenders do not split again in step.
@@ -384,8 +394,7 @@ def test_a_fan_out_costs_one_round_trip_not_one_per_node(settings: Any, count: i
 
     with contextlib.ExitStack() as stack:
         servers = [stack.enter_context(RedisServer()) for _ in range(count)]
-        proxies = [stack.enter_context(TcpProxy(("127.0.0.1", server.port)))
-                   for server in servers]
+        proxies = [stack.enter_context(TcpProxy(("127.0.0.1", server.port))) for server in servers]
         kind = f"redlock{count}"
         config = distlock_settings(kind, ",".join(p.url for p in proxies))[0]["default"]
         settings.DISTLOCK = {"default": config, "other": config}  # the fixture closes both
@@ -398,8 +407,11 @@ def test_a_fan_out_costs_one_round_trip_not_one_per_node(settings: Any, count: i
             proxy.latency = 0.05
         lk = distlock.lock("far-away", ttl=5)
         took = {}
-        for step, call in (("acquire", lambda: lk.acquire(wait=0)), ("extend", lk.extend),
-                           ("release", lk.release)):
+        for step, call in (
+            ("acquire", lambda: lk.acquire(wait=0)),
+            ("extend", lk.extend),
+            ("release", lk.release),
+        ):
             started = time.monotonic()
             call()
             took[step] = time.monotonic() - started
@@ -411,8 +423,7 @@ def test_a_fan_out_costs_one_round_trip_not_one_per_node(settings: Any, count: i
 # --------------------------------------------------------------------------- node I/O
 
 
-def test_fan_outs_give_every_connection_back_to_its_nodes_pool(
-        nodes: list[RedisServer]) -> None:
+def test_fan_outs_give_every_connection_back_to_its_nodes_pool(nodes: list[RedisServer]) -> None:
     from tests.backends.test_public_api import in_use
 
     with distlock.lock("pools", ttl=5) as lk:
@@ -431,10 +442,13 @@ def test_fan_outs_give_every_connection_back_to_its_nodes_pool(
 
 
 def test_fan_outs_over_redis_pys_connection_keep_every_guarantee(
-        nodes: list[RedisServer], settings: Any) -> None:
+    nodes: list[RedisServer], settings: Any
+) -> None:
     # RESP3 (replies may come with pushes) keeps every guarantee too.
-    settings.DISTLOCK["default"]["OPTIONS"] = {**settings.DISTLOCK["default"]["OPTIONS"],
-                                               "protocol": 3}
+    settings.DISTLOCK["default"]["OPTIONS"] = {
+        **settings.DISTLOCK["default"]["OPTIONS"],
+        "protocol": 3,
+    }
     locks.reset()
     fences = []
     for _ in range(3):

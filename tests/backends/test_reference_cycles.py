@@ -9,6 +9,7 @@ later moments.
 Each test turns the collector off, takes an error path, lets the backend go, and checks
 that it is gone, with its sockets closed.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -49,8 +50,12 @@ def pools_of(backend: Any) -> list[Any]:
 def open_sockets(backend: Any) -> list[socket.socket]:
     """The sockets of the idle connections in the backend's pools (the test may look inside
     redis-py; distlock may not)."""
-    return [connection._sock for pool in pools_of(backend)
-            for connection in pool._available_connections if connection._sock is not None]
+    return [
+        connection._sock
+        for pool in pools_of(backend)
+        for connection in pool._available_connections
+        if connection._sock is not None
+    ]
 
 
 def let_go_and_check_freed() -> None:
@@ -74,8 +79,9 @@ def use_redis(settings: Any, url: str, **options: Any) -> None:
 
 
 @pytest.mark.parametrize("options", [{"protocol": 2}, {"protocol": 3}], ids=["resp2", "resp3"])
-def test_scripts_the_server_forgot_leave_no_cycle(settings, redis_url, no_collector,
-                                                  options) -> None:
+def test_scripts_the_server_forgot_leave_no_cycle(
+    settings, redis_url, no_collector, options
+) -> None:
     use_redis(settings, redis_url, **options)
     with distlock.lock("cycles", ttl=5):
         pass

@@ -1,5 +1,6 @@
 """RedisBackend behind Sentinel, and WAIT_REPLICAS, on real servers: a master SIGKILLed
 mid-run, replication cut while locks are taken."""
+
 from __future__ import annotations
 
 import itertools
@@ -136,8 +137,9 @@ async def test_wait_replicas_async(settings: Any, group: RedisSentinelGroup) -> 
     assert lock_keys(group.master) == []
 
 
-def test_wait_replicas_on_a_server_without_replicas_fails_closed(settings: Any,
-                                                                private_redis) -> None:
+def test_wait_replicas_on_a_server_without_replicas_fails_closed(
+    settings: Any, private_redis
+) -> None:
     confirmed_by_replicas(settings)
     lk = distlock.lock("alone", ttl=30)
     with pytest.raises(BackendUnavailable, match="Only 0 of the 1 replicas"):
@@ -145,10 +147,10 @@ def test_wait_replicas_on_a_server_without_replicas_fails_closed(settings: Any,
     assert lk.token is None and lock_keys(private_redis) == []
 
 
-def check(options: dict[str, Any], location: str = f"redis://{SENTINEL_SERVICE}/0"
-          ) -> list[Any]:
-    with override_settings(DISTLOCK={"default": {"BACKEND": REDIS, "LOCATION": location,
-                                                 "OPTIONS": options}}):
+def check(options: dict[str, Any], location: str = f"redis://{SENTINEL_SERVICE}/0") -> list[Any]:
+    with override_settings(
+        DISTLOCK={"default": {"BACKEND": REDIS, "LOCATION": location, "OPTIONS": options}}
+    ):
         return check_settings()
 
 
@@ -158,8 +160,17 @@ SENTINELS = [("10.0.0.1", 26379), ("10.0.0.2", 26379)]
 def test_sentinel_and_wait_settings_are_checked() -> None:
     [warning] = check({"SENTINELS": SENTINELS})  # see tests/core/test_checks.py
     assert warning.id == "distlock.W002"
-    assert check({"SENTINELS": SENTINELS, "SENTINEL_KWARGS": {"password": "x"},
-                  "WAIT_REPLICAS": 1, "WAIT_TIMEOUT": 200}) == []
+    assert (
+        check(
+            {
+                "SENTINELS": SENTINELS,
+                "SENTINEL_KWARGS": {"password": "x"},
+                "WAIT_REPLICAS": 1,
+                "WAIT_TIMEOUT": 200,
+            }
+        )
+        == []
+    )
     for options in [
         {"SENTINELS": []},
         {"SENTINELS": "10.0.0.1:26379"},
@@ -174,13 +185,20 @@ def test_sentinel_and_wait_settings_are_checked() -> None:
         {"WAIT_REPLICAS": 1, "WAIT_TIMEOUT": 0.5},
         {"WAIT_TIMEOUT": 100},
     ]:
-        [error] = [message for message in check(
-            {"SENTINELS": SENTINELS, **options} if "SENTINELS" not in options
-            and "SENTINEL_KWARGS" not in options else options) if message.is_serious()]
+        [error] = [
+            message
+            for message in check(
+                {"SENTINELS": SENTINELS, **options}
+                if "SENTINELS" not in options and "SENTINEL_KWARGS" not in options
+                else options
+            )
+            if message.is_serious()
+        ]
         assert error.id == "distlock.E006" and error.hint, options
     for location in ["redis:///0", "redis://service/db1", "unix:///run/redis.sock"]:
-        [error] = [message for message in check({"SENTINELS": SENTINELS}, location)
-                   if message.is_serious()]
+        [error] = [
+            message for message in check({"SENTINELS": SENTINELS}, location) if message.is_serious()
+        ]
         assert error.id == "distlock.E005" and "SERVICE_NAME" in error.hint, location
 
 
@@ -191,7 +209,8 @@ def sentinel_failover(group: RedisSentinelGroup) -> None:
 
 
 def test_a_planned_failover_never_gives_two_holders_with_wait_replicas(
-        settings: Any, group: RedisSentinelGroup) -> None:
+    settings: Any, group: RedisSentinelGroup
+) -> None:
     planned_failover_holds(settings, group)
 
 
@@ -224,8 +243,10 @@ def planned_failover_holds(settings: Any, group: RedisSentinelGroup) -> Holds:
         group.wait_for_failover(timeout=30)
         # until the old master is a replica of the new one and both clients hold again
         deadline = time.monotonic() + 30
-        while not all(any(c == client and at > started + 1 for c, at, _ in holds.intervals)
-                      for client in ("long-lived", "fresh")):
+        while not all(
+            any(c == client and at > started + 1 for c, at, _ in holds.intervals)
+            for client in ("long-lived", "fresh")
+        ):
             assert time.monotonic() < deadline, "the clients never held the lock again"
             time.sleep(0.1)
         time.sleep(1)
@@ -239,7 +260,8 @@ def planned_failover_holds(settings: Any, group: RedisSentinelGroup) -> Holds:
 
 
 def test_a_master_killed_while_replicas_lag_loses_no_acknowledged_lock(
-        settings: Any, group: RedisSentinelGroup) -> None:
+    settings: Any, group: RedisSentinelGroup
+) -> None:
     kill_while_lagging(settings, group)
 
 

@@ -1,4 +1,5 @@
 """Redis down, paused or slow: fail closed, fast, with a clear message."""
+
 from __future__ import annotations
 
 import time
@@ -39,11 +40,13 @@ def test_paused_server_raises_instead_of_hanging(private_redis) -> None:
 
 
 def test_password_is_never_in_the_message(settings, private_redis) -> None:
-    settings.DISTLOCK = {"default": {
-        "BACKEND": "distlock.backends.redis.RedisBackend",
-        "LOCATION": f"redis://:hunter2@127.0.0.1:{private_redis.port}/0",
-        "OPTIONS": {"socket_timeout": SOCKET_TIMEOUT},
-    }}
+    settings.DISTLOCK = {
+        "default": {
+            "BACKEND": "distlock.backends.redis.RedisBackend",
+            "LOCATION": f"redis://:hunter2@127.0.0.1:{private_redis.port}/0",
+            "OPTIONS": {"socket_timeout": SOCKET_TIMEOUT},
+        }
+    }
     private_redis.stop()
     with pytest.raises(BackendUnavailable) as caught:
         distlock.lock("secret").acquire()
@@ -148,7 +151,8 @@ def test_a_release_is_not_sent_again_after_a_dropped_connection(proxied: TcpProx
 
 
 async def test_an_idempotent_async_call_is_sent_again_after_a_dropped_connection(
-        proxied: TcpProxy) -> None:
+    proxied: TcpProxy,
+) -> None:
     warm = distlock.lock("resent-async", ttl=5)
     assert await warm.aacquire(wait=0)  # this event loop's client keeps the connection
     await warm.arelease()
@@ -160,7 +164,8 @@ async def test_an_idempotent_async_call_is_sent_again_after_a_dropped_connection
 
 
 async def test_an_async_release_is_not_sent_again_after_a_dropped_connection(
-        proxied: TcpProxy) -> None:
+    proxied: TcpProxy,
+) -> None:
     lk = distlock.lock("not-resent-async", ttl=5)
     assert await lk.aacquire(wait=0)
     proxied.cut_next_request()
@@ -169,4 +174,3 @@ async def test_an_async_release_is_not_sent_again_after_a_dropped_connection(
     assert proxied.cuts_pending() == 0
     assert await lk.alocked()
     await lk.arelease()
-

@@ -1,5 +1,6 @@
 """LockedCommandMixin across real processes: ``manage.py send_digest`` (the demo project's
 command) started as separate processes against a real redis-server."""
+
 from __future__ import annotations
 
 import itertools
@@ -32,16 +33,24 @@ Start = Callable[..., subprocess.Popen]
 
 def _starter(url: str, tmp_path: Path) -> tuple[Start, list[subprocess.Popen]]:
     env = {
-        **os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings", "REDIS_URL": url,
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "testproject.settings",
+        "REDIS_URL": url,
         "DISTLOCK_KEY_PREFIX": "test",  # the prefix the test process's settings use
-        "DJANGO_DB_PATH": str(tmp_path / "db.sqlite3"), "PYTHONUNBUFFERED": "1",
+        "DJANGO_DB_PATH": str(tmp_path / "db.sqlite3"),
+        "PYTHONUNBUFFERED": "1",
     }
     started: list[subprocess.Popen] = []
 
     def start(*arguments: str, stdin: int = subprocess.DEVNULL) -> subprocess.Popen:
         process = subprocess.Popen(
-            [sys.executable, "manage.py", *arguments], cwd=ROOT, env=env, stdin=stdin,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [sys.executable, "manage.py", *arguments],
+            cwd=ROOT,
+            env=env,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         started.append(process)
         return process
@@ -160,7 +169,8 @@ def test_a_force_release_found_after_the_work_says_the_work_finished(manage: Sta
     assert err == (
         f"CommandError: send_digest finished, but its lock {LOCK!r} had been lost by then (its "
         "lease was force-released or expired, or the lock server was unreachable for longer "
-        "than the lease): from that moment another copy may have run alongside it.\n")
+        "than the lease): from that moment another copy may have run alongside it.\n"
+    )
 
 
 def test_sigkill_leaves_the_lock_to_its_lease(manage: Start) -> None:
@@ -194,8 +204,9 @@ def test_stop_signal_releases_the_lock_at_once(manage: Start, stop: signal.Signa
     assert code == 0 and "digest is sent" in out
 
 
-def test_redis_unreachable_the_command_does_not_run(private_redis: RedisServer,
-                                                    tmp_path: Path) -> None:
+def test_redis_unreachable_the_command_does_not_run(
+    private_redis: RedisServer, tmp_path: Path
+) -> None:
     start, started = _starter(private_redis.url, tmp_path)
     private_redis.stop()
     try:
@@ -204,8 +215,10 @@ def test_redis_unreachable_the_command_does_not_run(private_redis: RedisServer,
         end_processes(started)
     assert code == 1, (code, out, err)
     assert out == "", "the work never started"
-    assert "CommandError: Did not run: the lock server of DISTLOCK['default'] cannot be " \
-           "reached, so the lock 'send_digest:weekly' could not be taken." in err
+    assert (
+        "CommandError: Did not run: the lock server of DISTLOCK['default'] cannot be "
+        "reached, so the lock 'send_digest:weekly' could not be taken." in err
+    )
 
 
 def test_operator_command_exit_statuses(manage: Start) -> None:

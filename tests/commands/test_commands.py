@@ -1,5 +1,6 @@
 """LockedCommandMixin and ``manage.py distlock`` in this process, through call_command, on a
 real Redis server. Behaviour across processes is in test_command_processes.py."""
+
 from __future__ import annotations
 
 import io
@@ -136,8 +137,11 @@ def test_a_name_field_that_is_no_option_is_reported(redis_backend: str):
     class Typo(SendDigest):
         lock_name = "send_digest:{tenant}"
 
-    with pytest.raises(CommandError, match=r"uses \{tenant\}, which is not an option .*"
-                                           r"\{mailing_list\}"):
+    with pytest.raises(
+        CommandError,
+        match=r"uses \{tenant\}, which is not an option .*"
+        r"\{mailing_list\}",
+    ):
         run(Typo(), "--seconds", "0")
 
 
@@ -147,38 +151,47 @@ def test_no_lock_runs_even_when_held(redis_backend: str):
     assert "digest is sent" in out and err == ""
 
 
-@pytest.mark.parametrize(("arguments", "message"), [
-    (["--lock-wait", "soon"], "--lock-wait expects a number of seconds, not 'soon'."),
-    (["--lock-wait", "-1"], "--lock-wait must be >= 0 seconds, not -1.0."),
-    (["--lock-wait", "inf"], "--lock-wait must be a finite number of seconds, not inf."),
-    (["--lock-ttl", "0"], "--lock-ttl must be > 0 seconds, not 0.0."),
-    (["--lock-ttl", "nan"], "--lock-ttl must be a finite number of seconds, not nan."),
-    (["--lock-ttl", "0.0001"], "--lock-ttl must be at least 0.001 seconds"),
-])
-def test_bad_option_values_are_refused_before_anything_runs(redis_backend: str,
-                                                            arguments: list[str], message: str):
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--lock-wait", "soon"], "--lock-wait expects a number of seconds, not 'soon'."),
+        (["--lock-wait", "-1"], "--lock-wait must be >= 0 seconds, not -1.0."),
+        (["--lock-wait", "inf"], "--lock-wait must be a finite number of seconds, not inf."),
+        (["--lock-ttl", "0"], "--lock-ttl must be > 0 seconds, not 0.0."),
+        (["--lock-ttl", "nan"], "--lock-ttl must be a finite number of seconds, not nan."),
+        (["--lock-ttl", "0.0001"], "--lock-ttl must be at least 0.001 seconds"),
+    ],
+)
+def test_bad_option_values_are_refused_before_anything_runs(
+    redis_backend: str, arguments: list[str], message: str
+):
     with pytest.raises(CommandError) as raised:
         run(SendDigest(), "--seconds", "0", *arguments)
     assert str(raised.value).startswith(message)
     assert distlock.locks["default"].count() == 0
 
 
-@pytest.mark.parametrize(("attribute", "value", "message"), [
-    ("lock_ttl", "60", "lock_ttl must be a number of seconds, not str '60'."),
-    ("lock_wait", -5, "lock_wait must be >= 0 seconds, not -5."),
-    ("lock_skip_exit_code", 300, "lock_skip_exit_code must be an int from 0 to 255, not 300."),
-])
-def test_bad_class_settings_are_reported(redis_backend: str, attribute: str, value: object,
-                                         message: str):
+@pytest.mark.parametrize(
+    ("attribute", "value", "message"),
+    [
+        ("lock_ttl", "60", "lock_ttl must be a number of seconds, not str '60'."),
+        ("lock_wait", -5, "lock_wait must be >= 0 seconds, not -5."),
+        ("lock_skip_exit_code", 300, "lock_skip_exit_code must be an int from 0 to 255, not 300."),
+    ],
+)
+def test_bad_class_settings_are_reported(
+    redis_backend: str, attribute: str, value: object, message: str
+):
     broken = type("Broken", (SendDigest,), {attribute: value})
     with pytest.raises(CommandError, match=f"^{message}$".replace(".", r"\.")):
         run(broken(), "--seconds", "0")
 
 
-def test_lost_lease_interrupts_a_sleeping_handle_and_restores_signal_handlers(
-        redis_backend: str):
-    previous = {signum: signal.getsignal(signum)
-                for signum in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)}
+def test_lost_lease_interrupts_a_sleeping_handle_and_restores_signal_handlers(redis_backend: str):
+    previous = {
+        signum: signal.getsignal(signum)
+        for signum in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
+    }
     releaser = release_soon("rebuild_index", after=0.1)
     started = time.monotonic()
     with pytest.raises(CommandError, match=r"^Lost the lock 'rebuild_index' while") as raised:
@@ -195,8 +208,10 @@ def test_a_swallowed_interruption_still_fails_the_command(redis_backend: str):
         run(Probe(), "--sleep", "1", "--swallow")
     releaser.join()
     assert raised.value.returncode == 1
-    assert "caught the interruption and ran on, so from that moment it may have run " \
+    assert (
+        "caught the interruption and ran on, so from that moment it may have run "
         "alongside another copy." in str(raised.value)
+    )
 
 
 class ReleasedAtTheEnd(Probe):
@@ -222,7 +237,8 @@ def test_a_lock_lost_after_the_work_finished_is_reported_as_such(redis_backend: 
     assert str(raised.value) == (
         "rebuild_index finished, but its lock 'rebuild_index' had been lost by then (its lease "
         "was force-released or expired, or the lock server was unreachable for longer than the "
-        "lease): from that moment another copy may have run alongside it.")
+        "lease): from that moment another copy may have run alongside it."
+    )
     assert "stopped" not in str(raised.value)
 
 
@@ -241,8 +257,9 @@ def test_off_the_main_thread_a_lost_lease_is_reported_when_handle_returns(redis_
     thread.join(timeout=20)
     releaser.join()
     assert isinstance(outcome[0], CommandError), outcome
-    assert str(outcome[0]).startswith("rebuild_index finished, but its lock 'rebuild_index' "
-                                      "had been lost by then")
+    assert str(outcome[0]).startswith(
+        "rebuild_index finished, but its lock 'rebuild_index' had been lost by then"
+    )
     assert outcome[0].returncode == 3
 
 
@@ -262,8 +279,13 @@ print("alive")
 
 
 def test_a_pending_lost_signal_does_not_kill_the_process_after_the_run():
-    finished = subprocess.run([sys.executable, "-c", PENDING_SIGNAL_SCRIPT], cwd=ROOT,
-                              capture_output=True, text=True, timeout=30)
+    finished = subprocess.run(
+        [sys.executable, "-c", PENDING_SIGNAL_SCRIPT],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert (finished.returncode, finished.stdout) == (0, "alive\n"), finished
 
 
@@ -280,8 +302,11 @@ def test_ctrl_c_while_waiting_for_the_lock(redis_backend: str):
 def test_unreachable_lock_server_means_no_run(private_redis: Any):
     private_redis.stop()
     Probe.seen = None
-    with pytest.raises(CommandError, match="^Did not run: the lock server of "
-                                           r"DISTLOCK\['default'\] cannot be reached"):
+    with pytest.raises(
+        CommandError,
+        match="^Did not run: the lock server of "
+        r"DISTLOCK\['default'\] cannot be reached",
+    ):
         run(Probe())
     assert Probe.seen is None, "handle() never ran"
 
@@ -321,13 +346,27 @@ def test_list_table(redis_backend: str):
     holder = distlock.lock("reports:daily", ttl=30, purpose="nightly report")
     assert holder.acquire()
     lines = distlock_command("list").splitlines()
-    assert lines[0].split() == ["NAME", "HOLDER", "PURPOSE", "ACQUIRED", "(UTC)", "EXPIRES",
-                                "IN", "FENCING", "TOKEN"]
+    assert lines[0].split() == [
+        "NAME",
+        "HOLDER",
+        "PURPOSE",
+        "ACQUIRED",
+        "(UTC)",
+        "EXPIRES",
+        "IN",
+        "FENCING",
+        "TOKEN",
+    ]
     info = holder.backend.info("reports:daily")
     assert lines[1].split() == [
-        "reports:daily", f"{info.host}:{os.getpid()}", "nightly", "report",
-        f"{info.acquired_at:%Y-%m-%d}", f"{info.acquired_at:%H:%M:%S}",
-        lines[1].split()[6], str(holder.fencing_token),
+        "reports:daily",
+        f"{info.host}:{os.getpid()}",
+        "nightly",
+        "report",
+        f"{info.acquired_at:%Y-%m-%d}",
+        f"{info.acquired_at:%H:%M:%S}",
+        lines[1].split()[6],
+        str(holder.fencing_token),
     ]
     assert lines[1].split()[6].endswith("s")
     assert distlock_command("list", "--prefix", "zzz") == "No locks starting with 'zzz' are held.\n"
@@ -342,10 +381,13 @@ def test_list_covers_every_alias_and_reports_an_unreachable_one(settings: Any, r
     assert distlock.lock("reports:daily", using="other").acquire()
     listed = json.loads(distlock_command("list", "--json"))
     assert [(entry["alias"], entry["name"]) for entry in listed] == [
-        ("default", "reports:daily"), ("other", "reports:daily")]
+        ("default", "reports:daily"),
+        ("other", "reports:daily"),
+    ]
     assert distlock_command("list").splitlines()[0].startswith("ALIAS ")
-    assert [e["alias"] for e in json.loads(distlock_command("list", "--json", "--using", "other"))
-            ] == ["other"]
+    assert [
+        e["alias"] for e in json.loads(distlock_command("list", "--json", "--using", "other"))
+    ] == ["other"]
     settings.DISTLOCK = {**settings.DISTLOCK, "dead": dead}
     out = io.StringIO()
     with pytest.raises(CommandError, match=r"DISTLOCK\['dead'\]"):
@@ -358,8 +400,11 @@ def test_list_covers_every_alias_and_reports_an_unreachable_one(settings: Any, r
 def test_common_options_after_the_action(redis_backend: str):
     hold("reports:daily")
     assert distlock_command("list", "-v", "0").splitlines()[1].startswith("reports:daily ")
-    listed = json.loads(distlock_command("list", "--json", "--settings", "tests.support.settings",
-                                         "--traceback", "--no-color"))
+    listed = json.loads(
+        distlock_command(
+            "list", "--json", "--settings", "tests.support.settings", "--traceback", "--no-color"
+        )
+    )
     assert [entry["name"] for entry in listed] == ["reports:daily"]
     assert "fencing token:" in distlock_command("info", "reports:daily", "--verbosity", "2")
     with pytest.raises(CommandError, match="is not held"):
@@ -381,8 +426,9 @@ def test_info(redis_backend: str):
 
 
 def test_release_of_a_name_not_held_fails(redis_backend: str):
-    with pytest.raises(CommandError, match=r"^The lock 'nope' is not held \(alias 'default'\)"
-                       ) as raised:
+    with pytest.raises(
+        CommandError, match=r"^The lock 'nope' is not held \(alias 'default'\)"
+    ) as raised:
         distlock_command("release", "nope", "--yes")
     assert raised.value.returncode == 1
 
@@ -394,8 +440,9 @@ def test_release_with_a_stale_token_releases_nothing(redis_backend: str, caplog:
     assert raised.value.returncode == 1
     assert holder.owned()
     sent = []
-    lock_force_released.connect(lambda **kwargs: sent.append(kwargs["name"]), weak=False,
-                                dispatch_uid="test_release")
+    lock_force_released.connect(
+        lambda **kwargs: sent.append(kwargs["name"]), weak=False, dispatch_uid="test_release"
+    )
     try:
         with caplog.at_level(logging.INFO, logger="distlock"):
             out = distlock_command("release", "reports:daily", "--token", holder.token, "--yes")
@@ -404,8 +451,11 @@ def test_release_with_a_stale_token_releases_nothing(redis_backend: str, caplog:
     assert out.startswith("Released the lock 'reports:daily' (alias 'default'), held by ")
     assert not holder.locked()
     assert sent == ["reports:daily"]
-    assert any("force-released 'reports:daily'" in record.getMessage()
-               and holder.token in record.getMessage() for record in caplog.records)
+    assert any(
+        "force-released 'reports:daily'" in record.getMessage()
+        and holder.token in record.getMessage()
+        for record in caplog.records
+    )
 
 
 class Terminal(io.StringIO):
@@ -413,13 +463,23 @@ class Terminal(io.StringIO):
         return True
 
 
-@pytest.mark.parametrize(("answer", "released"), [("y\n", True), ("yes\n", True),
-                                                   ("n\n", False), ("", False)])
+@pytest.mark.parametrize(
+    ("answer", "released"), [("y\n", True), ("yes\n", True), ("n\n", False), ("", False)]
+)
 def test_release_asks_for_confirmation(redis_backend: str, answer: str, released: bool):
     holder = hold("reports:daily")
     err = io.StringIO()
-    call = lambda: call_command("distlock", "release", "reports:daily",  # noqa: E731
-                                stdin=Terminal(answer), stdout=io.StringIO(), stderr=err)
+
+    def call() -> None:
+        call_command(
+            "distlock",
+            "release",
+            "reports:daily",
+            stdin=Terminal(answer),
+            stdout=io.StringIO(),
+            stderr=err,
+        )
+
     if released:
         call()
     else:
@@ -457,16 +517,26 @@ ManagementUtility(["manage.py", "send_digest", "--seconds", "30"]).execute()
 """
 
 
-def test_a_stop_signal_right_after_the_grant_releases_the_lock(redis_backend: str,
-                                                              tmp_path: Path):
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings",
-           "REDIS_URL": redis_backend, "DISTLOCK_KEY_PREFIX": "test",
-           "DJANGO_DB_PATH": str(tmp_path / "db.sqlite3")}
-    finished = subprocess.run([sys.executable, "-c", SIGNAL_AT_GRANT_SCRIPT], cwd=ROOT,
-                              env=env, capture_output=True, text=True, timeout=60)
+def test_a_stop_signal_right_after_the_grant_releases_the_lock(redis_backend: str, tmp_path: Path):
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "testproject.settings",
+        "REDIS_URL": redis_backend,
+        "DISTLOCK_KEY_PREFIX": "test",
+        "DJANGO_DB_PATH": str(tmp_path / "db.sqlite3"),
+    }
+    finished = subprocess.run(
+        [sys.executable, "-c", SIGNAL_AT_GRANT_SCRIPT],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert finished.returncode == 128 + signal.SIGTERM, finished
-    assert "Interrupted while waiting for the lock 'send_digest:weekly' (SIGTERM)" \
-        in finished.stderr
+    assert (
+        "Interrupted while waiting for the lock 'send_digest:weekly' (SIGTERM)" in finished.stderr
+    )
     assert "digest is sent" not in finished.stdout
     assert distlock.locks["default"].info("send_digest:weekly") is None  # released, not leased
 

@@ -1,6 +1,7 @@
 """``manage.py distlock lead NAME -- COMMAND``: 3 real "hosts" (processes), each reaching
 Redis through a TCP proxy of its own (to cut one off), running a child that appends to a
 file once a second; the file tells which child ran when."""
+
 from __future__ import annotations
 
 import itertools
@@ -55,14 +56,34 @@ class Hosts:
     def start(self, *child: str) -> subprocess.Popen[str]:
         proxy = TcpProxy(self.server.address).start()
         self.proxies.append(proxy)
-        env = {**os.environ, "PYTHONPATH": str(ROOT),
-               "DJANGO_SETTINGS_MODULE": "tests.support.env_settings",
-               "DISTLOCK_TEST_KIND": "redis", "DISTLOCK_TEST_URL": proxy.url}
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "DJANGO_SETTINGS_MODULE": "tests.support.env_settings",
+            "DISTLOCK_TEST_KIND": "redis",
+            "DISTLOCK_TEST_URL": proxy.url,
+        }
         command = child or (sys.executable, "-c", APPENDER, str(self.file))
         process = subprocess.Popen(
-            [sys.executable, "-m", "django", "distlock", "lead", LOCK, "--ttl", str(TTL),
-             "--grace", "1", "--", *command],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "django",
+                "distlock",
+                "lead",
+                LOCK,
+                "--ttl",
+                str(TTL),
+                "--grace",
+                "1",
+                "--",
+                *command,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         self.processes.append(process)
         return process
@@ -73,8 +94,10 @@ class Hosts:
 
     def lines(self) -> list[tuple[str, int, float]]:
         text = self.file.read_text() if self.file.exists() else ""
-        return [(kind, int(pid), float(when))
-                for kind, pid, when in (line.split() for line in text.splitlines())]
+        return [
+            (kind, int(pid), float(when))
+            for kind, pid, when in (line.split() for line in text.splitlines())
+        ]
 
     def wait_for(self, kind: str, after: float, timeout: float = 15) -> tuple[str, int, float]:
         deadline = time.monotonic() + timeout
@@ -98,8 +121,9 @@ def hosts(private_redis: RedisServer, tmp_path: Path) -> Iterator[Hosts]:
     group.stop()
 
 
-def children(lines: list[tuple[str, int, float]],
-             ended: dict[int, float]) -> list[tuple[float, float, int]]:
+def children(
+    lines: list[tuple[str, int, float]], ended: dict[int, float]
+) -> list[tuple[float, float, int]]:
     """Return (start, end, pid) of each child: its "stop" line, else when it was killed
     (``ended``, by pid), else one second after its last line (it was still running)."""
     spans: dict[int, list[float]] = {}
@@ -108,8 +132,10 @@ def children(lines: list[tuple[str, int, float]],
         spans.setdefault(pid, []).append(when)
         if kind == "stop":
             stops[pid] = when
-    return sorted((min(times), stops.get(pid, ended.get(pid, max(times) + 1.0)), pid)
-                  for pid, times in spans.items())
+    return sorted(
+        (min(times), stops.get(pid, ended.get(pid, max(times) + 1.0)), pid)
+        for pid, times in spans.items()
+    )
 
 
 def test_one_child_at_a_time_with_failover(hosts: Hosts) -> None:
@@ -125,8 +151,10 @@ def test_one_child_at_a_time_with_failover(hosts: Hosts) -> None:
     second = hosts.leading(other_than=first)
     second_child = hosts.wait_for("start", killed_at)
     assert second_child[2] - killed_at <= TTL + 1
-    assert not psutil.pid_exists(first_child[1]) or \
-        psutil.Process(first_child[1]).status() == psutil.STATUS_ZOMBIE
+    assert (
+        not psutil.pid_exists(first_child[1])
+        or psutil.Process(first_child[1]).status() == psutil.STATUS_ZOMBIE
+    )
     time.sleep(2.5)
 
     # The leading host loses Redis: its child is stopped before another host's starts.
@@ -178,13 +206,16 @@ def test_a_waiting_host_says_whom_it_waits_for_and_ctrl_c_starts_nothing(hosts: 
     leader = distlock.locks["default"].info(LOCK)
     assert waiting == (
         f"distlock lead: Waiting to lead {LOCK!r}: {leader.host} pid {first.pid} leads it "
-        f"(term {leader.fencing_token}); the command starts once this process leads.\n")
+        f"(term {leader.fencing_token}); the command starts once this process leads.\n"
+    )
 
     second.send_signal(signal.SIGINT)
     _, err = second.communicate(timeout=20)
     assert second.returncode == 130, err
-    assert err == (f"CommandError: distlock lead {LOCK!r}: interrupted by SIGINT while waiting "
-                   "to lead; no command was started.\n")
+    assert err == (
+        f"CommandError: distlock lead {LOCK!r}: interrupted by SIGINT while waiting "
+        "to lead; no command was started.\n"
+    )
     assert {pid for _, pid, _ in hosts.lines()} == {child[1]}, "only the leader's child ran"
     assert distlock.locks["default"].info(LOCK).pid == first.pid, "the leader leads on"
 

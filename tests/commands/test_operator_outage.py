@@ -1,6 +1,7 @@
 """What operators are told while a lock server is down: the state is unknown, so nothing may
 say that no lock is held. One alias's redis-server is killed while another keeps running:
 ``manage.py distlock`` in real processes and in this one, and the admin page."""
+
 from __future__ import annotations
 
 import io
@@ -50,21 +51,34 @@ def manage(redis_url: str, server: RedisServer, *arguments: str) -> tuple[int, s
     options (--settings, -v) come after the action, as an operator may type them."""
     env = {**os.environ, "DISTLOCK_TEST_URL": redis_url, "DISTLOCK_TEST_DOWN_URL": server.url}
     done = subprocess.run(
-        [sys.executable, "manage.py", "distlock", *arguments, "--settings",
-         "tests.support.outage_settings"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "manage.py",
+            "distlock",
+            *arguments,
+            "--settings",
+            "tests.support.outage_settings",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     return done.returncode, done.stdout, done.stderr
 
 
 @pytest.mark.parametrize("output", [[], ["--json"]], ids=["table", "json"])
-def test_list_with_an_alias_down_lists_nothing_and_fails(redis_url: str, down: RedisServer,
-                                                         output: list[str]) -> None:
+def test_list_with_an_alias_down_lists_nothing_and_fails(
+    redis_url: str, down: RedisServer, output: list[str]
+) -> None:
     code, out, err = manage(redis_url, down, "list", *output)
     assert (code, out) == (UNKNOWN_EXIT_CODE, ""), (code, out, err)
     assert "CommandError: DISTLOCK['down']: " in err
-    assert "Nothing is listed: what is held there is unknown. List the others with --using " \
-           "ALIAS (default)." in err
+    assert (
+        "Nothing is listed: what is held there is unknown. List the others with --using "
+        "ALIAS (default)." in err
+    )
 
 
 def test_the_alias_that_answers_is_listed_on_request(redis_url: str, down: RedisServer) -> None:
@@ -74,12 +88,18 @@ def test_the_alias_that_answers_is_listed_on_request(redis_url: str, down: Redis
 
 
 @pytest.mark.django_db(databases=[])
-@pytest.mark.parametrize("action", [
-    ["list"], ["list", "--json"], ["info", "emails:digest"], ["info", "emails:digest", "--json"],
-    ["release", "emails:digest", "--yes"],
-], ids=" ".join)
-def test_nothing_is_shown_for_the_alias_that_is_down(down: RedisServer,
-                                                     action: list[str]) -> None:
+@pytest.mark.parametrize(
+    "action",
+    [
+        ["list"],
+        ["list", "--json"],
+        ["info", "emails:digest"],
+        ["info", "emails:digest", "--json"],
+        ["release", "emails:digest", "--yes"],
+    ],
+    ids=" ".join,
+)
+def test_nothing_is_shown_for_the_alias_that_is_down(down: RedisServer, action: list[str]) -> None:
     out = io.StringIO()
     with pytest.raises(CommandError, match=r"^DISTLOCK\['down'\]: ") as raised:
         call_command("distlock", *action, "--using", "down", stdout=out)
@@ -113,13 +133,16 @@ def test_admin_lists_the_alias_that_answers_and_counts_nothing_for_the_other(
     assert "No lock is held" not in content and "held lock" not in content.split("paginator")[-1]
 
     response, content = page(admin_client, q="nothing-like-this")
-    assert "No lock whose name starts with “nothing-like-this” is held in default. What alias " \
-           "down holds is unknown" in content
+    assert (
+        "No lock whose name starts with “nothing-like-this” is held in default. What alias "
+        "down holds is unknown" in content
+    )
 
 
 @pytest.mark.django_db
-def test_admin_with_its_only_alias_down_claims_nothing(admin_client: Client,
-                                                       private_redis: RedisServer) -> None:
+def test_admin_with_its_only_alias_down_claims_nothing(
+    admin_client: Client, private_redis: RedisServer
+) -> None:
     assert distlock.lock("going", ttl=60).acquire(wait=0)
     private_redis.kill()
     _, content = page(admin_client)
@@ -129,10 +152,14 @@ def test_admin_with_its_only_alias_down_claims_nothing(admin_client: Client,
 
 
 @pytest.mark.django_db(databases=[])
-@pytest.mark.parametrize("action", [["list"], ["list", "--json"], ["info", "exports"],
-                                    ["release", "exports", "--yes"]], ids=" ".join)
-def test_semaphores_that_cannot_be_read_show_nothing(redis_backend: str, monkeypatch: Any,
-                                                     action: list[str]) -> None:
+@pytest.mark.parametrize(
+    "action",
+    [["list"], ["list", "--json"], ["info", "exports"], ["release", "exports", "--yes"]],
+    ids=" ".join,
+)
+def test_semaphores_that_cannot_be_read_show_nothing(
+    redis_backend: str, monkeypatch: Any, action: list[str]
+) -> None:
     """The lock listing answered, the semaphore one did not: still nothing is shown."""
     assert distlock.lock("reports:daily", ttl=60).acquire(wait=0)
     assert distlock.semaphore("exports", 2, ttl=60).acquire(wait=0)

@@ -5,6 +5,7 @@ No outcome here depends on how fast the machine is: callers are ordered by event
 held right after its cache read, a build held until the test lets it finish), and XFetch's
 draws come from a stand-in for ``distlock.cache.xfetch_random``.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -43,8 +44,9 @@ def data(redis_backend: str) -> redis.Redis:
     return redis.Redis.from_url(redis_backend)
 
 
-def counted_build(data: redis.Redis, seconds: float = BUILD_SECONDS,
-                  value: str = "built") -> Callable[[], str]:
+def counted_build(
+    data: redis.Redis, seconds: float = BUILD_SECONDS, value: str = "built"
+) -> Callable[[], str]:
     def build() -> str:
         data.incr("builds")
         time.sleep(seconds)
@@ -173,8 +175,7 @@ def test_a_stale_key_is_rebuilt_once_when_a_caller_was_descheduled(data, pause) 
     assert call() == "v2"
 
 
-async def test_async_a_stale_key_is_rebuilt_once_when_a_caller_was_descheduled(
-        data, pause) -> None:
+async def test_async_a_stale_key_is_rebuilt_once_when_a_caller_was_descheduled(data, pause) -> None:
     build = numbered_build(data)
     await asyncio.to_thread(make_stale, "ak", build)
 
@@ -199,7 +200,8 @@ async def test_async_a_stale_key_is_rebuilt_once_when_a_caller_was_descheduled(
 
 @pytest.mark.parametrize("run", ["sync", "async"])
 def test_an_early_rebuild_happens_once_when_a_caller_was_descheduled(
-        data, pause, monkeypatch, run) -> None:
+    data, pause, monkeypatch, run
+) -> None:
     """Both callers draw an early rebuild (XFetch) of a fresh key; A is held after its read
     while B rebuilds; A then finds the lock free and must return B's value, not build."""
     build = numbered_build(data)
@@ -225,8 +227,12 @@ def test_an_early_rebuild_happens_once_when_a_caller_was_descheduled(
 # --- many callers ----------------------------------------------------------------------
 @pytest.fixture
 def spawn(redis_backend: str) -> Iterator[Callable[..., Any]]:
-    env = {**os.environ, "DISTLOCK_TEST_KIND": "redis", "DISTLOCK_TEST_URL": redis_backend,
-           "DISTLOCK_TEST_DATA_URL": redis_backend}
+    env = {
+        **os.environ,
+        "DISTLOCK_TEST_KIND": "redis",
+        "DISTLOCK_TEST_URL": redis_backend,
+        "DISTLOCK_TEST_DATA_URL": redis_backend,
+    }
     with spawner("tests.support.semaphore_workers", env, stdin=True) as start:
         yield start
 
@@ -236,8 +242,9 @@ PROCESSES, THREADS = 10, 40
 
 def test_cold_key_fifty_callers_build_once(spawn, data: redis.Redis) -> None:
     """10 processes and 40 threads ask for a missing key at once: one build, 50 values."""
-    workers = [spawn("cached", "cold", "0", str(round(BUILD_SECONDS * 1000)))
-               for _ in range(PROCESSES)]
+    workers = [
+        spawn("cached", "cold", "0", str(round(BUILD_SECONDS * 1000))) for _ in range(PROCESSES)
+    ]
     for process in workers:
         read_line(process, "ready")
     barrier = threading.Barrier(THREADS + 1)
@@ -384,8 +391,7 @@ def test_async_cold_key_many_tasks_build_once(data: redis.Redis) -> None:
         return "built"
 
     async def main() -> list[str]:
-        return await asyncio.gather(*(aget_or_set("acold", build, 60, wait=10)
-                                      for _ in range(20)))
+        return await asyncio.gather(*(aget_or_set("acold", build, 60, wait=10) for _ in range(20)))
 
     assert asyncio.run(main()) == ["built"] * 20
     assert int(data.get("builds")) == 1
@@ -407,8 +413,9 @@ def test_async_stale_value_is_served_while_a_task_rebuilds(data: redis.Redis) ->
 
         assert await aget_or_set("astale", build, 0.05, stale=30) == "old"
         await asyncio.sleep(0.1)  # at least: past its freshness
-        served = await asyncio.wait_for(asyncio.gather(
-            *(aget_or_set("astale", build, 60, stale=30) for _ in range(10))), 30)
+        served = await asyncio.wait_for(
+            asyncio.gather(*(aget_or_set("astale", build, 60, stale=30) for _ in range(10))), 30
+        )
         let_go.set()
         await other_tasks_done()
         return [*served, await aget_or_set("astale", build, 60, stale=30)]
@@ -422,8 +429,7 @@ def test_a_per_process_cache_warns_once_per_alias(redis_backend, settings) -> No
     local, dummy = f"local-{uuid.uuid4().hex}", f"dummy-{uuid.uuid4().hex}"
     settings.CACHES = {
         **settings.CACHES,
-        local: {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-                "LOCATION": local},
+        local: {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": local},
         dummy: {"BACKEND": "django.core.cache.backends.dummy.DummyCache"},
     }
     with warnings.catch_warnings(record=True) as caught:
@@ -449,11 +455,18 @@ def test_a_redis_cache_does_not_warn(redis_backend) -> None:
         assert asyncio.run(aget_or_set("quiet", lambda: 2, 60)) == 1
 
 
-@pytest.mark.parametrize(("arguments", "error"), [
-    ({"timeout": 0}, ValueError), ({"stale": -1}, ValueError), ({"wait": "1"}, TypeError),
-    ({"lock_ttl": None}, TypeError), ({"key": ""}, TypeError), ({"build": 3}, TypeError),
-    ({"stail": 5}, TypeError),
-])
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        ({"timeout": 0}, ValueError),
+        ({"stale": -1}, ValueError),
+        ({"wait": "1"}, TypeError),
+        ({"lock_ttl": None}, TypeError),
+        ({"key": ""}, TypeError),
+        ({"build": 3}, TypeError),
+        ({"stail": 5}, TypeError),
+    ],
+)
 def test_bad_arguments(arguments: dict, error: type) -> None:
     call = {"key": "k", "build": lambda: 1, "timeout": 5, **arguments}
     with pytest.raises(error):

@@ -1,4 +1,5 @@
 """System checks report bad DISTLOCK settings with exact ids and hints."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -137,8 +138,12 @@ def test_unknown_key_is_e009() -> None:
 
 def test_django_redis_backend_needs_a_django_redis_cache() -> None:
     [error] = check(
-        {"default": {"BACKEND": "distlock.backends.django_redis.DjangoRedisBackend",
-                     "OPTIONS": {"CACHE": "default"}}},
+        {
+            "default": {
+                "BACKEND": "distlock.backends.django_redis.DjangoRedisBackend",
+                "OPTIONS": {"CACHE": "default"},
+            }
+        },
         CACHES={"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}},
     )
     assert error.id == "distlock.E005" and "not a django-redis cache" in error.msg
@@ -176,81 +181,145 @@ def test_lock_on_bad_settings_raises_the_same_error() -> None:
 
 
 EXACT_ERRORS = [
-    ({"BACKEND": "distlock.backends.nope.Backend", "LOCATION": URL}, Error(
-        "DISTLOCK['default']['BACKEND'] 'distlock.backends.nope.Backend' could not be imported: "
-        "No module named 'distlock.backends.nope'",
-        hint="Use one of distlock.backends.redis.RedisBackend, "
-        "distlock.backends.redlock.RedlockBackend, distlock.backends.django_redis."
-        "DjangoRedisBackend, distlock.backends.locmem.LocMemBackend.",
-        id="distlock.E004")),
-    ({"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": URL}, Error(
-        "DISTLOCK['default']['BACKEND'] must be the dotted path of a lock backend class, not "
-        "'django.core.cache.backends.redis.RedisCache'.",
-        hint="For example 'distlock.backends.redis.RedisBackend'.", id="distlock.E004")),
-    ({"BACKEND": REDIS, "LOCATION": "http://x"}, Error(
-        "DISTLOCK['default']['LOCATION'] 'http://x' is not a Redis URL (scheme must be one of "
-        "redis, rediss, unix).",
-        hint="For example 'LOCATION': 'redis://127.0.0.1:6379/0' (or rediss://, unix://).",
-        id="distlock.E005")),
-    ({"BACKEND": REDIS, "LOCATION": URL, "OPTIONS": {"socket_timeout": "1"}}, Error(
-        "DISTLOCK['default']['OPTIONS']['socket_timeout'] must be a finite number of seconds "
-        "> 0, not '1'.",
-        hint="For example 'socket_timeout': 2.", id="distlock.E006")),
-    ({"BACKEND": REDIS, "LOCATION": URL, "OPTIONS": {"NOT_AN_OPTION": 1}}, Error(
-        "DISTLOCK['default']['OPTIONS'] has options this backend does not know: NOT_AN_OPTION.",
-        hint="RedisBackend understands CLUSTER, MAX_RENEWALS, MAX_TTL, SENTINELS, "
-        "SENTINEL_KWARGS, WAIT_REPLICAS, WAIT_TIMEOUT; lower-case options go to the Redis "
-        "client.",
-        id="distlock.E006")),
-    ({"BACKEND": REDIS, "LOCATION": URL, "TIMEOUT": -5}, Error(
-        "DISTLOCK['default']['TIMEOUT'] must be > 0 seconds, not -5.",
-        hint="TIMEOUT is the default lease in seconds, e.g. 60.", id="distlock.E007")),
-    ({"BACKEND": REDIS, "LOCATION": URL, "KEY_PREFIX": "a{b}"}, Error(
-        "DISTLOCK['default']['KEY_PREFIX'] must be a non-empty string without braces, "
-        "wildcards, spaces or control characters, not 'a{b}'.",
-        hint="For example 'KEY_PREFIX': 'distlock' or 'myproject:locks'.", id="distlock.E008")),
-    ({"BACKEND": REDIS, "LOCATION": URL, "LOCATON": URL}, Error(
-        "DISTLOCK['default'] has unknown keys: LOCATON.",
-        hint="Use only BACKEND, KEY_PREFIX, LOCATION, OPTIONS, TIMEOUT; check for typos.",
-        id="distlock.E009")),
+    (
+        {"BACKEND": "distlock.backends.nope.Backend", "LOCATION": URL},
+        Error(
+            "DISTLOCK['default']['BACKEND'] 'distlock.backends.nope.Backend' could not be "
+            "imported: No module named 'distlock.backends.nope'",
+            hint="Use one of distlock.backends.redis.RedisBackend, "
+            "distlock.backends.redlock.RedlockBackend, distlock.backends.django_redis."
+            "DjangoRedisBackend, distlock.backends.locmem.LocMemBackend.",
+            id="distlock.E004",
+        ),
+    ),
+    (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": URL},
+        Error(
+            "DISTLOCK['default']['BACKEND'] must be the dotted path of a lock backend class, not "
+            "'django.core.cache.backends.redis.RedisCache'.",
+            hint="For example 'distlock.backends.redis.RedisBackend'.",
+            id="distlock.E004",
+        ),
+    ),
+    (
+        {"BACKEND": REDIS, "LOCATION": "http://x"},
+        Error(
+            "DISTLOCK['default']['LOCATION'] 'http://x' is not a Redis URL (scheme must be one of "
+            "redis, rediss, unix).",
+            hint="For example 'LOCATION': 'redis://127.0.0.1:6379/0' (or rediss://, unix://).",
+            id="distlock.E005",
+        ),
+    ),
+    (
+        {"BACKEND": REDIS, "LOCATION": URL, "OPTIONS": {"socket_timeout": "1"}},
+        Error(
+            "DISTLOCK['default']['OPTIONS']['socket_timeout'] must be a finite number of seconds "
+            "> 0, not '1'.",
+            hint="For example 'socket_timeout': 2.",
+            id="distlock.E006",
+        ),
+    ),
+    (
+        {"BACKEND": REDIS, "LOCATION": URL, "OPTIONS": {"NOT_AN_OPTION": 1}},
+        Error(
+            "DISTLOCK['default']['OPTIONS'] has options this backend does not know: NOT_AN_OPTION.",
+            hint="RedisBackend understands CLUSTER, MAX_RENEWALS, MAX_TTL, SENTINELS, "
+            "SENTINEL_KWARGS, WAIT_REPLICAS, WAIT_TIMEOUT; lower-case options go to the Redis "
+            "client.",
+            id="distlock.E006",
+        ),
+    ),
+    (
+        {"BACKEND": REDIS, "LOCATION": URL, "TIMEOUT": -5},
+        Error(
+            "DISTLOCK['default']['TIMEOUT'] must be > 0 seconds, not -5.",
+            hint="TIMEOUT is the default lease in seconds, e.g. 60.",
+            id="distlock.E007",
+        ),
+    ),
+    (
+        {"BACKEND": REDIS, "LOCATION": URL, "KEY_PREFIX": "a{b}"},
+        Error(
+            "DISTLOCK['default']['KEY_PREFIX'] must be a non-empty string without braces, "
+            "wildcards, spaces or control characters, not 'a{b}'.",
+            hint="For example 'KEY_PREFIX': 'distlock' or 'myproject:locks'.",
+            id="distlock.E008",
+        ),
+    ),
+    (
+        {"BACKEND": REDIS, "LOCATION": URL, "LOCATON": URL},
+        Error(
+            "DISTLOCK['default'] has unknown keys: LOCATON.",
+            hint="Use only BACKEND, KEY_PREFIX, LOCATION, OPTIONS, TIMEOUT; check for typos.",
+            id="distlock.E009",
+        ),
+    ),
 ]
 
 
-@pytest.mark.parametrize(("alias_setting", "expected"), EXACT_ERRORS,
-                         ids=[expected.id for _, expected in EXACT_ERRORS])
+@pytest.mark.parametrize(
+    ("alias_setting", "expected"), EXACT_ERRORS, ids=[expected.id for _, expected in EXACT_ERRORS]
+)
 def test_each_error_is_exactly_this(alias_setting: dict[str, Any], expected: Error) -> None:
     assert check({"default": alias_setting}) == [expected]
 
 
 def test_every_problem_is_reported_at_once() -> None:
-    setting = {"BACKEND": REDIS, "LOCATON": URL, "TIMEOUT": -5,
-               "OPTIONS": {"socket_timout": 1, "socket_connect_timeout": "2", "WAIT_REPLICAS": -1}}
+    setting = {
+        "BACKEND": REDIS,
+        "LOCATON": URL,
+        "TIMEOUT": -5,
+        "OPTIONS": {"socket_timout": 1, "socket_connect_timeout": "2", "WAIT_REPLICAS": -1},
+    }
     assert check({"default": setting}) == [
-        Error("DISTLOCK['default'] has unknown keys: LOCATON.",
-              hint="Use only BACKEND, KEY_PREFIX, LOCATION, OPTIONS, TIMEOUT; check for typos.",
-              id="distlock.E009"),
-        Error("DISTLOCK['default']['TIMEOUT'] must be > 0 seconds, not -5.",
-              hint="TIMEOUT is the default lease in seconds, e.g. 60.", id="distlock.E007"),
-        Error("DISTLOCK['default']['LOCATION'] must be a Redis URL string, not None.",
-              hint="For example 'LOCATION': 'redis://127.0.0.1:6379/0' (or rediss://, unix://).",
-              id="distlock.E005"),
-        Error("DISTLOCK['default']['OPTIONS']['socket_timout'] is not an option of the Redis "
-              "client.", hint="Did you mean 'socket_timeout'?", id="distlock.E006"),
-        Error("DISTLOCK['default']['OPTIONS']['socket_connect_timeout'] must be a finite number "
-              "of seconds > 0, not '2'.", hint="For example 'socket_connect_timeout': 2.",
-              id="distlock.E006"),
-        Error("DISTLOCK['default']['OPTIONS']['WAIT_REPLICAS'] must be a whole number of "
-              "replicas >= 0, not -1.",
-              hint="For example 'WAIT_REPLICAS': 1 to confirm every acquire on one replica (0 "
-              "turns it off).", id="distlock.E006"),
+        Error(
+            "DISTLOCK['default'] has unknown keys: LOCATON.",
+            hint="Use only BACKEND, KEY_PREFIX, LOCATION, OPTIONS, TIMEOUT; check for typos.",
+            id="distlock.E009",
+        ),
+        Error(
+            "DISTLOCK['default']['TIMEOUT'] must be > 0 seconds, not -5.",
+            hint="TIMEOUT is the default lease in seconds, e.g. 60.",
+            id="distlock.E007",
+        ),
+        Error(
+            "DISTLOCK['default']['LOCATION'] must be a Redis URL string, not None.",
+            hint="For example 'LOCATION': 'redis://127.0.0.1:6379/0' (or rediss://, unix://).",
+            id="distlock.E005",
+        ),
+        Error(
+            "DISTLOCK['default']['OPTIONS']['socket_timout'] is not an option of the Redis client.",
+            hint="Did you mean 'socket_timeout'?",
+            id="distlock.E006",
+        ),
+        Error(
+            "DISTLOCK['default']['OPTIONS']['socket_connect_timeout'] must be a finite number "
+            "of seconds > 0, not '2'.",
+            hint="For example 'socket_connect_timeout': 2.",
+            id="distlock.E006",
+        ),
+        Error(
+            "DISTLOCK['default']['OPTIONS']['WAIT_REPLICAS'] must be a whole number of "
+            "replicas >= 0, not -1.",
+            hint="For example 'WAIT_REPLICAS': 1 to confirm every acquire on one replica (0 "
+            "turns it off).",
+            id="distlock.E006",
+        ),
     ]
 
 
 def test_a_lock_on_settings_with_several_problems_names_them_all() -> None:
     import distlock
 
-    bad = override_settings(DISTLOCK={"default": {
-        "BACKEND": REDIS, "LOCATION": URL, "OPTIONS": {"socket_timout": 1, "pasword": "x"}}})
+    bad = override_settings(
+        DISTLOCK={
+            "default": {
+                "BACKEND": REDIS,
+                "LOCATION": URL,
+                "OPTIONS": {"socket_timout": 1, "pasword": "x"},
+            }
+        }
+    )
     with bad, pytest.raises(InvalidLockBackendError, match=r"pasword.*and 1 more.*socket_timout"):
         distlock.lock("x").acquire()
 
@@ -262,13 +331,16 @@ REPLICATED_HINT = (
 )
 
 
-@pytest.mark.parametrize(("options", "location", "deployment"), [
-    ({"CLUSTER": True}, "redis://10.0.0.1:7000", "Redis Cluster"),
-    ({"SENTINELS": [("10.0.0.1", 26379)]}, "redis://mymaster/0", "Redis Sentinel"),
-])
-def test_replicated_deployments_without_wait_replicas_are_w002(options: dict[str, Any],
-                                                              location: str,
-                                                              deployment: str) -> None:
+@pytest.mark.parametrize(
+    ("options", "location", "deployment"),
+    [
+        ({"CLUSTER": True}, "redis://10.0.0.1:7000", "Redis Cluster"),
+        ({"SENTINELS": [("10.0.0.1", 26379)]}, "redis://mymaster/0", "Redis Sentinel"),
+    ],
+)
+def test_replicated_deployments_without_wait_replicas_are_w002(
+    options: dict[str, Any], location: str, deployment: str
+) -> None:
     setting = {"BACKEND": REDIS, "LOCATION": location, "OPTIONS": options}
     assert check({"default": setting, "other": setting}) == [
         Warning(
@@ -287,16 +359,16 @@ def test_replicated_deployments_without_wait_replicas_are_w002(options: dict[str
 
 def test_one_server_and_redlock_are_not_w002() -> None:
     assert check({"default": {"BACKEND": REDIS, "LOCATION": URL}}) == []
-    redlock = {"BACKEND": "distlock.backends.redlock.RedlockBackend",
-               "LOCATION": [f"redis://10.0.0.{n}:6379/0" for n in (1, 2, 3)]}
+    redlock = {
+        "BACKEND": "distlock.backends.redlock.RedlockBackend",
+        "LOCATION": [f"redis://10.0.0.{n}:6379/0" for n in (1, 2, 3)],
+    }
     assert check({"default": redlock}) == []
 
 
 def test_w002_can_be_silenced() -> None:
     from django.core.management import call_command
 
-    setting = {"BACKEND": REDIS, "LOCATION": "redis://10.0.0.1:7000",
-               "OPTIONS": {"CLUSTER": True}}
-    with override_settings(DISTLOCK={"default": setting},
-                           SILENCED_SYSTEM_CHECKS=["distlock.W002"]):
+    setting = {"BACKEND": REDIS, "LOCATION": "redis://10.0.0.1:7000", "OPTIONS": {"CLUSTER": True}}
+    with override_settings(DISTLOCK={"default": setting}, SILENCED_SYSTEM_CHECKS=["distlock.W002"]):
         call_command("check", "--fail-level", "WARNING")

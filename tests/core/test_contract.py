@@ -1,4 +1,5 @@
 """The lock contract, run against every backend (see conftest.BACKENDS)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -56,8 +57,11 @@ def test_context_manager_raises_lock_not_acquired_with_holder() -> None:
     assert caught.value.holder is not None
     assert caught.value.holder.purpose == "nightly report"
     assert "held by" in str(caught.value)
-    assert re.search(r"; held by \S+ pid \d+ since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC "
-                     r"\(nightly report\)\.\Z", str(caught.value)), str(caught.value)
+    assert re.search(
+        r"; held by \S+ pid \d+ since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC "
+        r"\(nightly report\)\.\Z",
+        str(caught.value),
+    ), str(caught.value)
 
 
 def test_wait_gives_up_after_wait_seconds() -> None:
@@ -400,8 +404,13 @@ def test_signals_carry_name_alias_and_info() -> None:
         for signal in (lock_acquired, lock_released, lock_contended, lock_force_released):
             signal.disconnect(receiver)
     kinds = [signal for signal, _, _ in received]
-    assert kinds == [lock_acquired, lock_contended, lock_released, lock_acquired,
-                     lock_force_released]
+    assert kinds == [
+        lock_acquired,
+        lock_contended,
+        lock_released,
+        lock_acquired,
+        lock_force_released,
+    ]
     assert all(sender is backend_class for _, sender, _ in received)
     acquired = received[0][2]
     assert acquired["name"] == "signalled" and acquired["alias"] == "default"

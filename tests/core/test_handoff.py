@@ -1,6 +1,7 @@
 """Direct handoff on one server: a release makes the longest waiter the holder, and the waiter
 learns it from the reply that wakes it (one round trip); a waiter that gave up or died is
 never left holding the lock."""
+
 from __future__ import annotations
 
 import os
@@ -48,12 +49,22 @@ def until(condition: Any, timeout: float = 10.0) -> None:
 @pytest.fixture
 def waiter_process(redis_backend: str) -> Iterator[Any]:
     started: list[subprocess.Popen[str]] = []
-    env = {**os.environ, "DISTLOCK_TEST_KIND": "redis", "DISTLOCK_TEST_URL": redis_backend,
-           "DISTLOCK_TEST_DATA_URL": redis_backend, "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "DISTLOCK_TEST_KIND": "redis",
+        "DISTLOCK_TEST_URL": redis_backend,
+        "DISTLOCK_TEST_DATA_URL": redis_backend,
+        "PYTHONPATH": str(ROOT),
+    }
 
     def start(name: str) -> subprocess.Popen[str]:
-        process = subprocess.Popen([sys.executable, "-m", "tests.support.workers", "waiter", name,
-                                    "1"], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.workers", "waiter", name, "1"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         started.append(process)
         assert process.stdout is not None and process.stdout.readline().strip() == "ready"
         return process
@@ -63,7 +74,8 @@ def waiter_process(redis_backend: str) -> Iterator[Any]:
 
 
 def test_a_waiter_killed_while_queued_delays_the_next_by_the_bound_at_most(
-        redis_backend: str, waiter_process: Any) -> None:
+    redis_backend: str, waiter_process: Any
+) -> None:
     holder = distlock.lock("dead-waiter", ttl=30)
     assert holder.acquire()
     first = waiter_process("dead-waiter")
@@ -98,8 +110,9 @@ def test_a_waiter_whose_wait_ran_out_is_never_made_holder(redis_backend: str) ->
         assert holder.acquire(wait=0)
         waiter = distlock.lock("gave-up", ttl=5)
         result: list[bool] = []
-        thread = threading.Thread(target=acquire_into,
-                                  args=(waiter, rng.uniform(0.005, 0.04), result))
+        thread = threading.Thread(
+            target=acquire_into, args=(waiter, rng.uniform(0.005, 0.04), result)
+        )
         thread.start()
         time.sleep(rng.uniform(0.0, 0.045))
         holder.release()

@@ -1,5 +1,6 @@
 """iter_held() and ``manage.py distlock list``: one consistent walk of the held locks, on
 every backend, while other locks come and go beside the ones listed."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,9 @@ def assert_each_once(listed: list[str], held: list[str]) -> None:
     assert all(name in held or name.startswith("churn:") for name in listed)
 
 
-def test_every_lock_held_throughout_is_walked_exactly_once(backend_kind: str,
-                                                          churn: Counter[str]) -> None:
+def test_every_lock_held_throughout_is_walked_exactly_once(
+    backend_kind: str, churn: Counter[str]
+) -> None:
     names = [f"held:{number}" for number in range(HELD)]
     tokens = hold_many(names, ttl=60)
     try:
@@ -51,8 +53,7 @@ def test_every_lock_held_throughout_is_walked_exactly_once(backend_kind: str,
     assert churn["locks"] > 0  # the other locks did come and go meanwhile
 
 
-def test_the_list_command_shows_each_held_lock_once(backend_kind: str,
-                                                    churn: Counter[str]) -> None:
+def test_the_list_command_shows_each_held_lock_once(backend_kind: str, churn: Counter[str]) -> None:
     names = [f"held:{number}" for number in range(HELD)]
     tokens = hold_many(names, ttl=60)
     try:
@@ -80,7 +81,8 @@ def test_a_prefix_with_glob_characters_is_literal(redis_backend: str, prefix: st
 
 
 def test_an_index_that_shrinks_during_the_walk_yields_no_lock_twice(
-        redis_backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    redis_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Two buckets, far above the size Redis keeps compact (128 entries): ZSCAN pages through
     # their hash tables. When a table shrinks between two pages (most locks released), ZSCAN
     # returns some names again; the walk must not.

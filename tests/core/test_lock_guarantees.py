@@ -1,6 +1,7 @@
 """The foundation's promises at full length, on one real redis-server (issue 2: acceptance
 5, 6 and "waiting without polling"). The contract suite runs shorter versions of some of
 these on every backend; here they run at the length the promise names."""
+
 from __future__ import annotations
 
 import asyncio
@@ -21,7 +22,8 @@ pytestmark = pytest.mark.django_db(databases=[])
 
 
 def test_auto_renew_keeps_a_one_second_lease_for_five_seconds_then_reports_a_deleted_key(
-        redis_backend) -> None:
+    redis_backend,
+) -> None:
     told, signalled = [], []
 
     def receiver(sender, **kwargs):
@@ -121,8 +123,9 @@ def test_a_waiter_does_not_poll(redis_backend) -> None:
     assert waiter.acquire(wait=10)
     waited = time.monotonic() - started
     stats = raw.info("commandstats")
-    calls = sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0)
-                for name in ("evalsha", "eval", "blpop"))
+    calls = sum(
+        stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("evalsha", "eval", "blpop")
+    )
     assert 1.9 < waited < 2.5
     # max_block is socket_timeout / 2 = 0.5 s: about 4 BLPOPs and 5 attempts, plus the
     # holder's release. A 10 ms poll would be some 200.

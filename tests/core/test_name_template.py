@@ -1,4 +1,5 @@
 """Lock names filled from outside values: escaped, distinct, never too long."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,7 +25,7 @@ def test_too_long_values_are_replaced_by_a_digest():
     assert name.startswith("job:" + DIGEST_MARK)
     assert name != fill_template("job:{x}", {"x": "y" * 5001})
     # A value crafted to look like that digested name is escaped, so it names another lock.
-    assert fill_template("job:{x}", {"x": name[len("job:"):]}) != name
+    assert fill_template("job:{x}", {"x": name[len("job:") :]}) != name
 
 
 def test_only_plain_fields():
@@ -44,7 +45,8 @@ def test_missing_value_and_bad_template():
 @given(st.text(), st.text(), st.text(), st.text())
 @settings(deadline=None)  # hypothesis's 200 ms per example would fail a loaded machine
 def test_any_values_give_a_valid_name_and_different_values_different_names(
-        a: str, b: str, c: str, d: str):
+    a: str, b: str, c: str, d: str
+):
     first = fill_template("t:{a}:{b}", {"a": a, "b": b})
     assert validate_name(first) == first
     assert first.count(":") == 2, "a value never adds a separator"

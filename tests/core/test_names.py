@@ -1,4 +1,5 @@
 """Lock names: validation, and keys that user text can never reshape."""
+
 from __future__ import annotations
 
 import math
@@ -16,8 +17,9 @@ printable = st.text(
 )
 
 
-@pytest.mark.parametrize("name", ["", "x" * 1025, "a\nb", "tab\there", "nul\x00", "del\x7f",
-                                  "line\u2028sep"])
+@pytest.mark.parametrize(
+    "name", ["", "x" * 1025, "a\nb", "tab\there", "nul\x00", "del\x7f", "line\u2028sep"]
+)
 def test_bad_names_raise_invalid_lock_name(name: str) -> None:
     with pytest.raises(InvalidLockName):
         distlock.lock(name)
@@ -34,8 +36,19 @@ def test_non_string_names_raise_type_error(name: object) -> None:
         distlock.lock(name)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("name", ["x" * 1024, "with spaces", "{tag}", "*?[]", "a/b:c", "ключ 🔒",
-                                  "zwj 👩\u200d💻", "nbsp\u00a0"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "x" * 1024,
+        "with spaces",
+        "{tag}",
+        "*?[]",
+        "a/b:c",
+        "ключ 🔒",
+        "zwj 👩\u200d💻",
+        "nbsp\u00a0",
+    ],
+)
 def test_good_names_are_accepted(name: str) -> None:
     assert distlock.lock(name).name == name
 
@@ -43,17 +56,28 @@ def test_good_names_are_accepted(name: str) -> None:
 @pytest.mark.parametrize(
     ("argument", "value", "error"),
     [
-        ("ttl", 0, ValueError), ("ttl", -1, ValueError), ("ttl", math.nan, ValueError),
-        ("ttl", math.inf, ValueError), ("ttl", True, TypeError), ("ttl", "5", TypeError),
+        ("ttl", 0, ValueError),
+        ("ttl", -1, ValueError),
+        ("ttl", math.nan, ValueError),
+        ("ttl", math.inf, ValueError),
+        ("ttl", True, TypeError),
+        ("ttl", "5", TypeError),
         ("ttl", 0.0001, ValueError),
-        ("wait", -1, ValueError), ("wait", math.nan, ValueError), ("wait", math.inf, ValueError),
-        ("wait", False, TypeError), ("wait", "1", TypeError),
-        ("auto_renew", 1, TypeError), ("reentrant", "yes", TypeError),
-        ("on_lost", "not callable", TypeError), ("using", 1, TypeError), ("purpose", 1, TypeError),
+        ("wait", -1, ValueError),
+        ("wait", math.nan, ValueError),
+        ("wait", math.inf, ValueError),
+        ("wait", False, TypeError),
+        ("wait", "1", TypeError),
+        ("auto_renew", 1, TypeError),
+        ("reentrant", "yes", TypeError),
+        ("on_lost", "not callable", TypeError),
+        ("using", 1, TypeError),
+        ("purpose", 1, TypeError),
     ],
 )
-def test_bad_arguments_fail_when_the_lock_is_made(argument: str, value: object,
-                                                  error: type[Exception]) -> None:
+def test_bad_arguments_fail_when_the_lock_is_made(
+    argument: str, value: object, error: type[Exception]
+) -> None:
     with pytest.raises(error, match=argument):
         distlock.lock("x", **{argument: value})
 

@@ -1,4 +1,5 @@
 """Locks across real processes on a real Redis server: exclusion, handoff, crashed holders."""
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,12 @@ pytestmark = pytest.mark.django_db(databases=[])
 def spawn(shared_backend_kind: str, backend_location: str, redis_url: str) -> Iterator:
     """Start ``python -m tests.support.workers ...`` processes against the same lock servers; their
     shared data (the counter) lives on the standalone server at ``redis_url``."""
-    env = {**os.environ, "DISTLOCK_TEST_KIND": shared_backend_kind,
-           "DISTLOCK_TEST_URL": backend_location, "DISTLOCK_TEST_DATA_URL": redis_url}
+    env = {
+        **os.environ,
+        "DISTLOCK_TEST_KIND": shared_backend_kind,
+        "DISTLOCK_TEST_URL": backend_location,
+        "DISTLOCK_TEST_DATA_URL": redis_url,
+    }
     with spawner("tests.support.workers", env) as start:
         yield start
 

@@ -1,6 +1,7 @@
 """The public API is typed (issue 2, item 10): every function and public method a user can
 reach from ``distlock``, ``distlock.management`` and the backends' public surface annotates
 each parameter and its return value, and the package ships ``py.typed``."""
+
 from __future__ import annotations
 
 import inspect
@@ -23,24 +24,30 @@ def public_callables():
     for root in roots:
         if inspect.isclass(root):
             for name, member in vars(root).items():
-                if (not name.startswith("_") or name in {"__init__", "__enter__", "__exit__",
-                                                         "__aenter__", "__aexit__",
-                                                         "__call__"}) \
-                        and inspect.isfunction(member):
+                if (
+                    not name.startswith("_")
+                    or name
+                    in {"__init__", "__enter__", "__exit__", "__aenter__", "__aexit__", "__call__"}
+                ) and inspect.isfunction(member):
                     yield f"{root.__qualname__}.{name}", member
         elif inspect.isfunction(root):
             yield root.__qualname__, root
 
 
-@pytest.mark.parametrize(("qualname", "function"), list(public_callables()),
-                         ids=lambda value: value if isinstance(value, str) else "")
+@pytest.mark.parametrize(
+    ("qualname", "function"),
+    list(public_callables()),
+    ids=lambda value: value if isinstance(value, str) else "",
+)
 def test_every_parameter_and_return_is_annotated(qualname: str, function) -> None:
     signature = inspect.signature(function)
-    missing = [name for name, parameter in signature.parameters.items()
-               if name not in {"self", "cls"} and parameter.annotation is inspect.Parameter.empty]
+    missing = [
+        name
+        for name, parameter in signature.parameters.items()
+        if name not in {"self", "cls"} and parameter.annotation is inspect.Parameter.empty
+    ]
     assert not missing, f"{qualname}: parameters without a type: {missing}"
-    assert signature.return_annotation is not inspect.Signature.empty, (
-        f"{qualname}: no return type")
+    assert signature.return_annotation is not inspect.Signature.empty, f"{qualname}: no return type"
 
 
 def test_py_typed_is_shipped() -> None:

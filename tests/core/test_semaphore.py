@@ -1,4 +1,5 @@
 """The semaphore contract, on every backend that keeps semaphores (Redlock refuses them)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -65,11 +66,12 @@ def test_context_manager_decorator_and_not_acquired() -> None:
 
 
 def test_a_full_semaphore_says_so_naming_the_first_permit_to_end() -> None:
-    held = [distlock.semaphore("exports2", 2, ttl=ttl, purpose=f"export {ttl}")
-            for ttl in (30, 10)]
+    held = [distlock.semaphore("exports2", 2, ttl=ttl, purpose=f"export {ttl}") for ttl in (30, 10)]
     assert all(permit.acquire(wait=0) for permit in held)
-    hint = ("Wait longer (wait=...), raise its limit, or see who holds the permits: "
-            "manage.py distlock info exports2")
+    hint = (
+        "Wait longer (wait=...), raise its limit, or see who holds the permits: "
+        "manage.py distlock info exports2"
+    )
     with pytest.raises(LockNotAcquired) as raised, distlock.semaphore("exports2", 2, wait=0.1):
         pass
     full = raised.value
@@ -79,13 +81,17 @@ def test_a_full_semaphore_says_so_naming_the_first_permit_to_end() -> None:
     assert str(full) == (
         "Semaphore 'exports2' is full: 2 of 2 permits held, none free within 0.1s; the first "
         f"to end is held by {full.holder.host} pid {full.holder.pid} since "
-        f"{full.holder.acquired_at:%Y-%m-%d %H:%M:%S} UTC (export 10). {hint}")
+        f"{full.holder.acquired_at:%Y-%m-%d %H:%M:%S} UTC (export 10). {hint}"
+    )
 
     @distlock.semaphore("exports2", 2, wait=0)
     def export() -> None: ...
 
-    with pytest.raises(SemaphoreFull, match=r"^Semaphore 'exports2' is full: 2 of 2 permits "
-                                            r"held, none free; the first to end is held by "):
+    with pytest.raises(
+        SemaphoreFull,
+        match=r"^Semaphore 'exports2' is full: 2 of 2 permits "
+        r"held, none free; the first to end is held by ",
+    ):
         export()
 
     async def in_async() -> None:
@@ -115,8 +121,12 @@ def test_released_permit_goes_to_the_longest_waiter_first() -> None:
         threads[-1].start()
         # Queued in this order: the next one starts once this one waits (not after a fixed
         # pause, which a loaded machine can outlast).
-        wait_until(lambda position=position: holder.holders().waiting >= position + 1, 5,
-                   f"waiter {position} to queue", 0.01)
+        wait_until(
+            lambda position=position: holder.holders().waiting >= position + 1,
+            5,
+            f"waiter {position} to queue",
+            0.01,
+        )
     holder.release()
     for thread in threads:
         thread.join()
@@ -167,8 +177,7 @@ def test_auto_renew_and_lost_permit() -> None:
         renewed.acquire()
         time.sleep(1.5)
         assert renewed.owned()
-        fragile = distlock.semaphore("renew", 2, ttl=0.6, auto_renew=True,
-                                     on_lost=callbacks.append)
+        fragile = distlock.semaphore("renew", 2, ttl=0.6, auto_renew=True, on_lost=callbacks.append)
         fragile.acquire()
         backend = distlock.locks["default"]
         assert backend.force_release_permit("renew", fragile.token)

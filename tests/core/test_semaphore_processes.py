@@ -1,4 +1,5 @@
 """Semaphores across real processes on a real Redis server (issue 15, acceptance 1 and 2)."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,12 @@ Spawn = Callable[..., subprocess.Popen]
 def spawn(redis_backend: str) -> Iterator[Spawn]:
     """Start ``python -m tests.support.semaphore_workers ...`` processes on the test's Redis
     server."""
-    env = {**os.environ, "DISTLOCK_TEST_KIND": "redis", "DISTLOCK_TEST_URL": redis_backend,
-           "DISTLOCK_TEST_DATA_URL": redis_backend}
+    env = {
+        **os.environ,
+        "DISTLOCK_TEST_KIND": "redis",
+        "DISTLOCK_TEST_URL": redis_backend,
+        "DISTLOCK_TEST_DATA_URL": redis_backend,
+    }
     with spawner("tests.support.semaphore_workers", env, stdin=True) as start:
         yield start
 
@@ -48,8 +53,10 @@ PROCESSES, ITERATIONS, LIMIT, WORK_MS = 8, 300, 3, 20
 def test_limit_three_eight_processes(spawn: Spawn, redis_backend: str) -> None:
     """8 processes x 300 permits of a limit-3 semaphore: never more than 3 inside, 3 reached,
     no starvation (the longest wait is at most 5x the 99th percentile), nothing leaked."""
-    workers = [spawn("permits", "pool", str(LIMIT), str(ITERATIONS), str(WORK_MS))
-               for _ in range(PROCESSES)]
+    workers = [
+        spawn("permits", "pool", str(LIMIT), str(ITERATIONS), str(WORK_MS))
+        for _ in range(PROCESSES)
+    ]
     for process in workers:
         read_line(process, "ready")
     for process in workers:
@@ -64,8 +71,11 @@ def test_limit_three_eight_processes(spawn: Spawn, redis_backend: str) -> None:
     assert all(len(one) == ITERATIONS for one in waits), "a process did not get its permits"
     every = sorted(wait for one in waits for wait in one)
     p99 = every[int(len(every) * 0.99)]
-    print(f"waits: median {statistics.median(every):.4f}s p99 {p99:.4f}s max {every[-1]:.4f}s",
-          "argmax per process", [max(range(len(one)), key=one.__getitem__) for one in waits])
+    print(
+        f"waits: median {statistics.median(every):.4f}s p99 {p99:.4f}s max {every[-1]:.4f}s",
+        "argmax per process",
+        [max(range(len(one)), key=one.__getitem__) for one in waits],
+    )
     # Starvation would be a waiter passed over for seconds. The 5 x p99 figure alone is a
     # tail-latency measure: a loaded machine that deschedules one woken waiter breaks it
     # (the contention benchmark traces such long waits to run-queue delay), hence the floor.
@@ -74,8 +84,7 @@ def test_limit_three_eight_processes(spawn: Spawn, redis_backend: str) -> None:
     assert semaphore_keys(data) == [], "permits or waiters were left behind"
 
 
-def test_killed_holders_permit_comes_back_within_its_ttl(spawn: Spawn,
-                                                          redis_backend: str) -> None:
+def test_killed_holders_permit_comes_back_within_its_ttl(spawn: Spawn, redis_backend: str) -> None:
     ttl = 1.0
     mine = [distlock.semaphore("crash", 3, ttl=30) for _ in range(2)]
     for permit in mine:
@@ -94,7 +103,8 @@ def test_killed_holders_permit_comes_back_within_its_ttl(spawn: Spawn,
 
 
 def test_waiter_sends_a_handful_of_commands_and_is_woken_by_the_release(
-        spawn: Spawn, redis_backend: str) -> None:
+    spawn: Spawn, redis_backend: str
+) -> None:
     data = redis.Redis.from_url(redis_backend)
     holders = [distlock.semaphore("scarce", 2, ttl=30) for _ in range(2)]
     for permit in holders:
@@ -122,8 +132,10 @@ def _calls(data: redis.Redis) -> int:
     run, so count the scripts (EVALSHA, EVAL) and blocking pops, the only commands a
     semaphore's waiter sends."""
     stats = data.info("commandstats")
-    return sum(int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
-               for command in ("evalsha", "eval", "blpop"))
+    return sum(
+        int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+        for command in ("evalsha", "eval", "blpop")
+    )
 
 
 def test_freed_permit_reaches_a_waiter_in_another_process_quickly(spawn: Spawn) -> None:
@@ -144,13 +156,16 @@ def test_freed_permit_reaches_a_waiter_in_another_process_quickly(spawn: Spawn) 
         read_line(waiter, "released")
         holders[0].release()
     read_line(waiter, "done")
-    print(f"handoff to another process: median {statistics.median(delays) * 1000:.1f} ms, "
-          f"max {max(delays) * 1000:.1f} ms")
+    print(
+        f"handoff to another process: median {statistics.median(delays) * 1000:.1f} ms, "
+        f"max {max(delays) * 1000:.1f} ms"
+    )
     assert statistics.median(delays) < 0.050, sorted(delays)
 
 
 def test_a_woken_waiter_holds_its_permit_from_the_reply_that_woke_it(
-        redis_backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    redis_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The wait and the acquire after it are one round trip (BLPOP and the script pipelined),
     not a pop and then a second call."""
     backend = distlock.locks["default"]

@@ -1,6 +1,7 @@
 """Holder tokens and holder metadata are cut from per-process state (a batch of random bytes,
 the cached pid): a forked child must start its own, or it would hand out its parent's next
 tokens and report its parent's pid."""
+
 from __future__ import annotations
 
 import json

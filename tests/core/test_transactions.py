@@ -4,6 +4,7 @@ transaction to end (handed on after COMMIT, at once after ROLLBACK).
 These run on SQLite with real transactions (``transaction=True``); the same rule against
 PostgreSQL and MariaDB, with worker processes, is in test_transactions_databases.py.
 """
+
 from __future__ import annotations
 
 import threading
@@ -71,8 +72,15 @@ def test_a_waiter_is_handed_the_lock_only_after_commit() -> None:
     assert order == ["commit", "waiter got it"]
 
 
-@pytest.mark.parametrize("how", ["exception out of atomic", "exception after the lock",
-                                 "set_rollback", "savepoint rolled back"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "exception out of atomic",
+        "exception after the lock",
+        "set_rollback",
+        "savepoint rolled back",
+    ],
+)
 def test_every_kind_of_rollback_frees_the_lock_at_once(how: str) -> None:
     class Boom(Exception):
         pass
@@ -153,8 +161,9 @@ def test_another_thread_does_not_take_a_waiting_lock() -> None:
     with transaction.atomic():
         with distlock.lock("order:8", ttl=5):
             pass
-        thread = threading.Thread(target=lambda: got.append(
-            distlock.lock("order:8", wait=0).acquire()))
+        thread = threading.Thread(
+            target=lambda: got.append(distlock.lock("order:8", wait=0).acquire())
+        )
         thread.start()
         thread.join(5)
     assert got == [False]
@@ -214,8 +223,9 @@ def test_semaphores_follow_the_rule(lock_backend: str) -> None:
         with distlock.semaphore("exports", 1, ttl=5):
             pass
         other: list[bool] = []
-        thread = threading.Thread(target=lambda: other.append(
-            distlock.semaphore("exports", 1, wait=0).acquire()))
+        thread = threading.Thread(
+            target=lambda: other.append(distlock.semaphore("exports", 1, wait=0).acquire())
+        )
         thread.start()
         thread.join(5)
         assert other == [False]
@@ -255,7 +265,8 @@ def pay_in_transaction() -> None:
 
 @pytest.mark.parametrize("lock_backend", ["redis"], indirect=True)  # counts a server's scripts
 def test_an_uncontended_lock_in_a_transaction_costs_no_extra_round_trip(
-        lock_backend: str, private_redis: RedisServer) -> None:
+    lock_backend: str, private_redis: RedisServer
+) -> None:
     import redis
 
     # A server of this test's own: nothing else (another test's renewer) sends it commands.
@@ -263,10 +274,14 @@ def test_an_uncontended_lock_in_a_transaction_costs_no_extra_round_trip(
 
     def commands_for(block: Any) -> int:
         """Count the scripts distlock sent while ``block`` ran: one per round trip."""
+
         def sent() -> int:
             stats = server.info("commandstats")
-            return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0)
-                       for name in ("evalsha", "eval", "evalsha_ro", "fcall"))
+            return sum(
+                stats.get(f"cmdstat_{name}", {}).get("calls", 0)
+                for name in ("evalsha", "eval", "evalsha_ro", "fcall")
+            )
+
         before = sent()
         block()
         return sent() - before

@@ -6,6 +6,7 @@ Each test also checks that requests really waited for a lock: without contention
 proves nothing. The same runs with ``hold_until_commit=False`` (distlock before it) are in
 benchmarks/transactions.py, which measures the table of docs/transactions.md.
 """
+
 from __future__ import annotations
 
 import json
@@ -59,20 +60,33 @@ def test_the_stock_is_never_oversold(shop: Shop) -> None:
     assert waited >= BUYERS // 5, f"only {waited} buyers waited for the lock: no contention"
 
 
-def isolation_run(database: DatabaseServer, redis_url: str, name: str, level: str,
-                  order: str) -> dict[str, Any]:
-    env = {**os.environ, **database.env(name=name), "DISTLOCK_TEST_URL": redis_url,
-           "DJANGO_SETTINGS_MODULE": "tests.support.shop.settings", "SHOP_ISOLATION": level}
-    done = subprocess.run([sys.executable, "-m", "tests.support.shop.isolation", order], env=env,
-                          capture_output=True, text=True, timeout=120)
+def isolation_run(
+    database: DatabaseServer, redis_url: str, name: str, level: str, order: str
+) -> dict[str, Any]:
+    env = {
+        **os.environ,
+        **database.env(name=name),
+        "DISTLOCK_TEST_URL": redis_url,
+        "DJANGO_SETTINGS_MODULE": "tests.support.shop.settings",
+        "SHOP_ISOLATION": level,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.support.shop.isolation", order],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def test_repeatable_read_reads_stale_rows_unless_the_lock_comes_first(
-        real_database: DatabaseServer, redis_server: RedisServer) -> None:
+    real_database: DatabaseServer, redis_server: RedisServer
+) -> None:
     redis_server.flushall()
     with serve_shop(real_database, redis_server.url, workers=0) as served:
+
         def run(level: str, order: str) -> dict[str, Any]:
             return isolation_run(real_database, redis_server.url, served.database, level, order)
 
@@ -88,4 +102,3 @@ def test_repeatable_read_reads_stale_rows_unless_the_lock_comes_first(
             safe = run("repeatable read", order)
             assert safe["read"] == 99, order
         assert run("repeatable read", "lock-then-atomic")["warned"] == []
-

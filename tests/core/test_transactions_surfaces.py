@@ -16,6 +16,7 @@ nothing).
 ``hold_until_commit`` off (the lock handed on before COMMIT, as distlock did before the
 rule): then orders are charged twice and these tests fail.
 """
+
 from __future__ import annotations
 
 import json
@@ -64,10 +65,14 @@ def report(process: subprocess.Popen[str]) -> dict[str, Any]:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def run_workers(shop: Shop, database: DatabaseServer, redis_url: str,
-                surface: str) -> list[dict[str, Any]]:
-    env = {**os.environ, **shop_env(database, shop.database, redis_url, HOLD),
-           "DJANGO_SETTINGS_MODULE": SETTINGS}
+def run_workers(
+    shop: Shop, database: DatabaseServer, redis_url: str, surface: str
+) -> list[dict[str, Any]]:
+    env = {
+        **os.environ,
+        **shop_env(database, shop.database, redis_url, HOLD),
+        "DJANGO_SETTINGS_MODULE": SETTINGS,
+    }
     with spawner("tests.support.shop.surface_worker", env, stdin=True) as start:
         workers = [start(surface, str(ORDERS)) for _ in range(WORKERS)]
         for worker in workers:
@@ -81,8 +86,8 @@ def run_workers(shop: Shop, database: DatabaseServer, redis_url: str,
 
 @pytest.mark.parametrize("surface", SURFACES)
 def test_three_workers_in_transactions_charge_each_order_once(
-        shop: Shop, real_database: DatabaseServer, redis_server: RedisServer,
-        surface: str) -> None:
+    shop: Shop, real_database: DatabaseServer, redis_server: RedisServer, surface: str
+) -> None:
     if surface == "django-task" and django.VERSION < (6, 0):
         pytest.skip("django.tasks needs Django >= 6.0")
     redis_server.flushall()

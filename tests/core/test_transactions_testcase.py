@@ -1,6 +1,7 @@
 """Inside Django's TestCase (and pytest-django's ``django_db``), whose transaction is never
 committed, locks behave as in production: a release waits only for the code's own outermost
 ``atomic()`` block, and is immediate when the code opens none."""
+
 from __future__ import annotations
 
 import threading
@@ -75,8 +76,11 @@ class LocksInsideTestCase(TestCase):
         self.assertFalse(is_held("tc:rollback"))
 
     def test_capture_on_commit_callbacks_runs_the_release(self) -> None:
-        with (self.captureOnCommitCallbacks(execute=True) as callbacks, transaction.atomic(),
-              distlock.lock("tc:captured", ttl=5)):
+        with (
+            self.captureOnCommitCallbacks(execute=True) as callbacks,
+            transaction.atomic(),
+            distlock.lock("tc:captured", ttl=5),
+        ):
             pass
         self.assertEqual(len(callbacks), 1)
         self.assertFalse(is_held("tc:captured"))

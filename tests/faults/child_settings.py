@@ -1,6 +1,7 @@
 """Django settings of the processes the zygote forks: the test settings, with a SQLite file
 (the guarded resource) as the default database. tests.faults.roles.configure() names the
 file and points DISTLOCK at the test's Redis in each child."""
+
 from tests.support.settings import *  # noqa: F403
 
 DATABASES = {

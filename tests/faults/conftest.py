@@ -1,5 +1,6 @@
 """Fixtures of the reliability suite: the zygote that forks holders to kill and pause, the
 scale of the run, and the recording of measured results for docs/RELIABILITY.md."""
+
 from __future__ import annotations
 
 import json
@@ -63,8 +64,13 @@ def record(request: pytest.FixtureRequest) -> Callable[..., None]:
     """
 
     def save(scenario: str, result: str, **figures: Any) -> None:
-        entry = {"scenario": scenario, "result": result, "figures": figures,
-                 "test": request.node.nodeid, "scale": SCALE}
+        entry = {
+            "scenario": scenario,
+            "result": result,
+            "figures": figures,
+            "test": request.node.nodeid,
+            "scale": SCALE,
+        }
         request.node.user_properties.append(("reliability", entry))
         _note(entry)
 
@@ -74,8 +80,10 @@ def record(request: pytest.FixtureRequest) -> Callable[..., None]:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Show what the reliability scenarios measured at the end of the run."""
     entries = [
-        value for report in terminalreporter.stats.get("passed", [])
-        for name, value in report.user_properties if name == "reliability"
+        value
+        for report in terminalreporter.stats.get("passed", [])
+        for name, value in report.user_properties
+        if name == "reliability"
     ]
     if entries:
         terminalreporter.section(f"reliability figures ({SCALE} scale)")

@@ -1,4 +1,5 @@
 """Helpers shared by the fault tests."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,7 @@ from tests.faults.procs import Child
 SLACK = 0.75
 
 
-def wait_for_holder(backend: BaseLockBackend, name: str, pid: int,
-                    timeout: float = 30.0) -> None:
+def wait_for_holder(backend: BaseLockBackend, name: str, pid: int, timeout: float = 30.0) -> None:
     """Wait until the process ``pid`` holds ``name``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -30,8 +30,7 @@ def wait_for_holder(backend: BaseLockBackend, name: str, pid: int,
     raise AssertionError(f"process {pid} never acquired {name!r}")
 
 
-def wait_for_report(path: Path, child: Child, final: Path,
-                    timeout: float = 30.0) -> dict[str, Any]:
+def wait_for_report(path: Path, child: Child, final: Path, timeout: float = 30.0) -> dict[str, Any]:
     """Wait until ``child`` has written the JSON report ``path``; return it. Fail at once if
     the child ends first, with what it said in its ``final`` report."""
     deadline = time.monotonic() + timeout
@@ -50,8 +49,10 @@ def exit_story(child: Child, report: Path) -> str:
     the report it wrote, if any, and the end of the zygote's log (children's tracebacks)."""
     status = child.wait(timeout=30)
     written = report.read_text() if report.exists() else "(none)"
-    return (f"exit status {status}; report {report.name}: {written}; "
-            f"zygote log:\n{child.zygote.log_tail(15)}")
+    return (
+        f"exit status {status}; report {report.name}: {written}; "
+        f"zygote log:\n{child.zygote.log_tail(15)}"
+    )
 
 
 def check_errors(config: dict[str, Any]) -> list[Any]:

@@ -1,5 +1,6 @@
 """Processes for the fault tests: a zygote (fork server) and the children it forks, which the
 tests kill (SIGKILL), pause (SIGSTOP) and resume (SIGCONT)."""
+
 from __future__ import annotations
 
 import json
@@ -24,12 +25,20 @@ class Zygote:
         self._guard = threading.Lock()
 
     def start(self) -> Zygote:
-        env = {**os.environ, "PYTHONPATH": str(ROOT),
-               "DJANGO_SETTINGS_MODULE": "tests.faults.child_settings"}
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "DJANGO_SETTINGS_MODULE": "tests.faults.child_settings",
+        }
         with open(self.log, "a") as log:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "tests.faults.zygote"], cwd=ROOT, env=env, text=True,
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                [sys.executable, "-m", "tests.faults.zygote"],
+                cwd=ROOT,
+                env=env,
+                text=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
             )
         return self
 

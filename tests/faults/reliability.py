@@ -9,6 +9,7 @@ measured result (tests/faults/conftest.py, ``record``); pytest's JUnit report gi
 test's outcome. The environment variable DISTLOCK_PYTEST replaces the pytest command
 (default: this Python with ``-m pytest``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,17 +40,34 @@ def main(argv: list[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="distlock-reliability-") as directory:
         results, junit = Path(directory) / "results.jsonl", Path(directory) / "junit.xml"
-        env = {**os.environ, "DISTLOCK_FAULTS_SCALE": arguments.scale,
-               "DISTLOCK_RELIABILITY_RESULTS": str(results)}
+        env = {
+            **os.environ,
+            "DISTLOCK_FAULTS_SCALE": arguments.scale,
+            "DISTLOCK_RELIABILITY_RESULTS": str(results),
+        }
         command = shlex.split(os.environ.get("DISTLOCK_PYTEST", "")) or [
-            sys.executable, "-m", "pytest"]
+            sys.executable,
+            "-m",
+            "pytest",
+        ]
         status = subprocess.call(
-            [*command, str(SUITE.relative_to(ROOT)), "-q", "-p", "no:cacheprovider",
-             f"--junitxml={junit}", *arguments.pytest_args],
-            cwd=ROOT, env=env,
+            [
+                *command,
+                str(SUITE.relative_to(ROOT)),
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                f"--junitxml={junit}",
+                *arguments.pytest_args,
+            ],
+            cwd=ROOT,
+            env=env,
         )
-        entries = [json.loads(line) for line in results.read_text().splitlines()] \
-            if results.exists() else []
+        entries = (
+            [json.loads(line) for line in results.read_text().splitlines()]
+            if results.exists()
+            else []
+        )
         outcomes = read_junit(junit) if junit.exists() else []
     arguments.out.parent.mkdir(parents=True, exist_ok=True)
     arguments.out.write_text(render(entries, outcomes, arguments.scale, status))
@@ -66,17 +84,27 @@ def read_junit(path: Path) -> list[dict[str, Any]]:
             found = case.find(kind)
             if found is not None:
                 outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[kind]
-                message = (found.get("message") or "").splitlines()[0][:200] if found.get(
-                    "message") else ""
-        cases.append({"module": case.get("classname", "").rsplit(".", 1)[-1],
-                      "name": case.get("name", ""), "outcome": outcome,
-                      "seconds": float(case.get("time") or 0), "message": message})
+                message = (
+                    (found.get("message") or "").splitlines()[0][:200]
+                    if found.get("message")
+                    else ""
+                )
+        cases.append(
+            {
+                "module": case.get("classname", "").rsplit(".", 1)[-1],
+                "name": case.get("name", ""),
+                "outcome": outcome,
+                "seconds": float(case.get("time") or 0),
+                "message": message,
+            }
+        )
     return cases
 
 
 # --- the document ---------------------------------------------------------------------
-def render(entries: list[dict[str, Any]], outcomes: list[dict[str, Any]], scale: str,
-           status: int) -> str:
+def render(
+    entries: list[dict[str, Any]], outcomes: list[dict[str, Any]], scale: str, status: int
+) -> str:
     scenarios = [entry for entry in entries if "scenario" in entry]
     machine = {entry["machine"]: entry for entry in entries if "machine" in entry}
     counts = Counter(case["outcome"] for case in outcomes)
@@ -98,8 +126,9 @@ def render(entries: list[dict[str, Any]], outcomes: list[dict[str, Any]], scale:
         "|---|---|",
     ]
     for entry in scenarios:
-        lines.append(f"| {entry['scenario']}<br><sub>`{short(entry['test'])}`</sub> | "
-                     f"{entry['result']} |")
+        lines.append(
+            f"| {entry['scenario']}<br><sub>`{short(entry['test'])}`</sub> | {entry['result']} |"
+        )
     soak = next((e for e in scenarios if e["scenario"].startswith("Soak")), None)
     if soak:
         lines += ["", *soak_section(soak["figures"])]
@@ -115,15 +144,20 @@ def header(machine: dict[str, Any], scale: str, counts: Counter[str], status: in
     start, end = machine.get("start"), machine.get("end")
     when = datetime.fromtimestamp(start["time"], UTC) if start else None
     minutes = (end["time"] - start["time"]) / 60 if start and end else 0
-    load = (f"load average {start['load'][0]:.1f} when the run started and "
-            f"{end['load'][0]:.1f} when it ended (1-minute averages)"
-            if start and end else "load not recorded")
+    load = (
+        f"load average {start['load'][0]:.1f} when the run started and "
+        f"{end['load'][0]:.1f} when it ended (1-minute averages)"
+        if start and end
+        else "load not recorded"
+    )
     verdict = "all passed" if status == 0 else f"**pytest exit status {status}**"
     return [
         f"Run of {when:%Y-%m-%d %H:%M} UTC on {code_version()} at **{scale} scale**, "
         f"{minutes:.0f} minutes: {counts['passed']} tests passed, "
         f"{counts['failed'] + counts['error']} failed, {counts['skipped']} skipped "
-        f"({verdict})." if when else "Run time not recorded.",
+        f"({verdict})."
+        if when
+        else "Run time not recorded.",
         "",
         f"Machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, "
         f"a shared machine: {load}. Python {platform.python_version()}, "
@@ -147,16 +181,21 @@ def soak_section(figures: dict[str, Any]) -> list[str]:
         "",
         "| Figure | Value |",
         "|---|---|",
-        *(f"| {name.replace('_', ' ')} | {value:,} |" if isinstance(value, int)
-          else f"| {name.replace('_', ' ')} | {value} |" for name, value in rows),
+        *(
+            f"| {name.replace('_', ' ')} | {value:,} |"
+            if isinstance(value, int)
+            else f"| {name.replace('_', ' ')} | {value} |"
+            for name, value in rows
+        ),
         "",
         "| Violation (each must be 0) | Count |",
         "|---|---|",
-        *(f"| {name.replace('_', ' ')} | {count} |"
-          for name, count in figures["violations"].items()),
+        *(
+            f"| {name.replace('_', ' ')} | {count} |"
+            for name, count in figures["violations"].items()
+        ),
         "",
-        "What \"no overlapping critical sections\" means, precisely (from "
-        "`tests/faults/soak.py`):",
+        'What "no overlapping critical sections" means, precisely (from `tests/faults/soak.py`):',
         "",
         *docstring_bullets(SUITE / "soak.py"),
     ]
@@ -175,8 +214,10 @@ def modules_section(outcomes: list[dict[str, Any]]) -> list[str]:
     ]
     for module, counts in sorted(by_module.items()):
         summary = first_paragraph(SUITE / f"{module}.py").replace("|", "\\|")
-        lines.append(f"| `{module}` | {summary} | {counts['passed']} | "
-                     f"{counts['failed'] + counts['error']} |")
+        lines.append(
+            f"| `{module}` | {summary} | {counts['passed']} | "
+            f"{counts['failed'] + counts['error']} |"
+        )
     return lines
 
 
@@ -213,9 +254,11 @@ def short(nodeid: str) -> str:
 
 def code_version() -> str:
     """The commit the suite ran on, saying so when the working tree had changes."""
+
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
-                              timeout=10).stdout.strip()
+        return subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
 
     try:
         commit = git("rev-parse", "--short", "HEAD")
@@ -231,8 +274,9 @@ def redis_version() -> str:
     try:
         from tests.support.redis_server import find_redis_server
 
-        output = subprocess.run([find_redis_server(), "--version"], capture_output=True,
-                                text=True, timeout=10).stdout
+        output = subprocess.run(
+            [find_redis_server(), "--version"], capture_output=True, text=True, timeout=10
+        ).stdout
         return "redis-server " + output.split("v=")[1].split()[0]
     except Exception:
         return "redis-server (version unknown)"
@@ -274,8 +318,8 @@ STATIC_SECTIONS = [
     "- `ttl=1e12` was accepted; its end did not fit a datetime, so `held()` raised "
     "OverflowError for every operator, and larger values were refused by Redis and reported "
     "as an unreachable server. Leases are now at most ten years.",
-    "- `force_release(name, token=\"\")` released whoever held the lock (an empty token read "
-    "as \"no token\"); `info(None)` raised AttributeError; `held(prefix=None)` listed nothing.",
+    '- `force_release(name, token="")` released whoever held the lock (an empty token read '
+    'as "no token"); `info(None)` raised AttributeError; `held(prefix=None)` listed nothing.',
     "- `OPTIONS={'CLUSTER': True}` made `manage.py check` connect to the cluster (and crash "
     "when it was down), and an unreachable cluster raised RedisClusterException instead of "
     "BackendUnavailable; `socket_timeout` NaN or infinite passed the check and failed at the "

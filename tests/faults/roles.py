@@ -4,6 +4,7 @@ Every role runs in a child of its own: configure() first points it at the test's
 database, then the role runs until it returns or is killed. Roles report through files
 (written whole, then renamed, so a killed process never leaves half a report).
 """
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,9 @@ def hold(name: str, ttl: float) -> None:
     time.sleep(3600)
 
 
-def stale_writer(name: str, ttl: float, account: int, action: str, out: str,
-                 auto_renew: bool = False) -> None:
+def stale_writer(
+    name: str, ttl: float, account: int, action: str, out: str, auto_renew: bool = False
+) -> None:
     """Acquire, say so (``out``.held), and wait for the test's go (``out``.go): meanwhile the
     test pauses this process past its lease while another holder takes the lock and writes.
     Then write to the account fenced by the token, and try ``action`` (release or extend).
@@ -58,12 +60,18 @@ def stale_writer(name: str, ttl: float, account: int, action: str, out: str,
     from tests.support.fencingapp.models import Account
 
     lost = threading.Event()
-    lk = distlock.lock(name, ttl=ttl, wait=30, auto_renew=auto_renew,
-                       on_lost=lambda lock: lost.set())
+    lk = distlock.lock(
+        name, ttl=ttl, wait=30, auto_renew=auto_renew, on_lost=lambda lock: lost.set()
+    )
     started = time.monotonic()
     if not lk.acquire():
-        write_report(out, {"acquire": f"returned False after {time.monotonic() - started:.2f} s",
-                           "holder": repr(lk.holder())})
+        write_report(
+            out,
+            {
+                "acquire": f"returned False after {time.monotonic() - started:.2f} s",
+                "holder": repr(lk.holder()),
+            },
+        )
         raise SystemExit(3)
     report: dict[str, Any] = {"fencing_token": lk.fencing_token}
     write_report(f"{out}.held", report)
@@ -73,8 +81,12 @@ def stale_writer(name: str, ttl: float, account: int, action: str, out: str,
     if auto_renew:  # the renewal thread, resumed too, finds the lease gone (on_lost)
         report["on_lost"] = lost.wait(30)
     try:
-        fenced_update(Account.objects.filter(pk=account), lk.fencing_token, strict=True,
-                      balance=F("balance") + 1)
+        fenced_update(
+            Account.objects.filter(pk=account),
+            lk.fencing_token,
+            strict=True,
+            balance=F("balance") + 1,
+        )
         report["write"] = "accepted"
     except distlock.FencedUpdateRejected as exc:
         report["write"] = type(exc).__name__
@@ -136,8 +148,9 @@ def soak_worker(name: str, lease: float, target: int, counter: str, log: str) ->
 
     def write(token: int, kind: str) -> bool:
         with transaction.atomic():
-            accepted = fenced_update(Account.objects.filter(pk=1), token,
-                                     balance=F("balance") + 1) == 1
+            accepted = (
+                fenced_update(Account.objects.filter(pk=1), token, balance=F("balance") + 1) == 1
+            )
             if accepted:
                 FencedWrite.objects.create(token=token, writer=pid, kind=kind)
         return accepted

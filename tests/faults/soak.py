@@ -25,6 +25,7 @@ What "no overlapping critical sections" means here, precisely:
   (by fencing token) outlived its lease, and every write it made after the newer holder's
   first accepted write was rejected.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,10 +47,14 @@ LOCK_NAME = "soak"
 COUNTER = "soak:acquisitions"
 # Every way the run can go wrong; each is counted by check() and must stay 0.
 VIOLATIONS = (
-    "protected_intervals_overlap", "tokens_out_of_acquisition_order",
-    "resource_accepted_an_older_token", "balance_differs_from_ledger",
-    "accepted_write_missing_from_ledger", "ledger_write_not_accepted",
-    "write_rejected_within_its_lease", "wall_overlap_within_a_lease",
+    "protected_intervals_overlap",
+    "tokens_out_of_acquisition_order",
+    "resource_accepted_an_older_token",
+    "balance_differs_from_ledger",
+    "accepted_write_missing_from_ledger",
+    "ledger_write_not_accepted",
+    "write_rejected_within_its_lease",
+    "wall_overlap_within_a_lease",
     "stale_write_accepted_after_newer",
 )
 
@@ -93,9 +98,18 @@ class Soak:
     """Run ``workers`` processes until ``acquisitions`` were counted, injecting a fault every
     ``fault_every`` seconds on average."""
 
-    def __init__(self, zygote: Zygote, redis_url: str, directory: Path, *, workers: int = 8,
-                 acquisitions: int = 5000, lease: float = 0.4, fault_every: float = 1.0,
-                 seed: int | None = None) -> None:
+    def __init__(
+        self,
+        zygote: Zygote,
+        redis_url: str,
+        directory: Path,
+        *,
+        workers: int = 8,
+        acquisitions: int = 5000,
+        lease: float = 0.4,
+        fault_every: float = 1.0,
+        seed: int | None = None,
+    ) -> None:
         from distlock.backends.redis import RedisBackend
 
         self.zygote = zygote
@@ -119,13 +133,18 @@ class Soak:
 
     # --- running --------------------------------------------------------------------
     def spawn(self, role: str, **kwargs: Any) -> Child:
-        return self.zygote.spawn(role, {"kind": "redis", "url": self.url, "db": self.db},
-                                 **kwargs)
+        return self.zygote.spawn(role, {"kind": "redis", "url": self.url, "db": self.db}, **kwargs)
 
     def start_worker(self) -> None:
         log = str(self.logs / f"{len(self.children)}.log")
-        child = self.spawn("soak_worker", name=LOCK_NAME, lease=self.lease, target=self.target,
-                           counter=COUNTER, log=log)
+        child = self.spawn(
+            "soak_worker",
+            name=LOCK_NAME,
+            lease=self.lease,
+            target=self.target,
+            counter=COUNTER,
+            log=log,
+        )
         self.children[child.pid] = child
         self.log_of[child.pid] = log
 
@@ -228,8 +247,7 @@ class Soak:
                     continue
                 section = found[token]
                 if kind == "W":
-                    section.writes.append((rest[0], float(rest[1]), float(rest[2]),
-                                           rest[3] == "1"))
+                    section.writes.append((rest[0], float(rest[1]), float(rest[2]), rest[3] == "1"))
                 elif kind == "R":
                     section.releasing = section.ended = float(rest[0])
                 elif kind == "E":
@@ -243,35 +261,43 @@ class Soak:
                 section.ended = self.faults.killed_at.get(section.log, section.deadline)
         with sqlite3.connect(self.db) as db:
             ledger = db.execute(
-                "SELECT token, kind FROM fencingapp_fencedwrite ORDER BY id").fetchall()
+                "SELECT token, kind FROM fencingapp_fencedwrite ORDER BY id"
+            ).fetchall()
             balance, fence = db.execute(
-                "SELECT balance, fence FROM fencingapp_account WHERE id = 1").fetchone()
+                "SELECT balance, fence FROM fencingapp_account WHERE id = 1"
+            ).fetchone()
         violations = check(sections, ledger, balance)
         writes = [write for section in sections for write in section.writes]
         overlaps = wall_time_overlaps(sections)
         return {
-            "workers": self.workers, "target": self.target, "lease_seconds": self.lease,
+            "workers": self.workers,
+            "target": self.target,
+            "lease_seconds": self.lease,
             "acquisitions": len(sections),
             "released": sum(s.outcome == "released" for s in sections),
             "release_refused_after_lease": sum(
-                s.outcome not in (None, "released") for s in sections),
+                s.outcome not in (None, "released") for s in sections
+            ),
             "killed_inside": sum(s.releasing is None for s in sections),
-            "kills": dict(self.faults.kills), "pauses": dict(self.faults.pauses),
+            "kills": dict(self.faults.kills),
+            "pauses": dict(self.faults.pauses),
             "pauses_longer_than_lease": self.faults.pauses_longer_than_lease,
             "leases_outlived": sum(s.outlived_lease for s in sections),
             "paused_before_first_timestamp": sum(not s.protected for s in sections),
             "writes_accepted": sum(w[3] for w in writes),
             "writes_rejected": sum(not w[3] for w in writes),
-            "ledger_writes": len(ledger), "balance": balance, "last_fence": fence,
+            "ledger_writes": len(ledger),
+            "balance": balance,
+            "last_fence": fence,
             "wall_time_overlaps": len(overlaps),
-            "violations": violations, "worker_errors": self.worker_errors,
+            "violations": violations,
+            "worker_errors": self.worker_errors,
             "seconds": round(seconds, 1),
             "acquisitions_per_second": round(len(sections) / seconds, 1),
         }
 
 
-def check(sections: list[Section], ledger: list[tuple[int, str]],
-          balance: int) -> dict[str, int]:
+def check(sections: list[Section], ledger: list[tuple[int, str]], balance: int) -> dict[str, int]:
     """Count every violation of the properties in the module docstring (all must be 0)."""
     violations: Counter[str] = Counter()
     # Lease exclusion, and the tokens in the order of acquisition.
@@ -284,7 +310,8 @@ def check(sections: list[Section], ledger: list[tuple[int, str]],
     # The resource: commit order never goes back to an older token.
     tokens = [token for token, _ in ledger]
     violations["resource_accepted_an_older_token"] = sum(
-        later < earlier for earlier, later in itertools.pairwise(tokens))
+        later < earlier for earlier, later in itertools.pairwise(tokens)
+    )
     violations["balance_differs_from_ledger"] = int(balance != len(ledger))
     accepted = Counter((s.token, w[0]) for s in sections for w in s.writes if w[3])
     in_ledger = Counter(ledger)
@@ -292,8 +319,10 @@ def check(sections: list[Section], ledger: list[tuple[int, str]],
     logged = {(s.token, w[0]) for s in sections for w in s.writes}
     known = {s.token for s in sections}
     violations["ledger_write_not_accepted"] = sum(
-        1 for entry in ledger if (entry in logged and entry not in accepted)
-        or entry[0] not in known)
+        1
+        for entry in ledger
+        if (entry in logged and entry not in accepted) or entry[0] not in known
+    )
     # Fencing rejected exactly the late writes.
     for section in sections:
         for _, _, finished, ok in section.writes:
@@ -301,14 +330,16 @@ def check(sections: list[Section], ledger: list[tuple[int, str]],
                 violations["write_rejected_within_its_lease"] += 1
     # Wall time: overlaps only with a holder that outlived its lease, fenced out.
     first_accepted = {
-        s.token: min((w[2] for w in s.writes if w[3]), default=None) for s in sections}
+        s.token: min((w[2] for w in s.writes if w[3]), default=None) for s in sections
+    }
     for older, newer in wall_time_overlaps(sections):
         if not older.outlived_lease:
             violations["wall_overlap_within_a_lease"] += 1
         cutoff = first_accepted[newer.token]
         if cutoff is not None:
             violations["stale_write_accepted_after_newer"] += sum(
-                1 for _, started, _, ok in older.writes if ok and started > cutoff)
+                1 for _, started, _, ok in older.writes if ok and started > cutoff
+            )
     return {name: violations[name] for name in VIOLATIONS}
 
 
@@ -332,20 +363,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--acquisitions", type=int, default=100_000)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--lease", type=float, default=0.4)
-    parser.add_argument("--fault-every", type=float, default=1.0,
-                        help="mean seconds between faults")
+    parser.add_argument(
+        "--fault-every", type=float, default=1.0, help="mean seconds between faults"
+    )
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--json", type=Path, help="also write the figures here")
     arguments = parser.parse_args(argv)
     from tests.support.redis_server import RedisServer
 
-    with (tempfile.TemporaryDirectory(prefix="distlock-soak-", dir=_fast_tmp()) as directory,
-          RedisServer() as server):
+    with (
+        tempfile.TemporaryDirectory(prefix="distlock-soak-", dir=_fast_tmp()) as directory,
+        RedisServer() as server,
+    ):
         zygote = Zygote(Path(directory) / "zygote.log").start()
         try:
-            figures = Soak(zygote, server.url, Path(directory), workers=arguments.workers,
-                           acquisitions=arguments.acquisitions, lease=arguments.lease,
-                           fault_every=arguments.fault_every, seed=arguments.seed).run()
+            figures = Soak(
+                zygote,
+                server.url,
+                Path(directory),
+                workers=arguments.workers,
+                acquisitions=arguments.acquisitions,
+                lease=arguments.lease,
+                fault_every=arguments.fault_every,
+                seed=arguments.seed,
+            ).run()
         finally:
             zygote.close()
     print(json.dumps(figures, indent=2))

@@ -1,5 +1,6 @@
 """Hostile values at every public entry point get a clear, specific error (never a crash
 deep inside, never a silent misreading)."""
+
 from __future__ import annotations
 
 import math
@@ -17,10 +18,20 @@ pytestmark = pytest.mark.django_db(databases=[])
 
 # (value, the error it must raise) for a number of seconds that must be > 0.
 BAD_TTLS = [
-    (0, ValueError), (-1, ValueError), (math.nan, ValueError), (math.inf, ValueError),
-    (-math.inf, ValueError), (0.0001, ValueError), (MAX_LEASE_SECONDS + 1, ValueError),
-    (1e300, ValueError), (True, TypeError), (False, TypeError), ("5", TypeError),
-    (b"5", TypeError), ([], TypeError), (Decimal("5"), TypeError),
+    (0, ValueError),
+    (-1, ValueError),
+    (math.nan, ValueError),
+    (math.inf, ValueError),
+    (-math.inf, ValueError),
+    (0.0001, ValueError),
+    (MAX_LEASE_SECONDS + 1, ValueError),
+    (1e300, ValueError),
+    (True, TypeError),
+    (False, TypeError),
+    ("5", TypeError),
+    (b"5", TypeError),
+    ([], TypeError),
+    (Decimal("5"), TypeError),
 ]
 # wait may be 0 (try once) or None (wait until acquired).
 BAD_WAITS = [(v, e) for v, e in BAD_TTLS if v not in (0, 0.0001, MAX_LEASE_SECONDS + 1, 1e300)]
@@ -76,22 +87,42 @@ def test_a_lease_longer_than_ten_years_is_refused_everywhere(backend_kind, setti
 
 # --- operator API: info, force_release, held, count -------------------------------------
 BAD_NAMES = [
-    ("", InvalidLockName), ("x" * 10240, InvalidLockName), ("a\x00b", InvalidLockName),
-    ("line\nbreak", InvalidLockName), ("\x1b[31mred", InvalidLockName), (None, TypeError),
-    (5, TypeError), (b"bytes", TypeError),
+    ("", InvalidLockName),
+    ("x" * 10240, InvalidLockName),
+    ("a\x00b", InvalidLockName),
+    ("line\nbreak", InvalidLockName),
+    ("\x1b[31mred", InvalidLockName),
+    (None, TypeError),
+    (5, TypeError),
+    (b"bytes", TypeError),
 ]
 # Valid names that look like wildcards, hash tags, percent-escapes or distlock's own keys:
 # each must name one lock of its own.
-TRICKY_NAMES = ["*", "?", "[ab]", "{}", "{b00}", "%2A", "a:{b01}:lock:x", "test:{b03}:held",
-                "ключ 🔒", " ", "\\", "'; DROP TABLE x; --"]
+TRICKY_NAMES = [
+    "*",
+    "?",
+    "[ab]",
+    "{}",
+    "{b00}",
+    "%2A",
+    "a:{b01}:lock:x",
+    "test:{b03}:held",
+    "ключ 🔒",
+    " ",
+    "\\",
+    "'; DROP TABLE x; --",
+]
 
 
 @pytest.mark.parametrize(("name", "error"), BAD_NAMES)
 def test_every_entry_point_rejects_a_bad_name(backend_kind, name, error) -> None:
     # Before: info(None) raised AttributeError from deep inside, info("") answered None.
     backend = locks["default"]
-    for call in (lambda: distlock.lock(name), lambda: backend.info(name),
-                 lambda: backend.force_release(name)):
+    for call in (
+        lambda: distlock.lock(name),
+        lambda: backend.info(name),
+        lambda: backend.force_release(name),
+    ):
         with pytest.raises(error):
             call()
 
@@ -147,10 +178,18 @@ def test_listing_rejects_a_prefix_that_is_not_text(backend_kind, prefix) -> None
         backend.count(prefix)
 
 
-@pytest.mark.parametrize(("limit", "offset", "error"), [
-    ("3", 0, TypeError), (0, 0, ValueError), (-1, 0, ValueError), (True, 0, TypeError),
-    (10, -1, ValueError), (10, 1.5, TypeError), (10, None, TypeError),
-])
+@pytest.mark.parametrize(
+    ("limit", "offset", "error"),
+    [
+        ("3", 0, TypeError),
+        (0, 0, ValueError),
+        (-1, 0, ValueError),
+        (True, 0, TypeError),
+        (10, -1, ValueError),
+        (10, 1.5, TypeError),
+        (10, None, TypeError),
+    ],
+)
 def test_listing_rejects_bad_pages(backend_kind, limit, offset, error) -> None:
     with pytest.raises(error):
         locks["default"].held(limit=limit, offset=offset)
@@ -175,10 +214,17 @@ def test_tricky_names_are_separate_locks_and_prefixes_are_not_patterns(backend_k
 REDIS = "distlock.backends.redis.RedisBackend"
 
 
-@pytest.mark.parametrize("location", [
-    " redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0\n", "redis://h:6379/0 ",
-    "redis://127.0.0.1:6379/notadb", "redis://127.0.0.1:6379/0/1", "rediss://h/-1",
-])
+@pytest.mark.parametrize(
+    "location",
+    [
+        " redis://127.0.0.1:6379/0",
+        "redis://127.0.0.1:6379/0\n",
+        "redis://h:6379/0 ",
+        "redis://127.0.0.1:6379/notadb",
+        "redis://127.0.0.1:6379/0/1",
+        "rediss://h/-1",
+    ],
+)
 def test_malformed_location_is_e005_at_check_time(location) -> None:
     # Before: a database that is not a number was ignored by redis-py (database 0 was used),
     # and surrounding whitespace passed the check but failed in the client, blamed on OPTIONS.
@@ -186,22 +232,32 @@ def test_malformed_location_is_e005_at_check_time(location) -> None:
     assert error.id == "distlock.E005" and "LOCATION" in error.msg and error.hint
 
 
-@pytest.mark.parametrize("options", [
-    {"socket_timeout": math.nan}, {"socket_timeout": math.inf},
-    {"socket_connect_timeout": -math.inf}, {"CLUSTER": "yes"}, {"CLUSTER": 1},
-    {"SENTINELS": "10.0.0.1:26379"}, {"SENTINELS": []}, {"SENTINELS": [("h",)]},
-    {"SENTINELS": [("h", "26379")]}, {"SENTINELS": [("h", 26379)], "SENTINEL_KWARGS": "pw"},
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"socket_timeout": math.nan},
+        {"socket_timeout": math.inf},
+        {"socket_connect_timeout": -math.inf},
+        {"CLUSTER": "yes"},
+        {"CLUSTER": 1},
+        {"SENTINELS": "10.0.0.1:26379"},
+        {"SENTINELS": []},
+        {"SENTINELS": [("h",)]},
+        {"SENTINELS": [("h", "26379")]},
+        {"SENTINELS": [("h", 26379)], "SENTINEL_KWARGS": "pw"},
+    ],
+)
 def test_wrong_option_types_are_e006_at_check_time(options) -> None:
     # Before: socket_timeout=nan or inf passed the check, then the first lock raised ValueError
     # or OverflowError; CLUSTER='yes' crashed `manage.py check` (it tried to connect).
-    [error] = check_errors({"BACKEND": REDIS, "LOCATION": "redis://h:6379/0",
-                            "OPTIONS": options})
+    [error] = check_errors({"BACKEND": REDIS, "LOCATION": "redis://h:6379/0", "OPTIONS": options})
     assert error.id == "distlock.E006" and error.hint
 
 
-@pytest.mark.parametrize("backend", ["", "distlock", "distlock.lock.Lock", "os.path.join",
-                                     "distlock.backends.redis.RedisBackend "])
+@pytest.mark.parametrize(
+    "backend",
+    ["", "distlock", "distlock.lock.Lock", "os.path.join", "distlock.backends.redis.RedisBackend "],
+)
 def test_unknown_backend_is_e004(backend) -> None:
     [error] = check_errors({"BACKEND": backend, "LOCATION": "redis://h:6379/0"})
     assert error.id == "distlock.E004" and error.hint
@@ -213,8 +269,11 @@ def test_cluster_option_is_checked_without_connecting_and_fails_closed(settings)
     # (instead of BackendUnavailable).
     from tests.support.redis_server import free_port
 
-    config = {"BACKEND": REDIS, "LOCATION": f"redis://127.0.0.1:{free_port()}/0",
-              "OPTIONS": {"CLUSTER": True, "socket_connect_timeout": 0.5}}
+    config = {
+        "BACKEND": REDIS,
+        "LOCATION": f"redis://127.0.0.1:{free_port()}/0",
+        "OPTIONS": {"CLUSTER": True, "socket_connect_timeout": 0.5},
+    }
     assert check_errors(config) == []
     settings.DISTLOCK = {"default": config}
     with pytest.raises(distlock.BackendUnavailable, match="did not answer"):

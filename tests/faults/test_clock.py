@@ -1,6 +1,7 @@
 """The client's wall clock jumps an hour (NTP step, a VM restored, an operator): leases,
 waits and renewals do not notice. They run on time.monotonic() on the client and on the
 server's own clock in Redis; only displayed timestamps come from a wall clock."""
+
 from __future__ import annotations
 
 import threading
@@ -30,8 +31,9 @@ def jump(monkeypatch) -> Callable[[float], None]:
 
 
 @pytest.mark.parametrize("direction", [HOUR, -HOUR], ids=["forward", "backward"])
-def test_a_lease_ends_on_time_whatever_the_wall_clock_says(backend_kind, jump, direction,
-                                                           record) -> None:
+def test_a_lease_ends_on_time_whatever_the_wall_clock_says(
+    backend_kind, jump, direction, record
+) -> None:
     holder = distlock.lock("clock", ttl=0.5)
     holder.acquire()
     acquired = time.monotonic()
@@ -45,9 +47,12 @@ def test_a_lease_ends_on_time_whatever_the_wall_clock_says(backend_kind, jump, d
     assert successor.fencing_token > holder.fencing_token
     successor.release()
     if backend_kind == "redis":
-        record(f"Client wall clock jumps an hour {'forward' if direction > 0 else 'backward'}",
-               f"a 0.5 s lease ended after {lasted:.2f}s; ttl_remaining() unaffected; fencing "
-               "tokens still increasing", lease_lasted_seconds=round(lasted, 2))
+        record(
+            f"Client wall clock jumps an hour {'forward' if direction > 0 else 'backward'}",
+            f"a 0.5 s lease ended after {lasted:.2f}s; ttl_remaining() unaffected; fencing "
+            "tokens still increasing",
+            lease_lasted_seconds=round(lasted, 2),
+        )
 
 
 def test_a_wait_lasts_as_long_as_asked_across_jumps(backend_kind, jump) -> None:

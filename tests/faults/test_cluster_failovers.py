@@ -5,6 +5,7 @@ resharded then rebalanced under a locking and listing load.
 
 Marked slow (clusters of their own); tests/backends/test_cluster_topologies.py kills a master and
 reshards 1,000 slots under load in the normal suite."""
+
 from __future__ import annotations
 
 import itertools
@@ -55,8 +56,9 @@ def try_each(backend: RedisBackend, names: list[str]) -> Counter[str]:
     return outcomes
 
 
-def test_a_killed_master_with_a_lagging_replica_loses_no_acknowledged_lock(settings: Any,
-                                                                           record) -> None:
+def test_a_killed_master_with_a_lagging_replica_loses_no_acknowledged_lock(
+    settings: Any, record
+) -> None:
     with RedisCluster(masters=3, replicas=1) as cluster:
         config = distlock_settings("cluster", cluster.urls[0])[0]["default"]
         params = {**config, "OPTIONS": {**config["OPTIONS"], **CONFIRMED}}
@@ -93,14 +95,18 @@ def test_a_killed_master_with_a_lagging_replica_loses_no_acknowledged_lock(setti
             time.sleep(0.1)
         back = time.monotonic()
         fresh.close()
-    record("Cluster master SIGKILL, replica paused 1 s before, WAIT_REPLICAS=1",
-           f"0 of {len(acknowledged.tokens)} acknowledged locks lost ({acknowledged.refused} "
-           "acquires "
-           f"refused while unconfirmed); promoted {promoted - killed:.1f} s after the kill; "
-           "the shard left without a replica refused every acquire (BackendUnavailable) until "
-           f"the old master rejoined as its replica, {back - restarted:.1f} s after its restart",
-           acknowledged=len(acknowledged.tokens), lost=0, promotion=round(promoted - killed, 2),
-           replica_back=round(back - restarted, 2))
+    record(
+        "Cluster master SIGKILL, replica paused 1 s before, WAIT_REPLICAS=1",
+        f"0 of {len(acknowledged.tokens)} acknowledged locks lost ({acknowledged.refused} "
+        "acquires "
+        f"refused while unconfirmed); promoted {promoted - killed:.1f} s after the kill; "
+        "the shard left without a replica refused every acquire (BackendUnavailable) until "
+        f"the old master rejoined as its replica, {back - restarted:.1f} s after its restart",
+        acknowledged=len(acknowledged.tokens),
+        lost=0,
+        promotion=round(promoted - killed, 2),
+        replica_back=round(back - restarted, 2),
+    )
 
 
 def test_resharding_and_rebalancing_under_load(settings: Any, record) -> None:
@@ -122,9 +128,13 @@ def test_resharding_and_rebalancing_under_load(settings: Any, record) -> None:
     during = [ok for at, ok in load.listings.seen if started <= at <= moved]
     assert load.unexpected == [] and load.overlaps == [] and load.incomplete == []
     assert during and load.lockings.first_success_after(moved) is not None
-    record("Cluster resharding under load (3,000 slots moved, then rebalanced)",
-           f"{moved - started:.1f} s of slot moves: {len(load.lockings.seen)} locks taken, 0 "
-           f"overlaps, no MOVED/ASK/CROSSSLOT or other error reached a caller; {len(during)} "
-           f"listings meanwhile, each complete, {during.count(False)} BackendUnavailable",
-           seconds=round(moved - started, 1), listings=len(during),
-           unavailable=during.count(False), overlaps=0)
+    record(
+        "Cluster resharding under load (3,000 slots moved, then rebalanced)",
+        f"{moved - started:.1f} s of slot moves: {len(load.lockings.seen)} locks taken, 0 "
+        f"overlaps, no MOVED/ASK/CROSSSLOT or other error reached a caller; {len(during)} "
+        f"listings meanwhile, each complete, {during.count(False)} BackendUnavailable",
+        seconds=round(moved - started, 1),
+        listings=len(during),
+        unavailable=during.count(False),
+        overlaps=0,
+    )

@@ -4,6 +4,7 @@ SIGKILLed while its replica lags. Never two holders, no acknowledged lock lost.
 
 Marked slow: each round starts a group of its own. tests/backends/test_sentinel.py runs one round
 of each in the normal suite."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -43,10 +44,15 @@ def test_planned_failovers_never_give_two_holders(settings, replicas, record) ->
         starts = sorted(start for _, start, _ in outcome.intervals)
         gaps.append(max(later - earlier for earlier, later in pairwise(starts)))
         holds += len(outcome.intervals)
-    record(f"SENTINEL FAILOVER, {replicas} replica(s), WAIT_REPLICAS={replicas}",
-           f"{ROUNDS} planned failovers, {holds} holds by a long-lived and fresh clients: "
-           f"0 times two holders; no lock for at most {max(gaps):.1f} s per failover",
-           rounds=ROUNDS, holds=holds, two_holders=0, longest_gap=round(max(gaps), 2))
+    record(
+        f"SENTINEL FAILOVER, {replicas} replica(s), WAIT_REPLICAS={replicas}",
+        f"{ROUNDS} planned failovers, {holds} holds by a long-lived and fresh clients: "
+        f"0 times two holders; no lock for at most {max(gaps):.1f} s per failover",
+        rounds=ROUNDS,
+        holds=holds,
+        two_holders=0,
+        longest_gap=round(max(gaps), 2),
+    )
 
 
 def test_masters_killed_while_replicas_lag_lose_no_acknowledged_lock(settings, record):
@@ -55,7 +61,12 @@ def test_masters_killed_while_replicas_lag_lose_no_acknowledged_lock(settings, r
         acked, unconfirmed = in_a_group(settings, 1, kill_while_lagging)
         acknowledged += acked
         refused += unconfirmed
-    record("Master SIGKILL, replica paused 1 s before, WAIT_REPLICAS=1",
-           f"{ROUNDS} kills: 0 of {acknowledged} acknowledged locks lost; {refused} acquires "
-           "refused with BackendUnavailable while the replica could not confirm",
-           rounds=ROUNDS, acknowledged=acknowledged, lost=0, refused=refused)
+    record(
+        "Master SIGKILL, replica paused 1 s before, WAIT_REPLICAS=1",
+        f"{ROUNDS} kills: 0 of {acknowledged} acknowledged locks lost; {refused} acquires "
+        "refused with BackendUnavailable while the replica could not confirm",
+        rounds=ROUNDS,
+        acknowledged=acknowledged,
+        lost=0,
+        refused=refused,
+    )

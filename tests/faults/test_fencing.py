@@ -1,6 +1,7 @@
 """Fencing that protects the database: distlock.fencing.fenced_update makes a model write
 conditional on the fencing token, so a holder whose lease ended cannot overwrite the work of
 the holder after it, even when it wakes up convinced it still holds the lock."""
+
 from __future__ import annotations
 
 import json
@@ -76,21 +77,31 @@ async def test_async_twin() -> None:
     assert (account.balance, account.fence) == (99, 9)
 
 
-@pytest.mark.parametrize(("token", "error", "message"), [
-    (None, TypeError, "not held"), (True, TypeError, "bool"), ("34", TypeError, "str"),
-    (34.0, TypeError, "float"), (0, ValueError, "> 0"), (-1, ValueError, "> 0"),
-])
+@pytest.mark.parametrize(
+    ("token", "error", "message"),
+    [
+        (None, TypeError, "not held"),
+        (True, TypeError, "bool"),
+        ("34", TypeError, "str"),
+        (34.0, TypeError, "float"),
+        (0, ValueError, "> 0"),
+        (-1, ValueError, "> 0"),
+    ],
+)
 def test_bad_tokens_are_refused(account, token, error, message) -> None:
     with pytest.raises(error, match=message):
         fenced_update(accounts(account), token, balance=0)
 
 
-@pytest.mark.parametrize(("arguments", "message"), [
-    ({"field": "nope"}, "has no field 'nope'"),
-    ({"field": "balance"}, "must be a BigIntegerField"),  # 32 bits: tokens would overflow
-    ({"fence": 5}, "is the fence field"),
-    ({"strict": "yes"}, "strict must be True or False"),
-])
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"field": "nope"}, "has no field 'nope'"),
+        ({"field": "balance"}, "must be a BigIntegerField"),  # 32 bits: tokens would overflow
+        ({"fence": 5}, "is the fence field"),
+        ({"strict": "yes"}, "strict must be True or False"),
+    ],
+)
 def test_bad_fields_are_refused_with_a_hint(account, arguments, message) -> None:
     with pytest.raises((ValueError, TypeError), match=message):
         fenced_update(accounts(account), 5, **arguments)
@@ -104,15 +115,23 @@ def test_only_querysets(account) -> None:
 # --- a paused, expired holder in another process --------------------------------------
 @pytest.mark.django_db(transaction=True, databases=["fencing"])
 @pytest.mark.parametrize("action", ["release", "extend"])
-def test_a_paused_expired_holders_late_write_is_rejected(spawn, redis_backend, tmp_path,
-                                                         action, record) -> None:
+def test_a_paused_expired_holders_late_write_is_rejected(
+    spawn, redis_backend, tmp_path, action, record
+) -> None:
     """Kleppmann's scenario with real processes: the holder is frozen (SIGSTOP) past its
     lease, another holder takes the lock and writes, the first wakes up and writes too."""
     account = Account.objects.using("fencing").create(balance=100, fence=0)
     out = tmp_path / "stale.json"
-    stale = spawn("stale_writer", url=redis_backend,
-                  db=connections["fencing"].settings_dict["NAME"], name="acct", ttl=0.5,
-                  account=account.pk, action=action, out=str(out))
+    stale = spawn(
+        "stale_writer",
+        url=redis_backend,
+        db=connections["fencing"].settings_dict["NAME"],
+        name="acct",
+        ttl=0.5,
+        account=account.pk,
+        action=action,
+        out=str(out),
+    )
     backend = distlock.locks["default"]
     # Paused once it knows it holds the lock (not once the server shows it as the holder: a
     # grant it had not read yet would reach it after its lease, and count as not acquired).
@@ -123,8 +142,7 @@ def test_a_paused_expired_holders_late_write_is_rejected(spawn, redis_backend, t
     assert current.acquire(wait=30), "the frozen holder's 0.5 s lease never ended"
     before = backend.info("acct")
     rows = Account.objects.using("fencing").filter(pk=account.pk)
-    assert fenced_update(rows, current.fencing_token, strict=True,
-                         balance=F("balance") + 10) == 1
+    assert fenced_update(rows, current.fencing_token, strict=True, balance=F("balance") + 10) == 1
     Path(f"{out}.go").touch()
     stale.resume()
     paused_for = time.monotonic() - paused_at
@@ -146,18 +164,28 @@ def test_a_paused_expired_holders_late_write_is_rejected(spawn, redis_backend, t
         "Holder paused (SIGSTOP) past its lease, then resumed",
         f"late write rejected by fencing (FencedUpdateRejected); its {action}() raised "
         "LockNotOwned; the new holder's lease, token and write untouched",
-        paused_seconds=round(paused_for, 2), lease_seconds=0.5,
+        paused_seconds=round(paused_for, 2),
+        lease_seconds=0.5,
     )
 
 
 @pytest.mark.django_db(transaction=True, databases=["fencing"])
-def test_an_auto_renewed_holder_paused_past_its_lease_learns_it_lost(spawn, redis_backend,
-                                                                     tmp_path, record) -> None:
+def test_an_auto_renewed_holder_paused_past_its_lease_learns_it_lost(
+    spawn, redis_backend, tmp_path, record
+) -> None:
     account = Account.objects.using("fencing").create(balance=100, fence=0)
     out = tmp_path / "stale.json"
-    stale = spawn("stale_writer", url=redis_backend,
-                  db=connections["fencing"].settings_dict["NAME"], name="renewed", ttl=0.5,
-                  account=account.pk, action="release", out=str(out), auto_renew=True)
+    stale = spawn(
+        "stale_writer",
+        url=redis_backend,
+        db=connections["fencing"].settings_dict["NAME"],
+        name="renewed",
+        ttl=0.5,
+        account=account.pk,
+        action="release",
+        out=str(out),
+        auto_renew=True,
+    )
     wait_for_report(Path(f"{out}.held"), stale, final=out)
     stale.pause()  # the renewal thread is frozen too
     current = distlock.lock("renewed", ttl=30)
@@ -168,9 +196,13 @@ def test_an_auto_renewed_holder_paused_past_its_lease_learns_it_lost(spawn, redi
     stale.resume()
     assert stale.wait(timeout=30) == 0, exit_story(stale, out)
     report = json.loads(out.read_text())
-    assert report == {"fencing_token": report["fencing_token"], "on_lost": True,
-                      "write": "FencedUpdateRejected", "newest": current.fencing_token,
-                      "release": "LockLost"}
+    assert report == {
+        "fencing_token": report["fencing_token"],
+        "on_lost": True,
+        "write": "FencedUpdateRejected",
+        "newest": current.fencing_token,
+        "release": "LockLost",
+    }
     assert current.owned()
     current.release()
     assert FencedWrite.objects.using("fencing").count() == 0

@@ -4,6 +4,7 @@ ends, and the next waiter gets it right after.
 How soon after depends on the server: Redis 6.2 ends a blocking command's timeout (the
 waiter's BLPOP, which lasts until the holder's lease ends) on its periodic tick, ``hz`` times
 a second (10 by default), so waiters wake up to 100 ms late; with ``hz 100``, 10 ms."""
+
 from __future__ import annotations
 
 import random
@@ -62,7 +63,10 @@ def test_a_killed_holders_lock_is_taken_when_its_lease_ends(spawn, server_hz, re
         f"{kills}/{kills} re-acquired after the lease ended and never before (0 overlaps); "
         f"delay after the {LEASE}s lease: median {statistics.median(delays) * 1000:.0f} ms, "
         f"max {max(delays) * 1000:.0f} ms",
-        kills=kills, lease_seconds=LEASE, overlaps=0, hz=hz,
+        kills=kills,
+        lease_seconds=LEASE,
+        overlaps=0,
+        hz=hz,
         median_delay_ms=round(statistics.median(delays) * 1000, 1),
         max_delay_ms=round(max(delays) * 1000, 1),
     )

@@ -1,5 +1,6 @@
 """Lock hogging: OPTIONS MAX_TTL (longest lease) and MAX_RENEWALS (renewals per hold),
 checked at `manage.py check` and enforced: MAX_RENEWALS atomically in the server's script."""
+
 from __future__ import annotations
 
 import math
@@ -28,34 +29,56 @@ def limit(settings: Any, **options: Any) -> None:
 
 
 # --- settings -------------------------------------------------------------------------
-@pytest.mark.parametrize("options", [
-    {"MAX_TTL": 0}, {"MAX_TTL": -5}, {"MAX_TTL": math.nan}, {"MAX_TTL": math.inf},
-    {"MAX_TTL": "60"}, {"MAX_TTL": True}, {"MAX_TTL": 1e12}, {"MAX_TTL": 0.0001},
-    {"MAX_TTL": 30},  # shorter than TIMEOUT (60): every default lease would be refused
-    {"MAX_RENEWALS": -1}, {"MAX_RENEWALS": 1.5}, {"MAX_RENEWALS": "3"},
-    {"MAX_RENEWALS": True},
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"MAX_TTL": 0},
+        {"MAX_TTL": -5},
+        {"MAX_TTL": math.nan},
+        {"MAX_TTL": math.inf},
+        {"MAX_TTL": "60"},
+        {"MAX_TTL": True},
+        {"MAX_TTL": 1e12},
+        {"MAX_TTL": 0.0001},
+        {"MAX_TTL": 30},  # shorter than TIMEOUT (60): every default lease would be refused
+        {"MAX_RENEWALS": -1},
+        {"MAX_RENEWALS": 1.5},
+        {"MAX_RENEWALS": "3"},
+        {"MAX_RENEWALS": True},
+    ],
+)
 def test_bad_limits_are_e006_at_check_time(options: dict) -> None:
-    [error] = check_errors({"BACKEND": REDIS, "LOCATION": "redis://h:6379/0", "TIMEOUT": 60,
-                            "OPTIONS": options})
+    [error] = check_errors(
+        {"BACKEND": REDIS, "LOCATION": "redis://h:6379/0", "TIMEOUT": 60, "OPTIONS": options}
+    )
     assert error.id == "distlock.E006"
     assert next(iter(options)) in error.msg and error.hint
 
 
-@pytest.mark.parametrize("backend", [
-    REDIS, "distlock.backends.locmem.LocMemBackend",
-])
+@pytest.mark.parametrize(
+    "backend",
+    [
+        REDIS,
+        "distlock.backends.locmem.LocMemBackend",
+    ],
+)
 def test_good_limits_pass_on_every_backend(backend: str) -> None:
     options = {"MAX_TTL": 300, "MAX_RENEWALS": 0}
-    assert check_errors({"BACKEND": backend, "LOCATION": "redis://h:6379/0",
-                         "OPTIONS": options}) == []
-    assert check_errors({"BACKEND": backend, "LOCATION": "redis://h:6379/0",
-                         "OPTIONS": {"MAX_RENEWALS": None}}) == []
+    assert (
+        check_errors({"BACKEND": backend, "LOCATION": "redis://h:6379/0", "OPTIONS": options}) == []
+    )
+    assert (
+        check_errors(
+            {"BACKEND": backend, "LOCATION": "redis://h:6379/0", "OPTIONS": {"MAX_RENEWALS": None}}
+        )
+        == []
+    )
 
 
 def test_the_unknown_option_hint_names_the_limits() -> None:
-    [error] = check_errors({"BACKEND": REDIS, "LOCATION": "redis://h:6379/0",
-                            "OPTIONS": {"MAX_LEASE": 5}})
+    [error] = check_errors(
+        {"BACKEND": REDIS, "LOCATION": "redis://h:6379/0", "OPTIONS": {"MAX_LEASE": 5}}
+    )
     assert error.id == "distlock.E006"
     assert "MAX_RENEWALS" in error.hint and "MAX_TTL" in error.hint
 
@@ -75,9 +98,11 @@ def test_a_ttl_above_max_ttl_is_refused_at_acquire(backend_kind, settings, recor
     ok.extend(ttl=10)
     ok.release()
     if backend_kind == "redis":
-        record("Lock hogging: MAX_TTL=10",
-               "acquire(ttl=11) and extend(ttl=10.5) raised ValueError naming the alias and the "
-               "limit, before anything was sent; ttl=10 worked")
+        record(
+            "Lock hogging: MAX_TTL=10",
+            "acquire(ttl=11) and extend(ttl=10.5) raised ValueError naming the alias and the "
+            "limit, before anything was sent; ttl=10 worked",
+        )
 
 
 async def test_async_acquire_and_extend_respect_max_ttl(backend_kind, settings) -> None:
@@ -92,8 +117,9 @@ async def test_async_acquire_and_extend_respect_max_ttl(backend_kind, settings) 
 
 
 # --- MAX_RENEWALS ---------------------------------------------------------------------
-def test_extend_beyond_max_renewals_is_refused_and_the_lock_stays_held(backend_kind,
-                                                                       settings) -> None:
+def test_extend_beyond_max_renewals_is_refused_and_the_lock_stays_held(
+    backend_kind, settings
+) -> None:
     limit(settings, MAX_RENEWALS=3)
     lk = distlock.lock("renewed", ttl=30)
     lk.acquire()
@@ -152,13 +178,16 @@ def test_the_limit_holds_under_concurrent_extends(kind, settings, redis_url, rec
     assert locks["default"].info("race").renewals == 5
     lk.release()
     if kind == "redis":
-        record("Lock hogging: MAX_RENEWALS=5, 16 threads extend at once",
-               "exactly 5 extends succeeded, 11 raised RenewalLimitReached (counted and "
-               "checked in one Lua script); the lock stayed held and was released normally")
+        record(
+            "Lock hogging: MAX_RENEWALS=5, 16 threads extend at once",
+            "exactly 5 extends succeeded, 11 raised RenewalLimitReached (counted and "
+            "checked in one Lua script); the lock stayed held and was released normally",
+        )
 
 
-def test_auto_renewal_reaching_the_limit_reports_the_lock_lost(backend_kind, settings,
-                                                               record) -> None:
+def test_auto_renewal_reaching_the_limit_reports_the_lock_lost(
+    backend_kind, settings, record
+) -> None:
     limit(settings, MAX_RENEWALS=2)
     told = threading.Event()
 
@@ -179,7 +208,9 @@ def test_auto_renewal_reaching_the_limit_reports_the_lock_lost(backend_kind, set
         time.sleep(0.35)
         assert not distlock.lock("hog").locked()  # the lease ran out on its own
     if backend_kind == "redis":
-        record("Lock hogging: auto-renewed lock with MAX_RENEWALS=2",
-               "refused at the third renewal: the holder was told at once (on_lost, "
-               "lock_lost, then LockLost from release()) while still exclusive; the lease then "
-               "ran out on its own")
+        record(
+            "Lock hogging: auto-renewed lock with MAX_RENEWALS=2",
+            "refused at the third renewal: the holder was told at once (on_lost, "
+            "lock_lost, then LockLost from release()) while still exclusive; the lease then "
+            "ran out on its own",
+        )

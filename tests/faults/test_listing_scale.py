@@ -6,6 +6,7 @@ in benchmarks/targets.py), not asserted here: a loaded machine would fail a time
 says nothing about the code. Marked slow (it holds 50,000 locks).
 tests/core/test_held_walk.py is the short version (1,200 locks, every backend).
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,9 @@ pytestmark = [pytest.mark.django_db(databases=[]), pytest.mark.slow]
 HELD = 50_000
 
 
-def test_fifty_thousand_held_locks_list_once_each_while_others_churn(redis_backend: str,
-                                                                    record) -> None:
+def test_fifty_thousand_held_locks_list_once_each_while_others_churn(
+    redis_backend: str, record
+) -> None:
     names = [f"held:{number}" for number in range(HELD)]
     tokens = hold_many(names, ttl=300)
     try:
@@ -39,6 +41,11 @@ def test_fifty_thousand_held_locks_list_once_each_while_others_churn(redis_backe
         assert set(names) <= set(found)
         assert all(name.startswith(("held:", "churn:")) for name in found)
     assert churned["locks"] > 0
-    record("50,000 held locks listed", "iter_held and manage.py distlock list --json each "
-           f"listed every held lock once while {churned['locks']} other locks were taken and "
-           "released", held=HELD, churned=churned["locks"])
+    record(
+        "50,000 held locks listed",
+        "iter_held and manage.py distlock list --json each "
+        f"listed every held lock once while {churned['locks']} other locks were taken and "
+        "released",
+        held=HELD,
+        churned=churned["locks"],
+    )

@@ -2,6 +2,7 @@
 tests/core/test_names.py): the accept/reject decision matches the documented rule for any text,
 encoding is reversible, any valid KEY_PREFIX keeps the layout, and on a real server any two
 names are two locks."""
+
 from __future__ import annotations
 
 import re
@@ -24,7 +25,8 @@ REFUSED_CATEGORIES = {"Cc", "Cs", "Zl", "Zp"}
 any_text = st.text(alphabet=st.characters(), max_size=MAX_NAME_LENGTH + 20)
 long_text = st.text(alphabet=st.characters(), min_size=1000, max_size=MAX_NAME_LENGTH + 20)
 valid_names = st.text(
-    alphabet=st.characters(blacklist_categories=tuple(REFUSED_CATEGORIES)), min_size=1,
+    alphabet=st.characters(blacklist_categories=tuple(REFUSED_CATEGORIES)),
+    min_size=1,
     max_size=60,
 )
 # Characters that mean something in keys, patterns or URLs, to make collisions likely.
@@ -56,8 +58,10 @@ def test_encoding_is_reversible_so_two_names_never_share_a_key(name: str) -> Non
     assert unquote(encoded, errors="strict") == name
 
 
-@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30),
-       valid_names)
+@given(
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30),
+    valid_names,
+)
 def test_any_accepted_prefix_keeps_the_layout(prefix: str, name: str) -> None:
     try:
         prefix = _parse_prefix("default", prefix)
@@ -72,8 +76,9 @@ def test_any_accepted_prefix_keeps_the_layout(prefix: str, name: str) -> None:
 
 
 @pytest.mark.django_db(databases=[])
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(first=st.one_of(tricky_names, valid_names), second=st.one_of(tricky_names, valid_names))
 def test_on_a_real_server_two_names_are_two_locks(redis_backend, first, second) -> None:
     backend = locks["default"]

@@ -3,6 +3,7 @@ dropped traffic, lost replies and reset connections.
 
 The default alias goes through the proxy; the alias "direct" reaches the same server without
 it, to see what the server really holds."""
+
 from __future__ import annotations
 
 import random
@@ -60,8 +61,9 @@ def spy_on_releases(monkeypatch) -> list[str]:
 
 
 # --- latency --------------------------------------------------------------------------
-def test_an_acquire_slower_than_its_lease_is_given_up_and_released(proxy, monkeypatch,
-                                                                   record) -> None:
+def test_an_acquire_slower_than_its_lease_is_given_up_and_released(
+    proxy, monkeypatch, record
+) -> None:
     warm_up()
     released = spy_on_releases(monkeypatch)
     proxy.latency = 0.15  # each way: the grant arrives after its 0.2 s lease ended
@@ -73,13 +75,15 @@ def test_an_acquire_slower_than_its_lease_is_given_up_and_released(proxy, monkey
     assert len(released) == 1  # the grant it could not use was given back at once
     proxy.latency = 0.0
     assert held_on_server("slow") is None
-    record("Network latency above the lease (0.15 s each way, lease 0.2 s)",
-           f"acquire() gave up the grant that arrived too late, released it and returned "
-           f"False after {took:.2f}s; never reported held", seconds=round(took, 2))
+    record(
+        "Network latency above the lease (0.15 s each way, lease 0.2 s)",
+        f"acquire() gave up the grant that arrived too late, released it and returned "
+        f"False after {took:.2f}s; never reported held",
+        seconds=round(took, 2),
+    )
 
 
-def test_under_random_latency_an_acquired_lock_always_has_validity_left(proxy,
-                                                                        record) -> None:
+def test_under_random_latency_an_acquired_lock_always_has_validity_left(proxy, record) -> None:
     """Whatever the delay, acquire() returns True only while the lease still runs, as the
     server itself confirms."""
     warm_up()
@@ -107,15 +111,18 @@ def test_under_random_latency_an_acquired_lock_always_has_validity_left(proxy,
         proxy.latency = 0.0
         locks["direct"].force_release("jittery")
     assert granted and refused, (granted, refused)
-    record("Network latency from 0 to 0.2 s each way, shuffled (lease 0.25 s)",
-           f"{attempts} acquires: {granted} granted, each with validity left (checked on the "
-           f"server); {refused} given up because the grant came too late", attempts=attempts,
-           granted=granted, given_up=refused)
+    record(
+        "Network latency from 0 to 0.2 s each way, shuffled (lease 0.25 s)",
+        f"{attempts} acquires: {granted} granted, each with validity left (checked on the "
+        f"server); {refused} given up because the grant came too late",
+        attempts=attempts,
+        granted=granted,
+        given_up=refused,
+    )
 
 
 # --- drops ----------------------------------------------------------------------------
-def test_a_blackholed_network_fails_closed_and_a_failed_release_is_retried(proxy,
-                                                                           record) -> None:
+def test_a_blackholed_network_fails_closed_and_a_failed_release_is_retried(proxy, record) -> None:
     warm_up()
     holder = distlock.lock("cut-off", ttl=30)
     holder.acquire()
@@ -134,10 +141,13 @@ def test_a_blackholed_network_fails_closed_and_a_failed_release_is_retried(proxy
     proxy.blackhole = False
     holder.release()  # the same token, a new connection
     assert held_on_server("cut-off") is None and held_on_server("other") is None
-    record("Network drops every packet (blackhole)",
-           f"acquire(wait=1) raised BackendUnavailable after {took:.2f}s; extend() and "
-           "release() too, keeping the token; once the network healed the same release() "
-           "succeeded", seconds=round(took, 2))
+    record(
+        "Network drops every packet (blackhole)",
+        f"acquire(wait=1) raised BackendUnavailable after {took:.2f}s; extend() and "
+        "release() too, keeping the token; once the network healed the same release() "
+        "succeeded",
+        seconds=round(took, 2),
+    )
 
 
 def test_a_grant_whose_reply_was_lost_is_freed_at_once(proxy, record) -> None:
@@ -151,9 +161,12 @@ def test_a_grant_whose_reply_was_lost_is_freed_at_once(proxy, record) -> None:
     assert held_on_server("lost-reply") is None  # freed, not left to its 30 s lease
     took = time.monotonic() - started
     assert took < 2 * SOCKET_TIMEOUT + SLACK
-    record("Acquire reply lost on the network (the server granted it)",
-           f"BackendUnavailable after {took:.2f}s, and the grant was released at once "
-           "instead of blocking others for its 30 s lease", seconds=round(took, 2))
+    record(
+        "Acquire reply lost on the network (the server granted it)",
+        f"BackendUnavailable after {took:.2f}s, and the grant was released at once "
+        "instead of blocking others for its 30 s lease",
+        seconds=round(took, 2),
+    )
 
 
 # --- resets ---------------------------------------------------------------------------
@@ -176,10 +189,12 @@ def test_a_reset_connection_fails_closed_and_the_release_is_retried(proxy, recor
     assert held_on_server("reset").token == holder.token  # the release never arrived
     holder.release()  # retried with the same token, on a new connection
     assert held_on_server("reset") is None
-    record("Connection reset (RST) while idle and during release()",
-           "idle: the client reconnected before sending, unnoticed; during release(): "
-           "BackendUnavailable, the token kept, and the retry with the same token released "
-           "the lock")
+    record(
+        "Connection reset (RST) while idle and during release()",
+        "idle: the client reconnected before sending, unnoticed; during release(): "
+        "BackendUnavailable, the token kept, and the retry with the same token released "
+        "the lock",
+    )
 
 
 def test_a_reset_the_idle_check_missed_is_sent_again_once(proxy, monkeypatch) -> None:
@@ -213,6 +228,8 @@ def test_a_release_whose_reply_was_lost_can_be_retried(proxy, record) -> None:
     assert held_on_server("lost-release-reply") is None  # it did arrive
     lk.release()  # the retry: no LockNotOwned, the release was in time
     assert lk.token is None
-    record("Release reply lost on the network (the server released it)",
-           "release() raised BackendUnavailable; the retry with the same token completed "
-           "without error (the lock had been released in time)")
+    record(
+        "Release reply lost on the network (the server released it)",
+        "release() raised BackendUnavailable; the retry with the same token completed "
+        "without error (the lock had been released in time)",
+    )

@@ -1,5 +1,6 @@
 """Renewal under load: 1,000 acquire/release cycles with auto_renew leave no thread behind
 and send no renewal after (or during) a release."""
+
 from __future__ import annotations
 
 import random
@@ -62,7 +63,12 @@ def test_a_thousand_auto_renewed_cycles(redis_backend, monkeypatch, record) -> N
     assert late == [], f"{len(late)} renewals sent after their lock's release began"
     assert len(renewals) >= 20  # renewals did happen: the check above checked something
     assert backend.count() == 0
-    record("Renewal under load: 1,000 acquire/release cycles with auto_renew",
-           f"{len(renewals)} renewals, none sent after its lock's release began; the renewal "
-           f"thread ended with the last lock (0 threads left); {took:.1f}s",
-           cycles=CYCLES, renewals=len(renewals), renewals_after_release=0, threads_left=0)
+    record(
+        "Renewal under load: 1,000 acquire/release cycles with auto_renew",
+        f"{len(renewals)} renewals, none sent after its lock's release began; the renewal "
+        f"thread ended with the last lock (0 threads left); {took:.1f}s",
+        cycles=CYCLES,
+        renewals=len(renewals),
+        renewals_after_release=0,
+        threads_left=0,
+    )

@@ -8,6 +8,7 @@ alias's MAX_TTL) or fsync'ed persistence; distlock's part is that fencing tokens
 from the server's clock in microseconds, so the new holder's token is still the larger one and
 a fenced resource rejects the old holder (as long as the server's clock does not step back).
 """
+
 from __future__ import annotations
 
 import time
@@ -31,8 +32,9 @@ def elapsed(started: float) -> float:
 
 # --- paused ---------------------------------------------------------------------------
 @pytest.mark.parametrize("wait", [0, 2])
-def test_acquire_on_a_paused_server_fails_closed_before_its_deadline(private_redis, wait,
-                                                                     record) -> None:
+def test_acquire_on_a_paused_server_fails_closed_before_its_deadline(
+    private_redis, wait, record
+) -> None:
     lk = distlock.lock("frozen", ttl=5, wait=wait)
     private_redis.pause()
     started = time.monotonic()
@@ -44,14 +46,16 @@ def test_acquire_on_a_paused_server_fails_closed_before_its_deadline(private_red
     assert lk.token is None and lk.fencing_token is None  # never reported acquired
     private_redis.resume()
     assert not lk.locked()  # and nothing was left behind (or it was freed)
-    record(f"redis-server paused (SIGSTOP), acquire(wait={wait})",
-           f"BackendUnavailable after {took:.2f}s (deadline wait + 2 x socket_timeout = "
-           f"{deadline:g}s); never reported acquired", seconds=round(took, 2),
-           deadline_seconds=deadline)
+    record(
+        f"redis-server paused (SIGSTOP), acquire(wait={wait})",
+        f"BackendUnavailable after {took:.2f}s (deadline wait + 2 x socket_timeout = "
+        f"{deadline:g}s); never reported acquired",
+        seconds=round(took, 2),
+        deadline_seconds=deadline,
+    )
 
 
-def test_a_holder_sees_a_paused_server_as_unavailable_never_as_held(private_redis,
-                                                                    record) -> None:
+def test_a_holder_sees_a_paused_server_as_unavailable_never_as_held(private_redis, record) -> None:
     lk = distlock.lock("frozen-holder", ttl=1)
     lk.acquire()
     private_redis.pause()
@@ -66,14 +70,15 @@ def test_a_holder_sees_a_paused_server_as_unavailable_never_as_held(private_redi
     assert lk.owned() is False and lk.ttl_remaining() is None
     with pytest.raises(LockNotOwned):
         lk.release()
-    record("redis-server paused while a lock is held",
-           "owned(), ttl_remaining(), locked(), extend() and release() raised "
-           "BackendUnavailable (never 'held'); after the lease ran out and the server came "
-           "back: owned() False, release() LockNotOwned")
+    record(
+        "redis-server paused while a lock is held",
+        "owned(), ttl_remaining(), locked(), extend() and release() raised "
+        "BackendUnavailable (never 'held'); after the lease ran out and the server came "
+        "back: owned() False, release() LockNotOwned",
+    )
 
 
-def test_auto_renewal_against_a_paused_server_reports_the_lease_lost(private_redis,
-                                                                     record) -> None:
+def test_auto_renewal_against_a_paused_server_reports_the_lease_lost(private_redis, record) -> None:
     with lost_locks() as lost:
         lk = distlock.lock("frozen-renewed", ttl=1.5, auto_renew=True)
         lk.acquire()
@@ -87,9 +92,11 @@ def test_auto_renewal_against_a_paused_server_reports_the_lease_lost(private_red
         with pytest.raises(LockLost):
             lk.release()
         assert not distlock.lock("frozen-renewed").locked()
-    record("redis-server paused while an auto-renewed lock is held",
-           f"holder told (lock_lost, then LockLost) {told_after:.2f}s after the pause, "
-           "lease 1.5s", seconds=round(told_after, 2))
+    record(
+        "redis-server paused while an auto-renewed lock is held",
+        f"holder told (lock_lost, then LockLost) {told_after:.2f}s after the pause, lease 1.5s",
+        seconds=round(told_after, 2),
+    )
 
 
 # --- killed ---------------------------------------------------------------------------
@@ -103,9 +110,12 @@ def test_a_killed_server_is_reported_at_once(private_redis, record) -> None:
             call()
     took = elapsed(started)
     assert took < 4 * SOCKET_TIMEOUT  # refused connections fail fast
-    record("redis-server killed (SIGKILL)",
-           f"extend(), owned(), release() and acquire(wait=5) raised BackendUnavailable, "
-           f"all four in {took:.2f}s", seconds=round(took, 3))
+    record(
+        "redis-server killed (SIGKILL)",
+        f"extend(), owned(), release() and acquire(wait=5) raised BackendUnavailable, "
+        f"all four in {took:.2f}s",
+        seconds=round(took, 3),
+    )
 
 
 # --- restarted empty ------------------------------------------------------------------
@@ -146,11 +156,15 @@ def test_restarted_empty_leases_are_lost_and_tokens_still_go_up(private_redis, r
     current.release()
     account.refresh_from_db()
     assert account.balance == 2
-    record("redis-server restarted empty (3 restarts, 900 acquisitions between)",
-           "leases are lost with the data (the lock is granted again at once: documented); "
-           f"all {len(tokens)} fencing tokens strictly increasing across restarts; the old "
-           "holder's fenced write rejected, its extend()/release() LockNotOwned, an "
-           "auto-renewed holder told LockLost", tokens=len(tokens), restarts=3)
+    record(
+        "redis-server restarted empty (3 restarts, 900 acquisitions between)",
+        "leases are lost with the data (the lock is granted again at once: documented); "
+        f"all {len(tokens)} fencing tokens strictly increasing across restarts; the old "
+        "holder's fenced write rejected, its extend()/release() LockNotOwned, an "
+        "auto-renewed holder told LockLost",
+        tokens=len(tokens),
+        restarts=3,
+    )
 
 
 def test_restarted_with_its_snapshot_leases_survive(private_redis, record) -> None:
@@ -163,6 +177,8 @@ def test_restarted_with_its_snapshot_leases_survive(private_redis, record) -> No
     lk.release()
     with distlock.lock("persisted", ttl=5) as again:
         assert again.fencing_token > before
-    record("redis-server restarted from a snapshot (RDB)",
-           "the lease survived (held by the same token, refused to others), fencing tokens "
-           "continued upwards")
+    record(
+        "redis-server restarted from a snapshot (RDB)",
+        "the lease survived (held by the same token, refused to others), fencing tokens "
+        "continued upwards",
+    )

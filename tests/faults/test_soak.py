@@ -2,6 +2,7 @@
 killed and paused at random; zero overlapping critical sections, by fencing order at the
 guarded resource and by the monotonic timestamps the processes recorded. 3,000 acquisitions
 in the normal run, 100,000 in the full one (scripts/reliability)."""
+
 from __future__ import annotations
 
 import shutil
@@ -14,16 +15,18 @@ from tests.faults.conftest import scaled
 from tests.faults.soak import VIOLATIONS, Section, Soak, _fast_tmp, check
 from tests.support.redis_server import RedisServer
 
-pytestmark = [pytest.mark.django_db(databases=[]),
-              pytest.mark.timeout(scaled(ci=300, full=7200))]
+pytestmark = [pytest.mark.django_db(databases=[]), pytest.mark.timeout(scaled(ci=300, full=7200))]
 
 
 def test_soak_with_random_kills_and_pauses(zygote, record, tmp_path) -> None:
     acquisitions = scaled(ci=3_000, full=100_000)
-    with (tempfile.TemporaryDirectory(prefix="distlock-soak-", dir=_fast_tmp()) as directory,
-          RedisServer() as server):
-        figures = Soak(zygote, server.url, Path(directory), workers=8,
-                       acquisitions=acquisitions).run()
+    with (
+        tempfile.TemporaryDirectory(prefix="distlock-soak-", dir=_fast_tmp()) as directory,
+        RedisServer() as server,
+    ):
+        figures = Soak(
+            zygote, server.url, Path(directory), workers=8, acquisitions=acquisitions
+        ).run()
         failed = any(figures["violations"].values()) or figures["worker_errors"]
         if failed:  # keep the evidence: the workers' logs and the resource's ledger
             shutil.copytree(directory, tmp_path / "soak")
@@ -53,10 +56,22 @@ def test_soak_with_random_kills_and_pauses(zygote, record, tmp_path) -> None:
 
 
 # --- the checker catches what it is meant to catch -----------------------------------
-def section(token: int, acquired: float, deadline: float, releasing: float | None,
-            *writes: tuple[str, float, float, bool]) -> Section:
-    found = Section(token, f"{token}.log", acquired, deadline, releasing,
-                    "released" if releasing else None, list(writes))
+def section(
+    token: int,
+    acquired: float,
+    deadline: float,
+    releasing: float | None,
+    *writes: tuple[str, float, float, bool],
+) -> Section:
+    found = Section(
+        token,
+        f"{token}.log",
+        acquired,
+        deadline,
+        releasing,
+        "released" if releasing else None,
+        list(writes),
+    )
     found.ended = releasing if releasing is not None else deadline
     return found
 
@@ -102,8 +117,7 @@ def test_the_checker_orders_overlaps_by_token_not_by_logged_start() -> None:
     timestamp logs a start after the next holder's; the overlap is that paused (older)
     holder's, and it outlived its lease."""
     newer = section(20, 0.5, 1.5, 1.2, ("enter", 0.6, 0.61, True), ("exit", 1.1, 1.11, True))
-    older = section(10, 0.9, 0.4, 1.0, ("enter", 0.95, 0.96, False),
-                    ("exit", 0.97, 0.98, False))
+    older = section(10, 0.9, 0.4, 1.0, ("enter", 0.95, 0.96, False), ("exit", 0.97, 0.98, False))
     ledger = [(20, "enter"), (20, "exit")]
     assert check([newer, older], ledger, balance=2) == dict.fromkeys(VIOLATIONS, 0)
     older.writes[0] = ("enter", 0.95, 0.96, True)  # had the resource let it through...
@@ -119,7 +133,8 @@ def test_the_checker_catches_a_write_rejected_within_its_lease_and_a_bad_ledger(
     assert found["write_rejected_within_its_lease"] == 1
     assert found["ledger_write_not_accepted"] == 1
     assert found["balance_differs_from_ledger"] == 1
-    assert check(sections, [*ledger[:-1], (99, "exit")], balance=4)[
-        "ledger_write_not_accepted"] == 1
+    assert (
+        check(sections, [*ledger[:-1], (99, "exit")], balance=4)["ledger_write_not_accepted"] == 1
+    )
     sections, ledger = clean_run()
     assert check(sections, ledger[:-1], balance=3)["accepted_write_missing_from_ledger"] == 1

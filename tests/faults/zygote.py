@@ -17,6 +17,7 @@ Children are reaped only when asked: until then a child's pid cannot be reused, 
 controller may signal it directly (SIGKILL, SIGSTOP, SIGCONT) and never hit a stranger.
 The zygote opens no database or Redis connection itself, so children share none.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -4,6 +4,7 @@ Tests that take the ``page`` fixture skip, saying why, when no Chromium is insta
 installs one (.ci/run) and sets DISTLOCK_REQUIRE_BROWSER, so that there they fail instead.
 Playwright never downloads a browser of its own here.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,12 +48,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def browser() -> Iterator[Any]:
     executable = find_chromium()
     if executable is None and os.environ.get("DISTLOCK_REQUIRE_BROWSER"):
-        pytest.fail("DISTLOCK_REQUIRE_BROWSER is set (CI) but no Chromium was found: the "
-                    "browser tests must run there, so install chromium (apt-get install -y "
-                    "chromium) or set DISTLOCK_CHROMIUM")
+        pytest.fail(
+            "DISTLOCK_REQUIRE_BROWSER is set (CI) but no Chromium was found: the "
+            "browser tests must run there, so install chromium (apt-get install -y "
+            "chromium) or set DISTLOCK_CHROMIUM"
+        )
     if executable is None:
-        pytest.skip("no Chromium found: install Debian's chromium (apt-get install -y chromium) "
-                    "or set DISTLOCK_CHROMIUM to run the browser tests")
+        pytest.skip(
+            "no Chromium found: install Debian's chromium (apt-get install -y chromium) "
+            "or set DISTLOCK_CHROMIUM to run the browser tests"
+        )
     from playwright.sync_api import sync_playwright
 
     # Playwright's sync API keeps an event loop running in this thread, which makes Django

@@ -5,6 +5,7 @@ Configured like tests.support.workers (DISTLOCK_TEST_KIND, DISTLOCK_TEST_URL); t
 result backend are the redis-server at DISTLOCK_TEST_BROKER, and each task records its run
 in a Redis list (tests.support.worker_pool), so the test sees what ran when.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,11 +20,17 @@ from tests.support.workers import setup
 
 if "DISTLOCK_TEST_KIND" in os.environ:  # a worker; the test process has its own settings
     setup()
-app = Celery("distlock_tests", broker=os.environ.get("DISTLOCK_TEST_BROKER", "memory://"),
-             backend=os.environ.get("DISTLOCK_TEST_BROKER"))
+app = Celery(
+    "distlock_tests",
+    broker=os.environ.get("DISTLOCK_TEST_BROKER", "memory://"),
+    backend=os.environ.get("DISTLOCK_TEST_BROKER"),
+)
 # One task per pool process at a time, so 2 workers x 4 run 8 tasks at once.
-app.conf.update(worker_prefetch_multiplier=1, broker_connection_retry_on_startup=True,
-                task_default_queue=os.environ.get("DISTLOCK_TEST_QUEUE", "distlock-tests"))
+app.conf.update(
+    worker_prefetch_multiplier=1,
+    broker_connection_retry_on_startup=True,
+    task_default_queue=os.environ.get("DISTLOCK_TEST_QUEUE", "distlock-tests"),
+)
 
 
 def _data() -> redis.Redis:
@@ -42,8 +49,15 @@ def skip_job(self: LockedTask, key: str, seconds: float = 1.0) -> str:
     return _work("skip", key, seconds)
 
 
-@app.task(bind=True, base=LockedTask, lock_name="job:{key}", lock_ttl=2,
-          lock_on_duplicate="retry", lock_retry_after=0.3, lock_max_retries=100)
+@app.task(
+    bind=True,
+    base=LockedTask,
+    lock_name="job:{key}",
+    lock_ttl=2,
+    lock_on_duplicate="retry",
+    lock_retry_after=0.3,
+    lock_max_retries=100,
+)
 def retry_job(self: LockedTask, key: str, seconds: float = 1.0) -> str:
     return _work("retry", key, seconds)
 

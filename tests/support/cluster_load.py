@@ -1,6 +1,7 @@
 """A locking and listing load to run while a Cluster fails over or reshards: which calls
 worked when, whether two holders ever overlapped, and any error other than the documented
 ones (BackendUnavailable, LockNotAcquired)."""
+
 from __future__ import annotations
 
 import itertools
@@ -39,7 +40,8 @@ class ClusterLoad:
         self._inside: set[str] = set()
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._keep_listing)] + [
-            threading.Thread(target=self._keep_locking, args=(n,)) for n in range(lockers)]
+            threading.Thread(target=self._keep_locking, args=(n,)) for n in range(lockers)
+        ]
 
     def __enter__(self) -> ClusterLoad:
         for thread in self._threads:

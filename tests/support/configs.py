@@ -1,4 +1,5 @@
 """DISTLOCK and CACHES settings for each backend kind the tests run against."""
+
 from __future__ import annotations
 
 import uuid
@@ -26,22 +27,37 @@ def distlock_settings(kind: str, url: str) -> tuple[dict[str, Any], dict[str, An
     redis_backend = "distlock.backends.redis.RedisBackend"
     backends = {
         "redis": {"BACKEND": redis_backend, "LOCATION": url, "OPTIONS": options},
-        "django_redis": {"BACKEND": "distlock.backends.django_redis.DjangoRedisBackend",
-                         "OPTIONS": {"CACHE": "default"}},
-        "locmem": {"BACKEND": "distlock.backends.locmem.LocMemBackend",
-                   "LOCATION": uuid.uuid4().hex},
+        "django_redis": {
+            "BACKEND": "distlock.backends.django_redis.DjangoRedisBackend",
+            "OPTIONS": {"CACHE": "default"},
+        },
+        "locmem": {
+            "BACKEND": "distlock.backends.locmem.LocMemBackend",
+            "LOCATION": uuid.uuid4().hex,
+        },
     }
     if kind.startswith("redlock"):
-        backends[kind] = {"BACKEND": "distlock.backends.redlock.RedlockBackend",
-                          "LOCATION": url.split(","), "OPTIONS": options}
+        backends[kind] = {
+            "BACKEND": "distlock.backends.redlock.RedlockBackend",
+            "LOCATION": url.split(","),
+            "OPTIONS": options,
+        }
     elif kind == "cluster":
-        backends[kind] = {"BACKEND": redis_backend, "LOCATION": url,
-                          "OPTIONS": {**options, "CLUSTER": True}}
+        backends[kind] = {
+            "BACKEND": redis_backend,
+            "LOCATION": url,
+            "OPTIONS": {**options, "CLUSTER": True},
+        }
     elif kind == "sentinel":
-        sentinels = [(host, int(port)) for host, port in
-                     (address.rsplit(":", 1) for address in url.split(","))]
-        backends[kind] = {"BACKEND": redis_backend, "LOCATION": f"redis://{SENTINEL_SERVICE}/0",
-                          "OPTIONS": {**options, "SENTINELS": sentinels}}
+        sentinels = [
+            (host, int(port))
+            for host, port in (address.rsplit(":", 1) for address in url.split(","))
+        ]
+        backends[kind] = {
+            "BACKEND": redis_backend,
+            "LOCATION": f"redis://{SENTINEL_SERVICE}/0",
+            "OPTIONS": {**options, "SENTINELS": sentinels},
+        }
     return {"default": {**backends[kind], "KEY_PREFIX": "test"}}, caches
 
 

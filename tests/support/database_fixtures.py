@@ -6,6 +6,7 @@ Without the server binaries or the Python driver, the tests that take them skip,
 CI installs both (.ci/run) and sets DISTLOCK_REQUIRE_DATABASES, so that there they fail
 instead of passing without having run.
 """
+
 from __future__ import annotations
 
 import contextlib

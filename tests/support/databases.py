@@ -30,6 +30,7 @@ Missing binaries or Python drivers raise :class:`DatabaseUnavailable`; the fixtu
 (:func:`tests.support.redis_server.spawn_managed`: own process group, killed at exit, and when the
 process that started them dies).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -149,8 +150,11 @@ def find_postgres_bin() -> Path:
     else the directory of a ``postgres`` on PATH. Raises :class:`DatabaseUnavailable`.
     """
     configured = os.environ.get("DISTLOCK_POSTGRES_BIN")
-    candidates = [configured] if configured else sorted(
-        glob.glob("/usr/lib/postgresql/*/bin"), key=_version_key, reverse=True)
+    candidates = (
+        [configured]
+        if configured
+        else sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=_version_key, reverse=True)
+    )
     on_path = shutil.which("postgres")
     if not configured and on_path:
         candidates.append(str(Path(on_path).resolve().parent))
@@ -160,7 +164,8 @@ def find_postgres_bin() -> Path:
     where = f"DISTLOCK_POSTGRES_BIN={configured!r}" if configured else "/usr/lib/postgresql/*/bin"
     raise DatabaseUnavailable(
         f"no PostgreSQL server binaries (initdb, postgres) in {where}: install Debian's "
-        "postgresql (apt-get install -y postgresql) or set DISTLOCK_POSTGRES_BIN")
+        "postgresql (apt-get install -y postgresql) or set DISTLOCK_POSTGRES_BIN"
+    )
 
 
 def find_mariadb() -> tuple[str, str]:
@@ -169,24 +174,46 @@ def find_mariadb() -> tuple[str, str]:
     ones on PATH (``mysqld`` and ``mysql_install_db`` also do). Raises
     :class:`DatabaseUnavailable`."""
     server = os.environ.get("DISTLOCK_MARIADBD") or next(
-        (path for path in ("/usr/sbin/mariadbd", shutil.which("mariadbd"), "/usr/sbin/mysqld",
-                           shutil.which("mysqld")) if _executable(path)), None)
+        (
+            path
+            for path in (
+                "/usr/sbin/mariadbd",
+                shutil.which("mariadbd"),
+                "/usr/sbin/mysqld",
+                shutil.which("mysqld"),
+            )
+            if _executable(path)
+        ),
+        None,
+    )
     install = os.environ.get("DISTLOCK_MARIADB_INSTALL_DB") or next(
-        (path for path in (shutil.which("mariadb-install-db"), "/usr/bin/mariadb-install-db",
-                           shutil.which("mysql_install_db")) if _executable(path)), None)
+        (
+            path
+            for path in (
+                shutil.which("mariadb-install-db"),
+                "/usr/bin/mariadb-install-db",
+                shutil.which("mysql_install_db"),
+            )
+            if _executable(path)
+        ),
+        None,
+    )
     if not (_executable(server) and _executable(install)):
         raise DatabaseUnavailable(
             "no MariaDB server binaries (mariadbd, mariadb-install-db): install Debian's "
             "mariadb-server (apt-get install -y mariadb-server) or set DISTLOCK_MARIADBD and "
-            "DISTLOCK_MARIADB_INSTALL_DB")
+            "DISTLOCK_MARIADB_INSTALL_DB"
+        )
     assert server is not None and install is not None
     return server, install
 
 
 def _require_module(module: str, package: str) -> None:
     if importlib.util.find_spec(module) is None:
-        raise DatabaseUnavailable(f"the Python driver {module} is missing: pip install "
-                                  f"{package!r} (the 'test' extra has it)")
+        raise DatabaseUnavailable(
+            f"the Python driver {module} is missing: pip install "
+            f"{package!r} (the 'test' extra has it)"
+        )
 
 
 def _unprivileged_user() -> tuple[int, int] | None:
@@ -197,8 +224,10 @@ def _unprivileged_user() -> tuple[int, int] | None:
     try:
         entry = pwd.getpwnam(name)
     except KeyError:
-        raise DatabaseUnavailable(f"running as root, but there is no user {name!r} to run "
-                                  "PostgreSQL as (set DISTLOCK_DATABASE_USER)") from None
+        raise DatabaseUnavailable(
+            f"running as root, but there is no user {name!r} to run "
+            "PostgreSQL as (set DISTLOCK_DATABASE_USER)"
+        ) from None
     return entry.pw_uid, entry.pw_gid
 
 
@@ -244,8 +273,9 @@ class DatabaseServer(_Managed):
     #: The signal that shuts the server down quickly.
     stop_signal: ClassVar[int] = signal.SIGTERM
 
-    def __init__(self, *, name: str = "distlock", user: str = "distlock",
-                 password: str = PASSWORD) -> None:
+    def __init__(
+        self, *, name: str = "distlock", user: str = "distlock", password: str = PASSWORD
+    ) -> None:
         for what, value in (("name", name), ("user", user)):
             if not _PLAIN_NAME.fullmatch(value):
                 raise ValueError(f"{what} must be a plain SQL identifier, not {value!r}")
@@ -301,8 +331,13 @@ class DatabaseServer(_Managed):
         as :attr:`user`. ``TEST["NAME"]`` is ``test_<name>``, for Django's test runner."""
         name = name or self.name
         return {
-            "ENGINE": self.engine, "NAME": name, "USER": self.user, "PASSWORD": self.password,
-            "HOST": self.host, "PORT": str(self.port), "OPTIONS": self._options(),
+            "ENGINE": self.engine,
+            "NAME": name,
+            "USER": self.user,
+            "PASSWORD": self.password,
+            "HOST": self.host,
+            "PORT": str(self.port),
+            "OPTIONS": self._options(),
             "TEST": {"NAME": f"test_{name}", **self._test_settings()},
         }
 
@@ -407,7 +442,8 @@ class DatabaseServer(_Managed):
                     raise RuntimeError(
                         f"{self.label} did not start on {self.host}:{self._port} ({outcome}).\n"
                         f"command: {subprocess.list2cmdline(self.command())}\n"
-                        f"{self.log_tail()}")
+                        f"{self.log_tail()}"
+                    )
             self._create_user()
             self.databases = []
             self.create_database(self.name)
@@ -428,8 +464,11 @@ class DatabaseServer(_Managed):
 
     def _copy(self, source: Path, target: Path, deadline: float) -> None:
         """Copy a data directory as the user the server runs as (who then owns the copy)."""
-        self._run_setup([shutil.which("cp") or "/bin/cp", "-a", "--", str(source), str(target)],
-                        deadline, self._directory / "copy.log")
+        self._run_setup(
+            [shutil.which("cp") or "/bin/cp", "-a", "--", str(source), str(target)],
+            deadline,
+            self._directory / "copy.log",
+        )
 
     def _keep_as_template(self, deadline: float) -> None:
         directory = _temporary_directory(_TEMPLATES, f"distlock-{self.label.lower()}-template-")
@@ -452,16 +491,17 @@ class DatabaseServer(_Managed):
         if returncode != 0:
             output = log.read_text(errors="replace").splitlines()[-30:]
             state = "timed out" if returncode is None else f"exited with status {returncode}"
-            raise RuntimeError(f"{subprocess.list2cmdline(command)} {state}:\n"
-                               + "\n".join(output))
+            raise RuntimeError(f"{subprocess.list2cmdline(command)} {state}:\n" + "\n".join(output))
 
     def _launch_once(self, deadline: float) -> str:
         """One attempt: "ok", or why it failed ("port in use", ...). Cleans up on failure."""
-        self._log_offsets = {path: path.stat().st_size if path.exists() else 0
-                             for path in self._log_files()}
+        self._log_offsets = {
+            path: path.stat().st_size if path.exists() else 0 for path in self._log_files()
+        }
         user, group = self._run_as or (None, None)
-        proc = spawn_managed(self.command(), cwd=self._directory, output=self.output_file,
-                             user=user, group=group)
+        proc = spawn_managed(
+            self.command(), cwd=self._directory, output=self.output_file, user=user, group=group
+        )
         self._proc = proc
         last_error: BaseException | None = None
         while time.monotonic() < deadline and proc.poll() is None:
@@ -503,16 +543,26 @@ class PostgresServer(DatabaseServer):
     stop_signal = signal.SIGINT  # "fast" shutdown: ends open sessions instead of waiting
     superuser = "postgres"
 
-    def __init__(self, *, name: str = "distlock", user: str = "distlock",
-                 password: str = PASSWORD, bin_dir: str | os.PathLike[str] | None = None,
-                 settings: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        name: str = "distlock",
+        user: str = "distlock",
+        password: str = PASSWORD,
+        bin_dir: str | os.PathLike[str] | None = None,
+        settings: Mapping[str, str] | None = None,
+    ) -> None:
         """``bin_dir`` defaults to :func:`find_postgres_bin`; ``settings`` are more ``-c``
         configuration parameters (``{"max_connections": "200"}``)."""
         super().__init__(name=name, user=user, password=password)
         self.bin_dir = Path(bin_dir) if bin_dir is not None else None
         self.settings = {
-            "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
-            "max_connections": "100", "shared_buffers": "32MB", **(settings or {}),
+            "fsync": "off",
+            "synchronous_commit": "off",
+            "full_page_writes": "off",
+            "max_connections": "100",
+            "shared_buffers": "32MB",
+            **(settings or {}),
         }
 
     @property
@@ -544,26 +594,58 @@ class PostgresServer(DatabaseServer):
         password_file.write_text(self.password + "\n")
         if self._run_as is not None:
             os.chown(password_file, *self._run_as)
-        self._run_setup([
-            str(self.bin_dir / "initdb"), "--pgdata", str(self.data_directory),
-            "--username", self.superuser, "--pwfile", str(password_file),
-            "--auth-local", "trust", "--auth-host", "scram-sha-256",
-            "--encoding", "UTF8", "--locale", "C", "--no-sync",
-        ], deadline, self._directory / "initdb.log")
+        self._run_setup(
+            [
+                str(self.bin_dir / "initdb"),
+                "--pgdata",
+                str(self.data_directory),
+                "--username",
+                self.superuser,
+                "--pwfile",
+                str(password_file),
+                "--auth-local",
+                "trust",
+                "--auth-host",
+                "scram-sha-256",
+                "--encoding",
+                "UTF8",
+                "--locale",
+                "C",
+                "--no-sync",
+            ],
+            deadline,
+            self._directory / "initdb.log",
+        )
         password_file.unlink()
 
     def command(self) -> list[str]:
         assert self.bin_dir is not None
         settings = [arg for key, value in self.settings.items() for arg in ("-c", f"{key}={value}")]
-        return [str(self.bin_dir / "postgres"), "-D", str(self.data_directory),
-                "-p", str(self.port), "-h", self.host, "-k", str(self.socket_directory),
-                *settings]
+        return [
+            str(self.bin_dir / "postgres"),
+            "-D",
+            str(self.data_directory),
+            "-p",
+            str(self.port),
+            "-h",
+            self.host,
+            "-k",
+            str(self.socket_directory),
+            *settings,
+        ]
 
     def _connect(self, user: str, password: str, name: str) -> Any:
         import psycopg
 
-        return psycopg.connect(host=self.host, port=self.port, user=user, password=password,
-                               dbname=name, connect_timeout=2, autocommit=True)
+        return psycopg.connect(
+            host=self.host,
+            port=self.port,
+            user=user,
+            password=password,
+            dbname=name,
+            connect_timeout=2,
+            autocommit=True,
+        )
 
     def _superuser(self) -> Any:
         return self._connect(self.superuser, self.password, "postgres")
@@ -580,25 +662,33 @@ class PostgresServer(DatabaseServer):
         from psycopg import sql
 
         with self._superuser() as connection:
-            connection.execute(sql.SQL("CREATE ROLE {} LOGIN CREATEDB PASSWORD {}").format(
-                sql.Identifier(self.user), sql.Literal(self.password)))
+            connection.execute(
+                sql.SQL("CREATE ROLE {} LOGIN CREATEDB PASSWORD {}").format(
+                    sql.Identifier(self.user), sql.Literal(self.password)
+                )
+            )
             # So that tests can ask, as this user, which data directory they are on.
-            connection.execute(sql.SQL("GRANT pg_read_all_settings TO {}").format(
-                sql.Identifier(self.user)))
+            connection.execute(
+                sql.SQL("GRANT pg_read_all_settings TO {}").format(sql.Identifier(self.user))
+            )
 
     def _create_database(self, name: str) -> None:
         from psycopg import sql
 
         with self._superuser() as connection:
-            connection.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(
-                sql.Identifier(name), sql.Identifier(self.user)))
+            connection.execute(
+                sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                    sql.Identifier(name), sql.Identifier(self.user)
+                )
+            )
 
     def _drop_database(self, name: str) -> None:
         from psycopg import sql
 
         with self._superuser() as connection:
-            connection.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(name)))
+            connection.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
 
 
 class MariaDBServer(DatabaseServer):
@@ -615,14 +705,23 @@ class MariaDBServer(DatabaseServer):
     collation = "utf8mb4_unicode_ci"
     # Small and fast: a 26 MB data directory, nothing flushed at each commit.
     speed_options = (
-        "--innodb-buffer-pool-size=32M", "--innodb-log-file-size=8M",
-        "--innodb-flush-log-at-trx-commit=0", "--innodb-doublewrite=0",
-        "--innodb-use-native-aio=0", "--skip-log-bin",
+        "--innodb-buffer-pool-size=32M",
+        "--innodb-log-file-size=8M",
+        "--innodb-flush-log-at-trx-commit=0",
+        "--innodb-doublewrite=0",
+        "--innodb-use-native-aio=0",
+        "--skip-log-bin",
     )
 
-    def __init__(self, *, name: str = "distlock", user: str = "distlock",
-                 password: str = PASSWORD, binaries: tuple[str, str] | None = None,
-                 extra_args: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        name: str = "distlock",
+        user: str = "distlock",
+        password: str = PASSWORD,
+        binaries: tuple[str, str] | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> None:
         """``binaries`` is ``(mariadbd, mariadb-install-db)``, by default
         :func:`find_mariadb`'s; ``extra_args`` more mariadbd options."""
         super().__init__(name=name, user=user, password=password)
@@ -658,39 +757,65 @@ class MariaDBServer(DatabaseServer):
         assert self.binaries is not None
         basedir = Path(self.binaries[0]).resolve().parent.parent  # /usr/sbin/mariadbd: /usr
         as_root = ["--user=root"] if os.geteuid() == 0 else []
-        return [f"--basedir={basedir}", f"--datadir={self.data_directory}", *as_root,
-                "--skip-name-resolve", *self.speed_options]
+        return [
+            f"--basedir={basedir}",
+            f"--datadir={self.data_directory}",
+            *as_root,
+            "--skip-name-resolve",
+            *self.speed_options,
+        ]
 
     def _initialise(self, deadline: float) -> None:
         assert self.binaries is not None
-        self._run_setup([
-            self.binaries[1], "--no-defaults", *self._common_args(),
-            "--auth-root-authentication-method=normal", "--skip-test-db",
-        ], deadline, self._directory / "install-db.log")
+        self._run_setup(
+            [
+                self.binaries[1],
+                "--no-defaults",
+                *self._common_args(),
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ],
+            deadline,
+            self._directory / "install-db.log",
+        )
 
     def command(self) -> list[str]:
         assert self.binaries is not None
         return [
-            self.binaries[0], "--no-defaults", *self._common_args(),
-            f"--port={self.port}", f"--bind-address={self.host}", f"--socket={self.socket_path}",
-            f"--pid-file={self._directory / 'mysqld.pid'}", f"--log-error={self.error_log}",
-            f"--tmpdir={self._directory}", f"--character-set-server={self.charset}",
-            f"--collation-server={self.collation}", *self.extra_args,
+            self.binaries[0],
+            "--no-defaults",
+            *self._common_args(),
+            f"--port={self.port}",
+            f"--bind-address={self.host}",
+            f"--socket={self.socket_path}",
+            f"--pid-file={self._directory / 'mysqld.pid'}",
+            f"--log-error={self.error_log}",
+            f"--tmpdir={self._directory}",
+            f"--character-set-server={self.charset}",
+            f"--collation-server={self.collation}",
+            *self.extra_args,
         ]
 
     def _root(self) -> Any:
         """root's connection, through this server's own socket (so: this server)."""
         import MySQLdb
 
-        return MySQLdb.connect(unix_socket=str(self.socket_path), user="root",
-                               connect_timeout=2, charset=self.charset)
+        return MySQLdb.connect(
+            unix_socket=str(self.socket_path), user="root", connect_timeout=2, charset=self.charset
+        )
 
     def connect(self, name: str | None = None) -> Any:
         import MySQLdb
 
-        return MySQLdb.connect(host=self.host, port=self.port, user=self.user,
-                               password=self.password, database=name or self.name,
-                               connect_timeout=2, charset=self.charset)
+        return MySQLdb.connect(
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            password=self.password,
+            database=name or self.name,
+            connect_timeout=2,
+            charset=self.charset,
+        )
 
     def _execute(self, *statements: str) -> None:
         with contextlib.closing(self._root()) as connection:
@@ -709,12 +834,15 @@ class MariaDBServer(DatabaseServer):
 
     def _create_user(self) -> None:
         account = f"'{self.user}'@'%'"
-        self._execute(f"CREATE USER {account} IDENTIFIED BY '{self.password}'",
-                      f"GRANT ALL PRIVILEGES ON *.* TO {account}")
+        self._execute(
+            f"CREATE USER {account} IDENTIFIED BY '{self.password}'",
+            f"GRANT ALL PRIVILEGES ON *.* TO {account}",
+        )
 
     def _create_database(self, name: str) -> None:
-        self._execute(f"CREATE DATABASE `{name}` CHARACTER SET {self.charset} "
-                      f"COLLATE {self.collation}")
+        self._execute(
+            f"CREATE DATABASE `{name}` CHARACTER SET {self.charset} COLLATE {self.collation}"
+        )
 
     def _drop_database(self, name: str) -> None:
         self._execute(f"DROP DATABASE IF EXISTS `{name}`")

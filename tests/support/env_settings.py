@@ -3,6 +3,7 @@ the tests start with ``python -m django ...``: DISTLOCK_TEST_KIND and DISTLOCK_T
 tests.support.workers reads them (tests.support.configs); and, when DISTLOCK_TEST_DATABASES is
 set (a real server's ``env()``, tests/support/databases.py), its aliases added to DATABASES
 ("default" replaced)."""
+
 import os
 
 from tests.support.configs import distlock_settings
@@ -10,6 +11,7 @@ from tests.support.databases import databases_from_env
 from tests.support.settings import *  # noqa: F403
 from tests.support.settings import DATABASES
 
-DISTLOCK, CACHES = distlock_settings(os.environ["DISTLOCK_TEST_KIND"],
-                                     os.environ["DISTLOCK_TEST_URL"])
+DISTLOCK, CACHES = distlock_settings(
+    os.environ["DISTLOCK_TEST_KIND"], os.environ["DISTLOCK_TEST_URL"]
+)
 DATABASES = {**DATABASES, **databases_from_env()}

@@ -19,6 +19,7 @@ configured through environment variables::
 Like the redis-server processes of tests/support/redis_server.py, it runs in its own process group,
 is killed at exit and when the process that started it dies.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -60,14 +61,24 @@ class LiveServerProcess(_Managed):
     start; Django opens no connection at import, so the workers still each open their own).
     """
 
-    def __init__(self, app: str = "", *, settings: str, env: Mapping[str, str] | None = None,
-                 server: str = "uvicorn", ready_path: str = "/", workers: int = 1,
-                 preload: bool = False) -> None:
+    def __init__(
+        self,
+        app: str = "",
+        *,
+        settings: str,
+        env: Mapping[str, str] | None = None,
+        server: str = "uvicorn",
+        ready_path: str = "/",
+        workers: int = 1,
+        preload: bool = False,
+    ) -> None:
         if server not in SERVERS:
             raise ValueError(f"server must be one of {SERVERS}, not {server!r}")
         if server != "runserver" and not app:
-            raise ValueError(f"{server} needs the application, e.g. 'project.asgi:application' "
-                             "(uvicorn) or 'project.wsgi:application' (gunicorn)")
+            raise ValueError(
+                f"{server} needs the application, e.g. 'project.asgi:application' "
+                "(uvicorn) or 'project.wsgi:application' (gunicorn)"
+            )
         if workers < 1 or ((workers > 1 or preload) and server != "gunicorn"):
             raise ValueError("workers > 1 and preload need server='gunicorn'")
         self.app = app
@@ -96,19 +107,57 @@ class LiveServerProcess(_Managed):
 
     def command(self) -> list[str]:
         if self.server == "uvicorn":
-            return [sys.executable, "-m", "uvicorn", self.app, "--host", HOST, "--port",
-                    str(self.port), "--no-access-log", "--log-level", "warning",
-                    "--lifespan", "off", "--backlog", "512"]
+            return [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                self.app,
+                "--host",
+                HOST,
+                "--port",
+                str(self.port),
+                "--no-access-log",
+                "--log-level",
+                "warning",
+                "--lifespan",
+                "off",
+                "--backlog",
+                "512",
+            ]
         if self.server == "gunicorn":
             # Sync workers, each serving one request at a time. No control socket: by default
             # every gunicorn of the user shares one ($HOME/.gunicorn/gunicorn.ctl).
-            return [sys.executable, "-m", "gunicorn", self.app, "--bind", f"{HOST}:{self.port}",
-                    "--workers", str(self.workers), "--worker-class", "sync",
-                    "--timeout", "60", "--graceful-timeout", str(int(STOP_TIMEOUT) - 1),
-                    "--backlog", "512", "--log-level", "warning", "--no-control-socket",
-                    *(["--preload"] if self.preload else [])]
-        return [sys.executable, "-m", "django", "runserver", "--noreload", "--skip-checks",
-                f"{HOST}:{self.port}"]
+            return [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                self.app,
+                "--bind",
+                f"{HOST}:{self.port}",
+                "--workers",
+                str(self.workers),
+                "--worker-class",
+                "sync",
+                "--timeout",
+                "60",
+                "--graceful-timeout",
+                str(int(STOP_TIMEOUT) - 1),
+                "--backlog",
+                "512",
+                "--log-level",
+                "warning",
+                "--no-control-socket",
+                *(["--preload"] if self.preload else []),
+            ]
+        return [
+            sys.executable,
+            "-m",
+            "django",
+            "runserver",
+            "--noreload",
+            "--skip-checks",
+            f"{HOST}:{self.port}",
+        ]
 
     @property
     def pid(self) -> int | None:
@@ -135,17 +184,21 @@ class LiveServerProcess(_Managed):
             if outcome == "ok":
                 if self.server == "gunicorn":
                     try:
-                        wait_until(lambda: len(self.worker_pids()) >= self.workers,
-                                   max(0.1, deadline - time.monotonic()),
-                                   f"{self.workers} gunicorn workers")
+                        wait_until(
+                            lambda: len(self.worker_pids()) >= self.workers,
+                            max(0.1, deadline - time.monotonic()),
+                            f"{self.workers} gunicorn workers",
+                        )
                     except BaseException:
                         self.stop()
                         raise
                 return self
             if outcome != "port in use" or time.monotonic() >= deadline:
-                raise RuntimeError(f"{self.server} did not start on {self.url} ({outcome}).\n"
-                                   f"command: {subprocess.list2cmdline(self.command())}\n"
-                                   f"{self.log_tail()}")
+                raise RuntimeError(
+                    f"{self.server} did not start on {self.url} ({outcome}).\n"
+                    f"command: {subprocess.list2cmdline(self.command())}\n"
+                    f"{self.log_tail()}"
+                )
 
     def _launch_once(self, deadline: float) -> str:
         self.log_file.write_bytes(b"")  # this attempt's output only
@@ -185,8 +238,9 @@ class LiveServerProcess(_Managed):
             sockets = psutil.Process(pid).net_connections("tcp")
         except psutil.Error:
             return False
-        return any(s.status == psutil.CONN_LISTEN and s.laddr and s.laddr[1] == self.port
-                   for s in sockets)
+        return any(
+            s.status == psutil.CONN_LISTEN and s.laddr and s.laddr[1] == self.port for s in sockets
+        )
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -208,12 +262,20 @@ class LiveServerProcess(_Managed):
 def demo_project(redis_url: str, directory: Path) -> LiveServerProcess:
     """The demo project (testproject) served by uvicorn on ``redis_url``; its SQLite file,
     migrated here (the Pay page records payments in it), goes in ``directory``."""
-    env = {"REDIS_URL": redis_url, "DJANGO_DB_PATH": str(directory / "db.sqlite3"),
-           "DJANGO_ALLOWED_HOSTS": "127.0.0.1"}
-    subprocess.run([sys.executable, "-m", "django", "migrate", "--noinput", "--verbosity", "0"],
-                   env={**os.environ, **env, "DJANGO_SETTINGS_MODULE": "testproject.settings"},
-                   check=True, timeout=120)
+    env = {
+        "REDIS_URL": redis_url,
+        "DJANGO_DB_PATH": str(directory / "db.sqlite3"),
+        "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
+    }
+    subprocess.run(
+        [sys.executable, "-m", "django", "migrate", "--noinput", "--verbosity", "0"],
+        env={**os.environ, **env, "DJANGO_SETTINGS_MODULE": "testproject.settings"},
+        check=True,
+        timeout=120,
+    )
     return LiveServerProcess(
-        "testproject.asgi:application", settings="testproject.settings", ready_path="/",
+        "testproject.asgi:application",
+        settings="testproject.settings",
+        ready_path="/",
         env=env,
     )

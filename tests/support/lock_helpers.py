@@ -1,4 +1,5 @@
 """Measurements several lock test modules share."""
+
 from __future__ import annotations
 
 import itertools
@@ -53,8 +54,9 @@ def handoff_delay(holder: distlock.Lock, waiter: distlock.Lock, settle: float) -
     return acquired_at[0] - released
 
 
-def holder_index(name: str, processes: list, other_than: int | None = None,
-                 timeout: float = 15) -> int:
+def holder_index(
+    name: str, processes: list, other_than: int | None = None, timeout: float = 15
+) -> int:
     """Return the index in ``processes`` (Popen objects) of the one that holds ``name``, once
     it is not ``other_than``; raise AssertionError if none does within ``timeout`` seconds."""
     pids = [process.pid for process in processes]
@@ -68,17 +70,21 @@ def holder_index(name: str, processes: list, other_than: int | None = None,
 
 
 @contextmanager
-def spawner(module: str, env: dict[str, str], *,
-            stdin: bool = False) -> Iterator[Callable[..., subprocess.Popen]]:
+def spawner(
+    module: str, env: dict[str, str], *, stdin: bool = False
+) -> Iterator[Callable[..., subprocess.Popen]]:
     """Yield ``start(*arguments)``, which runs ``python -m module *arguments`` (stdout, and
     stdin if asked, piped as text); every process started is killed and reaped at the end."""
     started: list[subprocess.Popen] = []
 
     def start(*arguments: str) -> subprocess.Popen:
         process = subprocess.Popen(
-            [sys.executable, "-m", module, *arguments], cwd=ROOT,
-            env={**env, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
-            stdin=subprocess.PIPE if stdin else None, text=True,
+            [sys.executable, "-m", module, *arguments],
+            cwd=ROOT,
+            env={**env, "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.PIPE,
+            stdin=subprocess.PIPE if stdin else None,
+            text=True,
         )
         started.append(process)
         return process
@@ -174,8 +180,11 @@ class Holds:
 
     def two_holders(self) -> list[tuple[tuple[str, float, float], ...]]:
         ordered = sorted(self.intervals, key=lambda interval: interval[1])
-        return [(first, second) for first, second in itertools.combinations(ordered, 2)
-                if first[0] != second[0] and second[1] < first[2]]
+        return [
+            (first, second)
+            for first, second in itertools.combinations(ordered, 2)
+            if first[0] != second[0] and second[1] < first[2]
+        ]
 
 
 class Acknowledged:

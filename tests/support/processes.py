@@ -1,4 +1,5 @@
 """Ending the processes a test started: every one stopped, reaped and its pipes closed."""
+
 from __future__ import annotations
 
 import contextlib

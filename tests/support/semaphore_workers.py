@@ -1,6 +1,7 @@
 """Worker processes for the semaphore and cache tests: ``python -m tests.support.semaphore_workers
 COMMAND ...``, configured like tests.support.workers (DISTLOCK_TEST_KIND, DISTLOCK_TEST_URL; shared
 data on DISTLOCK_TEST_DATA_URL)."""
+
 from __future__ import annotations
 
 import json
@@ -100,6 +101,8 @@ if __name__ == "__main__":
     setup()
     command, *arguments = sys.argv[1:]
     {
-        "permits": permits, "hold_permit": hold_permit, "permit_waiter": permit_waiter,
+        "permits": permits,
+        "hold_permit": hold_permit,
+        "permit_waiter": permit_waiter,
         "cached": cached,
     }[command](*arguments)

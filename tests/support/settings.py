@@ -1,5 +1,6 @@
 """Django settings for the test suite. Lock servers are started by fixtures (conftest.py),
 which point DISTLOCK at them; nothing here depends on a Redis already running."""
+
 import os
 import tempfile
 from typing import Any

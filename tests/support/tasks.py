@@ -1,6 +1,7 @@
 """django.tasks tasks that the ``db_worker`` processes of tests/tasks/test_django_tasks.py run
 (settings: tests.support.tasks_settings). Each run records its key, start and end (monotonic clock)
 and process in a Redis list at DISTLOCK_TEST_DATA_URL."""
+
 from __future__ import annotations
 
 import json

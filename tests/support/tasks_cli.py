@@ -2,6 +2,7 @@
 tests.support.tasks COUNT times and print the result ids (a JSON list);
 ``... results ID...``: wait until those results are finished and print their return
 values (a JSON list), following retries ("retried_as")."""
+
 from __future__ import annotations
 
 import json

@@ -13,6 +13,7 @@ Each direction of each connection has a reader thread, which timestamps chunks a
 arrive, and a writer thread, which sends them once ``latency`` has passed: delays do not add
 up when a client pipelines, and the order of bytes is kept.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -106,8 +107,12 @@ class TcpProxy:
     def __enter__(self) -> TcpProxy:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     def _accept(self) -> None:
@@ -160,8 +165,9 @@ class _Link:
         for thread in self._threads:
             thread.start()
 
-    def _read(self, source: socket.socket, out: queue.Queue[tuple[float, bytes]],
-              reply: bool) -> None:
+    def _read(
+        self, source: socket.socket, out: queue.Queue[tuple[float, bytes]], reply: bool
+    ) -> None:
         while True:
             try:
                 chunk = source.recv(65536)

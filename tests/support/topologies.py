@@ -1,5 +1,6 @@
 """Lock servers for the multi-server backends: started once per test session, and only when
 a test asks for that kind (so a run that selects none of them starts none)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -50,8 +51,9 @@ def sentinel_group() -> Iterator[RedisSentinelGroup]:
         yield group
 
 
-def location_of(kind: str, request: pytest.FixtureRequest, redis_url: str,
-                flush: bool = True) -> str:
+def location_of(
+    kind: str, request: pytest.FixtureRequest, redis_url: str, flush: bool = True
+) -> str:
     """Return the location tests.support.configs.distlock_settings takes for ``kind``, its servers
     started (once) and, with ``flush``, emptied."""
     if kind not in TOPOLOGY_FIXTURES:

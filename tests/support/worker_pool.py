@@ -1,6 +1,7 @@
 """Worker processes of a task queue (Celery, django.tasks' db_worker) for the task tests, on a
 redis-server of their own: locks in database 0, the broker in 1, and in 2 the runs the test
 tasks record (a list "runs" of JSON [kind, key, started, ended, pid], monotonic clock)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -29,12 +30,15 @@ class WorkerPool:
         self.server = server
         self.directory = directory
         self.env = {
-            **os.environ, "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": settings_module,
-            "DISTLOCK_TEST_KIND": "redis", "DISTLOCK_TEST_URL": f"{base}/0",
-            "DISTLOCK_TEST_BROKER": f"{base}/1", "DISTLOCK_TEST_DATA_URL": f"{base}/2",
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "DJANGO_SETTINGS_MODULE": settings_module,
+            "DISTLOCK_TEST_KIND": "redis",
+            "DISTLOCK_TEST_URL": f"{base}/0",
+            "DISTLOCK_TEST_BROKER": f"{base}/1",
+            "DISTLOCK_TEST_DATA_URL": f"{base}/2",
         }
-        self.data = redis.Redis.from_url(self.env["DISTLOCK_TEST_DATA_URL"],
-                                         decode_responses=True)
+        self.data = redis.Redis.from_url(self.env["DISTLOCK_TEST_DATA_URL"], decode_responses=True)
         self.processes: list[subprocess.Popen[bytes]] = []
 
     def start(self) -> None:  # pragma: no cover - overridden
@@ -42,8 +46,13 @@ class WorkerPool:
 
     def spawn(self, arguments: list[str], log: Path) -> subprocess.Popen[bytes]:
         with open(log, "ab") as output:
-            process = subprocess.Popen([sys.executable, *arguments], cwd=ROOT, env=self.env,
-                                       stdout=output, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(
+                [sys.executable, *arguments],
+                cwd=ROOT,
+                env=self.env,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+            )
         self.processes.append(process)
         return process
 

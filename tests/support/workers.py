@@ -4,6 +4,7 @@ Each worker is a real, separate Python process with its own connections, configu
 the test process through DISTLOCK_TEST_KIND and DISTLOCK_TEST_URL (tests.support.configs); the data
 the locks protect lives on the Redis server at DISTLOCK_TEST_DATA_URL.
 """
+
 from __future__ import annotations
 
 import os
@@ -100,9 +101,12 @@ def lead(name: str, ttl: str, log_path: str) -> None:
         def write(kind: str, term: object) -> None:
             log.write(f"{kind} {term} {time.time():.6f}\n")
 
-        leader = distlock.leader(name, ttl=float(ttl),
-                                 on_elected=lambda lead: write("elected", lead.term),
-                                 on_revoked=lambda lead: write("revoked", lead.term))
+        leader = distlock.leader(
+            name,
+            ttl=float(ttl),
+            on_elected=lambda lead: write("elected", lead.term),
+            on_revoked=lambda lead: write("revoked", lead.term),
+        )
         with leader:
             say("ready")
             while True:
@@ -115,6 +119,9 @@ if __name__ == "__main__":
     setup()
     command, *arguments = sys.argv[1:]
     {
-        "counter": counter, "hold": hold, "hold_then_extend": hold_then_extend, "waiter": waiter,
+        "counter": counter,
+        "hold": hold,
+        "hold_then_extend": hold_then_extend,
+        "waiter": waiter,
         "lead": lead,
     }[command](*arguments)

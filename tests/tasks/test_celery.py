@@ -1,5 +1,6 @@
 """distlock.contrib.celery with real Celery workers: 2 worker processes of concurrency 4
 (prefork), a real redis-server as the broker, result backend and lock server."""
+
 from __future__ import annotations
 
 import json
@@ -36,18 +37,37 @@ class Workers(WorkerPool):
     def start(self) -> None:
         logs = [self.directory / f"worker{index}.log" for index in range(2)]
         for index, log in enumerate(logs):
-            self.spawn(["-m", "celery", "-A", "tests.support.celery_app", "worker", "--pool",
-                        "prefork", "--concurrency", "4", "--loglevel", "INFO", "--hostname",
-                        f"w{index}@%h", "--without-gossip", "--without-mingle",
-                        "--without-heartbeat"], log)
+            self.spawn(
+                [
+                    "-m",
+                    "celery",
+                    "-A",
+                    "tests.support.celery_app",
+                    "worker",
+                    "--pool",
+                    "prefork",
+                    "--concurrency",
+                    "4",
+                    "--loglevel",
+                    "INFO",
+                    "--hostname",
+                    f"w{index}@%h",
+                    "--without-gossip",
+                    "--without-mingle",
+                    "--without-heartbeat",
+                ],
+                log,
+            )
         deadline = time.monotonic() + 60
         while not all(log.exists() and b"ready." in log.read_bytes() for log in logs):
             assert time.monotonic() < deadline, f"the workers did not start:\n{self.logs()}"
             time.sleep(0.2)
 
     def logs(self) -> str:
-        return "\n".join(path.read_text(errors="replace")[-3000:]
-                         for path in sorted(self.directory.glob("worker*.log")))
+        return "\n".join(
+            path.read_text(errors="replace")[-3000:]
+            for path in sorted(self.directory.glob("worker*.log"))
+        )
 
 
 @pytest.fixture(scope="module")
@@ -66,11 +86,14 @@ def tasks(workers: Workers, settings: Any) -> Iterator[Any]:
     locks.reset()
     workers.server.flushall()
     previous = dict(celery_app.app.conf)
-    celery_app.app.conf.update(broker_url=workers.env["DISTLOCK_TEST_BROKER"],
-                               result_backend=workers.env["DISTLOCK_TEST_BROKER"])
+    celery_app.app.conf.update(
+        broker_url=workers.env["DISTLOCK_TEST_BROKER"],
+        result_backend=workers.env["DISTLOCK_TEST_BROKER"],
+    )
     yield celery_app
-    celery_app.app.conf.update(broker_url=previous["broker_url"],
-                               result_backend=previous["result_backend"])
+    celery_app.app.conf.update(
+        broker_url=previous["broker_url"], result_backend=previous["result_backend"]
+    )
     locks.reset()
 
 
@@ -114,8 +137,9 @@ def wait_until_free(name: str, timeout: float) -> float:
     return time.monotonic() - began
 
 
-def test_a_worker_killed_mid_task_frees_the_lock_within_its_lease(tasks: Any,
-                                                                  workers: Workers) -> None:
+def test_a_worker_killed_mid_task_frees_the_lock_within_its_lease(
+    tasks: Any, workers: Workers
+) -> None:
     tasks.skip_job.delay("crash", 60.0)
     holder = wait_for_holder("job:crash")
     os.kill(holder.pid, signal.SIGKILL)  # the pool process running the task
@@ -125,8 +149,7 @@ def test_a_worker_killed_mid_task_frees_the_lock_within_its_lease(tasks: Any,
     assert tasks.skip_job.delay("crash", 0.1).get(timeout=30) == "ran crash"
 
 
-def test_retry_mode_runs_every_duplicate_one_after_another(tasks: Any,
-                                                           workers: Workers) -> None:
+def test_retry_mode_runs_every_duplicate_one_after_another(tasks: Any, workers: Workers) -> None:
     results = [tasks.retry_job.delay("serial", 0.5) for _ in range(4)]
     assert [result.get(timeout=60) for result in results] == ["ran serial"] * 4
     runs = workers.runs()
@@ -166,8 +189,7 @@ def test_the_lock_is_released_when_the_task_ends(tasks: Any, workers: Workers, h
 
 
 @pytest.mark.django_db
-def test_operators_see_the_task_and_its_id(tasks: Any, workers: Workers,
-                                           admin_client: Any) -> None:
+def test_operators_see_the_task_and_its_id(tasks: Any, workers: Workers, admin_client: Any) -> None:
     result = tasks.skip_job.delay("shown", 3.0)
     holder = wait_for_holder("job:shown")
     assert holder.purpose == f"celery task tests.support.celery_app.skip_job[{result.id}]"

@@ -1,5 +1,6 @@
 """distlock.contrib.tasks: django.tasks tasks that run once at a time, with Django's own
 backends in this process and with real ``db_worker`` processes of django-tasks-db."""
+
 from __future__ import annotations
 
 import json
@@ -75,18 +76,37 @@ class DbWorkers(WorkerPool):
     def start(self) -> None:
         self.run("-m", "django", "migrate", "--verbosity", "0")
         for _ in range(2):
-            self.spawn(["-m", "django", "db_worker", "--interval", "0.05",
-                        "--no-startup-delay", "--no-reload"], self.directory / "workers.log")
+            self.spawn(
+                [
+                    "-m",
+                    "django",
+                    "db_worker",
+                    "--interval",
+                    "0.05",
+                    "--no-startup-delay",
+                    "--no-reload",
+                ],
+                self.directory / "workers.log",
+            )
 
     def run(self, *arguments: str) -> str:
-        done = subprocess.run([sys.executable, *arguments], cwd=ROOT, env=self.env,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, *arguments],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout
 
     def enqueue(self, task_name: str, key: str, seconds: float, count: int) -> list[str]:
-        return json.loads(self.run("-m", "tests.support.tasks_cli", "enqueue", task_name, key,
-                                   str(seconds), str(count)))
+        return json.loads(
+            self.run(
+                "-m", "tests.support.tasks_cli", "enqueue", task_name, key, str(seconds), str(count)
+            )
+        )
 
     def results(self, ids: list[str]) -> list[Any]:
         return json.loads(self.run("-m", "tests.support.tasks_cli", "results", *ids))

@@ -1,5 +1,6 @@
 """Leader election (distlock.leader): in one process, and over 3 real processes that are
 killed (SIGKILL) and paused (SIGSTOP), judged from each process's own log."""
+
 from __future__ import annotations
 
 import asyncio
@@ -46,10 +47,18 @@ def test_one_of_two_leads_and_the_other_takes_over_on_resignation(redis_backend:
     def record(kind: str, who: str) -> Any:
         return lambda leader: events.append((kind, who, leader.term))
 
-    first = distlock.leader("jobs", ttl=TTL, on_elected=record("elected", "first"),
-                            on_revoked=record("revoked", "first"))
-    second = distlock.leader("jobs", ttl=TTL, on_elected=record("elected", "second"),
-                             on_revoked=record("revoked", "second"))
+    first = distlock.leader(
+        "jobs",
+        ttl=TTL,
+        on_elected=record("elected", "first"),
+        on_revoked=record("revoked", "first"),
+    )
+    second = distlock.leader(
+        "jobs",
+        ttl=TTL,
+        on_elected=record("elected", "second"),
+        on_revoked=record("revoked", "second"),
+    )
     with first:
         assert first.wait_elected(5)
         with second:
@@ -62,7 +71,10 @@ def test_one_of_two_leads_and_the_other_takes_over_on_resignation(redis_backend:
             assert second.wait_elected(5)
             assert second.term > first.term
     assert [event[:2] for event in events] == [
-        ("elected", "first"), ("revoked", "first"), ("elected", "second"), ("revoked", "second"),
+        ("elected", "first"),
+        ("revoked", "first"),
+        ("elected", "second"),
+        ("revoked", "second"),
     ]
     assert distlock.locks["default"].info("jobs") is None
 
@@ -103,26 +115,44 @@ class Candidates:
     """``python -m tests.support.workers lead NAME TTL LOG`` processes, each with its own log."""
 
     def __init__(self, url: str, directory: Path) -> None:
-        self.env = {**os.environ, "DISTLOCK_TEST_KIND": "redis", "DISTLOCK_TEST_URL": url,
-                    "PYTHONPATH": str(ROOT)}
+        self.env = {
+            **os.environ,
+            "DISTLOCK_TEST_KIND": "redis",
+            "DISTLOCK_TEST_URL": url,
+            "PYTHONPATH": str(ROOT),
+        }
         self.directory = directory
         self.processes: list[subprocess.Popen[str]] = []
 
     def start(self, count: int) -> None:
         for index in range(count):
-            self.processes.append(subprocess.Popen(
-                [sys.executable, "-m", "tests.support.workers", "lead", "scheduler", str(TTL),
-                 str(self.directory / f"candidate{index}.log")],
-                cwd=ROOT, env=self.env, stdout=subprocess.PIPE, text=True,
-            ))
+            self.processes.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "tests.support.workers",
+                        "lead",
+                        "scheduler",
+                        str(TTL),
+                        str(self.directory / f"candidate{index}.log"),
+                    ],
+                    cwd=ROOT,
+                    env=self.env,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+            )
         for process in self.processes:
             assert process.stdout is not None and process.stdout.readline() == "ready\n"
 
     def log(self, index: int) -> list[Entry]:
         path = self.directory / f"candidate{index}.log"
         lines = path.read_text().splitlines() if path.exists() else []
-        return [(kind, int(term), float(when)) for kind, term, when in
-                (line.split() for line in lines if line.count(" ") == 2)]
+        return [
+            (kind, int(term), float(when))
+            for kind, term, when in (line.split() for line in lines if line.count(" ") == 2)
+        ]
 
     def leader_index(self, other_than: int | None = None) -> int:
         """Return the index of the process that leads now (once it is not ``other_than``)."""
@@ -146,8 +176,7 @@ def acting_terms(logs: list[list[Entry]]) -> list[tuple[float, float, int, int]]
         for kind, term, when in log:
             if kind == "act":
                 spans.setdefault((index, term), []).append(when)
-    return sorted((min(times), max(times), term, index)
-                  for (index, term), times in spans.items())
+    return sorted((min(times), max(times), term, index) for (index, term), times in spans.items())
 
 
 def first_act_after(logs: list[list[Entry]], moment: float) -> float:
@@ -155,7 +184,8 @@ def first_act_after(logs: list[list[Entry]], moment: float) -> float:
 
 
 def test_three_processes_one_leader_at_a_time_through_kill_and_pause(
-        candidates: Candidates) -> None:
+    candidates: Candidates,
+) -> None:
     candidates.start(3)
     killed_index = candidates.leader_index()
     time.sleep(1.0)
@@ -179,8 +209,7 @@ def test_three_processes_one_leader_at_a_time_through_kill_and_pause(
     for earlier, later in itertools.pairwise(terms):
         assert earlier[1] < later[0], f"terms {earlier} and {later} overlap"
         assert earlier[2] < later[2], f"term numbers went down: {earlier}, {later}"
-    elected = sorted((when, term) for log in logs for kind, term, when in log
-                     if kind == "elected")
+    elected = sorted((when, term) for log in logs for kind, term, when in log if kind == "elected")
     assert [term for _, term in elected] == sorted({term for _, term in elected})
     # SIGKILL: another leader acts within ttl + 1 s.
     assert first_act_after(logs, killed_at) - killed_at <= TTL + 1
@@ -190,8 +219,9 @@ def test_three_processes_one_leader_at_a_time_through_kill_and_pause(
     assert resumed and resumed[0][0] == "revoked", resumed[:5]
     assert resumed[0][2] - resumed_at < 1.0
     others = [index for index in range(3) if index not in (killed_index, paused_index)]
-    assert any(kind == "elected" and paused_at < when < resumed_at
-               for kind, _, when in logs[others[0]])
+    assert any(
+        kind == "elected" and paused_at < when < resumed_at for kind, _, when in logs[others[0]]
+    )
 
 
 @pytest.mark.django_db

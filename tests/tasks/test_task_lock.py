@@ -1,4 +1,5 @@
 """Task lock names (distlock.contrib.task_lock) and the guard of distlock.contrib.tasks."""
+
 from __future__ import annotations
 
 import importlib

@@ -1,6 +1,7 @@
 """benchmarks/server_time.py's COMMANDS_ONLY scripts run the commands distlock's own acquire
 and release scripts run, so that the benchmark's "commands only" figure stays the cost of
 distlock's features before its Lua logic. Against a real redis-server; nothing is timed."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -19,11 +20,11 @@ def scripted(client: redis.Redis, pair: object) -> Counter[str]:
     return Counter({name: count for name, count in seen["scripted"].items() if name != PRUNING})
 
 
-def test_commands_only_runs_the_commands_of_distlocks_uncontended_pair(
-        redis_backend: str) -> None:
+def test_commands_only_runs_the_commands_of_distlocks_uncontended_pair(redis_backend: str) -> None:
     client = redis.Redis.from_url(redis_backend)
-    distlock_pair = anchors.pair(lambda name: distlock.lock(name, ttl=anchors.TTL),
-                                 lambda: "server-time:checked")
+    distlock_pair = anchors.pair(
+        lambda name: distlock.lock(name, ttl=anchors.TTL), lambda: "server-time:checked"
+    )
     distlock_pair()  # the scripts loaded
 
     theirs = scripted(client, server_time.commands_only_pair(client))

@@ -1,4 +1,5 @@
 """The browser test bed itself: Chromium renders a page served by a live Django server."""
+
 import pytest
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

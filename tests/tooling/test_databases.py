@@ -1,6 +1,7 @@
 """The real PostgreSQL and MariaDB servers of tests/support/databases.py, and gunicorn's workers of
 tests/support/live_server_process.py: ports and data of their own, Django connects and transactions
 work, nothing is left behind, and the workers are separate processes on the database."""
+
 from __future__ import annotations
 
 import http.client
@@ -62,8 +63,10 @@ def database(real_database: DatabaseServer) -> Iterator[dict[str, Any]]:
 @pytest.fixture
 def own_connections(database: dict[str, Any], django_db_blocker: Any) -> Iterator[Any]:
     """Django connections of the test's own ("one" and "two", separate sessions) to it."""
-    with django_db_blocker.unblock(), django_connections({"one": database,
-                                                          "two": database}) as handler:
+    with (
+        django_db_blocker.unblock(),
+        django_connections({"one": database, "two": database}) as handler,
+    ):
         yield handler
 
 
@@ -76,12 +79,16 @@ def test_each_server_listens_on_a_free_port_of_its_own(real_database: DatabaseSe
     assert settings["TEST"]["NAME"] == "test_distlock"
 
 
-def test_django_connects_as_the_user_with_its_password(real_database: DatabaseServer,
-                                                       own_connections: Any) -> None:
+def test_django_connects_as_the_user_with_its_password(
+    real_database: DatabaseServer, own_connections: Any
+) -> None:
     connection = own_connections["one"]
     with connection.cursor() as cursor:
-        cursor.execute("SELECT current_user" if connection.vendor == "postgresql"
-                       else "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)")
+        cursor.execute(
+            "SELECT current_user"
+            if connection.vendor == "postgresql"
+            else "SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)"
+        )
         assert cursor.fetchone()[0] == real_database.user
     assert connection.vendor == real_database.vendor
     if connection.vendor == "mysql":
@@ -117,8 +124,9 @@ def test_a_table_written_in_a_transaction_is_seen_once_committed(own_connections
     assert notes(one) == notes(two) == ["committed"]
 
 
-def test_the_data_directory_is_the_fixtures_own(real_database: DatabaseServer,
-                                                own_connections: Any) -> None:
+def test_the_data_directory_is_the_fixtures_own(
+    real_database: DatabaseServer, own_connections: Any
+) -> None:
     directory = real_database.directory
     assert directory is not None and real_database.data_directory.parent == directory
     assert stat.S_IMODE(directory.stat().st_mode) & 0o077 == 0, "others may enter it"
@@ -131,10 +139,12 @@ def test_the_data_directory_is_the_fixtures_own(real_database: DatabaseServer,
         assert psutil.Process(real_database.pid).uids().real != 0
 
 
-@pytest.mark.parametrize("server_class", [PostgresServer, MariaDBServer],
-                         ids=["postgresql", "mariadb"])
-def test_stop_ends_every_process_and_removes_the_data(server_class: type[DatabaseServer],
-                                                      ) -> None:
+@pytest.mark.parametrize(
+    "server_class", [PostgresServer, MariaDBServer], ids=["postgresql", "mariadb"]
+)
+def test_stop_ends_every_process_and_removes_the_data(
+    server_class: type[DatabaseServer],
+) -> None:
     before = set(rs._LIVE)
     with serving(server_class()) as server:
         pid, port, directory = server.pid, server.port, server.directory
@@ -150,19 +160,21 @@ def test_stop_ends_every_process_and_removes_the_data(server_class: type[Databas
 
 
 def test_missing_servers_skip_locally_and_fail_when_required(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("DISTLOCK_POSTGRES_BIN", str(tmp_path))  # no initdb in there
     monkeypatch.delenv(REQUIRE_ENV, raising=False)
-    with pytest.raises(pytest.skip.Exception, match="DISTLOCK_POSTGRES_BIN"), \
-            serving(PostgresServer()):
+    with (
+        pytest.raises(pytest.skip.Exception, match="DISTLOCK_POSTGRES_BIN"),
+        serving(PostgresServer()),
+    ):
         pass
     monkeypatch.setenv(REQUIRE_ENV, "1")
     with pytest.raises(pytest.fail.Exception, match=REQUIRE_ENV), serving(PostgresServer()):
         pass
 
 
-def test_processes_get_the_databases_through_the_environment(
-        real_database: DatabaseServer) -> None:
+def test_processes_get_the_databases_through_the_environment(real_database: DatabaseServer) -> None:
     env = real_database.env("other", name="elsewhere")
     assert list(env) == [DATABASES_ENV]
     assert databases_from_env(env) == {"other": real_database.django_settings("elsewhere")}
@@ -182,17 +194,23 @@ def _get_json(server: LiveServerProcess, path: str) -> dict[str, Any]:
 
 
 def test_gunicorn_workers_are_processes_on_the_databases(
-        postgres_server: PostgresServer, mariadb_server: MariaDBServer,
-        redis_server: RedisServer) -> None:
+    postgres_server: PostgresServer, mariadb_server: MariaDBServer, redis_server: RedisServer
+) -> None:
     """Three sync workers of the live project, with both servers as databases: concurrent
     requests are served by several of them, each connected to both servers."""
     servers = {"default": postgres_server, "mariadb": mariadb_server}
     workers = requests = 3
     with LiveServerProcess(
-        "tests.support.live_project.wsgi:application", server="gunicorn", workers=workers,
-        preload=True, settings="tests.support.live_project.settings", ready_path="/health/",
-        env={"DISTLOCK_TEST_URL": redis_server.url, **databases_env(
-            {alias: server.django_settings() for alias, server in servers.items()})},
+        "tests.support.live_project.wsgi:application",
+        server="gunicorn",
+        workers=workers,
+        preload=True,
+        settings="tests.support.live_project.settings",
+        ready_path="/health/",
+        env={
+            "DISTLOCK_TEST_URL": redis_server.url,
+            **databases_env({alias: server.django_settings() for alias, server in servers.items()}),
+        },
     ) as server:
         worker_pids = server.worker_pids()
         assert len(worker_pids) == workers and server.pid not in worker_pids
@@ -209,24 +227,38 @@ def test_gunicorn_workers_are_processes_on_the_databases(
     served_by = {answer["pid"] for answer in answers}
     assert len(served_by) > 1, answers
     assert served_by <= worker_pids
-    expected = {alias: {"vendor": server.vendor, "port": server.port}
-                for alias, server in servers.items()}
+    expected = {
+        alias: {"vendor": server.vendor, "port": server.port} for alias, server in servers.items()
+    }
     assert all(answer["databases"] == expected for answer in answers), answers
     assert master is not None
-    wait_until(lambda: not any(_alive(pid) for pid in {master, *worker_pids}), 5,
-               "gunicorn's processes to exit")
+    wait_until(
+        lambda: not any(_alive(pid) for pid in {master, *worker_pids}),
+        5,
+        "gunicorn's processes to exit",
+    )
 
 
-def test_manage_py_check_is_clean_on_each_database(real_database: DatabaseServer,
-                                                   redis_server: RedisServer) -> None:
+def test_manage_py_check_is_clean_on_each_database(
+    real_database: DatabaseServer, redis_server: RedisServer
+) -> None:
     """distlock's unmanaged HeldLock model gives MySQL/MariaDB no reason to warn (mysql.W003
     for a unique CharField over 255 characters), as no project using distlock should see."""
     import subprocess
     import sys
 
-    env = {**os.environ, **real_database.env(), "DISTLOCK_TEST_URL": redis_server.url,
-           "DJANGO_SETTINGS_MODULE": "tests.support.shop.settings"}
-    done = subprocess.run([sys.executable, "-m", "django", "check", "--database", "default"],
-                          env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        **real_database.env(),
+        "DISTLOCK_TEST_URL": redis_server.url,
+        "DJANGO_SETTINGS_MODULE": "tests.support.shop.settings",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "check", "--database", "default"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "System check identified no issues" in done.stdout, done.stdout + done.stderr

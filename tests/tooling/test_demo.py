@@ -1,6 +1,7 @@
 """``scripts/demo`` started in the background from a script, as a CI job or a tmux helper
 would: it serves the demo, tells other commands where its Redis is, and stops everything it
 started (runserver and redis-server) on SIGINT and on SIGTERM."""
+
 from __future__ import annotations
 
 import contextlib
@@ -30,13 +31,24 @@ class Demo:
 
     def __init__(self, tmp_path: Path) -> None:
         self.port = free_port()
-        env = {key: value for key, value in os.environ.items()
-               if key not in {"REDIS_URL", "DJANGO_SETTINGS_MODULE"}}
-        env.update(DEMO_PORT=str(self.port), DJANGO_DB_PATH=str(tmp_path / "demo.sqlite3"),
-                   DEMO_ADMIN_PASSWORD="demo-pw")
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if key not in {"REDIS_URL", "DJANGO_SETTINGS_MODULE"}
+        }
+        env.update(
+            DEMO_PORT=str(self.port),
+            DJANGO_DB_PATH=str(tmp_path / "demo.sqlite3"),
+            DEMO_ADMIN_PASSWORD="demo-pw",
+        )
         self.script = subprocess.Popen(
-            ["bash", "-c", 'scripts/demo & echo "demo pid $!"; wait'], cwd=ROOT, env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+            ["bash", "-c", 'scripts/demo & echo "demo pid $!"; wait'],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
         )
         self.output: list[str] = []
         self.pid = int(self.read_until(r"^demo pid (\d+)$").group(1))
@@ -105,13 +117,27 @@ def test_the_demo_stops_everything_it_started(demo: Demo, stop: signal.Signals) 
     assert URL_FILE.read_text().strip() == f"redis://127.0.0.1:{redis_port}/0"
 
     # Another shell of the clone, with no REDIS_URL: its manage.py uses the demo's Redis.
-    env = {key: value for key, value in os.environ.items()
-           if key not in {"REDIS_URL", "DJANGO_SETTINGS_MODULE"}}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"REDIS_URL", "DJANGO_SETTINGS_MODULE"}
+    }
     shell = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-v", "0", "-c",
-         "import distlock; from django.conf import settings; print(settings.REDIS_URL); "
-         "print(distlock.lock('from-another-shell', ttl=5).acquire(wait=0))"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "manage.py",
+            "shell",
+            "-v",
+            "0",
+            "-c",
+            "import distlock; from django.conf import settings; print(settings.REDIS_URL); "
+            "print(distlock.lock('from-another-shell', ttl=5).acquire(wait=0))",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert shell.stdout.split() == [f"redis://127.0.0.1:{redis_port}/0", "True"], shell.stderr
 
@@ -121,8 +147,9 @@ def test_the_demo_stops_everything_it_started(demo: Demo, stop: signal.Signals) 
     deadline = time.monotonic() + 10
     while demo.group_alive() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not demo.group_alive(), "a process of the demo outlived it:\n" + "".join(
-        demo.output) + rest
+    assert not demo.group_alive(), (
+        "a process of the demo outlived it:\n" + "".join(demo.output) + rest
+    )
     assert "stopping redis-server" in rest
     assert not answers(demo.port) and not answers(redis_port)
     assert not URL_FILE.exists(), "the URL of a Redis that is gone was left for other shells"

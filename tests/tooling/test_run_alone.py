@@ -1,6 +1,7 @@
 """Tests that ask for a database of their own must also pass when run alone, by node id: a
 database set up on its own must not depend on one that is not (Django's TEST[DEPENDENCIES]).
 Each is run in a pytest process of its own, as a developer would rerun a failing test."""
+
 from __future__ import annotations
 
 import subprocess
@@ -21,6 +22,9 @@ ALONE = [
 def test_runs_alone_by_node_id(node_id: str) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "pytest", node_id, "-q", "-p", "no:cacheprovider"],
-        cwd=ROOT, capture_output=True, text=True, timeout=110,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
     )
     assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout[-3000:]

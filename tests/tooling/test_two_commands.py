@@ -5,6 +5,7 @@ The clone has no virtualenv, PATH has no redis-server (a shadow PATH leaves ever
 run. ``scripts/demo`` must create the virtualenv, start its own Redis, migrate, print the
 admin password and serve the site; ``scripts/test`` must then run tests in that clone.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,9 +43,12 @@ def shadow_path(tmp_path: Path) -> str:
 
 
 def clean_environment(tmp_path: Path) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items()
-           if key not in {"VIRTUAL_ENV", "DJANGO_SETTINGS_MODULE", "PYTHONPATH", "REDIS_URL"}
-           and not key.startswith(("PYTEST", "DISTLOCK"))}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"VIRTUAL_ENV", "DJANGO_SETTINGS_MODULE", "PYTHONPATH", "REDIS_URL"}
+        and not key.startswith(("PYTEST", "DISTLOCK"))
+    }
     env["PATH"] = shadow_path(tmp_path)
     return env
 
@@ -56,8 +60,13 @@ def fresh_clone(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[st
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     assert not (clone / ".venv").exists()
     env = clean_environment(tmp_path)
-    probe = subprocess.run(["bash", "-c", "command -v redis-server || true"], env=env,
-                           capture_output=True, text=True, check=True)
+    probe = subprocess.run(
+        ["bash", "-c", "command -v redis-server || true"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert probe.stdout.strip() == "", "the shadow PATH still has a redis-server"
     return clone, env
 
@@ -68,10 +77,12 @@ def log_in(base: str, password: str) -> urllib.request.OpenerDirector:
     with opener.open(f"{base}admin/login/", timeout=10) as response:
         page = response.read().decode()
     csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
-    form = urllib.parse.urlencode({"csrfmiddlewaretoken": csrf, "username": "admin",
-                                   "password": password, "next": "/admin/"}).encode()
-    request = urllib.request.Request(f"{base}admin/login/?next=/admin/", data=form,
-                                     headers={"Referer": f"{base}admin/login/"})
+    form = urllib.parse.urlencode(
+        {"csrfmiddlewaretoken": csrf, "username": "admin", "password": password, "next": "/admin/"}
+    ).encode()
+    request = urllib.request.Request(
+        f"{base}admin/login/?next=/admin/", data=form, headers={"Referer": f"{base}admin/login/"}
+    )
     with opener.open(request, timeout=10) as landed:
         assert landed.url.rstrip("/").endswith("/admin"), "the printed password did not log in"
     return opener
@@ -80,9 +91,15 @@ def log_in(base: str, password: str) -> urllib.request.OpenerDirector:
 def test_demo_then_tests_from_a_fresh_clone(fresh_clone) -> None:
     clone, env = fresh_clone
     port = free_port()
-    demo = subprocess.Popen(["scripts/demo"], cwd=clone, env={**env, "DEMO_PORT": str(port)},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    demo = subprocess.Popen(
+        ["scripts/demo"],
+        cwd=clone,
+        env={**env, "DEMO_PORT": str(port)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     printed: list[str] = []
     try:
         deadline = time.monotonic() + 600  # creating the virtualenv and installing
@@ -93,8 +110,7 @@ def test_demo_then_tests_from_a_fresh_clone(fresh_clone) -> None:
             if "Press Ctrl-C to stop" in line:
                 break
         output = "".join(printed)
-        opened = re.search(r"Open (http://\S+) \(admin: \S+, user admin, password (\S+)\)",
-                           output)
+        opened = re.search(r"Open (http://\S+) \(admin: \S+, user admin, password (\S+)\)", output)
         assert opened, output
         base, password = opened.groups()
         redis_url = re.search(r"Locks live in redis://127\.0\.0\.1:(\d+)/0", output)
@@ -122,8 +138,20 @@ def test_demo_then_tests_from_a_fresh_clone(fresh_clone) -> None:
                 os.killpg(demo.pid, signal.SIGKILL)
     assert "stopping redis-server" in rest
 
-    tests = subprocess.run(["scripts/test", "-q", "-p", "no:cacheprovider",
-                            "tests/core/test_names.py", "tests/core/test_checks.py"],
-                           cwd=clone, env=env, capture_output=True, text=True, timeout=600)
+    tests = subprocess.run(
+        [
+            "scripts/test",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/core/test_names.py",
+            "tests/core/test_checks.py",
+        ],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-3000:]
     assert re.search(r"\d+ passed", tests.stdout), tests.stdout[-3000:]

@@ -1,5 +1,6 @@
 """@lock_view on real Redis, through RequestFactory: what is locked, what is answered, when it
 is released, and every kind of view (sync, async, class-based both ways, DRF)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -97,8 +98,15 @@ def test_retry_after_is_at_least_one_second(rf) -> None:
     assert response.status_code == 409 and response["Retry-After"] == "1"
 
 
-@pytest.mark.parametrize("accept", ["application/json", "text/html, application/json;q=0.9",
-                                    "application/problem+json", "application/vnd.api+json"])
+@pytest.mark.parametrize(
+    "accept",
+    [
+        "application/json",
+        "text/html, application/json;q=0.9",
+        "application/problem+json",
+        "application/vnd.api+json",
+    ],
+)
 def test_json_body_when_json_is_accepted_explicitly(rf, accept: str) -> None:
     with distlock.lock("pay:9", ttl=3):
         response = pay(rf.post("/pay/9/", HTTP_ACCEPT=accept), order_id=9)
@@ -111,9 +119,17 @@ def test_json_body_when_json_is_accepted_explicitly(rf, accept: str) -> None:
     assert "host" not in body["lock"] and "pid" not in body["lock"]  # never who holds it
 
 
-@pytest.mark.parametrize("accept", [None, "*/*", "text/html", "application/*",
-                                    "text/html,application/xhtml+xml,*/*;q=0.8",
-                                    "application/json;q=0"])
+@pytest.mark.parametrize(
+    "accept",
+    [
+        None,
+        "*/*",
+        "text/html",
+        "application/*",
+        "text/html,application/xhtml+xml,*/*;q=0.8",
+        "application/json;q=0",
+    ],
+)
 def test_text_body_otherwise(rf, accept: str | None) -> None:
     headers = {} if accept is None else {"HTTP_ACCEPT": accept}
     with distlock.lock("pay:10", ttl=3):
@@ -140,7 +156,8 @@ def test_on_locked_replaces_the_answer(rf) -> None:
 
 def test_on_locked_may_be_a_configured_response_class(rf) -> None:
     view = lock_view("custom:{0}", on_locked=LockContended("Payment already in progress."))(
-        lambda request, order: HttpResponse())
+        lambda request, order: HttpResponse()
+    )
     with distlock.lock("custom:2", ttl=3):
         response = view(rf.post("/"), "2")
     assert response.status_code == 409 and "Retry-After" in response
@@ -230,6 +247,7 @@ def test_streaming_response_closed_early_releases_the_lock(rf) -> None:
 
 def test_streaming_response_dropped_unclosed_releases_when_collected(rf) -> None:
     """A sync view under ASGI whose client left before it returned: Django drops the response."""
+
     @lock_view("stream-dropped")
     def stream(request):
         return StreamingHttpResponse(iter([b"a"]))
@@ -267,8 +285,9 @@ async def test_async_view_runs_under_the_lock(async_rf) -> None:
 async def test_async_view_answers_409(async_rf) -> None:
     holder = distlock.lock("apay:4", ttl=3)
     await holder.aacquire()
-    response = await apay(async_rf.post("/apay/4/", headers={"Accept": "application/json"}),
-                          order_id=4)
+    response = await apay(
+        async_rf.post("/apay/4/", headers={"Accept": "application/json"}), order_id=4
+    )
     await holder.arelease()
     assert response.status_code == 409 and response["Retry-After"] == "3"
     assert json.loads(response.content)["lock"]["name"] == "apay:4"
@@ -311,7 +330,8 @@ async def test_async_view_default_name_uses_the_client_address(async_rf) -> None
     response = await view(async_rf.post("/"))  # from 127.0.0.1
     assert json.loads(response.content)["held"] == [
         "tests.views.test_lock_view.test_async_view_default_name_uses_the_client_address.<locals>"
-        ".view:ip127.0.0.1"]
+        ".view:ip127.0.0.1"
+    ]
 
 
 async def test_async_view_user_comes_from_auser(async_rf) -> None:
@@ -386,11 +406,14 @@ class AsyncDispatchDecoratedView(View):
         return HttpResponse("posted")
 
 
-@pytest.mark.parametrize(("view_class", "prefix", "purpose"), [
-    (PayView, "cbv", "tests.views.test_lock_view.PayView"),
-    (MethodDecoratedView, "md", "tests.views.test_lock_view.MethodDecoratedView.post"),
-    (DispatchDecoratedView, "mdd", "tests.views.test_lock_view.DispatchDecoratedView.dispatch"),
-])
+@pytest.mark.parametrize(
+    ("view_class", "prefix", "purpose"),
+    [
+        (PayView, "cbv", "tests.views.test_lock_view.PayView"),
+        (MethodDecoratedView, "md", "tests.views.test_lock_view.MethodDecoratedView.post"),
+        (DispatchDecoratedView, "mdd", "tests.views.test_lock_view.DispatchDecoratedView.dispatch"),
+    ],
+)
 def test_class_based_views(rf, view_class, prefix: str, purpose: str) -> None:
     view = view_class.as_view()
     assert view(rf.post("/"), order_id=5).status_code == 200
@@ -407,8 +430,9 @@ def test_class_decoration_leaves_other_methods_unlocked(rf) -> None:
         assert PayView.as_view()(rf.get("/"), order_id=6).content == b"get"
 
 
-@pytest.mark.parametrize(("view_class", "prefix"), [(AsyncPayView, "acbv"),
-                                                    (AsyncDispatchDecoratedView, "amdd")])
+@pytest.mark.parametrize(
+    ("view_class", "prefix"), [(AsyncPayView, "acbv"), (AsyncDispatchDecoratedView, "amdd")]
+)
 async def test_async_class_based_views(async_rf, view_class, prefix: str) -> None:
     view = view_class.as_view()
     assert (await view(async_rf.post("/"), order_id=5)).status_code == 200
@@ -507,8 +531,9 @@ def test_drf_function_view(rf) -> None:
     response.render()
     assert json.loads(response.content) == {"held": ["drf-fn:2:user3"]}
     with distlock.lock("drf-fn:2:user3", ttl=2):
-        response = drf_pay(rf.post("/", HTTP_X_USER="3", HTTP_ACCEPT="application/json"),
-                           order_id=2)
+        response = drf_pay(
+            rf.post("/", HTTP_X_USER="3", HTTP_ACCEPT="application/json"), order_id=2
+        )
     assert response.status_code == 409
     assert json.loads(response.content)["lock"]["name"] == "drf-fn:2:user3"
 
@@ -526,6 +551,7 @@ def test_drf_viewset_actions(rf) -> None:
 # --- names at decoration and at the first call -----------------------------------------------
 def test_unknown_keyword_field_fails_at_decoration() -> None:
     with pytest.raises(ImproperlyConfigured, match=r"\{order\}"):
+
         @lock_view("pay:{order}")
         def view(request, order_id): ...
 
@@ -578,8 +604,9 @@ def test_user_value_prefers_user_then_session_then_address(rf) -> None:
     from django.contrib.auth.models import AnonymousUser
 
     names = []
-    view = lock_view("{user}")(lambda request: names.append(
-        backend().held()[0].name) or HttpResponse())
+    view = lock_view("{user}")(
+        lambda request: names.append(backend().held()[0].name) or HttpResponse()
+    )
     request = rf.post("/", REMOTE_ADDR="192.0.2.1")
     request.user = Visitor(12)
     view(request)
@@ -593,14 +620,27 @@ def test_user_value_prefers_user_then_session_then_address(rf) -> None:
     assert names[2] == "ip192.0.2.1"
 
 
-@pytest.mark.parametrize(("arguments", "error"), [
-    ({"ttl": 0}, ValueError), ({"ttl": "5"}, TypeError), ({"wait": -1}, ValueError),
-    ({"wait": True}, TypeError), ({"methods": "POST"}, TypeError), ({"methods": []}, ValueError),
-    ({"methods": ["PO ST"]}, ValueError), ({"using": 3}, TypeError),
-    ({"on_locked": "409"}, TypeError), ({"fail_open": 1}, TypeError), ({"name": 5}, TypeError),
-    ({"name": "a{b}{c}"}, ValueError), ({"name": "{b[0]}"}, ValueError),
-    ({"limit": 0}, ValueError), ({"limit": "2"}, TypeError), ({"limit": True}, TypeError),
-])
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        ({"ttl": 0}, ValueError),
+        ({"ttl": "5"}, TypeError),
+        ({"wait": -1}, ValueError),
+        ({"wait": True}, TypeError),
+        ({"methods": "POST"}, TypeError),
+        ({"methods": []}, ValueError),
+        ({"methods": ["PO ST"]}, ValueError),
+        ({"using": 3}, TypeError),
+        ({"on_locked": "409"}, TypeError),
+        ({"fail_open": 1}, TypeError),
+        ({"name": 5}, TypeError),
+        ({"name": "a{b}{c}"}, ValueError),
+        ({"name": "{b[0]}"}, ValueError),
+        ({"limit": 0}, ValueError),
+        ({"limit": "2"}, TypeError),
+        ({"limit": True}, TypeError),
+    ],
+)
 def test_bad_arguments_fail_at_decoration(arguments: dict, error: type) -> None:
     with pytest.raises(error):
         lock_view(**arguments)
@@ -649,7 +689,8 @@ def test_redis_stopped_answers_503_by_default(rf, private_redis, caplog) -> None
 def test_redis_stopped_runs_the_view_with_fail_open(rf, private_redis, caplog) -> None:
     ran = []
     view = lock_view("down:{0}", fail_open=True)(
-        lambda request, key: ran.append(key) or HttpResponse("ran"))
+        lambda request, key: ran.append(key) or HttpResponse("ran")
+    )
     private_redis.stop()
     with caplog.at_level(logging.WARNING, logger="distlock"):
         response = view(rf.post("/"), "2")

@@ -1,5 +1,6 @@
 """The demo's Pay button in a real headless Chromium (acceptance 6 of issue 3): a double click
 is charged once and answered "already in progress" once."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator

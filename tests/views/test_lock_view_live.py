@@ -1,5 +1,6 @@
 """@lock_view through a real HTTP server process (uvicorn) on real Redis: duplicate requests
 run once, different ones run together, wait= queues (acceptance 1 and 2 of issue 3)."""
+
 from __future__ import annotations
 
 import http.client
@@ -29,7 +30,8 @@ def server(redis_server: RedisServer) -> Iterator[LiveServerProcess]:
     with LiveServerProcess(
         "tests.support.live_project.asgi:application",
         settings="tests.support.live_project.settings",
-        env={"DISTLOCK_TEST_URL": redis_server.url}, ready_path="/health/",
+        env={"DISTLOCK_TEST_URL": redis_server.url},
+        ready_path="/health/",
     ) as live:
         yield live
 
@@ -48,8 +50,9 @@ class Answer:
     sent: float  # time.monotonic() when the request was written
 
 
-def post_together(server: LiveServerProcess, paths: list[str],
-                  headers: dict[str, str] | None = None) -> list[Answer]:
+def post_together(
+    server: LiveServerProcess, paths: list[str], headers: dict[str, str] | None = None
+) -> list[Answer]:
     """POST every path at once, each on its own connection, released by one barrier."""
     address = urlsplit(server.url)
     barrier = threading.Barrier(len(paths))
@@ -63,8 +66,7 @@ def post_together(server: LiveServerProcess, paths: list[str],
             sent = time.monotonic()
             connection.request("POST", path, headers={"Content-Length": "0", **headers})
             response = connection.getresponse()
-            return Answer(response.status, response.getheader("Retry-After"), response.read(),
-                          sent)
+            return Answer(response.status, response.getheader("Retry-After"), response.read(), sent)
         finally:
             connection.close()
 
@@ -75,8 +77,9 @@ def post_together(server: LiveServerProcess, paths: list[str],
 def spans(data: redis.Redis) -> list[tuple[str, float, float]]:
     """(order, start, end) of every view body that ran, in order of start."""
     runs = [line.split() for line in data.lrange("spans", 0, -1)]
-    return sorted(((order, float(start), float(end)) for order, start, end in runs),
-                  key=lambda run: run[1])
+    return sorted(
+        ((order, float(start), float(end)) for order, start, end in runs), key=lambda run: run[1]
+    )
 
 
 def peak_overlap(runs: list[tuple[str, float, float]]) -> int:
@@ -107,16 +110,18 @@ def test_fifty_identical_posts_run_the_view_once(server, data, view: str) -> Non
     )
     assert statuses == [200] + [409] * 49
     refused = [answer for answer in answers if answer.status == 409]
-    assert all(answer.retry_after is not None and int(answer.retry_after) >= 1
-               for answer in refused)
+    assert all(
+        answer.retry_after is not None and int(answer.retry_after) >= 1 for answer in refused
+    )
     assert all(b"already in progress" in answer.body for answer in refused)
 
 
 @pytest.mark.parametrize("view", ["pay", "apay"])
 def test_twenty_different_orders_run_concurrently(server, data, view: str) -> None:
     started = time.monotonic()
-    answers = post_together(server, [f"/{view}/order-{n}/?seconds={VIEW_SECONDS}"
-                                     for n in range(20)])
+    answers = post_together(
+        server, [f"/{view}/order-{n}/?seconds={VIEW_SECONDS}" for n in range(20)]
+    )
     elapsed = time.monotonic() - started
     assert [answer.status for answer in answers] == [200] * 20
     runs = spans(data)
@@ -159,8 +164,9 @@ def test_limit_two_with_wait_queues_the_rest(server, data) -> None:
     assert 5 * VIEW_SECONDS <= elapsed < 8 * VIEW_SECONDS + 1, f"took {elapsed:.2f}s"
 
 
-def test_demo_json_endpoint_charges_a_double_submission_once(redis_url: str,
-                                                             tmp_path: Path) -> None:
+def test_demo_json_endpoint_charges_a_double_submission_once(
+    redis_url: str, tmp_path: Path
+) -> None:
     with demo_project(redis_url, tmp_path) as demo:
         answers = post_together(demo, ["/api/pay/77/"] * 2, {"Accept": "application/json"})
     by_status = {answer.status: json.loads(answer.body) for answer in answers}

@@ -1,5 +1,6 @@
 """Key safety of @lock_view names: request data can never reshape a name, collide, or make it
 invalid (acceptance 3 of issue 3)."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,9 +17,30 @@ from distlock.naming import compile_template
 pytestmark = pytest.mark.django_db(databases=[])
 
 NASTY = [
-    "{}", "{order_id}", "*", "?", "[", "]", ":", "a:b", "\n", "line\r\nbreak", "\x00", "%",
-    "%3A", "%%", "x" * 10_240, "ключ 🔒", "zwj 👩\u200d💻", "\u2028", "/", " ", "", "user5",
-    "{b01}", "\ud800",
+    "{}",
+    "{order_id}",
+    "*",
+    "?",
+    "[",
+    "]",
+    ":",
+    "a:b",
+    "\n",
+    "line\r\nbreak",
+    "\x00",
+    "%",
+    "%3A",
+    "%%",
+    "x" * 10_240,
+    "ключ 🔒",
+    "zwj 👩\u200d💻",
+    "\u2028",
+    "/",
+    " ",
+    "",
+    "user5",
+    "{b01}",
+    "\ud800",
 ]
 # Any text, including control characters, lone surrogates and values long enough to digest.
 values = st.one_of(
@@ -71,8 +93,9 @@ def test_a_long_name_keeps_its_short_values_readable() -> None:
 
 
 @pytest.mark.parametrize(("length", "digested"), [(67, 0), (68, 15)])
-def test_values_are_digested_only_when_the_name_would_be_too_long(length: int,
-                                                                  digested: int) -> None:
+def test_values_are_digested_only_when_the_name_would_be_too_long(
+    length: int, digested: int
+) -> None:
     template = ":".join(f"{{v{i}}}" for i in range(15))  # 15 x 67 + 14 fits, 15 x 68 + 14 not
     name = render(template, **{f"v{i}": "y" * length for i in range(15)})
     assert len(name) <= MAX_NAME_LENGTH and name.count("%%") == digested

@@ -2,6 +2,7 @@
 begins and released after it ends; a 409 opens no transaction; views marked
 ``non_atomic_requests`` and streaming responses keep working. Through Django's real request
 handler (the test client), which is what wraps views in ``atomic()``."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -127,11 +128,14 @@ def atomic_requests(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.mark.parametrize("url", ["/pay/1", "/klass/1", "/drf/1"])
-def test_the_lock_is_taken_before_the_transaction_and_released_after_it(client: Any,
-                                                                        url: str) -> None:
+def test_the_lock_is_taken_before_the_transaction_and_released_after_it(
+    client: Any, url: str
+) -> None:
     assert client.post(url).status_code == 200
-    assert seen == [{"where": "view", "atomic": True, "held": True},
-                    {"where": "commit", "atomic": False, "held": True}]
+    assert seen == [
+        {"where": "view", "atomic": True, "held": True},
+        {"where": "commit", "atomic": False, "held": True},
+    ]
     assert locks["default"].info(url.strip("/").replace("/", ":")) is None
 
 

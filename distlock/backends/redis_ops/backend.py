@@ -6,6 +6,7 @@ loop), DjangoRedisBackend borrows a django-redis cache's. Each operation is one 
 .locks, .semaphores or .listing; here each is run on the sync client and, beside it, on the
 async one (``run``/``arun``, from .runner).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -30,23 +31,29 @@ class ScriptedBackend(Runner, BaseLockBackend):
         )
 
     # --- locks (no grants on one server: a release hands the lock to a waiter's token) ---
-    def try_acquire(self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None,
-                    patience_ms: int) -> Attempt:
+    def try_acquire(
+        self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None, patience_ms: int
+    ) -> Attempt:
         return self.run(locks.try_acquire(self, name, token, ttl_ms, meta, patience_ms))
 
-    async def atry_acquire(self, name: str, token: str, ttl_ms: int, meta: str,
-                           grant: str | None, patience_ms: int) -> Attempt:
+    async def atry_acquire(
+        self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None, patience_ms: int
+    ) -> Attempt:
         return await self.arun(locks.try_acquire(self, name, token, ttl_ms, meta, patience_ms))
 
-    def wait_and_acquire(self, timeout: float, name: str, token: str, ttl_ms: int, meta: str,
-                         patience_ms: int) -> Attempt:
-        return self.run(locks.wait_and_acquire(self, timeout, name, token, ttl_ms, meta,
-                                               patience_ms))
+    def wait_and_acquire(
+        self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
+        return self.run(
+            locks.wait_and_acquire(self, timeout, name, token, ttl_ms, meta, patience_ms)
+        )
 
-    async def await_and_acquire(self, timeout: float, name: str, token: str, ttl_ms: int,
-                                meta: str, patience_ms: int) -> Attempt:
-        return await self.arun(locks.wait_and_acquire(self, timeout, name, token, ttl_ms, meta,
-                                                      patience_ms))
+    async def await_and_acquire(
+        self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
+        return await self.arun(
+            locks.wait_and_acquire(self, timeout, name, token, ttl_ms, meta, patience_ms)
+        )
 
     def wait_for_turn(self, name: str, timeout: float) -> str | None:
         # Redlock's waiters block on one node (on one server, wait_and_acquire does it all).
@@ -67,12 +74,14 @@ class ScriptedBackend(Runner, BaseLockBackend):
     async def arelease(self, name: str, token: str, *, every_level: bool = False) -> int:
         return await self.arun(locks.release(self, name, token, every_level))
 
-    def extend(self, name: str, token: str, ttl_ms: int, *, renewal: bool = False,
-               reenter: bool = False) -> bool:
+    def extend(
+        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
+    ) -> bool:
         return self.run(locks.extend(self, name, token, ttl_ms, renewal, reenter))
 
-    async def aextend(self, name: str, token: str, ttl_ms: int, *, renewal: bool = False,
-                      reenter: bool = False) -> bool:
+    async def aextend(
+        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
+    ) -> bool:
         return await self.arun(locks.extend(self, name, token, ttl_ms, renewal, reenter))
 
     def info(self, name: str) -> LockInfo | None:
@@ -95,25 +104,49 @@ class ScriptedBackend(Runner, BaseLockBackend):
         return listing.walk(self, self, prefix)
 
     # --- semaphores -----------------------------------------------------------------------
-    def semaphore_acquire(self, name: str, limit: int, token: str, ttl_ms: int, meta: str,
-                          patience_ms: int) -> Attempt:
+    def semaphore_acquire(
+        self, name: str, limit: int, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
         return self.run(semaphores.acquire(self, name, limit, token, ttl_ms, meta, patience_ms))
 
-    async def asemaphore_acquire(self, name: str, limit: int, token: str, ttl_ms: int,
-                                 meta: str, patience_ms: int) -> Attempt:
-        return await self.arun(semaphores.acquire(self, name, limit, token, ttl_ms, meta,
-                                                  patience_ms))
+    async def asemaphore_acquire(
+        self, name: str, limit: int, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
+        return await self.arun(
+            semaphores.acquire(self, name, limit, token, ttl_ms, meta, patience_ms)
+        )
 
-    def semaphore_wait_and_acquire(self, timeout: float, name: str, limit: int, token: str,
-                                   ttl_ms: int, meta: str, patience_ms: int) -> Attempt:
-        return self.run(semaphores.wait_and_acquire(self, timeout, name, limit, token, ttl_ms,
-                                                    meta, patience_ms))
+    def semaphore_wait_and_acquire(
+        self,
+        timeout: float,
+        name: str,
+        limit: int,
+        token: str,
+        ttl_ms: int,
+        meta: str,
+        patience_ms: int,
+    ) -> Attempt:
+        return self.run(
+            semaphores.wait_and_acquire(
+                self, timeout, name, limit, token, ttl_ms, meta, patience_ms
+            )
+        )
 
-    async def asemaphore_wait_and_acquire(self, timeout: float, name: str, limit: int,
-                                          token: str, ttl_ms: int, meta: str,
-                                          patience_ms: int) -> Attempt:
-        return await self.arun(semaphores.wait_and_acquire(self, timeout, name, limit, token,
-                                                           ttl_ms, meta, patience_ms))
+    async def asemaphore_wait_and_acquire(
+        self,
+        timeout: float,
+        name: str,
+        limit: int,
+        token: str,
+        ttl_ms: int,
+        meta: str,
+        patience_ms: int,
+    ) -> Attempt:
+        return await self.arun(
+            semaphores.wait_and_acquire(
+                self, timeout, name, limit, token, ttl_ms, meta, patience_ms
+            )
+        )
 
     def semaphore_leave(self, name: str, token: str) -> None:
         self.run(semaphores.leave(self, name, token))
@@ -130,8 +163,7 @@ class ScriptedBackend(Runner, BaseLockBackend):
     def semaphore_extend(self, name: str, token: str, ttl_ms: int, *, renewal: bool) -> int:
         return self.run(semaphores.extend(self, name, token, ttl_ms, renewal))
 
-    async def asemaphore_extend(self, name: str, token: str, ttl_ms: int, *,
-                                renewal: bool) -> int:
+    async def asemaphore_extend(self, name: str, token: str, ttl_ms: int, *, renewal: bool) -> int:
         return await self.arun(semaphores.extend(self, name, token, ttl_ms, renewal))
 
     def semaphore_info(self, name: str) -> SemaphoreInfo | None:

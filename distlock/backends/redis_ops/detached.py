@@ -16,6 +16,7 @@ Two rules keep distlock's errors out of cycles:
   error leaves (``try: raise error`` / ``finally: del error``), as redis-py and the standard
   library do.
 """
+
 from __future__ import annotations
 
 from typing import TypeVar

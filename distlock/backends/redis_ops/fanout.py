@@ -15,6 +15,7 @@ asyncio tasks over each node's async client.
 A result is the list of the node's replies (an error reply in it is a ResponseError
 object), or the exception that kept the node from answering.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -68,8 +69,14 @@ class _Asked:
         self.pool.release(self.connection)
 
 
-def fan_out(pools: Sequence[Any | None], commands: Sequence[Sequence[Any]], *,
-            timeout: float | None, decided: Decided, grace: float) -> Results:
+def fan_out(
+    pools: Sequence[Any | None],
+    commands: Sequence[Sequence[Any]],
+    *,
+    timeout: float | None,
+    decided: Decided,
+    grace: float,
+) -> Results:
     """Send ``commands`` (pipelined) to every server whose pool is not None; return, per
     server, its replies or the exception that stands for them (Skipped without a pool)."""
     results: Results = [None] * len(pools)
@@ -89,8 +96,9 @@ def fan_out(pools: Sequence[Any | None], commands: Sequence[Sequence[Any]], *,
     return results
 
 
-def _send(position: int, pool: Any, commands: Sequence[Sequence[Any]],
-          results: Results) -> _Asked | None:
+def _send(
+    position: int, pool: Any, commands: Sequence[Sequence[Any]], results: Results
+) -> _Asked | None:
     try:
         connection = checkout(pool)
     except (redis.RedisError, OSError) as exc:
@@ -108,8 +116,14 @@ def _send(position: int, pool: Any, commands: Sequence[Sequence[Any]],
     return asked
 
 
-def _gather(pending: list[_Asked], results: Results, replies: int, timeout: float | None,
-            decided: Decided, grace: float) -> None:
+def _gather(
+    pending: list[_Asked],
+    results: Results,
+    replies: int,
+    timeout: float | None,
+    decided: Decided,
+    grace: float,
+) -> None:
     deadline = time.monotonic() + timeout if timeout is not None else float("inf")
     graced = False
     slice_ = FIRST_SLICE
@@ -174,14 +188,23 @@ def _failure(exc: BaseException) -> Exception:
     return redis.ConnectionError(f"{type(exc).__name__}: {exc}")
 
 
-async def afan_out(calls: Sequence[Callable[[], Awaitable[Any]] | None], *,
-                   timeout: float | None, decided: Decided, grace: float) -> Results:
+async def afan_out(
+    calls: Sequence[Callable[[], Awaitable[Any]] | None],
+    *,
+    timeout: float | None,
+    decided: Decided,
+    grace: float,
+) -> Results:
     """Async twin of fan_out: run each call (one per server, None to skip) as a task; return
     each one's result (the list of replies) or exception, cancelling stragglers."""
-    results: Results = [None if call else Skipped("left out after a recent failure")
-                        for call in calls]
-    tasks = {asyncio.ensure_future(call()): position
-             for position, call in enumerate(calls) if call is not None}
+    results: Results = [
+        None if call else Skipped("left out after a recent failure") for call in calls
+    ]
+    tasks = {
+        asyncio.ensure_future(call()): position
+        for position, call in enumerate(calls)
+        if call is not None
+    }
     pending = set(tasks)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout if timeout is not None else None
@@ -189,11 +212,13 @@ async def afan_out(calls: Sequence[Callable[[], Awaitable[Any]] | None], *,
     while pending:
         if not graced and decided(results):
             graced = True
-            deadline = loop.time() + grace if deadline is None else min(deadline,
-                                                                         loop.time() + grace)
+            deadline = (
+                loop.time() + grace if deadline is None else min(deadline, loop.time() + grace)
+            )
         wait = None if deadline is None else max(deadline - loop.time(), 0)
-        done, pending = await asyncio.wait(pending, timeout=wait,
-                                           return_when=asyncio.FIRST_COMPLETED)
+        done, pending = await asyncio.wait(
+            pending, timeout=wait, return_when=asyncio.FIRST_COMPLETED
+        )
         if not done:
             break
         for task in done:

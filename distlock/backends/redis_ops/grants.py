@@ -5,6 +5,7 @@ RedlockBackend (distlock.backends.redlock) sends these calls to all its nodes at
 counts a majority; the replies read as the one-server scripts' do (locks.attempt_from,
 locks.took_lock). Extend, inspect and listing are the one-server calls (.locks, .listing).
 """
+
 from __future__ import annotations
 
 from ...names import KeyLayout
@@ -18,18 +19,32 @@ GRANT_LEAVE_QUEUE = load("grant_leave_queue")
 UNDO_ACQUIRE = load("undo_acquire")
 
 
-def acquire_call(layout: KeyLayout, name: str, token: str, ttl_ms: int, meta: str,
-                 grant: str | None, patience_ms: int) -> Eval:
+def acquire_call(
+    layout: KeyLayout,
+    name: str,
+    token: str,
+    ttl_ms: int,
+    meta: str,
+    grant: str | None,
+    patience_ms: int,
+) -> Eval:
     k = layout.keys_for(name)
-    return Eval(GRANT_ACQUIRE, [k.lock, k.fence, k.waiters, k.signal, k.index],
-                [token, ttl_ms, meta, name, grant or "", patience_ms])
+    return Eval(
+        GRANT_ACQUIRE,
+        [k.lock, k.fence, k.waiters, k.signal, k.index],
+        [token, ttl_ms, meta, name, grant or "", patience_ms],
+    )
 
 
-def release_call(layout: KeyLayout, name: str, token: str, every_level: bool, suffix: str,
-                 vacant: bool) -> Eval:
+def release_call(
+    layout: KeyLayout, name: str, token: str, every_level: bool, suffix: str, vacant: bool
+) -> Eval:
     k = layout.keys_for(name)
-    return Eval(GRANT_RELEASE, [k.lock, k.waiters, k.signal, k.index],
-                [token, name, flag(every_level), HANDOFF_GRACE_MS, suffix, flag(vacant)])
+    return Eval(
+        GRANT_RELEASE,
+        [k.lock, k.waiters, k.signal, k.index],
+        [token, name, flag(every_level), HANDOFF_GRACE_MS, suffix, flag(vacant)],
+    )
 
 
 def leave_call(layout: KeyLayout, name: str, token: str) -> Eval:

@@ -1,6 +1,7 @@
 """Listing held locks on one Redis server (or Cluster): every bucket's index read in one
 round trip per server, many locks read per script call, and a walk with ZSCAN that costs
 about one read per held lock. Redlock's nodes share the calls and replies."""
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -30,8 +31,9 @@ def held_names(scope: Scope, prefix: str) -> Steps[list[HeldEntry]]:
     """Return the index entry of every held lock whose name starts with ``prefix``, by
     name."""
     replies = yield EvalMany(held_names_calls(scope.layout), reads=True)
-    found = [entry for reply in replies for entry in held_entries(reply)
-             if entry.name.startswith(prefix)]
+    found = [
+        entry for reply in replies for entry in held_entries(reply) if entry.name.startswith(prefix)
+    ]
     found.sort()
     return found
 
@@ -44,8 +46,10 @@ def held_names_calls(layout: KeyLayout) -> list[Eval]:
 def held_entries(reply: list[Any]) -> list[HeldEntry]:
     """Return the entries of one bucket from held_names.lua's reply: name, lease end (ms),
     acquired (ms), ..."""
-    return [HeldEntry(text(reply[i]), float(reply[i + 1]) / 1000, float(reply[i + 2]) / 1000)
-            for i in range(0, len(reply), 3)]
+    return [
+        HeldEntry(text(reply[i]), float(reply[i + 1]) / 1000, float(reply[i + 2]) / 1000)
+        for i in range(0, len(reply), 3)
+    ]
 
 
 def info_many(scope: Scope, names: list[str]) -> Steps[list[LockInfo]]:
@@ -53,9 +57,11 @@ def info_many(scope: Scope, names: list[str]) -> Steps[list[LockInfo]]:
     (INSPECT_MANY), not per lock: reading 50,000 locks costs about 1,000 calls."""
     groups = inspect_many_calls(scope.layout, names)
     replies = yield EvalMany([call for _, call in groups], reads=True)
-    found = {info.name: info
-             for (group, _), reply in zip(groups, replies, strict=True)
-             for info in lock_infos_from(scope.alias, group, reply)}
+    found = {
+        info.name: info
+        for (group, _), reply in zip(groups, replies, strict=True)
+        for info in lock_infos_from(scope.alias, group, reply)
+    }
     return [found[name] for name in names if name in found]
 
 
@@ -70,18 +76,26 @@ def inspect_many_calls(layout: KeyLayout, names: list[str]) -> list[tuple[list[s
     for bucket in by_bucket.values():
         for start in range(0, len(bucket), INSPECT_MANY_KEYS):
             chunk = bucket[start : start + INSPECT_MANY_KEYS]
-            grouped.append(([name for name, _ in chunk],
-                            Eval(INSPECT_MANY, [lock for _, lock in chunk], [],
-                                 idempotent=True)))
+            grouped.append(
+                (
+                    [name for name, _ in chunk],
+                    Eval(INSPECT_MANY, [lock for _, lock in chunk], [], idempotent=True),
+                )
+            )
     return grouped
 
 
 def lock_infos_from(alias: str, names: list[str], reply: list[Any]) -> list[LockInfo]:
     """Return the LockInfo of each of ``names`` still held, from inspect_many.lua's reply."""
     now, *entries = reply
-    return [info for info in (lock_info_from(alias, name, [*entry, now] if entry else entry)
-                              for name, entry in zip(names, entries, strict=True))
-            if info is not None]
+    return [
+        info
+        for info in (
+            lock_info_from(alias, name, [*entry, now] if entry else entry)
+            for name, entry in zip(names, entries, strict=True)
+        )
+        if info is not None
+    ]
 
 
 # --- the walk -----------------------------------------------------------------------------
@@ -100,20 +114,21 @@ def walk(runner: Runner, scope: Scope, prefix: str) -> Iterator[LockInfo]:
     while cursors:
         with runner.translated_errors():
             found, cursors = _scan_round(runner, cursors, moved, prefix)
-        fresh = [name for name in dict.fromkeys(found)
-                 if name not in seen and name.startswith(prefix)]
+        fresh = [
+            name for name in dict.fromkeys(found) if name not in seen and name.startswith(prefix)
+        ]
         seen.update(fresh)
         for start in range(0, len(fresh), WALK_BATCH):
             yield from runner.run(info_many(scope, fresh[start : start + WALK_BATCH]))
 
 
-def _scan_round(runner: Runner, cursors: dict[str, int], moved: set[str], prefix: str
-                ) -> tuple[list[str], dict[str, int]]:
+def _scan_round(
+    runner: Runner, cursors: dict[str, int], moved: set[str], prefix: str
+) -> tuple[list[str], dict[str, int]]:
     """Take one ZSCAN step on every index in ``cursors``; return the names found and the
     cursors of the indexes not finished yet."""
     pattern = _pattern(prefix)
-    replies = _scan_by_server(runner, {k: c for k, c in cursors.items() if k not in moved},
-                              pattern)
+    replies = _scan_by_server(runner, {k: c for k, c in cursors.items() if k not in moved}, pattern)
     for key in moved & cursors.keys():
         replies[key] = runner.client.zscan(key, cursors[key], match=pattern, count=SCAN_COUNT)
     found: list[str] = []
@@ -134,8 +149,7 @@ def _scan_round(runner: Runner, cursors: dict[str, int], moved: set[str], prefix
     return found, remaining
 
 
-def _scan_by_server(runner: Runner, cursors: dict[str, int],
-                    pattern: str | None) -> dict[str, Any]:
+def _scan_by_server(runner: Runner, cursors: dict[str, int], pattern: str | None) -> dict[str, Any]:
     """Return each index's ZSCAN reply (or error), one pipeline per server."""
     if not runner.cluster:
         return _zscan(runner.client, cursors, pattern) if cursors else {}
@@ -144,8 +158,9 @@ def _scan_by_server(runner: Runner, cursors: dict[str, int],
         keys = list(cursors)
         replies: dict[str, Any] = {}
         for node_client, positions in runner.by_node(keys):
-            replies.update(_zscan(node_client, {keys[p]: cursors[keys[p]] for p in positions},
-                                  pattern))
+            replies.update(
+                _zscan(node_client, {keys[p]: cursors[keys[p]] for p in positions}, pattern)
+            )
         return replies
 
     try:

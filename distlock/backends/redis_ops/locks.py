@@ -5,6 +5,7 @@ Each operation is a generator of steps (see .steps), run by the backend on its s
 (``run``) or its async one (``arun``). The calls and replies that Redlock's nodes share with
 one server (extend, inspect) are here too; Redlock's own scripts are in .grants.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,8 +27,15 @@ INSPECT = load("inspect")
 
 
 # --- acquire ------------------------------------------------------------------------------
-def try_acquire(scope: Scope, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int,
-                waited: bool = False) -> Steps[Attempt]:
+def try_acquire(
+    scope: Scope,
+    name: str,
+    token: str,
+    ttl_ms: int,
+    meta: str,
+    patience_ms: int,
+    waited: bool = False,
+) -> Steps[Attempt]:
     """Take the lock for ``token``, or queue it for ``patience_ms``. ``waited``: the token
     may be queued already (it waited), so it leaves the queue once it holds the lock."""
     call = acquire_call(scope.layout, name, token, ttl_ms, meta, patience_ms, waited)
@@ -37,16 +45,28 @@ def try_acquire(scope: Scope, name: str, token: str, ttl_ms: int, meta: str, pat
     return (yield from replicated(scope, name, token, reply, confirmed))
 
 
-def acquire_call(layout: KeyLayout, name: str, token: str, ttl_ms: int, meta: str,
-                 patience_ms: int, waited: bool = False) -> Eval:
+def acquire_call(
+    layout: KeyLayout,
+    name: str,
+    token: str,
+    ttl_ms: int,
+    meta: str,
+    patience_ms: int,
+    waited: bool = False,
+) -> Eval:
     k = layout.keys_for(name)
     # Idempotent: sent again, it tells the token that already holds the lock so.
-    return Eval(ACQUIRE, [k.lock, k.fence, k.waiters, k.live, k.index],
-                [token, ttl_ms, meta, name, patience_ms, flag(waited)], idempotent=True)
+    return Eval(
+        ACQUIRE,
+        [k.lock, k.fence, k.waiters, k.live, k.index],
+        [token, ttl_ms, meta, name, patience_ms, flag(waited)],
+        idempotent=True,
+    )
 
 
-def wait_and_acquire(scope: Scope, timeout: float, name: str, token: str, ttl_ms: int,
-                     meta: str, patience_ms: int) -> Steps[Attempt]:
+def wait_and_acquire(
+    scope: Scope, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+) -> Steps[Attempt]:
     """Block on this waiter's own list until a release hands it the lock (or ``timeout``
     passes), and run ACQUIRE right after, in the same round trip: the server runs the
     pipelined script as soon as the BLPOP returns, so a waiter handed the lock learns it
@@ -65,8 +85,7 @@ def wait_and_acquire(scope: Scope, timeout: float, name: str, token: str, ttl_ms
         # The server forgot the script, or the slot moved: ask again the usual way (the lock
         # a release reserved for this waiter waits for it for HANDOFF_GRACE_MS).
         del replies  # no cycle through this frame (see detached.py)
-        attempt = yield from try_acquire(scope, name, token, ttl_ms, meta, patience_ms,
-                                         waited=True)
+        attempt = yield from try_acquire(scope, name, token, ttl_ms, meta, patience_ms, waited=True)
     elif scope.wait_replicas:
         attempt = yield from replicated(scope, name, token, replies[1], int(replies[2]))
     else:
@@ -74,8 +93,7 @@ def wait_and_acquire(scope: Scope, timeout: float, name: str, token: str, ttl_ms
     return attempt._replace(sent=sent)
 
 
-def replicated(scope: Scope, name: str, token: str, reply: Any,
-               confirmed: int) -> Steps[Attempt]:
+def replicated(scope: Scope, name: str, token: str, reply: Any, confirmed: int) -> Steps[Attempt]:
     """Return the attempt in ACQUIRE's ``reply`` if enough replicas confirmed it; else give
     back what it took and raise BackendUnavailable (fail closed: a failover could lose it)."""
     attempt = attempt_from(reply)
@@ -98,16 +116,16 @@ def attempt_from(reply: Any) -> Attempt:
         fence, acquired = reply.split()
         return Attempt(True, int(fence), int(acquired))
     if len(reply) > 2:  # one server: the place in the queue and the server's clock
-        return Attempt(False, holder_pttl_ms=int(reply[1]), place=int(reply[2]),
-                       server_ms=int(reply[3]))
+        return Attempt(
+            False, holder_pttl_ms=int(reply[1]), place=int(reply[2]), server_ms=int(reply[3])
+        )
     return Attempt(False, holder_pttl_ms=int(reply[1]))
 
 
 def leave_queue(scope: Scope, name: str, token: str) -> Steps[None]:
     """Stop waiting; a lock handed to ``token`` meanwhile goes on to the next waiter."""
     k = scope.layout.keys_for(name)
-    yield Eval(LEAVE_QUEUE, [k.lock, k.waiters, k.live], [token, HANDOFF_GRACE_MS],
-               idempotent=True)
+    yield Eval(LEAVE_QUEUE, [k.lock, k.waiters, k.live], [token, HANDOFF_GRACE_MS], idempotent=True)
 
 
 # --- release, extend ----------------------------------------------------------------------
@@ -120,12 +138,16 @@ def release(scope: Scope, name: str, token: str, every_level: bool) -> Steps[int
 def release_call(layout: KeyLayout, name: str, token: str, every_level: bool) -> Eval:
     k = layout.keys_for(name)
     # Never sent twice: a release whose reply was lost, sent again, would answer "not held".
-    return Eval(RELEASE, [k.lock, k.waiters, k.live, k.index],
-                [token, name, flag(every_level), HANDOFF_GRACE_MS])
+    return Eval(
+        RELEASE,
+        [k.lock, k.waiters, k.live, k.index],
+        [token, name, flag(every_level), HANDOFF_GRACE_MS],
+    )
 
 
-def extend(scope: Scope, name: str, token: str, ttl_ms: int, renewal: bool,
-           reenter: bool) -> Steps[bool]:
+def extend(
+    scope: Scope, name: str, token: str, ttl_ms: int, renewal: bool, reenter: bool
+) -> Steps[bool]:
     """Return True if the lease of ``token`` was set to ``ttl_ms`` from now, False if it does
     not hold the lock; RenewalLimitReached for a renewal past MAX_RENEWALS."""
     call = extend_call(scope.layout, name, token, ttl_ms, renewal, reenter, scope.max_renewals)
@@ -139,14 +161,31 @@ def extend(scope: Scope, name: str, token: str, ttl_ms: int, renewal: bool,
     return extended(scope, name, reply)
 
 
-def extend_call(layout: KeyLayout, name: str, token: str, ttl_ms: int, renewal: bool,
-                reenter: bool, max_renewals: int | None) -> Eval:
+def extend_call(
+    layout: KeyLayout,
+    name: str,
+    token: str,
+    ttl_ms: int,
+    renewal: bool,
+    reenter: bool,
+    max_renewals: int | None,
+) -> Eval:
     k = layout.keys_for(name)
     # Sent twice, a renewal would count twice against MAX_RENEWALS at worst; a reentrant
     # acquire would add a level nobody releases, so it is never sent twice.
-    return Eval(EXTEND, [k.lock, k.index],
-                [token, ttl_ms, name, flag(renewal), flag(reenter),
-                 "" if max_renewals is None else max_renewals], idempotent=not reenter)
+    return Eval(
+        EXTEND,
+        [k.lock, k.index],
+        [
+            token,
+            ttl_ms,
+            name,
+            flag(renewal),
+            flag(reenter),
+            "" if max_renewals is None else max_renewals,
+        ],
+        idempotent=not reenter,
+    )
 
 
 def extended(scope: Scope, name: str, outcome: Any) -> bool:
@@ -174,7 +213,14 @@ def lock_info_from(alias: str, name: str, reply: list[Any]) -> LockInfo | None:
     value, pttl, now = reply
     token, fence, acquired, renewals, depth, meta = text(value).split(" ", 5)
     return LockInfo.from_stored(
-        name=name, token=token, fence=int(fence), meta_json=meta, acquired_ms=int(acquired),
-        now_ms=int(now), pttl_ms=int(pttl), renewals=int(renewals), depth=int(depth),
+        name=name,
+        token=token,
+        fence=int(fence),
+        meta_json=meta,
+        acquired_ms=int(acquired),
+        now_ms=int(now),
+        pttl_ms=int(pttl),
+        renewals=int(renewals),
+        depth=int(depth),
         alias=alias,
     )

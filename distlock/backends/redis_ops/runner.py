@@ -11,6 +11,7 @@ Cluster node's own pipeline, a listing) runs its sync form in a worker thread. W
 step shares (the resend after a dropped connection, the errors) is in ``execute`` and
 ``aexecute``, twins of a few lines.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -45,8 +46,11 @@ CLIENT_ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException)
 REDIRECTS = (redis.exceptions.AskError, redis.exceptions.TryAgainError)
 # What a Cluster node's failure looks like to a call routed by the cached slot map: the
 # master died (and a replica may have taken its slots since), or the cluster is failing over.
-STALE_ROUTE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
-               redis.exceptions.ClusterDownError)
+STALE_ROUTE = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterDownError,
+)
 
 
 class Runner:
@@ -141,11 +145,9 @@ class Runner:
 
     async def aeval(self, step: Eval, client: Any) -> Any:
         try:
-            return await client.evalsha(step.script.sha, len(step.keys), *step.keys,
-                                        *step.args)
+            return await client.evalsha(step.script.sha, len(step.keys), *step.keys, *step.args)
         except redis.exceptions.NoScriptError:
-            return await client.eval(step.script.source, len(step.keys), *step.keys,
-                                     *step.args)
+            return await client.eval(step.script.source, len(step.keys), *step.keys, *step.args)
 
     # --- Confirmed: a script, then WAIT for replicas ------------------------------------
     def confirmed(self, step: Confirmed) -> tuple[Any, int]:
@@ -244,8 +246,11 @@ class Runner:
             for call in calls:
                 pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
             replies = pipe.execute(raise_on_error=False)
-            forgot = {call.script for call, reply in zip(calls, replies, strict=True)
-                      if isinstance(reply, redis.exceptions.NoScriptError)}
+            forgot = {
+                call.script
+                for call, reply in zip(calls, replies, strict=True)
+                if isinstance(reply, redis.exceptions.NoScriptError)
+            }
             if not forgot:
                 break
             for script in forgot:
@@ -266,8 +271,9 @@ class Runner:
         for node_client, positions in self.by_node([call.keys[0] for call in calls]):
             node_replies = self._pipelined(node_client, [calls[p] for p in positions])
             for position, reply in zip(positions, node_replies, strict=True):
-                replies[position] = self.eval(calls[position]) if isinstance(
-                    reply, REDIRECTS) else reply
+                replies[position] = (
+                    self.eval(calls[position]) if isinstance(reply, REDIRECTS) else reply
+                )
         return replies
 
     # --- Cluster routing ----------------------------------------------------------------
@@ -286,8 +292,10 @@ class Runner:
             node = self.client.get_node_from_key(key)
             nodes[node.name] = node
             groups[node.name].append(position)
-        return [(self.client.get_redis_connection(nodes[name]), positions)
-                for name, positions in groups.items()]
+        return [
+            (self.client.get_redis_connection(nodes[name]), positions)
+            for name, positions in groups.items()
+        ]
 
     def rerouted(self, call: Callable[[], T]) -> T:
         """Return ``call()``, a Cluster read routed by the cached slot map. When a node
@@ -304,10 +312,16 @@ class Runner:
 
 # How each kind of step runs: on the sync client, and on an async one.
 SYNC: dict[type, Callable[[Any, Any], Any]] = {
-    Eval: Runner.eval, Confirmed: Runner.confirmed, Pop: Runner.pop,
-    PopThenEval: Runner.pop_then_eval, EvalMany: Runner.eval_many,
+    Eval: Runner.eval,
+    Confirmed: Runner.confirmed,
+    Pop: Runner.pop,
+    PopThenEval: Runner.pop_then_eval,
+    EvalMany: Runner.eval_many,
 }
 ASYNC: dict[type, Callable[[Any, Any, Any], Any]] = {
-    Eval: Runner.aeval, Confirmed: Runner.aconfirmed, Pop: Runner.apop,
-    PopThenEval: Runner.apop_then_eval, EvalMany: Runner.aeval_many,
+    Eval: Runner.aeval,
+    Confirmed: Runner.aconfirmed,
+    Pop: Runner.apop,
+    PopThenEval: Runner.apop_then_eval,
+    EvalMany: Runner.aeval_many,
 }

@@ -16,6 +16,7 @@ Each script is one file, ``lua/<name>.lua``, that a client in any language loads
 An operation loads the scripts it runs with :func:`load` (distlock.backends.redis_ops.locks,
 .semaphores, .grants): a new script is its ``.lua`` file and the operation that runs it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -53,8 +54,11 @@ def load(name: str) -> Script:
     source = expand(LUA, text)
     parameters = PARAMETER.findall(header(text))
     script = Script(
-        name=name, source=source, sha=hashlib.sha1(source.encode()).hexdigest(),
-        keys=_names(parameters, "KEYS"), argv=_names(parameters, "ARGV"),
+        name=name,
+        source=source,
+        sha=hashlib.sha1(source.encode()).hexdigest(),
+        keys=_names(parameters, "KEYS"),
+        argv=_names(parameters, "ARGV"),
         any_keys=any(kind == "KEYS" and last == "n" for kind, _, last, _ in parameters),
     )
     LOADED[name] = script
@@ -90,6 +94,7 @@ def header(text: str) -> str:
 def expand(folder: Traversable, text: str, including: tuple[str, ...] = ()) -> str:
     """Return ``text`` (of a file in ``folder``) with each include line replaced by the text
     of the file it names, expanded in turn."""
+
     def included(match: re.Match[str]) -> str:
         *subfolders, name = match[1].split("/")
         if match[1] in including:

@@ -2,6 +2,7 @@
 to bottom, on the conventions of the lock operations (.locks): the keys come from the
 alias's KeyLayout, every script takes all seven of them (semaphore_acquire.lua says what
 each holds), and a waiter's wake-up and its next acquire are one round trip."""
+
 from __future__ import annotations
 
 import time
@@ -22,23 +23,35 @@ HELD_NAMES = load("semaphore_held_names")
 
 
 # --- acquire, wait, leave -----------------------------------------------------------------
-def acquire(scope: Scope, name: str, limit: int, token: str, ttl_ms: int, meta: str,
-            patience_ms: int) -> Steps[Attempt]:
+def acquire(
+    scope: Scope, name: str, limit: int, token: str, ttl_ms: int, meta: str, patience_ms: int
+) -> Steps[Attempt]:
     """Take a permit of ``name`` for ``token``, or queue it for ``patience_ms``."""
-    return attempt_from((yield acquire_call(scope, name, limit, token, ttl_ms, meta,
-                                            patience_ms)))
+    return attempt_from((yield acquire_call(scope, name, limit, token, ttl_ms, meta, patience_ms)))
 
 
-def acquire_call(scope: Scope, name: str, limit: int, token: str, ttl_ms: int, meta: str,
-                 patience_ms: int) -> Eval:
+def acquire_call(
+    scope: Scope, name: str, limit: int, token: str, ttl_ms: int, meta: str, patience_ms: int
+) -> Eval:
     # Idempotent: a token already holding a permit is told so, and keeps its place.
-    return Eval(ACQUIRE, list(scope.layout.semaphore_keys_for(name)),
-                [token, ttl_ms, meta, name, limit, patience_ms, HANDOFF_GRACE_MS],
-                idempotent=True)
+    return Eval(
+        ACQUIRE,
+        list(scope.layout.semaphore_keys_for(name)),
+        [token, ttl_ms, meta, name, limit, patience_ms, HANDOFF_GRACE_MS],
+        idempotent=True,
+    )
 
 
-def wait_and_acquire(scope: Scope, timeout: float, name: str, limit: int, token: str,
-                     ttl_ms: int, meta: str, patience_ms: int) -> Steps[Attempt]:
+def wait_and_acquire(
+    scope: Scope,
+    timeout: float,
+    name: str,
+    limit: int,
+    token: str,
+    ttl_ms: int,
+    meta: str,
+    patience_ms: int,
+) -> Steps[Attempt]:
     """Block until a permit is reserved for ``token`` (or ``timeout`` seconds pass) and try
     to take it, in one round trip: the acquire script runs as soon as the BLPOP on the
     waiter's own list returns."""
@@ -66,8 +79,12 @@ def attempt_from(reply: list[Any]) -> Attempt:
 
 def leave(scope: Scope, name: str, token: str) -> Steps[None]:
     """Stop waiting (a permit reserved for ``token`` meanwhile passes on)."""
-    yield Eval(LEAVE, list(scope.layout.semaphore_keys_for(name)),
-               [token, HANDOFF_GRACE_MS, name], idempotent=True)
+    yield Eval(
+        LEAVE,
+        list(scope.layout.semaphore_keys_for(name)),
+        [token, HANDOFF_GRACE_MS, name],
+        idempotent=True,
+    )
 
 
 # --- release, extend ----------------------------------------------------------------------
@@ -77,15 +94,23 @@ def release(scope: Scope, name: str, token: str) -> Steps[int]:
 
 
 def release_call(scope: Scope, name: str, token: str) -> Eval:
-    return Eval(RELEASE, list(scope.layout.semaphore_keys_for(name)),
-                [token, HANDOFF_GRACE_MS, name])
+    return Eval(
+        RELEASE, list(scope.layout.semaphore_keys_for(name)), [token, HANDOFF_GRACE_MS, name]
+    )
 
 
 def extend(scope: Scope, name: str, token: str, ttl_ms: int, renewal: bool) -> Steps[int]:
     """Return 1 if extended, 0 if ``token`` holds no permit, 2 at MAX_RENEWALS."""
     most = "" if scope.max_renewals is None else scope.max_renewals
-    return int((yield Eval(EXTEND, list(scope.layout.semaphore_keys_for(name)),
-                           [token, ttl_ms, flag(renewal), most, HANDOFF_GRACE_MS, name])))
+    return int(
+        (
+            yield Eval(
+                EXTEND,
+                list(scope.layout.semaphore_keys_for(name)),
+                [token, ttl_ms, flag(renewal), most, HANDOFF_GRACE_MS, name],
+            )
+        )
+    )
 
 
 # --- operators ----------------------------------------------------------------------------
@@ -102,13 +127,20 @@ def inspect_call(scope: Scope, name: str) -> Eval:
 def held_semaphores(scope: Scope, prefix: str) -> Steps[list[SemaphoreInfo]]:
     """Return every held semaphore whose name starts with ``prefix``, by name (one round
     trip per server to list the names, one more to read them)."""
-    replies = yield EvalMany([Eval(HELD_NAMES, [index], [], idempotent=True)
-                              for index in scope.layout.semaphore_index_keys], reads=True)
-    names = sorted(text(name) for reply in replies for name in reply
-                   if text(name).startswith(prefix))
+    replies = yield EvalMany(
+        [
+            Eval(HELD_NAMES, [index], [], idempotent=True)
+            for index in scope.layout.semaphore_index_keys
+        ],
+        reads=True,
+    )
+    names = sorted(
+        text(name) for reply in replies for name in reply if text(name).startswith(prefix)
+    )
     read = yield EvalMany([inspect_call(scope, name) for name in names], reads=True)
-    found = (semaphore_info(scope.alias, name, reply)
-             for name, reply in zip(names, read, strict=True))
+    found = (
+        semaphore_info(scope.alias, name, reply) for name, reply in zip(names, read, strict=True)
+    )
     return [info for info in found if info is not None and info.holders]
 
 
@@ -120,11 +152,21 @@ def semaphore_info(alias: str, name: str, reply: list[Any]) -> SemaphoreInfo | N
     holders = []
     fields = reply[4:]
     for i in range(0, len(fields), 6):
-        token, lease_end, meta, acquired, fence, renewals = fields[i:i + 6]
-        holders.append(LockInfo.from_stored(
-            name=name, token=text(token), fence=int(fence), meta_json=text(meta),
-            acquired_ms=int(acquired), now_ms=now_ms, pttl_ms=int(lease_end) - now_ms,
-            renewals=int(renewals), depth=1, alias=alias,
-        ))
-    return SemaphoreInfo(name=name, limit=limit, holders=tuple(holders),
-                         waiting=waiting + reserved, alias=alias)
+        token, lease_end, meta, acquired, fence, renewals = fields[i : i + 6]
+        holders.append(
+            LockInfo.from_stored(
+                name=name,
+                token=text(token),
+                fence=int(fence),
+                meta_json=text(meta),
+                acquired_ms=int(acquired),
+                now_ms=now_ms,
+                pttl_ms=int(lease_end) - now_ms,
+                renewals=int(renewals),
+                depth=1,
+                alias=alias,
+            )
+        )
+    return SemaphoreInfo(
+        name=name, limit=limit, holders=tuple(holders), waiting=waiting + reserved, alias=alias
+    )

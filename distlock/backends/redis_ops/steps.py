@@ -8,6 +8,7 @@ raised there), and returns its outcome. :func:`drive` runs it with a sync execut
 of the replies is the same code both ways, so the sync and async versions cannot drift.
 How each step runs, both ways, is in distlock.backends.redis_ops.runner.
 """
+
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator

@@ -13,6 +13,7 @@ follow the action. When a lock server cannot be reached nothing is listed or sho
 is unknown, so nothing may look like "no lock is held"): the error goes to stderr and the exit
 status is UNKNOWN_EXIT_CODE.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,23 +61,34 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
         listing = actions.add_parser("list", help="Show the held locks.")
-        listing.add_argument("--using", metavar="ALIAS",
-                             help="Only this DISTLOCK alias (default: every alias).")
-        listing.add_argument("--prefix", default="", metavar="P",
-                             help="Only locks whose name starts with P.")
-        listing.add_argument("--json", action="store_true", dest="as_json",
-                             help="A JSON list of objects with every LockInfo field.")
+        listing.add_argument(
+            "--using", metavar="ALIAS", help="Only this DISTLOCK alias (default: every alias)."
+        )
+        listing.add_argument(
+            "--prefix", default="", metavar="P", help="Only locks whose name starts with P."
+        )
+        listing.add_argument(
+            "--json",
+            action="store_true",
+            dest="as_json",
+            help="A JSON list of objects with every LockInfo field.",
+        )
         info = actions.add_parser("info", help="Show everything about one held lock.")
         info.add_argument("name", metavar="NAME")
         info.add_argument("--using", default=DEFAULT_ALIAS, metavar="ALIAS")
-        info.add_argument("--json", action="store_true", dest="as_json",
-                          help="The LockInfo fields as a JSON object.")
+        info.add_argument(
+            "--json",
+            action="store_true",
+            dest="as_json",
+            help="The LockInfo fields as a JSON object.",
+        )
         release = actions.add_parser(
             "release", help="Force-release a lock (after confirmation, unless --yes)."
         )
         release.add_argument("name", metavar="NAME")
-        release.add_argument("--token", metavar="T",
-                             help="Release only if T still holds the lock (see `info`).")
+        release.add_argument(
+            "--token", metavar="T", help="Release only if T still holds the lock (see `info`)."
+        )
         release.add_argument("--yes", action="store_true", help="Do not ask for confirmation.")
         release.add_argument("--using", default=DEFAULT_ALIAS, metavar="ALIAS")
         for action_parser in (listing, info, release):
@@ -92,13 +104,17 @@ class Command(BaseCommand):
         stays.
         """
         for args, kwargs in self._common_options:
-            parser.add_argument(*args, **{**kwargs, "default": argparse.SUPPRESS,
-                                          "help": argparse.SUPPRESS})
+            parser.add_argument(
+                *args, **{**kwargs, "default": argparse.SUPPRESS, "help": argparse.SUPPRESS}
+            )
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         actions: dict[str, Callable[..., None]] = {
-            "list": self.list_locks, "info": self.show_info, "release": self.release_lock,
-            "lead": functools.partial(lead, self)}
+            "list": self.list_locks,
+            "info": self.show_info,
+            "release": self.release_lock,
+            "lead": functools.partial(lead, self),
+        }
         actions[action](**options)
 
     # --- list ---------------------------------------------------------------------------
@@ -119,20 +135,29 @@ class Command(BaseCommand):
         if unreachable:
             # A listing without these aliases would look complete: list nothing.
             answered = [alias for alias in aliases if alias not in unreachable]
-            hint = f" List the others with --using ALIAS ({', '.join(answered)})." if (
-                answered) else ""
+            hint = (
+                f" List the others with --using ALIAS ({', '.join(answered)})."
+                if (answered)
+                else ""
+            )
             raise CommandError(
                 f"{' '.join(unreachable.values())} Nothing is listed: what is held there is "
-                f"unknown.{hint}", returncode=UNKNOWN_EXIT_CODE,
+                f"unknown.{hint}",
+                returncode=UNKNOWN_EXIT_CODE,
             )
         if as_json:
-            self.stdout.write(_dumps([info.as_json_dict() for info in held]
-                                     + semaphores.semaphore_json(held_semaphores)))
+            self.stdout.write(
+                _dumps(
+                    [info.as_json_dict() for info in held]
+                    + semaphores.semaphore_json(held_semaphores)
+                )
+            )
         elif held or held_semaphores:
             tables = [lock_table(held, show_alias=len(aliases) > 1)] if held else []
             if held_semaphores:
-                tables.append(semaphores.semaphore_table(held_semaphores,
-                                                         show_alias=len(aliases) > 1))
+                tables.append(
+                    semaphores.semaphore_table(held_semaphores, show_alias=len(aliases) > 1)
+                )
             self.stdout.write("\n\n".join(tables))
         else:
             where = f" starting with {prefix!r}" if prefix else ""
@@ -142,8 +167,11 @@ class Command(BaseCommand):
     def show_info(self, *, name: str, using: str, as_json: bool, **options: Any) -> None:
         semaphore = _semaphore_instead(_backend(using), name)
         if semaphore is not None:
-            self.stdout.write(_dumps(semaphore.as_json_dict()) if as_json
-                              else "\n".join(semaphores.describe_semaphore(semaphore)))
+            self.stdout.write(
+                _dumps(semaphore.as_json_dict())
+                if as_json
+                else "\n".join(semaphores.describe_semaphore(semaphore))
+            )
             return
         info = _held_or_fail(_backend(using), name)
         if as_json:
@@ -153,8 +181,9 @@ class Command(BaseCommand):
             self.stdout.write(f"{label + ':':<15} {value}")
 
     # --- release ------------------------------------------------------------------------
-    def release_lock(self, *, name: str, using: str, token: str | None, yes: bool,
-                **options: Any) -> None:
+    def release_lock(
+        self, *, name: str, using: str, token: str | None, yes: bool, **options: Any
+    ) -> None:
         backend = _backend(using)
         semaphore = _semaphore_instead(backend, name)
         if semaphore is not None:
@@ -164,7 +193,8 @@ class Command(BaseCommand):
         if token is not None and token != info.token:
             raise CommandError(
                 f"The lock {name!r} is held with another token ({info.token}), not {token}: "
-                "its holder changed. Nothing was released.", returncode=NOT_HELD_EXIT_CODE,
+                "its holder changed. Nothing was released.",
+                returncode=NOT_HELD_EXIT_CODE,
             )
         if not yes:
             self._confirm(info, options.get("stdin") or sys.stdin)
@@ -174,34 +204,55 @@ class Command(BaseCommand):
         if not released:
             raise CommandError(
                 f"The lock {name!r} was released or changed hands before it could be "
-                "force-released. Nothing was released.", returncode=NOT_HELD_EXIT_CODE,
+                "force-released. Nothing was released.",
+                returncode=NOT_HELD_EXIT_CODE,
             )
         logger.info(
             "distlock: force-released %r (alias %r, token %s, fencing token %s, held by %s pid "
-            "%s) with manage.py distlock release", name, using, info.token, info.fencing_token,
-            info.host, info.pid,
+            "%s) with manage.py distlock release",
+            name,
+            using,
+            info.token,
+            info.fencing_token,
+            info.host,
+            info.pid,
         )
         self.stdout.write(
             f"Released the lock {name!r} (alias {using!r}), held by {info.host} pid {info.pid} "
             f"since {_when(info.acquired_at)}, fencing token {info.fencing_token}."
         )
 
-    def _release_permit(self, backend: BaseLockBackend, semaphore: SemaphoreInfo,
-                        token: str | None, yes: bool, options: dict[str, Any]) -> None:
+    def _release_permit(
+        self,
+        backend: BaseLockBackend,
+        semaphore: SemaphoreInfo,
+        token: str | None,
+        yes: bool,
+        options: dict[str, Any],
+    ) -> None:
         holder = semaphores.permit_of(semaphore, token)
         if isinstance(holder, str):
             raise CommandError(holder, returncode=NOT_HELD_EXIT_CODE)
         if not yes:
             self._confirm(holder, options.get("stdin") or sys.stdin)
-        if not _guarded(backend.alias, semaphores.free_permit, backend, holder.name,
-                        holder.token):
-            raise CommandError(f"The permit of {holder.name!r} was released or expired before "
-                               "it could be freed.", returncode=NOT_HELD_EXIT_CODE)
-        logger.info("distlock: freed a permit of the semaphore %r (alias %r, token %s, held by "
-                    "%s pid %s) with manage.py distlock release", holder.name, backend.alias,
-                    holder.token, holder.host, holder.pid)
-        self.stdout.write(f"Freed the permit of the semaphore {holder.name!r} (alias "
-                          f"{backend.alias!r}) held by {holder.host} pid {holder.pid}.")
+        if not _guarded(backend.alias, semaphores.free_permit, backend, holder.name, holder.token):
+            raise CommandError(
+                f"The permit of {holder.name!r} was released or expired before it could be freed.",
+                returncode=NOT_HELD_EXIT_CODE,
+            )
+        logger.info(
+            "distlock: freed a permit of the semaphore %r (alias %r, token %s, held by "
+            "%s pid %s) with manage.py distlock release",
+            holder.name,
+            backend.alias,
+            holder.token,
+            holder.host,
+            holder.pid,
+        )
+        self.stdout.write(
+            f"Freed the permit of the semaphore {holder.name!r} (alias "
+            f"{backend.alias!r}) held by {holder.host} pid {holder.pid}."
+        )
 
     def _confirm(self, info: LockInfo, stdin: Any) -> None:
         if not (hasattr(stdin, "isatty") and stdin.isatty()):
@@ -265,8 +316,10 @@ def _semaphore_instead(backend: BaseLockBackend, name: str) -> SemaphoreInfo | N
 def _held_or_fail(backend: BaseLockBackend, name: str) -> LockInfo:
     info = _guarded(backend.alias, backend.info, name)
     if info is None:
-        raise CommandError(f"The lock {name!r} is not held (alias {backend.alias!r}).",
-                           returncode=NOT_HELD_EXIT_CODE)
+        raise CommandError(
+            f"The lock {name!r} is not held (alias {backend.alias!r}).",
+            returncode=NOT_HELD_EXIT_CODE,
+        )
     return info
 
 
@@ -290,9 +343,15 @@ def lock_table(held: list[LockInfo], *, show_alias: bool = False) -> str:
     """Return the held locks as a table with aligned columns."""
     header = ["NAME", "HOLDER", "PURPOSE", "ACQUIRED (UTC)", "EXPIRES IN", "FENCING TOKEN"]
     rows = [
-        [info.alias, info.name, f"{info.host}:{info.pid}", shorten(info.purpose, 40),
-         f"{info.acquired_at:%Y-%m-%d %H:%M:%S}", f"{info.ttl_remaining:.1f}s",
-         str(info.fencing_token)]
+        [
+            info.alias,
+            info.name,
+            f"{info.host}:{info.pid}",
+            shorten(info.purpose, 40),
+            f"{info.acquired_at:%Y-%m-%d %H:%M:%S}",
+            f"{info.ttl_remaining:.1f}s",
+            str(info.fencing_token),
+        ]
         for info in held
     ]
     return aligned(header, rows, show_alias=show_alias)

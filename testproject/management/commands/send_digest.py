@@ -5,6 +5,7 @@
 Scheduled on several hosts at the same minute, one sends and the others print one line
 saying who is sending and exit 0. It only pretends to send, slowly, and says what it does.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,14 +27,18 @@ class Command(LockedCommandMixin, BaseCommand):
     lock_ttl = 30
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--list", dest="mailing_list", default="weekly",
-                            help="The mailing list whose digest to send (default: weekly).")
-        parser.add_argument("--seconds", type=float, default=3.0,
-                            help="How long sending takes (default: 3).")
+        parser.add_argument(
+            "--list",
+            dest="mailing_list",
+            default="weekly",
+            help="The mailing list whose digest to send (default: weekly).",
+        )
+        parser.add_argument(
+            "--seconds", type=float, default=3.0, help="How long sending takes (default: 3)."
+        )
 
     def handle(self, *args: Any, mailing_list: str, seconds: float, **options: Any) -> None:
-        self.say(f"sending the {mailing_list!r} digest on {socket.gethostname()} "
-                 f"pid {os.getpid()}")
+        self.say(f"sending the {mailing_list!r} digest on {socket.gethostname()} pid {os.getpid()}")
         for batch in range(1, BATCHES + 1):
             time.sleep(seconds / BATCHES)
             self.say(f"batch {batch}/{BATCHES} sent")

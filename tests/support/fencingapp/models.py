@@ -1,4 +1,5 @@
 """The guarded resource of the fencing tests and the soak."""
+
 from django.db import models
 
 

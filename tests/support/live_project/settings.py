@@ -5,6 +5,7 @@ that a request costs the server as little as possible; and no database unless th
 it DATABASES in DISTLOCK_TEST_DATABASES (JSON: a real server's ``env()``,
 tests/support/databases.py).
 """
+
 import os
 
 from tests.support.databases import databases_from_env

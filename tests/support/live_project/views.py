@@ -1,6 +1,7 @@
 """Views served by the live test server: slow payments that record, in Redis, how often and
 when their body ran; and the same trivial view with and without @lock_view, for the
 benchmark."""
+
 from __future__ import annotations
 
 import asyncio

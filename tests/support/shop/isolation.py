@@ -11,6 +11,7 @@ what it read under the lock and the warnings distlock gave, as JSON:
 * ``lock-in-atomic``: ``atomic { lock { read } }``, nothing read before the lock;
 * ``lock-then-atomic``: ``lock { atomic { read } }``.
 """
+
 from __future__ import annotations
 
 import json
@@ -64,8 +65,9 @@ def reader(order: str, granted: threading.Event, go: threading.Event) -> dict[st
             go.set()
             with distlock.lock(NAME, ttl=30, wait=30), transaction.atomic():
                 read = units()
-    warned = [str(w.message) for w in caught if issubclass(w.category,
-                                                           distlock.IsolationLevelWarning)]
+    warned = [
+        str(w.message) for w in caught if issubclass(w.category, distlock.IsolationLevelWarning)
+    ]
     return {"order": order, "before": before, "read": read, "warned": warned}
 
 

@@ -1,5 +1,6 @@
 """Serve the shop (tests/support/shop) on a real database and send it the clicks of many buyers at
 once: for tests/core/test_transactions_databases.py and benchmarks/transactions.py."""
+
 from __future__ import annotations
 
 import contextlib
@@ -29,8 +30,9 @@ class Answer(NamedTuple):
 class Shop:
     """One shop: its own database on ``database``, served by ``server`` (None: not served)."""
 
-    def __init__(self, database: DatabaseServer, name: str,
-                 server: LiveServerProcess | None) -> None:
+    def __init__(
+        self, database: DatabaseServer, name: str, server: LiveServerProcess | None
+    ) -> None:
         self.server = server
         self.database = name
         self._db = database
@@ -55,10 +57,13 @@ class Shop:
 
     def click_orders(self, pattern: str, orders: int, clicks: int) -> list[Answer]:
         """Place ``orders`` orders, then send each ``clicks`` payment requests at once."""
-        self.query("INSERT INTO shop_order (id) VALUES "
-                   + ", ".join(f"({order})" for order in range(1, orders + 1)))
-        return self.send([f"/{pattern}/{order}" for order in range(1, orders + 1)
-                          for _ in range(clicks)])
+        self.query(
+            "INSERT INTO shop_order (id) VALUES "
+            + ", ".join(f"({order})" for order in range(1, orders + 1))
+        )
+        return self.send(
+            [f"/{pattern}/{order}" for order in range(1, orders + 1) for _ in range(clicks)]
+        )
 
     def buy(self, buyers: int) -> list[Answer]:
         return self.send(["/buy"] * buyers)
@@ -89,28 +94,41 @@ class Shop:
         return int(self.query("SELECT COUNT(*) FROM shop_sale")[0][0])
 
 
-def shop_env(database: DatabaseServer, name: str, redis_url: str,
-             hold_until_commit: bool = True) -> dict[str, str]:
-    return {**database.env(name=name), "DISTLOCK_TEST_URL": redis_url,
-            "SHOP_HOLD_UNTIL_COMMIT": "1" if hold_until_commit else "0"}
+def shop_env(
+    database: DatabaseServer, name: str, redis_url: str, hold_until_commit: bool = True
+) -> dict[str, str]:
+    return {
+        **database.env(name=name),
+        "DISTLOCK_TEST_URL": redis_url,
+        "SHOP_HOLD_UNTIL_COMMIT": "1" if hold_until_commit else "0",
+    }
 
 
 @contextlib.contextmanager
-def serve_shop(database: DatabaseServer, redis_url: str, *, workers: int,
-               hold_until_commit: bool = True) -> Iterator[Shop]:
+def serve_shop(
+    database: DatabaseServer, redis_url: str, *, workers: int, hold_until_commit: bool = True
+) -> Iterator[Shop]:
     """A migrated database of its own on ``database``, served by ``workers`` gunicorn
     workers (0: not served), dropped afterwards."""
     name = database.create_database()
     try:
         env = shop_env(database, name, redis_url, hold_until_commit)
-        subprocess.run([sys.executable, "-m", "django", "migrate", "--noinput", "-v", "0"],
-                       env={**os.environ, **env, "DJANGO_SETTINGS_MODULE": SETTINGS},
-                       check=True, timeout=180)
+        subprocess.run(
+            [sys.executable, "-m", "django", "migrate", "--noinput", "-v", "0"],
+            env={**os.environ, **env, "DJANGO_SETTINGS_MODULE": SETTINGS},
+            check=True,
+            timeout=180,
+        )
         if not workers:
             yield Shop(database, name, None)
             return
-        with LiveServerProcess("tests.support.shop.wsgi:application", server="gunicorn",
-                               workers=workers, settings=SETTINGS, env=env) as server:
+        with LiveServerProcess(
+            "tests.support.shop.wsgi:application",
+            server="gunicorn",
+            workers=workers,
+            settings=SETTINGS,
+            env=env,
+        ) as server:
             yield Shop(database, name, server)
     finally:
         database.drop_database(name)

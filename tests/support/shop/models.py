@@ -1,4 +1,5 @@
 """The rows a double click must not duplicate: charges of an order, sales of a product."""
+
 from __future__ import annotations
 
 from django.db import models

@@ -1,6 +1,7 @@
 """Settings of the shop served by gunicorn in tests/core/test_transactions_databases.py: the
 database from DISTLOCK_TEST_DATABASES (tests/support/databases.py), the locks on DISTLOCK_TEST_URL,
 every request in a transaction (ATOMIC_REQUESTS)."""
+
 import os
 
 from tests.support.databases import databases_from_env
@@ -22,8 +23,9 @@ _PSYCOPG_LEVELS = {"read committed": 2, "repeatable read": 3, "serializable": 4}
 for _database in DATABASES.values():
     _database["ATOMIC_REQUESTS"] = True
     # A commit as slow as one that waits for a disk (tests/support/shop/slow_commit).
-    _database["ENGINE"] = _database["ENGINE"].replace("django.db.backends.",
-                                                      "tests.support.shop.slow_commit.")
+    _database["ENGINE"] = _database["ENGINE"].replace(
+        "django.db.backends.", "tests.support.shop.slow_commit."
+    )
     if _ISOLATION and "postgresql" in _database["ENGINE"]:
         _database.setdefault("OPTIONS", {})["isolation_level"] = _PSYCOPG_LEVELS[_ISOLATION]
     elif _ISOLATION and "mysql" in _database["ENGINE"]:

@@ -15,6 +15,7 @@ Last it prints one line of JSON: its pid, the count of each result, how many ord
 lock held (the ``lock_contended`` signal, or a skipped attempt), the skipped attempts, and how
 many charges ran outside its transaction.
 """
+
 from __future__ import annotations
 
 import json
@@ -74,10 +75,19 @@ def main(surface: str, orders: int) -> None:
         results[result] += 1
         skipped += skips
         found_held += len(_contended) > before or skips > 0
-    print(json.dumps({
-        "pid": os.getpid(), "results": results, "found_held": found_held, "skipped": skipped,
-        "contended_signals": len(_contended), "charged_outside": len(surfaces.charged_outside),
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "pid": os.getpid(),
+                "results": results,
+                "found_held": found_held,
+                "skipped": skipped,
+                "contended_signals": len(_contended),
+                "charged_outside": len(surfaces.charged_outside),
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

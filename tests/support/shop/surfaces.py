@@ -22,6 +22,7 @@ caller's thread, inside its transaction:
 Each takes its default, ``hold_until_commit=True``; ``SHOP_HOLD_UNTIL_COMMIT=0``
 (tests/support/shop/views.py) gives every one ``hold_until_commit=False`` instead.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -84,8 +85,12 @@ def by_command(order_id: int) -> str:
 celery_app = Celery("shop", set_as_current=False)
 
 
-@celery_app.task(base=LockedTask, lock_name="pay:{order_id}", lock_ttl=TTL,
-                 **{f"lock_{option}": value for option, value in HOLD_OPTIONS.items()})
+@celery_app.task(
+    base=LockedTask,
+    lock_name="pay:{order_id}",
+    lock_ttl=TTL,
+    **{f"lock_{option}": value for option, value in HOLD_OPTIONS.items()},
+)
 def charge_task(order_id: int) -> str:
     return charge(order_id)
 

@@ -8,6 +8,7 @@ Each answers what it did and whether its request waited for the lock (``lock_con
 ``SHOP_HOLD_UNTIL_COMMIT=0`` makes every lock release at once, as distlock did before
 ``hold_until_commit`` (the benchmark's control runs).
 """
+
 from __future__ import annotations
 
 import os
@@ -87,8 +88,10 @@ def pay_inside(request: HttpRequest, order_id: int) -> JsonResponse:
 @require_POST
 @transaction.non_atomic_requests
 def pay_atomic(request: HttpRequest, order_id: int) -> JsonResponse:
-    with transaction.atomic(), distlock.lock(f"pay:{order_id}", ttl=30, wait=10,
-                                             hold_until_commit=HOLD):
+    with (
+        transaction.atomic(),
+        distlock.lock(f"pay:{order_id}", ttl=30, wait=10, hold_until_commit=HOLD),
+    ):
         result = charge(order_id)
     return JsonResponse({"result": result})
 

@@ -4,28 +4,36 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Account',
+            name="Account",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('balance', models.IntegerField(default=0)),
-                ('fence', models.BigIntegerField(default=0)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("balance", models.IntegerField(default=0)),
+                ("fence", models.BigIntegerField(default=0)),
             ],
         ),
         migrations.CreateModel(
-            name='FencedWrite',
+            name="FencedWrite",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('token', models.BigIntegerField()),
-                ('writer', models.IntegerField()),
-                ('kind', models.CharField(max_length=8)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("token", models.BigIntegerField()),
+                ("writer", models.IntegerField()),
+                ("kind", models.CharField(max_length=8)),
             ],
         ),
     ]

@@ -5,6 +5,7 @@ in which a lock released before COMMIT lets the next holder read the rows as the
 ENGINE ``tests.support.shop.slow_commit.postgresql`` or ``tests.support.shop.slow_commit.mysql``:
 Django's own backend, with the delay before the driver's commit.
 """
+
 from __future__ import annotations
 
 import os

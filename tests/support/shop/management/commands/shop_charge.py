@@ -1,6 +1,7 @@
 """``manage.py shop_charge --order N``: charge an order under the lock ``pay:{order}``
 (LockedCommandMixin), for tests/core/test_transactions_surfaces.py. It returns what it did
 ("charged", "already paid"), which ``call_command`` hands back and writes to stdout."""
+
 from __future__ import annotations
 
 from typing import Any
