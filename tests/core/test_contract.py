@@ -179,9 +179,12 @@ async def test_a_force_released_holder_acquires_again_async() -> None:
 
 
 def test_a_holder_whose_lease_ran_out_on_the_server_acquires_again() -> None:
-    lk = distlock.lock("ran-out", ttl=0.2, wait=0)
+    # A lease long enough for a slow first round trip (a shorter one, outlived by its own
+    # reply, is rightly refused), then cut short: it runs out on the server.
+    lk = distlock.lock("ran-out", ttl=5, wait=0)
     assert lk.acquire()
-    time.sleep(0.3)
+    lk.extend(ttl=0.1)
+    time.sleep(0.2)
     assert not lk.owned()
     assert lk.acquire() and lk.owned()
     lk.release()
