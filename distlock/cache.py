@@ -66,6 +66,9 @@ from .names import validate_name
 from .validation import seconds
 
 logger = logging.getLogger("distlock")
+# What a background rebuild logs when it fails (the caller got the stale value already).
+REBUILD_FAILED = "the background rebuild of %r failed; the stale value is served until it expires"
+RELEASE_FAILED = "releasing the rebuild lock of %r failed"
 T = TypeVar("T")
 # What the cache holds: (TAG, value, fresh until (POSIX time), build duration (seconds)).
 # A plain tuple: every cache backend can store it, and an old entry of another shape is
@@ -313,19 +316,16 @@ class _Plan:
         try:
             self.rebuild()  # the re-read runs here, in the thread: the caller never waits
         except Exception:
-            logger.exception(
-                "distlock.cache: the background rebuild of %r failed; the stale "
-                "value is served until it expires",
-                self.key,
-            )
+            self._log_failed(REBUILD_FAILED)
         finally:
             try:
                 self.lock.release()
             except Exception:  # its lease ends on its own
-                logger.exception(
-                    "distlock.cache: releasing the rebuild lock of %r failed", self.key
-                )
+                self._log_failed(RELEASE_FAILED)
             connections.close_all()  # this thread's own: nobody else would close them
+
+    def _log_failed(self, what: str) -> None:
+        logger.exception("distlock.cache: " + what, self.key)
 
     async def arefresh_in_background(self) -> None:
         """Rebuild a stale value in a task of the running loop, unless someone else is at it."""
@@ -339,18 +339,12 @@ class _Plan:
         try:
             await self.arebuild()
         except Exception:
-            logger.exception(
-                "distlock.cache: the background rebuild of %r failed; the stale "
-                "value is served until it expires",
-                self.key,
-            )
+            self._log_failed(REBUILD_FAILED)
         finally:
             try:
                 await self.lock.arelease()
             except Exception:
-                logger.exception(
-                    "distlock.cache: releasing the rebuild lock of %r failed", self.key
-                )
+                self._log_failed(RELEASE_FAILED)
 
     def rebuild_early(self, now: float, fresh_until: float, duration: float) -> bool:
         """XFetch: True with a probability that rises as expiry nears, scaled by the build's
