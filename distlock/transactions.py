@@ -51,7 +51,17 @@ def _own_blocks(conn: Any) -> list[Any]:
 
 def snapshot_isolation_aliases() -> list[str]:
     """Return the aliases whose open transaction reads from a snapshot (REPEATABLE READ or
-    SERIALIZABLE) as far as the connection's settings tell (no query is sent)."""
+    SERIALIZABLE) as far as the connection's settings tell (no query is sent).
+
+    Every acquire asks, so the common case is kept cheap: unless some alias sets an
+    isolation level in its OPTIONS, every connection reads at READ COMMITTED (Django's
+    default on PostgreSQL and MySQL/MariaDB alike) and no connection is looked at.
+    """
+    if not any(
+        "isolation_level" in (database.get("OPTIONS") or {})
+        for database in connections.settings.values()
+    ):
+        return []
     return [conn.alias for conn in open_transactions() if _isolation(conn) in SNAPSHOT_LEVELS]
 
 
