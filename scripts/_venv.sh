@@ -58,8 +58,12 @@ _venv_stamp="$VENV/.installed-$_venv_sha"
 if [ ! -e "$_venv_stamp" ]; then
     _venv_log "installing -e '.[$DISTLOCK_EXTRAS]' $DISTLOCK_PINS into $VENV (once per change of setup.cfg)"
     # shellcheck disable=SC2086 # the pins are separate words
-    "$PY" -m pip install --disable-pip-version-check -q -e ".[$DISTLOCK_EXTRAS]" $DISTLOCK_PINS \
-        -c "$ROOT/constraints.txt" --config-settings editable_mode=compat
+    # A failed install must not leave the stamp behind (the next run would skip it): stop here.
+    if ! "$PY" -m pip install --disable-pip-version-check -q -e ".[$DISTLOCK_EXTRAS]" $DISTLOCK_PINS \
+        -c "$ROOT/constraints.txt" --config-settings editable_mode=compat; then
+        _venv_log "error: the install into $VENV failed (see above); fix it and run again"
+        exit 1
+    fi
     rm -f "$VENV"/.installed-*
     touch "$_venv_stamp"
 fi
