@@ -55,6 +55,7 @@ export class LockClient {
 
   /** Return a Lock on `name` (not acquired yet). */
   lock(name, { ttl = this.ttl, wait = null, purpose } = {}) {
+    if (wait !== null) checkSeconds("wait", wait, true);
     return new Lock(this, validateName(name), checkSeconds("ttl", ttl, false), wait, purpose);
   }
 
@@ -150,39 +151,24 @@ export class Lock {
    */
   async acquire({ wait = this.wait } = {}) {
     if (this.token !== null) throw new LockError(`This Lock already holds ${JSON.stringify(this.name)}.`, this.name);
-    const client = this.client;
-    const keys = client.keys(this.name);
-    const acquireKeys = [keys.lock, keys.fence, keys.queue, keys.live, keys.index];
-    const token = randomBytes(16).toString("hex");
-    const ttlMs = Math.round(this.ttl * 1000);
-    const deadline = wait === null ? Infinity : Date.now() + checkSeconds("wait", wait, true) * 1000;
-    // How long the server keeps this waiter registered: until the next call can renew it.
-    const patience = () =>
-      wait === 0 ? 0 : Math.round(Math.max(Math.min(deadline - Date.now(), client.maxBlockMs), 0) + PATIENCE_MARGIN_MS);
-    const args = (waited) => [token, ttlMs, this.metadata, this.name, patience(), waited ? "1" : "0"];
+    const attempt = new Attempt(this, wait === null ? null : checkSeconds("wait", wait, true));
     let reply;
     try {
-      reply = await client.run("acquire", acquireKeys, args(false));
+      reply = await attempt.first();
       while (typeof reply !== "string") {
-        const [, holderPttl, place] = reply;
-        const remaining = deadline - Date.now();
-        if (remaining <= 0) {
-          if (wait !== 0) await client.run("leave_queue", [keys.lock, keys.queue, keys.live], [token, HANDOFF_GRACE_MS]);
+        const block = attempt.nextBlock(reply);
+        if (block === null) {
+          await attempt.leave();
           return false;
         }
-        // Wake when the holder's lease ends at the latest: a crashed holder never releases.
-        let block = Math.min(remaining, Math.max(holderPttl, 1) + 2, client.maxBlockMs);
-        if (place === 1) block = Math.min(block, HANDOFF_GRACE_MS); // the first waiter may be dead
-        reply = await client.waitThenRun(`${keys.queue}:${token}`, block, "acquire", acquireKeys, args(true));
+        reply = await attempt.waitThenClaim(block);
       }
     } catch (error) {
-      // The server may have granted the lock before the reply was lost: give it back.
-      await client.run("release", [keys.lock, keys.queue, keys.live, keys.index], [token, this.name, "1", HANDOFF_GRACE_MS]).catch(() => {});
+      await attempt.giveBack(); // the server may have granted it before the reply was lost
       throw error;
     }
-    const [fence] = reply.split(" ");
-    this.token = token;
-    this.fencingToken = BigInt(fence);
+    this.token = attempt.token;
+    this.fencingToken = BigInt(reply.split(" ")[0]);
     return true;
   }
 
@@ -221,6 +207,80 @@ export class Lock {
         "ended, or it was force released). Acquire it again.",
       this.name,
     );
+  }
+}
+
+/** One acquire() call: its token, its deadline, and the steps of docs/protocol.md's
+ * "Waiting for a lock". Times are this process's monotonic clock (performance.now(), ms). */
+class Attempt {
+  constructor(lock, wait) {
+    this.lock = lock;
+    this.client = lock.client;
+    this.keys = this.client.keys(lock.name);
+    this.acquireKeys = [this.keys.lock, this.keys.fence, this.keys.queue, this.keys.live, this.keys.index];
+    this.token = randomBytes(16).toString("hex"); // 128 random bits, never reused
+    this.ttlMs = Math.round(lock.ttl * 1000);
+    this.queued = wait !== 0;
+    this.deadline = wait === null ? Infinity : performance.now() + wait * 1000;
+    this.clock = null; // [a local time, the server's ms read after it]: relates the two
+  }
+
+  /** How long the server keeps this waiter registered: until the next call can renew it. */
+  patience() {
+    if (!this.queued) return 0;
+    const block = Math.min(this.deadline - performance.now(), this.client.maxBlockMs);
+    return Math.round(Math.max(block, 0) + PATIENCE_MARGIN_MS);
+  }
+
+  args(waited) {
+    const lock = this.lock;
+    return [this.token, this.ttlMs, lock.metadata, lock.name, this.patience(), waited ? "1" : "0"];
+  }
+
+  async first() {
+    return this.checked(performance.now(), await this.client.run("acquire", this.acquireKeys, this.args(false)));
+  }
+
+  /** BLPOP on this waiter's wake-up list with acquire.lua pipelined behind it. */
+  async waitThenClaim(blockMs) {
+    const sent = performance.now();
+    const wake = `${this.keys.queue}:${this.token}`;
+    return this.checked(sent, await this.client.waitThenRun(wake, blockMs, "acquire", this.acquireKeys, this.args(true)));
+  }
+
+  /** Return how long (ms) to block for a turn after a "held" reply, or null to give up. */
+  nextBlock([, holderPttl, place]) {
+    const remaining = this.deadline - performance.now();
+    if (remaining <= 0) return null;
+    // Wake when the holder's lease ends at the latest: a crashed holder never releases.
+    const block = Math.min(remaining, Math.max(holderPttl, 1) + 2, this.client.maxBlockMs);
+    // Next in line after a waiter that may have died with the lock handed to it.
+    return place === 1 ? Math.min(block, HANDOFF_GRACE_MS) : block;
+  }
+
+  /** Return `reply`, or a "held" reply when a grant came after its lease had ended (a slow
+   * reply): that hold is given back, never reported as acquired. */
+  async checked(sent, reply) {
+    if (typeof reply !== "string") {
+      if (this.clock === null && reply.length > 3) this.clock = [sent, Number(reply[3])];
+      return reply;
+    }
+    const acquiredMs = Number(reply.split(" ")[1]);
+    const started = this.clock ? Math.max(sent, this.clock[0] + acquiredMs - this.clock[1] - 1) : sent;
+    if (performance.now() < started + this.ttlMs) return reply;
+    await this.giveBack();
+    return [0, 0, -1];
+  }
+
+  async leave() {
+    if (!this.queued) return;
+    await this.client.run("leave_queue", [this.keys.lock, this.keys.queue, this.keys.live], [this.token, HANDOFF_GRACE_MS]);
+  }
+
+  async giveBack() {
+    const keys = this.keys;
+    const release = [this.token, this.lock.name, "1", HANDOFF_GRACE_MS];
+    await this.client.run("release", [keys.lock, keys.queue, keys.live, keys.index], release).catch(() => {});
   }
 }
 
