@@ -18,12 +18,12 @@ const nextLine = async () => (await lines.next()).value;
 
 const commands = {
   // Take the lock ITERATIONS times; inside: the shared counter by read-modify-write, an
-  // overlap check, and a log line "SEQ FENCE TOKEN HEAD node" (HEAD: the first queued token
-  // just before the release, "-" when none waits).
+  // overlap check, and a log line "SEQ FENCE TOKEN HEAD node" (HEAD: the first waiter still
+  // registered just before the release, "-" when none waits).
   async counter(name, iterations, logPath) {
     const { appendFileSync } = await import("node:fs");
     const data = client.redis;
-    const queue = client.keys(name).queue;
+    const { queue, live } = client.keys(name);
     say("ready");
     await nextLine(); // everyone starts together
     for (let i = 0; i < Number(iterations); i++) {
@@ -33,7 +33,7 @@ const commands = {
       const value = Number((await data.get("interop:counter")) || 0);
       await data.set("interop:counter", value + 1);
       const seq = await data.incr("interop:seq");
-      const [head] = await data.zrange(queue, 0, 0);
+      const head = await firstLiveWaiter(data, queue, live);
       await data.decr("interop:inside");
       appendFileSync(logPath, `${seq} ${lock.fencingToken} ${lock.token} ${head || "-"} node\n`);
       await lock.release();
@@ -71,6 +71,17 @@ const commands = {
     say(JSON.stringify(JSON.parse(namesJson).map((name) => client.keys(name))));
   },
 };
+
+// The waiter a release would hand the lock to now: the first queued token whose registration
+// (its score in `live`) has not ended by the server's clock (docs/protocol.md, "Waiting").
+async function firstLiveWaiter(data, queue, live) {
+  const tokens = await data.zrange(queue, 0, 15);
+  if (tokens.length === 0) return null;
+  const ends = await data.zmscore(live, ...tokens);
+  const [seconds, micros] = await data.time();
+  const nowMs = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+  return tokens.find((_, i) => ends[i] !== null && Number(ends[i]) > nowMs) || null;
+}
 
 const [command, ...args] = process.argv.slice(2);
 try {

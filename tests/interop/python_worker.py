@@ -20,14 +20,29 @@ def data_client() -> Any:
     return redis.Redis.from_url(url)
 
 
+def first_live_waiter(data: Any, queue: str, live: str) -> str | None:
+    """Return the waiter a release would hand the lock to now: the first queued token whose
+    registration (its score in ``live``) has not ended by the server's clock."""
+    tokens = data.zrange(queue, 0, 15)
+    if not tokens:
+        return None
+    ends = data.zmscore(live, tokens)
+    seconds, micros = data.time()
+    now_ms = seconds * 1000 + micros // 1000
+    for token, end in zip(tokens, ends, strict=True):
+        if end is not None and end > now_ms:
+            return str(token.decode())
+    return None
+
+
 def counter(name: str, iterations: str, log_path: str) -> None:
     """Take the lock ``iterations`` times, doing inside what node_worker.mjs's counter does,
-    and log "SEQ FENCE TOKEN HEAD python" lines."""
+    and log "SEQ FENCE TOKEN HEAD python" lines (HEAD as node_worker.mjs finds it)."""
     import distlock
     from distlock.handler import locks
 
     data = data_client()
-    queue = locks["default"].layout.keys_for(name).waiters
+    keys = locks["default"].layout.keys_for(name)
     say("ready")
     sys.stdin.readline()  # everyone starts together
     with open(log_path, "a", buffering=1) as log:
@@ -38,10 +53,9 @@ def counter(name: str, iterations: str, log_path: str) -> None:
                 value = int(data.get("interop:counter") or 0)
                 data.set("interop:counter", value + 1)
                 seq = data.incr("interop:seq")
-                head = data.zrange(queue, 0, 0)
+                head = first_live_waiter(data, keys.waiters, keys.live)
                 data.decr("interop:inside")
-                first = head[0].decode() if head else "-"
-                log.write(f"{seq} {lk.fencing_token} {lk.token} {first} python\n")
+                log.write(f"{seq} {lk.fencing_token} {lk.token} {head or '-'} python\n")
     say("done")
 
 
