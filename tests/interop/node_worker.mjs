@@ -2,7 +2,8 @@
 // python_worker.py. DISTLOCK_NODE_URL names one server, DISTLOCK_NODE_CLUSTER (comma
 // separated URLs) a Cluster; the key prefix is the tests' ("test"). Prints one line per event.
 import { createInterface } from "node:readline";
-import { LockClient } from "../../clients/node/index.js";
+import { DEFAULT_SCRIPTS_DIR } from "../../clients/node/lib/scripts.js";
+import { LockClient, loadScript } from "../../clients/node/index.js";
 
 const cluster = process.env.DISTLOCK_NODE_CLUSTER;
 const client = new LockClient({
@@ -64,6 +65,11 @@ const commands = {
       await lock.release();
       say("released");
     }
+  },
+
+  // Print the SHA1 of each script file given as JSON, as this client loads it.
+  async shas(namesJson) {
+    say(JSON.stringify(JSON.parse(namesJson).map((name) => loadScript(DEFAULT_SCRIPTS_DIR, name).sha)));
   },
 
   // Print the keys of each name given as JSON: {lock, fence, queue, live, index}.

@@ -26,6 +26,7 @@ from django.test import Client
 from django.urls import reverse
 
 import distlock
+from distlock.backends.redis_ops.scripts import LOADED, LUA
 from distlock.handler import locks
 from tests.support.configs import distlock_settings
 from tests.support.node import Node
@@ -136,6 +137,15 @@ def test_both_clients_compute_the_same_keys(fleet: Fleet) -> None:
             "live": k.live,
             "index": k.index,
         }, name
+
+
+def test_both_clients_expand_every_script_to_the_same_text(fleet: Fleet) -> None:
+    # Every script file, includes expanded: the same SHA1, so EVALSHA finds what either loaded.
+    names = sorted(LOADED)
+    process = fleet.node_process("shas", json.dumps(names))
+    got = json.loads(process.communicate(timeout=30)[0])
+    assert dict(zip(names, got, strict=True)) == {name: LOADED[name].sha for name in names}
+    assert len(names) == len(list(Path(str(LUA)).glob("*.lua")))
 
 
 def test_two_node_and_two_python_processes_share_one_lock(any_fleet: Fleet, tmp_path: Path) -> None:

@@ -302,8 +302,9 @@ function shorten(text, limit = 80) {
 }
 
 function checkSeconds(what, value, zeroAllowed) {
-  if (typeof value !== "number" || !Number.isFinite(value) || value < 0 || (value === 0 && !zeroAllowed)) {
-    const bound = zeroAllowed ? ">= 0" : "> 0";
+  const tooSmall = zeroAllowed ? value < 0 : !(value >= 0.001); // leases are whole ms
+  if (typeof value !== "number" || !Number.isFinite(value) || tooSmall) {
+    const bound = zeroAllowed ? ">= 0" : ">= 0.001";
     throw new RangeError(`${what} is seconds, a finite number ${bound}; got ${String(value)}.`);
   }
   return value;
