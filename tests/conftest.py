@@ -110,5 +110,6 @@ def nodes(settings: Any) -> Iterator[list[RedisServer]]:
 pytest_plugins = [
     "tests.support.browser",
     "tests.support.database_fixtures",
+    "tests.support.node",
     "tests.support.topologies",
 ]

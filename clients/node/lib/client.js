@@ -1,0 +1,325 @@
+// LockClient and Lock: distlock's lock protocol (docs/protocol.md) on ioredis, one server or a
+// Cluster. Acquire, wait (in distlock's queue: first come, first served with Python processes),
+// release, extend, the fencing token, and holder metadata the Django admin shows.
+import { randomBytes } from "node:crypto";
+import { hostname } from "node:os";
+import { basename } from "node:path";
+import { isMainThread, threadId } from "node:worker_threads";
+import Redis from "ioredis";
+
+import { lockKeys, validateName } from "./keys.js";
+import { DEFAULT_SCRIPTS_DIR, loadScript } from "./scripts.js";
+
+// The protocol's constants (docs/protocol.md, "Waiting").
+export const HANDOFF_GRACE_MS = 250; // how long a waiter handed the lock has to claim it
+const PATIENCE_MARGIN_MS = 1000; // a registration outlives the wait that renews it by this
+const PURPOSE_MAX_LENGTH = 200;
+
+export class LockError extends Error {
+  constructor(message, name) {
+    super(message);
+    this.name = new.target.name;
+    this.lockName = name;
+  }
+}
+/** release() or extend() of a lock this object does not hold (any more). */
+export class LockNotOwned extends LockError {}
+
+/** A connection to distlock's Redis: makes Lock objects, and runs their scripts. */
+export class LockClient {
+  /**
+   * @param {object} options
+   * @param {string} [options.url] one server: redis://[:password@]host:port/db (rediss:// for TLS)
+   * @param {string[]} [options.cluster] a Cluster: the URLs of some of its nodes
+   * @param {string} [options.prefix] the KEY_PREFIX of the distlock alias ("distlock")
+   * @param {number} [options.ttl] default lease in seconds (60)
+   * @param {number} [options.maxBlock] longest single blocking wait, seconds (1)
+   * @param {string} [options.scriptsDir] distlock's lua folder (default: this repository's)
+   * @param {object} [options.redisOptions] passed on to ioredis
+   */
+  constructor({ url, cluster, prefix = "distlock", ttl = 60, maxBlock = 1, scriptsDir, redisOptions = {} } = {}) {
+    if (!url === !cluster) throw new TypeError("Give either url (one server) or cluster (node URLs).");
+    this.prefix = prefix;
+    this.ttl = checkSeconds("ttl", ttl, false);
+    this.maxBlockMs = checkSeconds("maxBlock", maxBlock, false) * 1000;
+    this.redis = cluster
+      ? new Redis.Cluster(cluster.map(nodeOf), { redisOptions: { ...optionsOf(cluster[0]), ...redisOptions } })
+      : new Redis(url, redisOptions);
+    const folder = scriptsDir || DEFAULT_SCRIPTS_DIR;
+    this.scripts = {};
+    for (const name of ["acquire", "release", "extend", "leave_queue", "inspect"]) {
+      this.scripts[name] = loadScript(folder, name);
+    }
+    this.idle = []; // connections free for a blocking wait (one per wait in progress)
+  }
+
+  /** Return a Lock on `name` (not acquired yet). */
+  lock(name, { ttl = this.ttl, wait = null, purpose } = {}) {
+    if (wait !== null) checkSeconds("wait", wait, true);
+    return new Lock(this, validateName(name), checkSeconds("ttl", ttl, false), wait, purpose);
+  }
+
+  /** Acquire `name`, run `fn(lock)`, release; return what `fn` returned (or throw, if the
+   * lock could not be acquired within `wait`). */
+  async withLock(name, options, fn) {
+    const lock = this.lock(name, options);
+    if (!(await lock.acquire())) {
+      throw new LockError(`Lock ${JSON.stringify(name)} is held by someone else.`, name);
+    }
+    try {
+      return await fn(lock);
+    } finally {
+      await lock.release();
+    }
+  }
+
+  /** Return who holds `name` ({token, fencingToken, acquiredAt, ttlRemaining, host, pid,
+   * thread, purpose, renewals, depth}), or null when nobody does. */
+  async holder(name) {
+    const reply = await this.run("inspect", [this.keys(validateName(name)).lock], []);
+    if (reply.length === 0) return null;
+    const [value, pttl] = reply;
+    const [token, fence, acquired, renewals, depth, ...meta] = value.split(" ");
+    return {
+      token,
+      fencingToken: BigInt(fence),
+      acquiredAt: new Date(Number(acquired)),
+      ttlRemaining: Math.max(pttl, 0) / 1000,
+      ...JSON.parse(meta.join(" ") || "{}"),
+      renewals: Number(renewals),
+      depth: Number(depth),
+    };
+  }
+
+  keys(name) {
+    return lockKeys(this.prefix, name);
+  }
+
+  /** Run script `name` with EVALSHA, sending its text (EVAL) when the server lacks it. */
+  async run(name, keys, args) {
+    const script = this.scripts[name];
+    try {
+      return await this.redis.evalsha(script.sha, keys.length, ...keys, ...args);
+    } catch (error) {
+      if (!String(error.message).startsWith("NOSCRIPT")) throw error;
+      return await this.redis.eval(script.source, keys.length, ...keys, ...args);
+    }
+  }
+
+  /** Block up to `blockMs` on list `wake` and run script `name` right behind, pipelined on a
+   * connection of its own: the server runs the script the moment a release wakes the waiter,
+   * so the reply that wakes it says whether it holds the lock (one round trip). */
+  async waitThenRun(wake, blockMs, name, keys, args) {
+    const script = this.scripts[name];
+    const connection = this.idle.pop() || this.redis.duplicate();
+    try {
+      const [, [error, reply]] = await connection
+        .pipeline()
+        .blpop(wake, Math.max(blockMs / 1000, 0.001).toFixed(3))
+        .evalsha(script.sha, keys.length, ...keys, ...args)
+        .exec();
+      // NOSCRIPT (a restarted server) or a moved slot: ask again the usual way; the lock a
+      // release reserved for this waiter is kept for it for HANDOFF_GRACE_MS.
+      return error ? await this.run(name, keys, args) : reply;
+    } finally {
+      this.idle.push(connection);
+    }
+  }
+
+  /** Close every connection. */
+  async close() {
+    await Promise.all([this.redis, ...this.idle.splice(0)].map((connection) => connection.quit()));
+  }
+}
+
+/** One lock name, acquired by one holder at a time; each acquire draws a new token. */
+export class Lock {
+  constructor(client, name, ttl, wait, purpose) {
+    this.client = client;
+    this.name = name;
+    this.ttl = ttl;
+    this.wait = wait;
+    this.metadata = holderMetadata(purpose);
+    this.token = null; // set while this object holds the lock
+    this.fencingToken = null; // BigInt: greater than every earlier holder's of this name
+  }
+
+  /**
+   * Acquire the lock, waiting up to `wait` seconds (null: until acquired, 0: try once);
+   * return true if acquired. A waiter joins the lock's queue and is handed the lock by the
+   * release before it (from Python or Node.js alike), first come, first served.
+   */
+  async acquire({ wait = this.wait } = {}) {
+    if (this.token !== null) throw new LockError(`This Lock already holds ${JSON.stringify(this.name)}.`, this.name);
+    const attempt = new Attempt(this, wait === null ? null : checkSeconds("wait", wait, true));
+    let reply;
+    try {
+      reply = await attempt.first();
+      while (typeof reply !== "string") {
+        const block = attempt.nextBlock(reply);
+        if (block === null) {
+          await attempt.leave();
+          return false;
+        }
+        reply = await attempt.waitThenClaim(block);
+      }
+    } catch (error) {
+      await attempt.giveBack(); // the server may have granted it before the reply was lost
+      throw error;
+    }
+    this.token = attempt.token;
+    this.fencingToken = BigInt(reply.split(" ")[0]);
+    return true;
+  }
+
+  /** Release the lock and hand it to the longest waiter; throw LockNotOwned if this object
+   * does not hold it (any more: its lease ended, or an operator force released it). */
+  async release() {
+    const keys = this.client.keys(this.name);
+    const released = await this.client.run(
+      "release",
+      [keys.lock, keys.queue, keys.live, keys.index],
+      [this.ownToken("release"), this.name, "1", HANDOFF_GRACE_MS],
+    );
+    this.token = null; // after the server answered: a lost reply leaves the token to retry with
+    if (released === 0) throw this.notOwned("release");
+  }
+
+  /** Set the lease back to `ttl` seconds (default: the lock's ttl) from now. */
+  async extend(ttl = this.ttl) {
+    const keys = this.client.keys(this.name);
+    const ttlMs = Math.round(checkSeconds("ttl", ttl, false) * 1000);
+    const extended = await this.client.run("extend", [keys.lock, keys.index], [this.ownToken("extend"), ttlMs, this.name, "0", "0", ""]);
+    if (extended !== 1) {
+      this.token = null;
+      throw this.notOwned("extend");
+    }
+  }
+
+  ownToken(action) {
+    if (this.token === null) throw this.notOwned(action);
+    return this.token;
+  }
+
+  notOwned(action) {
+    return new LockNotOwned(
+      `Cannot ${action} ${JSON.stringify(this.name)}: this Lock does not hold it (its lease ` +
+        "ended, or it was force released). Acquire it again.",
+      this.name,
+    );
+  }
+}
+
+/** One acquire() call: its token, its deadline, and the steps of docs/protocol.md's
+ * "Waiting for a lock". Times are this process's monotonic clock (performance.now(), ms). */
+class Attempt {
+  constructor(lock, wait) {
+    this.lock = lock;
+    this.client = lock.client;
+    this.keys = this.client.keys(lock.name);
+    this.acquireKeys = [this.keys.lock, this.keys.fence, this.keys.queue, this.keys.live, this.keys.index];
+    this.token = randomBytes(16).toString("hex"); // 128 random bits, never reused
+    this.ttlMs = Math.round(lock.ttl * 1000);
+    this.queued = wait !== 0;
+    this.deadline = wait === null ? Infinity : performance.now() + wait * 1000;
+    this.clock = null; // [a local time, the server's ms read after it]: relates the two
+  }
+
+  /** How long the server keeps this waiter registered: until the next call can renew it. */
+  patience() {
+    if (!this.queued) return 0;
+    const block = Math.min(this.deadline - performance.now(), this.client.maxBlockMs);
+    return Math.round(Math.max(block, 0) + PATIENCE_MARGIN_MS);
+  }
+
+  args(waited) {
+    const lock = this.lock;
+    return [this.token, this.ttlMs, lock.metadata, lock.name, this.patience(), waited ? "1" : "0"];
+  }
+
+  async first() {
+    return this.checked(performance.now(), await this.client.run("acquire", this.acquireKeys, this.args(false)));
+  }
+
+  /** BLPOP on this waiter's wake-up list with acquire.lua pipelined behind it. */
+  async waitThenClaim(blockMs) {
+    const sent = performance.now();
+    const wake = `${this.keys.queue}:${this.token}`;
+    return this.checked(sent, await this.client.waitThenRun(wake, blockMs, "acquire", this.acquireKeys, this.args(true)));
+  }
+
+  /** Return how long (ms) to block for a turn after a "held" reply, or null to give up. */
+  nextBlock([, holderPttl, place]) {
+    const remaining = this.deadline - performance.now();
+    if (remaining <= 0) return null;
+    // Wake when the holder's lease ends at the latest: a crashed holder never releases.
+    const block = Math.min(remaining, Math.max(holderPttl, 1) + 2, this.client.maxBlockMs);
+    // Next in line after a waiter that may have died with the lock handed to it.
+    return place === 1 ? Math.min(block, HANDOFF_GRACE_MS) : block;
+  }
+
+  /** Return `reply`, or a "held" reply when a grant came after its lease had ended (a slow
+   * reply): that hold is given back, never reported as acquired. */
+  async checked(sent, reply) {
+    if (typeof reply !== "string") {
+      if (this.clock === null && reply.length > 3) this.clock = [sent, Number(reply[3])];
+      return reply;
+    }
+    const acquiredMs = Number(reply.split(" ")[1]);
+    const started = this.clock ? Math.max(sent, this.clock[0] + acquiredMs - this.clock[1] - 1) : sent;
+    if (performance.now() < started + this.ttlMs) return reply;
+    await this.giveBack();
+    return [0, 0, -1];
+  }
+
+  async leave() {
+    if (!this.queued) return;
+    await this.client.run("leave_queue", [this.keys.lock, this.keys.queue, this.keys.live], [this.token, HANDOFF_GRACE_MS]);
+  }
+
+  async giveBack() {
+    const keys = this.keys;
+    const release = [this.token, this.lock.name, "1", HANDOFF_GRACE_MS];
+    await this.client.run("release", [keys.lock, keys.queue, keys.live, keys.index], release).catch(() => {});
+  }
+}
+
+/** The JSON stored beside the lock: who holds it, where and why (the admin shows it). */
+export function holderMetadata(purpose) {
+  const command = ["node", basename(process.argv[1] || ""), ...process.argv.slice(2)].join(" ").trim();
+  const text = Array.from(purpose || shorten(command)).slice(0, PURPOSE_MAX_LENGTH).join("");
+  return JSON.stringify({
+    host: hostname(),
+    pid: process.pid,
+    thread: isMainThread ? "main" : `worker ${threadId}`,
+    purpose: text,
+  });
+}
+
+function shorten(text, limit = 80) {
+  const line = text.split(/\s+/).join(" ");
+  return line.length <= limit ? line : line.slice(0, limit - 3) + "...";
+}
+
+function checkSeconds(what, value, zeroAllowed) {
+  const tooSmall = zeroAllowed ? value < 0 : !(value >= 0.001); // leases are whole ms
+  if (typeof value !== "number" || !Number.isFinite(value) || tooSmall) {
+    const bound = zeroAllowed ? ">= 0" : ">= 0.001";
+    throw new RangeError(`${what} is seconds, a finite number ${bound}; got ${String(value)}.`);
+  }
+  return value;
+}
+
+function nodeOf(url) {
+  const { hostname: host, port } = new URL(url);
+  return { host, port: Number(port || 6379) };
+}
+
+function optionsOf(url) {
+  const { username, password, protocol } = new URL(url);
+  return {
+    ...(username ? { username: decodeURIComponent(username) } : {}),
+    ...(password ? { password: decodeURIComponent(password) } : {}),
+    ...(protocol === "rediss:" ? { tls: {} } : {}),
+  };
+}

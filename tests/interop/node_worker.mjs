@@ -1,0 +1,99 @@
+// The Node.js side of the interop tests: `node node_worker.mjs COMMAND ARGS...`, the twin of
+// python_worker.py. DISTLOCK_NODE_URL names one server, DISTLOCK_NODE_CLUSTER (comma
+// separated URLs) a Cluster; the key prefix is the tests' ("test"). Prints one line per event.
+import { createInterface } from "node:readline";
+import { DEFAULT_SCRIPTS_DIR } from "../../clients/node/lib/scripts.js";
+import { LockClient, loadScript } from "../../clients/node/index.js";
+
+const cluster = process.env.DISTLOCK_NODE_CLUSTER;
+const client = new LockClient({
+  ...(cluster ? { cluster: cluster.split(",") } : { url: process.env.DISTLOCK_NODE_URL }),
+  prefix: "test",
+  maxBlock: 0.5, // as the Python processes (half their socket timeout)
+});
+const say = (...words) => console.log(words.join(" "));
+const now = () => ((performance.timeOrigin + performance.now()) / 1000).toFixed(6); // wall clock, s
+const reader = createInterface({ input: process.stdin });
+const lines = reader[Symbol.asyncIterator]();
+const nextLine = async () => (await lines.next()).value;
+
+const commands = {
+  // Take the lock ITERATIONS times; inside: the shared counter by read-modify-write, an
+  // overlap check, and a log line "SEQ FENCE TOKEN HEAD node" (HEAD: the first waiter still
+  // registered just before the release, "-" when none waits).
+  async counter(name, iterations, logPath) {
+    const { appendFileSync } = await import("node:fs");
+    const data = client.redis;
+    const { queue, live } = client.keys(name);
+    say("ready");
+    await nextLine(); // everyone starts together
+    for (let i = 0; i < Number(iterations); i++) {
+      const lock = client.lock(name, { ttl: 10 });
+      if (!(await lock.acquire({ wait: null }))) throw new Error("acquire returned false");
+      if ((await data.incr("interop:inside")) !== 1) await data.incr("interop:overlaps");
+      const value = Number((await data.get("interop:counter")) || 0);
+      await data.set("interop:counter", value + 1);
+      const seq = await data.incr("interop:seq");
+      const head = await firstLiveWaiter(data, queue, live);
+      await data.decr("interop:inside");
+      appendFileSync(logPath, `${seq} ${lock.fencingToken} ${lock.token} ${head || "-"} node\n`);
+      await lock.release();
+    }
+    say("done");
+  },
+
+  // For each line "go" on stdin: wait for the lock, say "acquired TIME", release, say
+  // "released".
+  async waiter(name) {
+    say("ready");
+    while ((await nextLine()) === "go") {
+      const lock = client.lock(name, { ttl: 5 });
+      if (!(await lock.acquire({ wait: 10 }))) throw new Error("not acquired in 10 s");
+      say("acquired", now());
+      await lock.release();
+      say("released");
+    }
+  },
+
+  // Hold the lock with PURPOSE; on a line "release": say "releasing TIME" and release it.
+  async hold(name, ttl, purpose) {
+    const lock = client.lock(name, { ttl: Number(ttl), purpose });
+    if (!(await lock.acquire({ wait: 10 }))) throw new Error("not acquired in 10 s");
+    say("held", lock.fencingToken, lock.token);
+    if ((await nextLine()) === "release") {
+      say("releasing", now());
+      await lock.release();
+      say("released");
+    }
+  },
+
+  // Print the SHA1 of each script file given as JSON, as this client loads it.
+  async shas(namesJson) {
+    say(JSON.stringify(JSON.parse(namesJson).map((name) => loadScript(DEFAULT_SCRIPTS_DIR, name).sha)));
+  },
+
+  // Print the keys of each name given as JSON: {lock, fence, queue, live, index}.
+  async keys(namesJson) {
+    say(JSON.stringify(JSON.parse(namesJson).map((name) => client.keys(name))));
+  },
+};
+
+// The waiter a release would hand the lock to now: the first queued token whose registration
+// (its score in `live`) has not ended by the server's clock (docs/protocol.md, "Waiting").
+async function firstLiveWaiter(data, queue, live) {
+  const tokens = await data.zrange(queue, 0, 15);
+  if (tokens.length === 0) return null;
+  const ends = await data.zmscore(live, ...tokens);
+  const [seconds, micros] = await data.time();
+  const nowMs = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+  return tokens.find((_, i) => ends[i] !== null && Number(ends[i]) > nowMs) || null;
+}
+
+const [command, ...args] = process.argv.slice(2);
+try {
+  await commands[command](...args);
+} finally {
+  reader.close();
+  process.stdin.destroy(); // an open pipe would keep the process alive
+  await client.close();
+}

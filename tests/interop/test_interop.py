@@ -1,0 +1,321 @@
+"""One lock shared by Python and Node.js (issue 26): the reference client (clients/node/)
+in real Node.js processes beside Python processes, on the same real Redis server and Cluster.
+
+Mutual exclusion, first-come-first-served handoff and fencing tokens across both languages;
+a handoff from one to the other in one round trip; a Node.js holder killed while holding
+released by its lease; its metadata shown by the admin and ``distlock list``."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from django.core.management import call_command
+from django.test import Client
+from django.urls import reverse
+
+import distlock
+from distlock.backends.redis_ops.scripts import LOADED, LUA
+from distlock.handler import locks
+from tests.support.configs import distlock_settings
+from tests.support.node import Node
+from tests.support.processes import end_processes
+from tests.support.redis_server import RedisServer
+from tests.support.tcp_proxy import TcpProxy
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+NODE_WORKER = HERE / "node_worker.mjs"
+pytestmark = pytest.mark.django_db(databases=[])
+
+
+class Fleet:
+    """Start Node.js and Python worker processes on one Redis (server or Cluster)."""
+
+    def __init__(self, node: Node, kind: str, url: str, cluster_urls: list[str]) -> None:
+        self.node, self.kind, self.url = node, kind, url
+        self.node_env = {**os.environ}
+        if kind == "cluster":
+            self.node_env["DISTLOCK_NODE_CLUSTER"] = ",".join(cluster_urls)
+        else:
+            self.node_env["DISTLOCK_NODE_URL"] = url
+        self.started: list[subprocess.Popen[str]] = []
+
+    def node_process(self, *args: str) -> subprocess.Popen[str]:
+        return self._start([self.node.binary, str(NODE_WORKER), *args], self.node_env)
+
+    def python_process(self, *args: str) -> subprocess.Popen[str]:
+        env = {
+            **os.environ,
+            "DISTLOCK_TEST_KIND": self.kind,
+            "DISTLOCK_TEST_URL": self.url,
+            "DISTLOCK_TEST_DATA_URL": self.url,
+            "PYTHONPATH": str(ROOT),
+        }
+        return self._start([sys.executable, "-m", "tests.interop.python_worker", *args], env)
+
+    def _start(self, command: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.started.append(process)
+        return process
+
+
+def read(process: subprocess.Popen[str]) -> list[str]:
+    """Return the words of the process's next line (failing if it ended instead)."""
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert line, f"the process ended (exit status {process.wait()}) instead of answering"
+    return line.split()
+
+
+def send(process: subprocess.Popen[str], line: str) -> None:
+    assert process.stdin is not None
+    process.stdin.write(line + "\n")
+    process.stdin.flush()
+
+
+@pytest.fixture
+def fleet(node_client: Node, redis_backend: str) -> Iterator[Fleet]:
+    """Workers on the tests' one Redis server (DISTLOCK points at it too)."""
+    fleet = Fleet(node_client, "redis", redis_backend, [])
+    yield fleet
+    end_processes(fleet.started)
+
+
+@pytest.fixture(params=["redis", "cluster"])
+def any_fleet(request: pytest.FixtureRequest, node_client: Node, settings: Any) -> Iterator[Fleet]:
+    """Workers on one server, then on a Cluster (DISTLOCK points at the same)."""
+    if request.param == "cluster":
+        cluster = request.getfixturevalue("redis_cluster")
+        for node in cluster.nodes:
+            node.flushall()
+        url, urls = cluster.urls[0], cluster.urls
+    else:
+        server = request.getfixturevalue("redis_server")
+        server.flushall()
+        url, urls = server.url, []
+    settings.DISTLOCK, settings.CACHES = distlock_settings(request.param, url)
+    locks.reset()
+    fleet = Fleet(node_client, request.param, url, urls)
+    yield fleet
+    end_processes(fleet.started)
+    locks.reset()
+
+
+# --- one lock, two languages --------------------------------------------------------------
+
+
+def test_both_clients_compute_the_same_keys(fleet: Fleet) -> None:
+    names = ["a", "order {42}", "é/ü:*()!'~@+=,;% x", "日本語 🔒", "x" * 1024]
+    process = fleet.node_process("keys", json.dumps(names))
+    got = json.loads(process.communicate(timeout=30)[0])
+    layout = locks["default"].layout
+    for name, keys in zip(names, got, strict=True):
+        k = layout.keys_for(name)
+        assert keys == {
+            "lock": k.lock,
+            "fence": k.fence,
+            "queue": k.waiters,
+            "live": k.live,
+            "index": k.index,
+        }, name
+
+
+def test_both_clients_expand_every_script_to_the_same_text(fleet: Fleet) -> None:
+    # Every script file, includes expanded: the same SHA1, so EVALSHA finds what either loaded.
+    names = sorted(LOADED)
+    process = fleet.node_process("shas", json.dumps(names))
+    got = json.loads(process.communicate(timeout=30)[0])
+    assert dict(zip(names, got, strict=True)) == {name: LOADED[name].sha for name in names}
+    assert len(names) == len(list(Path(str(LUA)).glob("*.lua")))
+
+
+def test_two_node_and_two_python_processes_share_one_lock(any_fleet: Fleet, tmp_path: Path) -> None:
+    # Acceptance 2: 2,000 acquisitions, 500 by each process.
+    name, rounds = "interop-counter", 500
+    logs = [tmp_path / f"{n}.log" for n in range(4)]
+    processes = [
+        any_fleet.node_process("counter", name, str(rounds), str(logs[0])),
+        any_fleet.python_process("counter", name, str(rounds), str(logs[1])),
+        any_fleet.node_process("counter", name, str(rounds), str(logs[2])),
+        any_fleet.python_process("counter", name, str(rounds), str(logs[3])),
+    ]
+    for process in processes:
+        assert read(process) == ["ready"]
+    for process in processes:
+        send(process, "go")
+    for process in processes:
+        assert read(process) == ["done"]
+        process.wait(timeout=30)
+        assert process.returncode == 0
+
+    with data_client(any_fleet) as data:
+        assert int(data.get("interop:counter")) == 4 * rounds  # no lost update
+        assert data.get("interop:overlaps") is None  # nobody was inside with another
+    lines = [line.split() for log in logs for line in log.read_text().splitlines()]
+    entries = sorted(
+        (int(seq), int(fence), token, head, language) for seq, fence, token, head, language in lines
+    )
+    assert [entry[0] for entry in entries] == list(range(1, 4 * rounds + 1))
+    fences = [entry[1] for entry in entries]
+    assert all(a < b for a, b in itertools.pairwise(fences)), "fencing tokens strictly increase"
+    # Queue order: whoever was first in the queue when a holder released is the next holder.
+    handoffs = [(a, b) for a, b in itertools.pairwise(entries) if a[3] != "-"]
+    assert [b[2] for _, b in handoffs] == [a[3] for a, _ in handoffs]
+    crossings = {(a[4], b[4]) for a, b in handoffs if a[4] != b[4]}
+    assert crossings == {("node", "python"), ("python", "node")}, "handed across languages"
+
+
+def data_client(fleet: Fleet) -> Any:
+    if fleet.kind == "cluster":
+        return redis.RedisCluster.from_url(fleet.url)
+    return redis.Redis.from_url(fleet.url)
+
+
+def test_a_node_holder_killed_while_holding_is_released_by_its_lease(any_fleet: Fleet) -> None:
+    holder = any_fleet.node_process("hold", "killed-holder", "1", "crashes")
+    held, fence, _ = read(holder)
+    assert held == "held"
+    taken = time.monotonic()
+    assert not distlock.lock("killed-holder", ttl=5).acquire(wait=0)
+    holder.kill()
+    holder.wait()
+    successor = distlock.lock("killed-holder", ttl=5)
+    assert successor.acquire(wait=5)
+    waited = time.monotonic() - taken
+    assert 0.8 <= waited <= 1.5, f"taken over {waited:.2f}s after a 1 s lease began"
+    assert successor.fencing_token > int(fence)
+    successor.release()
+
+
+# --- one round trip, either way -----------------------------------------------------------
+ROUND_TRIP = 0.1  # the proxy adds 50 ms each way
+
+
+@pytest.fixture
+def far(settings: Any, redis_server: RedisServer) -> Iterator[TcpProxy]:
+    """A proxy in front of the tests' server; DISTLOCK goes through it (no delay yet)."""
+    redis_server.flushall()
+    with TcpProxy(("127.0.0.1", redis_server.port)) as proxy:
+        settings.DISTLOCK, settings.CACHES = distlock_settings("redis", proxy.url)
+        locks.reset()
+        yield proxy
+        locks.reset()
+
+
+def test_a_python_release_hands_a_node_waiter_the_lock_in_one_round_trip(
+    node_client: Node, far: TcpProxy
+) -> None:
+    # Acceptance 3, Python to Node.js.
+    fleet = Fleet(node_client, "redis", far.url, [])
+    try:
+        waiter = fleet.node_process("waiter", "far-handoff")
+        assert read(waiter) == ["ready"]
+        for latency, settle in ((0.0, 0.2), (0.05, 0.5)):  # a round to connect, then measure
+            far.latency = latency
+            holder = distlock.lock("far-handoff", ttl=5)
+            assert holder.acquire(wait=0)
+            send(waiter, "go")
+            time.sleep(settle)  # the waiter is queued and blocked on its wake-up list
+            released = time.time()
+            holder.release()
+            acquired, at = read(waiter)
+            assert acquired == "acquired"
+            assert read(waiter) == ["released"]
+        delay = float(at) - released
+    finally:
+        end_processes(fleet.started)
+    assert 0.9 * ROUND_TRIP <= delay < 1.6 * ROUND_TRIP, f"handoff took {delay:.3f}s"
+
+
+def test_a_node_release_hands_a_python_waiter_the_lock_in_one_round_trip(
+    node_client: Node, far: TcpProxy
+) -> None:
+    # Acceptance 3, Node.js to Python.
+    fleet = Fleet(node_client, "redis", far.url, [])
+    try:
+        for latency in (0.0, 0.05):  # a round to connect and load the scripts, then measure
+            far.latency = 0.0
+            holder = fleet.node_process("hold", "far-handoff-back", "5", "handoff")
+            assert read(holder)[0] == "held"
+            far.latency = latency
+            acquired_at: list[float] = []
+            waiter = threading.Thread(target=wait_for, args=("far-handoff-back", acquired_at))
+            waiter.start()
+            time.sleep(0.4)  # queued and blocked, well before its block ends
+            send(holder, "release")
+            releasing, at = read(holder)
+            assert releasing == "releasing"
+            assert read(holder) == ["released"]
+            waiter.join()
+            assert acquired_at, "the Python waiter never got the lock"
+            delay = acquired_at[0] - float(at)
+    finally:
+        end_processes(fleet.started)
+    assert 0.9 * ROUND_TRIP <= delay < 1.6 * ROUND_TRIP, f"handoff took {delay:.3f}s"
+
+
+def wait_for(name: str, acquired_at: list[float]) -> None:
+    lock = distlock.lock(name, ttl=5)
+    if lock.acquire(wait=5):
+        acquired_at.append(time.time())
+        lock.release()
+
+
+# --- what operators see -------------------------------------------------------------------
+
+
+@pytest.fixture
+def node_holder(fleet: Fleet) -> Iterator[tuple[int, int]]:
+    """A Node.js process holding "billing:nightly" for 60 s: (its pid, its fencing token)."""
+    holder = fleet.node_process("hold", "billing:nightly", "60", "invoice run (node)")
+    held, fence, _ = read(holder)
+    assert held == "held"
+    yield holder.pid, int(fence)
+
+
+@pytest.mark.django_db
+def test_the_admin_shows_a_node_holder(admin_client: Client, node_holder: tuple[int, int]) -> None:
+    pid, fence = node_holder
+    response = admin_client.get(reverse("admin:distlock_heldlock_changelist"))
+    assert response.status_code == 200
+    [shown] = [row.info for row in response.context["cl"].rows]
+    assert (shown.name, shown.pid, shown.thread) == ("billing:nightly", pid, "main")
+    assert (shown.purpose, shown.fencing_token) == ("invoice run (node)", fence)
+    assert shown.host == os.uname().nodename
+    content = response.content.decode()
+    assert f"pid {pid}, thread main" in content and "invoice run (node)" in content
+
+
+def test_distlock_list_shows_a_node_holder(node_holder: tuple[int, int]) -> None:
+    pid, fence = node_holder
+    out = io.StringIO()
+    call_command("distlock", "list", "--json", stdout=out)
+    [entry] = json.loads(out.getvalue())
+    assert entry["name"] == "billing:nightly"
+    assert (entry["pid"], entry["purpose"], entry["fencing_token"]) == (
+        pid,
+        "invoice run (node)",
+        fence,
+    )
+    out = io.StringIO()
+    call_command("distlock", "list", stdout=out)
+    assert "invoice run (node)" in out.getvalue()
