@@ -30,7 +30,8 @@ from typing import Any
 
 import redis
 
-from . import anchors
+from . import anchors, cpu_load
+from .contention_analysis import fairness, time_budget
 from .harness import ROOT, Profile, log, median, paired_ratio, percentile
 
 START_DELAY = 0.2  # seconds between sending a job and its start: every worker has it by then
@@ -84,32 +85,55 @@ class Workers:
 
 
 def run(profile: Profile, url: str) -> dict[str, Any]:
+    """Every K and library on the machine as it is ("quiet"), then again with one busy loop
+    per core beside the workers ("loaded"); the loaded figures are under "loaded"."""
     data = redis.Redis.from_url(url)
     workers = Workers(max(profile.contention_ks), url)
-    runs: dict[tuple[int, str], list[dict[str, Any]]] = {}
     try:
         for library in anchors.CONTENDED_LIBRARIES:  # warm-up: connections, scripts
             workers.run(max(profile.contention_ks), _job(library, "warmup", "warmup", 0.2))
-        order = list(anchors.CONTENDED_LIBRARIES)
-        shuffle = random.Random(11).shuffle
-        for repeat in range(profile.contention_repeats):
-            for k in profile.contention_ks:
-                shuffle(order)
-                for library in order:
-                    tag = f"{k}:{repeat}"
-                    job = _job(library, tag, tag, profile.contention_seconds)
-                    results = workers.run(k, job)
-                    final = data.get(job["counter"]) or b"0:"
-                    runs.setdefault((k, library), []).append(
-                        _one_run(results, int(final.split(b":")[0]), job["seconds"])
-                    )
-                    log(
-                        f"contention K={k} {library}: "
-                        f"{runs[(k, library)][-1]['handoffs_per_s']:.0f} handoffs/s"
-                    )
+        quiet = _measure(profile, workers, data, "quiet")
+        busy = cpu_load.cores()
+        with cpu_load.busy_loops(busy):
+            loaded = _measure(profile, workers, data, "loaded")
     finally:
         workers.close()
-    return _aggregate(profile, runs)
+    return {
+        **_aggregate(profile, quiet.pop("runs")),
+        "load_average": quiet,
+        "loaded": {
+            **_aggregate(profile, loaded.pop("runs")),
+            "busy_loops": busy,
+            "load_average": loaded,
+        },
+    }
+
+
+def _measure(profile: Profile, workers: Workers, data: redis.Redis, mode: str) -> dict[str, Any]:
+    """Run every K and library, interleaved; return the runs and the machine's load average
+    before and after (it counts the busy loops of the loaded mode too)."""
+    before = cpu_load.load_average()
+    runs: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    order = list(anchors.CONTENDED_LIBRARIES)
+    shuffle = random.Random(11).shuffle
+    for repeat in range(profile.contention_repeats):
+        for k in profile.contention_ks:
+            shuffle(order)
+            for library in order:
+                tag = f"{mode}:{k}:{repeat}"
+                job = _job(library, tag, tag, profile.contention_seconds)
+                server_cpu = _server_cpu_us(data)
+                results = workers.run(k, job)
+                server_cpu = _server_cpu_us(data) - server_cpu
+                final = data.get(job["counter"]) or b"0:"
+                runs.setdefault((k, library), []).append(
+                    _one_run(results, int(final.split(b":")[0]), job["seconds"], server_cpu)
+                )
+                log(
+                    f"contention {mode} K={k} {library}: "
+                    f"{runs[(k, library)][-1]['acquisitions_per_s']:.0f} acquisitions/s"
+                )
+    return {"before": before, "after": cpu_load.load_average(), "runs": runs}
 
 
 def _job(library: str, name_tag: str, counter_tag: str, seconds: float) -> dict[str, Any]:
@@ -122,16 +146,29 @@ def _job(library: str, name_tag: str, counter_tag: str, seconds: float) -> dict[
     }
 
 
-def _one_run(results: list[dict[str, Any]], final_count: int, seconds: float) -> dict[str, Any]:
+def _server_cpu_us(data: redis.Redis) -> float:
+    """The CPU time (us) the Redis server has used so far, user and system."""
+    cpu = data.info("cpu")
+    return (cpu["used_cpu_user"] + cpu["used_cpu_sys"]) * 1e6
+
+
+def _one_run(
+    results: list[dict[str, Any]], final_count: int, seconds: float, server_cpu_us: float
+) -> dict[str, Any]:
     acquisitions = sum(result["acquisitions"] for result in results)
     handoffs = sum(result["handoffs"] for result in results)
     return {
+        # CPU time per acquisition, of the competing processes and of the server (whose
+        # figure includes the few commands the benchmark itself sends around a run).
+        "workers_cpu_us": sum(result["cpu_us"] for result in results) / max(acquisitions, 1),
+        "server_cpu_us": server_cpu_us / max(acquisitions, 1),
         "acquisitions_per_s": acquisitions / seconds,
         "handoffs_per_s": handoffs / seconds,
         "lost_updates": acquisitions - final_count,
         "waits_us": [wait for result in results for wait in result["waits_us"]],
         "spans": [result["spans"] for result in results],  # per worker, as it reported them
         "run_queue": all(result["run_queue"] for result in results),
+        "per_worker": [result["acquisitions"] for result in results],
     }
 
 
@@ -150,7 +187,7 @@ def _long_waits(repeats: list[dict[str, Any]], p99_us: float) -> dict[str, Any]:
         starts = [hold[0] for hold in holds]
         longest_hold = max((end - start for start, end, _, _ in holds), default=0)
         for worker, spans in enumerate(repeat["spans"]):
-            for began, acquired, _, waiter_queued, _ in spans:
+            for began, acquired, _, waiter_queued, *_ in spans:
                 wait = acquired - began
                 if wait <= threshold and (worst is not None and wait <= worst["wait_us"]):
                     continue
@@ -203,12 +240,27 @@ def _aggregate(
                 "lost_updates": sum(r["lost_updates"] for r in repeats),
                 "acquisitions": len(waits),
                 "repeats": len(repeats),
+                "fewest_over_most_acquisitions": fairness(repeats),
+                "workers_cpu_us_per_acquisition": round(
+                    median([r["workers_cpu_us"] for r in repeats]), 1
+                ),
+                "server_cpu_us_per_acquisition": round(
+                    median([r["server_cpu_us"] for r in repeats]), 1
+                ),
                 **_long_waits(repeats, percentile(waits, 0.99)),
+                "time_budget": time_budget(repeats),
             }
         ours = runs[(k, anchors.DISTLOCK)]
         ratios[f"K={k}"] = {}
         for anchor in anchors.CONTENDED_LIBRARIES[1:]:
             theirs = runs[(k, anchor)]
+            ratios[f"K={k}"][f"acquisitions/s vs {anchor}"] = round(
+                paired_ratio(
+                    [r["acquisitions_per_s"] for r in ours],
+                    [r["acquisitions_per_s"] for r in theirs],
+                ),
+                3,
+            )
             ratios[f"K={k}"][f"handoffs/s vs {anchor}"] = round(
                 paired_ratio(
                     [r["handoffs_per_s"] for r in ours], [r["handoffs_per_s"] for r in theirs]

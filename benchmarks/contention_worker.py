@@ -6,9 +6,10 @@ JSON line. A job names a library, a lock, a counter key and a time window (``sta
 does a deliberately non-atomic read-modify-write of the counter (GET, then SET), and
 releases. The counter holds ``count:pid`` so the next holder sees who held it last.
 
-For every acquisition it also reports when the wait began, when acquire() returned and when
-release() returned (wall clock), and how long this process was runnable but not running
-(its run-queue delay, from /proc/self/schedstat) while it waited and while it held the lock.
+For every acquisition it also reports when the wait began, when acquire() returned, when
+release() was called and when it returned (wall clock), and how long this process was
+runnable but not running (its run-queue delay, from /proc/self/schedstat) while it waited and
+while it held the lock; and for the whole job, the CPU time it used (same file).
 Those reads happen outside the timed wait, the same way for every library; where the file
 does not exist (not Linux) the delays are reported as None.
 """
@@ -29,7 +30,8 @@ from benchmarks.harness import configure_distlock
 
 
 class RunQueue:
-    """This process's total run-queue delay so far (ns), from /proc/self/schedstat."""
+    """This process's total run-queue delay and CPU time so far (ns), from
+    /proc/self/schedstat."""
 
     def __init__(self) -> None:
         try:
@@ -42,6 +44,11 @@ class RunQueue:
             return 0
         return int(os.pread(self.fd, 128, 0).split()[1])
 
+    def cpu_ns(self) -> int:
+        if self.fd is None:
+            return 0
+        return int(os.pread(self.fd, 128, 0).split()[0])
+
 
 def compete(
     make: Callable[[str], Any], data: redis.Redis, job: dict[str, Any], me: str
@@ -52,12 +59,13 @@ def compete(
         time.sleep(delay)
     clock = time.perf_counter
     waits: list[int] = []
-    # Per acquisition: wait began, acquired, released (us since job["start"]), and the
-    # run-queue delay (us) while waiting and while holding.
-    spans: list[tuple[int, int, int, int, int]] = []
+    # Per acquisition: wait began, acquired, released (us since job["start"]), the run-queue
+    # delay (us) while waiting and while holding, and when release() was called (us).
+    spans: list[tuple[int, int, int, int, int, int]] = []
     run_queue = RunQueue()
     start = job["start"]
     handoffs = 0
+    cpu = run_queue.cpu_ns()
     while time.time() < job["end"]:
         lock = make(name)
         queued = run_queue.delay_ns()
@@ -70,6 +78,7 @@ def compete(
         value = data.get(counter)
         count, _, previous = (value or b"0:").decode().partition(":")
         data.set(counter, f"{int(count) + 1}:{me}")
+        releasing = time.time()
         lock.release()
         released = time.time()
         queued_released = run_queue.delay_ns()
@@ -81,6 +90,7 @@ def compete(
                 round((released - start) * 1e6),
                 (queued_acquired - queued) // 1000,
                 (queued_released - queued_acquired) // 1000,
+                round((releasing - start) * 1e6),
             )
         )
         handoffs += previous not in ("", me)
@@ -90,6 +100,7 @@ def compete(
         "waits_us": waits,
         "spans": spans,
         "run_queue": run_queue.fd is not None,
+        "cpu_us": (run_queue.cpu_ns() - cpu) // 1000,
     }
 
 

@@ -112,41 +112,7 @@ def markdown(results: dict[str, Any]) -> str:
         lines += _server_time(sections["server_time"])
     contention = sections.get("contention")
     if contention:
-        lines += [
-            f"## Contention: K processes, one lock, read-modify-write inside "
-            f"({contention['seconds_per_run']} s per run; redis-py's Lock polls every "
-            f"{contention['redis_py_sleep_s'] * 1000:g} ms)",
-            "",
-        ]
-        rows = []
-        for k, row in contention["by_k"].items():
-            for library, measured in row.items():
-                rows.append(
-                    [
-                        k,
-                        library,
-                        measured["acquisitions_per_s"],
-                        measured["handoffs_per_s"],
-                        measured["wait_median_ms"],
-                        measured["wait_p99_ms"],
-                        measured["wait_max_ms"],
-                        measured["lost_updates"],
-                    ]
-                )
-        lines += _table(
-            [
-                "K",
-                "library",
-                "acquisitions/s",
-                "handoffs/s",
-                "wait median ms",
-                "wait p99 ms",
-                "wait max ms",
-                "lost updates",
-            ],
-            rows,
-        )
-        lines += _long_waits(contention)
+        lines += _contention(contention)
     memory = sections.get("memory")
     if memory:
         lines += [f"## Redis memory per held lock ({memory['locks']:,} locks)", ""]
@@ -432,6 +398,147 @@ def _plot_uncontended(ax: Any, pairs: dict[str, Any] | None, colours: dict[str, 
     ax.legend(fontsize=7)
 
 
+def _contention(contention: dict[str, Any]) -> list[str]:
+    """The contention section: quiet, then loaded (absent from runs made before it was
+    measured), the ratios to the anchors, where the time goes, and the long waits."""
+    lines = [
+        f"## Contention: K processes, one lock, read-modify-write inside "
+        f"({contention['seconds_per_run']} s per run; redis-py's Lock polls every "
+        f"{contention['redis_py_sleep_s'] * 1000:g} ms)",
+        "",
+    ]
+    separate = contention.get("separate_run")
+    if separate:  # measured again after the rest of the run (a section that changed)
+        lines += [
+            f"Measured in a run of its own: `{separate['command']}` on {separate['date']} "
+            f"(commit {separate['git_commit']}).",
+            "",
+        ]
+    loaded = contention.get("loaded")
+    modes = {"quiet": contention, **({"loaded": loaded} if loaded else {})}
+    for mode, measured in modes.items():
+        lines += _contention_mode(mode, measured)
+    lines += ["distlock's ratios (median over repeats of each repeat's ratio):", ""]
+    rows = [
+        [mode, k, *ratios.values()]
+        for mode, measured in modes.items()
+        for k, ratios in measured["distlock_ratios"].items()
+    ]
+    lines += _table(["mode", "K", *next(iter(contention["distlock_ratios"].values()))], rows)
+    if "time_budget" in next(iter(contention["by_k"]["K=2"].values())):
+        lines += _time_budget(modes)
+    for mode, measured in modes.items():
+        lines += [f"Long waits ({mode}):", ""] if loaded else []
+        lines += _long_waits(measured)
+    return lines
+
+
+def _contention_mode(mode: str, measured: dict[str, Any]) -> list[str]:
+    load = measured.get("load_average")
+    lines = []
+    if load:
+        beside = (
+            f" with {measured['busy_loops']} busy-loop processes beside the workers"
+            if "busy_loops" in measured
+            else " (the machine as it was: other work counts in the load average)"
+        )
+        lines += [
+            f"**{mode}**{beside}; load average {load['before']} before, {load['after']} after:",
+            "",
+        ]
+    rows = [
+        [
+            k,
+            library,
+            one["acquisitions_per_s"],
+            one["handoffs_per_s"],
+            one["wait_median_ms"],
+            one["wait_p99_ms"],
+            one["wait_max_ms"],
+            one.get("fewest_over_most_acquisitions", "n/a"),
+            one.get("workers_cpu_us_per_acquisition", "n/a"),
+            one.get("server_cpu_us_per_acquisition", "n/a"),
+            one["lost_updates"],
+        ]
+        for k, row in measured["by_k"].items()
+        for library, one in row.items()
+    ]
+    return lines + _table(
+        [
+            "K",
+            "library",
+            "acquisitions/s",
+            "handoffs/s",
+            "wait median ms",
+            "wait p99 ms",
+            "wait max ms",
+            "fewest / most acquisitions per process",
+            "CPU us per acquisition: processes",
+            "server",
+            "lost updates",
+        ],
+        rows,
+    )
+
+
+def _time_budget(modes: dict[str, dict[str, Any]]) -> list[str]:
+    """Where the lock's time goes (benchmarks/contention_analysis.py)."""
+    rows = []
+    bounds: list[str] = []
+    for mode, measured in modes.items():
+        for k, row in measured["by_k"].items():
+            for library, one in row.items():
+                budget = one["time_budget"]
+                bounds = list(budget["hybrid"])
+                rows.append(
+                    [
+                        mode,
+                        k,
+                        library,
+                        _or_na(budget["cycle_us"]),
+                        _or_na(budget["work_us"]),
+                        _or_na(budget["hold_run_queue_us"]),
+                        _or_na(budget["handoff_share"]),
+                        _or_na(budget["handover_us"]),
+                        _or_na(budget["handover_waiter_run_queue_us"]),
+                        _or_na(budget["retake_handover_us"]),
+                        *(
+                            f"{_number(hybrid['young_handoff_share'])} / "
+                            f"{_number(hybrid['run_queue_share_of_time'])}"
+                            for hybrid in budget["hybrid"].values()
+                        ),
+                    ]
+                )
+    lines = [
+        "Where the lock's time goes (us, means per acquisition): a cycle is one acquisition to "
+        "the next, the work from acquire() returned to release() called (GET and SET; its "
+        "run-queue delay is the holder's from acquire() returned to release() returned), a "
+        "handover from release() called to the next holder's acquire() returned, after a "
+        "handoff to another process or a retake by the same one; the waiter's run-queue "
+        "delay is its wait's, capped at the handover. Young handoffs: the share of handoffs "
+        "whose next holder had waited under the bound at release / the run-queue delay in "
+        "their handovers as a share of the run, the most a hybrid with that bound could give "
+        "to running contenders.",
+        "",
+    ]
+    return lines + _table(
+        [
+            "mode",
+            "K",
+            "library",
+            "cycle",
+            "work",
+            "holder's run queue",
+            "handoff share",
+            "handover",
+            "handover: waiter's run queue",
+            "retake handover",
+            *(f"young handoffs < {bound}" for bound in bounds),
+        ],
+        rows,
+    )
+
+
 def _long_waits(contention: dict[str, Any]) -> list[str]:
     """The table of the long waits and the run-queue delay in them (absent from runs made
     before the workers reported it)."""
@@ -513,6 +620,16 @@ def _plot_contention(
             linestyle=":",
             color=colours[library],
             label=f"{library} max",
+        )
+    loaded = contention.get("loaded")
+    for library in anchors.CONTENDED_LIBRARIES if loaded else ():
+        rate_ax.plot(
+            ks,
+            [loaded["by_k"][f"K={k}"][library]["handoffs_per_s"] for k in ks],
+            marker="s",
+            linestyle="--",
+            color=colours[library],
+            label=f"{library}, loaded",
         )
     for ax in (rate_ax, wait_ax):
         ax.set_xticks(ks)
