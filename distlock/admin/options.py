@@ -32,6 +32,7 @@ from django.template.defaultfilters import pluralize
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
+from .. import metrics
 from ..exceptions import SemaphoresNotSupported
 from ..handler import locks
 from ..info import LockInfo
@@ -359,6 +360,7 @@ class HeldLockAdmin(admin.ModelAdmin):
         if not released:
             messages.warning(request, changed_message(alias, name, fencing_token, None))
             return HttpResponseRedirect(back)
+        metrics.force_released(alias, "lock", name)
         self.log_change(request, HeldLock(name=name), release_record(info))
         messages.success(
             request,
@@ -415,6 +417,7 @@ class HeldLockAdmin(admin.ModelAdmin):
         if not freed:
             messages.warning(request, gone)
             return HttpResponseRedirect(back)
+        metrics.force_released(alias, "semaphore", name)
         self.log_change(
             request,
             HeldLock(name=name),

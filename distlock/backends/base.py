@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 from asgiref.sync import sync_to_async
 
 from ..exceptions import RenewalLimitReached, SemaphoresNotSupported
-from ..info import LockInfo, SemaphoreInfo
+from ..info import LockInfo, SemaphoreInfo, WaiterInfo
 from ..names import KeyLayout
 from ..signals import lock_force_released
 from ..validation import lease_milliseconds
@@ -160,6 +160,11 @@ class BaseLockBackend:
     def info_many(self, names: list[str]) -> list[LockInfo]:
         """Return the LockInfo of each name still held, in order."""
         return [info for info in map(self.info, names) if info is not None]
+
+    def waiters(self, name: str) -> list[WaiterInfo] | None:
+        """Return who waits for lock ``name``, first come first; None when this backend
+        does not keep who waits (only how many: LockInfo.waiters)."""
+        return None
 
     # --- operators ----------------------------------------------------------------------
     def held(self, prefix: str = "", limit: int = 100, offset: int = 0) -> list[LockInfo]:

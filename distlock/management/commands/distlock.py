@@ -28,6 +28,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ... import metrics
 from ...backends.base import BaseLockBackend
 from ...exceptions import BackendUnavailable, LockError
 from ...handler import DEFAULT_ALIAS, locks
@@ -207,6 +208,7 @@ class Command(BaseCommand):
                 "force-released. Nothing was released.",
                 returncode=NOT_HELD_EXIT_CODE,
             )
+        metrics.force_released(using, "lock", name)
         logger.info(
             "distlock: force-released %r (alias %r, token %s, fencing token %s, held by %s pid "
             "%s) with manage.py distlock release",
