@@ -45,6 +45,7 @@ class HeldEntry(NamedTuple):
     name: str
     lease_end: float  # POSIX timestamp
     acquired: float  # POSIX timestamp; 0.0 when the index does not know it
+    waiters: int = 0  # how many are queued for it (what LockInfo.waiters says)
 
 
 class BaseLockBackend:

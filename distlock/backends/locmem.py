@@ -225,7 +225,12 @@ class LocMemBackend(BaseLockBackend):
                 entry = self._store.current(name)
                 if entry is not None:
                     found.append(
-                        HeldEntry(name, wall + entry.expires - now, entry.acquired_ms / 1000)
+                        HeldEntry(
+                            name,
+                            wall + entry.expires - now,
+                            entry.acquired_ms / 1000,
+                            len(self._registered(name)),
+                        )
                     )
         return sorted(found)
 

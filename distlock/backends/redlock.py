@@ -590,7 +590,9 @@ class RedlockBackend(BaseLockBackend):
         return None
 
     def held_names(self, prefix: str = "") -> list[HeldEntry]:
-        results = self._ask(Ask(listing.held_names_calls(self.layout), self._answered_by_quorum))
+        results = self._ask(
+            Ask(listing.held_names_calls(self.layout, "wait"), self._answered_by_quorum)
+        )
         answered = [r for r in results if isinstance(r, list)]
         if len(answered) < self.quorum:
             raise self._unavailable(
@@ -609,6 +611,7 @@ class RedlockBackend(BaseLockBackend):
                 name,
                 sorted((e.lease_end for e in entries), reverse=True)[self.quorum - 1],
                 min((e.acquired for e in entries if e.acquired), default=0.0),
+                max(e.waiters for e in entries),
             )
             for name, entries in seen.items()
             if len(entries) >= self.quorum

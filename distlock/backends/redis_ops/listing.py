@@ -38,17 +38,20 @@ def held_names(scope: Scope, prefix: str) -> Steps[list[HeldEntry]]:
     return found
 
 
-def held_names_calls(layout: KeyLayout) -> list[Eval]:
-    """One call per bucket: each lists the names held in it."""
-    return [Eval(HELD_NAMES, [index], [], idempotent=True) for index in layout.index_keys]
+def held_names_calls(layout: KeyLayout, waiting: str = "live") -> list[Eval]:
+    """One call per bucket: each lists the names held in it, and how many wait for each
+    (``waiting``: the kind of key that counts them, "wait" on Redlock's nodes)."""
+    return [Eval(HELD_NAMES, [index], [waiting], idempotent=True) for index in layout.index_keys]
 
 
 def held_entries(reply: list[Any]) -> list[HeldEntry]:
     """Return the entries of one bucket from held_names.lua's reply: name, lease end (ms),
-    acquired (ms), ..."""
+    acquired (ms), waiters, ..."""
     return [
-        HeldEntry(text(reply[i]), float(reply[i + 1]) / 1000, float(reply[i + 2]) / 1000)
-        for i in range(0, len(reply), 3)
+        HeldEntry(
+            text(reply[i]), float(reply[i + 1]) / 1000, float(reply[i + 2]) / 1000, reply[i + 3]
+        )
+        for i in range(0, len(reply), 4)
     ]
 
 
