@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 _otel: Any
 try:
@@ -23,10 +23,18 @@ try:
 except ImportError:  # the otel extra is not installed: record nothing
     _otel = None
 
-if TYPE_CHECKING:
-    from .lock import Lock
-
 ENABLED = _otel is not None
+
+
+class Lock(Protocol):
+    """What is read of a distlock.Lock (or Semaphore): a protocol, so that this module does
+    not import the lock module, which imports it."""
+
+    name: str
+    using: str
+    kind: str
+    metric_name: str | None
+
 
 WAIT_DURATION = "distlock.lock.wait.duration"
 HOLD_DURATION = "distlock.lock.hold.duration"
