@@ -95,15 +95,16 @@ def attributes_of(lock: Lock, outcome: str | None = None) -> dict[str, str]:
     return _attributes(lock.using, kind_of(lock), metric_name(lock), outcome)
 
 
-class _Instruments:
-    """The four instruments, made once on the global meter provider's ``distlock`` meter.
+class Instruments:
+    """The four instruments on the ``distlock`` meter of ``provider`` (a MeterProvider, or
+    the opentelemetry.metrics module for the global one).
 
-    Made before the site sets its provider, they are the API's proxies, which start
-    recording once one is set (and cost a no-op until then).
+    Made on the global provider before the site sets it, they are the API's proxies, which
+    start recording once one is set (and cost a no-op until then).
     """
 
-    def __init__(self, otel: Any) -> None:
-        meter = otel.get_meter("distlock")
+    def __init__(self, provider: Any) -> None:
+        meter = provider.get_meter("distlock")
         self.wait = meter.create_histogram(
             WAIT_DURATION,
             unit="s",
@@ -126,7 +127,15 @@ class _Instruments:
         )
 
 
-_instruments = _Instruments(_otel) if _otel is not None else None
+_instruments = Instruments(_otel) if _otel is not None else None
+
+
+def use(instruments: Instruments | None) -> None:
+    """Record through ``instruments`` from now on (None: record nothing), instead of the
+    global meter provider's: for a site that keeps its own provider, and for benchmarks."""
+    global ENABLED, _instruments
+    _instruments = instruments
+    ENABLED = instruments is not None
 
 
 def now() -> float:
