@@ -1,16 +1,12 @@
 """OpenTelemetry metrics (distlock.metrics) through the real SDK and its in-memory reader:
-every instrument, its unit and attributes, for locks and semaphores; and a distlock that
-never imports OpenTelemetry when the package is missing."""
+every instrument, its unit and attributes, for locks and semaphores (without the package:
+test_metrics_absent.py)."""
 
 from __future__ import annotations
 
 import io
-import os
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -19,13 +15,13 @@ import distlock
 from distlock import metrics
 from tests.support.otel import Point, collect, reader
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(autouse=True)
-def _reader(redis_backend: str) -> None:
+def _reader(redis_backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     reader()
     collect()  # start from nothing: what earlier tests recorded is gone
+    # Nor the names earlier tests' locks derived (this process may be past the limit).
+    monkeypatch.setattr(metrics, "_derived", set())
 
 
 def points(instrument: str) -> list[Point]:
@@ -93,8 +89,7 @@ def test_a_plain_lock_reports_a_bounded_name_and_the_user_can_name_it() -> None:
     assert names == {"order:*", "orders"}
 
 
-def test_derived_names_stop_growing_at_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(metrics, "_derived", set())
+def test_derived_names_stop_growing_at_the_limit() -> None:
     for number in range(metrics.MAX_DERIVED_NAMES + 50):
         with distlock.lock(f"job-{number}", ttl=5):  # no ":": the whole name is its form
             pass
@@ -154,45 +149,3 @@ def test_a_force_release_from_the_command_is_counted() -> None:
         for p in points(metrics.FORCE_RELEASED)
     )
     assert found == [("lock", "invoice:*", 1), ("semaphore", "pool:*", 1)]
-
-
-# --- without opentelemetry-api ------------------------------------------------------------
-NO_OTEL = """
-import sys
-
-class Missing:  # what an environment without the otel extra looks like to an import
-    def find_spec(self, name, path=None, target=None):
-        if name == "opentelemetry" or name.startswith("opentelemetry."):
-            raise ModuleNotFoundError(f"No module named {name!r}")
-        return None
-
-sys.meta_path.insert(0, Missing())
-import django
-from django.conf import settings
-settings.configure(
-    INSTALLED_APPS=["distlock"],
-    DISTLOCK={"default": {"BACKEND": "distlock.backends.locmem.LocMemBackend"}},
-    USE_TZ=True,
-)
-django.setup()
-import distlock
-from distlock import metrics
-with distlock.lock("pay:1", ttl=5, metric_name="pay:{id}") as lock:
-    assert lock.owned()
-with distlock.semaphore("pool", 2, ttl=5):
-    pass
-assert not metrics.ENABLED
-loaded = sorted(name for name in sys.modules if name.split(".")[0] == "opentelemetry")
-assert not loaded, loaded
-print("ok")
-"""
-
-
-def test_without_opentelemetry_nothing_is_imported_and_locks_work() -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    done = subprocess.run(
-        [sys.executable, "-c", NO_OTEL], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "ok"
