@@ -4,8 +4,9 @@ metrics (as without opentelemetry-api), with the SDK installed but no reader con
 global meter provider left unset: the API's proxies), and with the SDK's MeterProvider and an
 in-memory reader collecting every point (as a site exporting its metrics does).
 
-Each case switches distlock.metrics to its instruments before its pair, so all three pay the
-same (tiny) switch; the ratios are paired per round, like the section's other ratios.
+Each case switches distlock.metrics to its instruments before its pair and back to the
+global ones after it (as distlock starts: the section's other distlock cases run so), so all
+three pay the same (tiny) switch; the ratios are paired per round, like the section's others.
 """
 
 from __future__ import annotations
@@ -50,10 +51,15 @@ def cases(url: str) -> dict[str, Callable[[], object]]:
     make = anchors.lock_factory(anchors.DISTLOCK, url)
     pair = anchors.pair(make, lambda: NAME)
 
+    started = metrics.Instruments(global_metrics) if metrics.ENABLED else None
+
     def case(instruments: metrics.Instruments | None) -> Callable[[], object]:
         def call() -> None:
             metrics.use(instruments)
-            pair()
+            try:
+                pair()
+            finally:
+                metrics.use(started)
 
         return call
 
@@ -64,9 +70,6 @@ def result(rates: dict[str, list[float]]) -> dict[str, Any]:
     """Each case's rate, and the rate with metrics over the rate without, per round."""
     if OFF not in rates:
         return {"skipped": "opentelemetry-sdk is not installed"}
-    from opentelemetry import metrics as global_metrics
-
-    metrics.use(metrics.Instruments(global_metrics))  # the later sections as distlock starts
     return {
         "rates": {name: summary(rates[name]) for name in (OFF, NO_READER, READER)},
         "no_reader_vs_off": round(paired_ratio(rates[NO_READER], rates[OFF]), 3),
