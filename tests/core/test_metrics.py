@@ -13,15 +13,12 @@ from django.core.management import call_command
 
 import distlock
 from distlock import metrics
-from tests.support.otel import Point, collect, reader
+from tests.support.otel import Point, collect, fresh
 
 
 @pytest.fixture(autouse=True)
 def _reader(redis_backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    reader()
-    collect()  # start from nothing: what earlier tests recorded is gone
-    # Nor the names earlier tests' locks derived (this process may be past the limit).
-    monkeypatch.setattr(metrics, "_derived", set())
+    fresh(monkeypatch)
 
 
 def points(instrument: str) -> list[Point]:

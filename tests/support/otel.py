@@ -43,6 +43,16 @@ def reader() -> Any:
         return _reader
 
 
+def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start a test from nothing recorded and no derived names (a long run of earlier tests
+    takes this process past distlock.metrics.MAX_DERIVED_NAMES)."""
+    from distlock import metrics
+
+    reader()
+    collect()
+    monkeypatch.setattr(metrics, "_derived", set())
+
+
 def collect() -> list[Point]:
     """Return the points recorded on the ``distlock`` meter since the last collect()."""
     data = reader().get_metrics_data()
