@@ -8,6 +8,7 @@ from typing import Any
 
 from .anchors import DISTLOCK, PYTHON_REDIS_LOCK, REDIS_PY
 from .latency import HANDOFF, HANDOFF_CLUSTER, HANDOFF_SENTINEL, PAIR, REDLOCK
+from .otel_overhead import NO_READER, READER
 from .uncontended import DISTINCT, FLOOR, FLOOR_BARE, SAME
 
 # Latency at the largest number of held locks over latency at one held lock, divided by the
@@ -27,6 +28,9 @@ SERVER_TIME_LIMIT = 3.0  # distlock's server time per pair over redis-py Lock's
 BYTES_PER_LOCK_LIMIT = 600
 HANDOFFS_LIMIT = 1.5  # contended handoffs/s over python-redis-lock's, at every K
 LISTING_LIMIT_S = 3.0  # seconds to list 50,000 held locks (a walk, and the command)
+# Issue 27: uncontended acquire+release with OpenTelemetry metrics, over the rate without.
+OTEL_NO_READER_LIMIT = 0.95
+OTEL_READER_LIMIT = 0.90
 
 
 def _target(name: str, value: float, limit: float, at_least: bool) -> dict[str, Any]:
@@ -63,6 +67,7 @@ def check(sections: dict[str, Any]) -> list[dict[str, Any]]:
                     True,
                 )
             )
+    found += _otel(pairs)
     found += _contention(sections.get("contention"))
     found += _round_trips(sections.get("latency"))
     server_time = sections.get("server_time")
@@ -116,6 +121,24 @@ def check(sections: dict[str, Any]) -> list[dict[str, Any]]:
     for name, external in sections.get("external", {}).items():
         found.extend(external.get("targets") or _verdicts(name, external))
     return found
+
+
+def _otel(pairs: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Issue 27: metrics cost an uncontended pair at most 5% (no reader), 10% (a reader)."""
+    otel = (pairs or {}).get("otel") or {}
+    if "reader_vs_off" not in otel:
+        return []
+    return [
+        _target(
+            f"uncontended rate, {NO_READER} vs none",
+            otel["no_reader_vs_off"],
+            OTEL_NO_READER_LIMIT,
+            True,
+        ),
+        _target(
+            f"uncontended rate, {READER} vs none", otel["reader_vs_off"], OTEL_READER_LIMIT, True
+        ),
+    ]
 
 
 def _contention(contention: dict[str, Any] | None) -> list[dict[str, Any]]:

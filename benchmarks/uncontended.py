@@ -19,7 +19,7 @@ from typing import Any
 
 import redis
 
-from . import anchors
+from . import anchors, otel_overhead
 from .harness import Profile, interleaved, paired_ratio, summary
 
 PING = "PING"
@@ -103,7 +103,7 @@ def lock_cases(url: str) -> dict[str, Callable[[], object]]:
 
 
 def run(profile: Profile, url: str) -> dict[str, Any]:
-    cases = {**floor_cases(url), **lock_cases(url)}
+    cases = {**floor_cases(url), **lock_cases(url), **otel_overhead.cases(url)}
     rates = interleaved(cases, profile.repeats, profile.seconds_per_case)
     floor = {
         name: summary(rates[name]) for name in (PING, PING_BARE, FLOOR, FLOOR_BARE, SCRIPTS_BARE)
@@ -127,4 +127,5 @@ def run(profile: Profile, url: str) -> dict[str, Any]:
         "locks": locks,
         "distlock_ratios": ratios,
         "scripts_bare_vs_bare_floor": scripts_vs_floor,
+        "otel": otel_overhead.result(rates),
     }

@@ -20,7 +20,7 @@ from .exceptions import (
     SemaphoresNotSupported,
 )
 from .handler import locks
-from .info import LockInfo, SemaphoreInfo
+from .info import LockInfo, SemaphoreInfo, WaiterInfo
 from .leader import Leader, leader
 from .lock import Lock, lock
 from .semaphore import Semaphore, semaphore
@@ -43,6 +43,7 @@ __all__ = [
     "Semaphore",
     "SemaphoreInfo",
     "SemaphoresNotSupported",
+    "WaiterInfo",
     "leader",
     "lock",
     "lock_view",

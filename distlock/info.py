@@ -32,6 +32,7 @@ class LockInfo:
     renewals: int
     depth: int
     alias: str = ""
+    waiters: int | None = None  # how many are queued for it; None: the backend cannot say
 
     def as_json_dict(self) -> dict[str, Any]:
         """Return the fields as JSON-ready values, datetimes in ISO 8601."""
@@ -56,6 +57,7 @@ class LockInfo:
         renewals: int,
         depth: int,
         alias: str,
+        waiters: int | None = None,
     ) -> LockInfo:
         """Build a LockInfo from the fields a backend stored and the server's clock."""
         meta = json.loads(meta_json) if meta_json else {}
@@ -73,6 +75,38 @@ class LockInfo:
             renewals=renewals,
             depth=depth,
             alias=alias,
+            waiters=waiters,
+        )
+
+
+@dataclass(frozen=True)
+class WaiterInfo:
+    """One process (thread, task) queued for a lock: who, why, and since when."""
+
+    host: str
+    pid: int
+    thread: str
+    purpose: str
+    since: datetime
+    waited: float  # seconds, by the server's clock
+
+    def as_json_dict(self) -> dict[str, Any]:
+        """Return the fields as JSON-ready values, ``since`` in ISO 8601."""
+        data = dict(vars(self))
+        data["since"] = self.since.isoformat()
+        return data
+
+    @classmethod
+    def from_stored(cls, *, meta_json: str | bytes, arrival_us: int, now_ms: int) -> WaiterInfo:
+        """Build a WaiterInfo from the metadata a waiter stored when it queued."""
+        meta = json.loads(meta_json) if meta_json else {}
+        return cls(
+            host=str(meta.get("host", "")),
+            pid=int(meta.get("pid", 0)),
+            thread=str(meta.get("thread", "")),
+            purpose=str(meta.get("purpose", "")),
+            since=from_milliseconds(arrival_us // 1000),
+            waited=max(now_ms - arrival_us / 1000, 0.0) / 1000,
         )
 
 

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from . import handler, renewal
+from . import handler, metrics, renewal
 from .backends.base import HANDOFF_GRACE_MS, Attempt, BaseLockBackend
 from .exceptions import (
     BackendUnavailable,
@@ -70,6 +70,7 @@ class Lock:
         using: str = "default",
         purpose: str | None = None,
         hold_until_commit: bool = True,
+        metric_name: str | None = None,
     ) -> None:
         self.name = validate_name(name)
         self.ttl = seconds("ttl", ttl, allow_none=True)
@@ -89,12 +90,18 @@ class Lock:
             raise TypeError(f"using must be a DISTLOCK alias (str), not {using!r}.")
         if purpose is not None and not isinstance(purpose, str):
             raise TypeError(f"purpose must be a str or None, not {purpose!r}.")
+        if metric_name is not None and (not isinstance(metric_name, str) or not metric_name):
+            raise TypeError(
+                f"metric_name must be a non-empty str or None, not {metric_name!r}: a bounded "
+                "name for the metrics, such as the template the lock names are made from."
+            )
         self.auto_renew = auto_renew
         self.reentrant = reentrant
         self.on_lost = on_lost
         self.using = using
         self.purpose = purpose
         self.hold_until_commit = hold_until_commit
+        self.metric_name = metric_name  # distlock.name in the metrics (distlock.metrics)
         self.token: str | None = None
         self.fencing_token: int | None = None
         self._backend: BaseLockBackend | None = None
@@ -112,6 +119,7 @@ class Lock:
         self._renewal: int | None = None
         self._pending: PendingRelease | None = None  # a release waiting for a transaction
         self._mutex = threading.Lock()  # orders renewals against release
+        self._held_since = 0.0  # metrics.now() at the grant, when metrics are recorded
 
     def __repr__(self) -> str:
         state = f"held, fencing token {self.fencing_token}" if self.token else "not held"
@@ -197,6 +205,9 @@ class Lock:
         self._lost_because = None
         if self.auto_renew:
             self._renewal = renewal.renewer.register(self, self._ttl_ms / 1000 * RENEW_FRACTION)
+        if metrics.ENABLED:
+            self._held_since = metrics.now()
+            metrics.wait_ended(self, attempts.began, "acquired")
         self._send(lock_acquired)
 
     def _forget_an_ended_lease(self) -> None:
@@ -302,6 +313,8 @@ class Lock:
             self._depth -= 1
             return
         info = self._local_info() if lock_released.has_listeners(_sender(self._backend)) else None
+        if metrics.ENABLED:
+            metrics.hold_ended(self, self._held_since)
         backend = self._backend
         in_time = self._released_in_time
         self._forget()
@@ -580,6 +593,8 @@ class Lock:
 
     def _report_lost(self) -> None:
         logger.warning("distlock: lost the lease on %r", self.name)
+        if metrics.ENABLED:
+            metrics.lost(self)
         lock_lost.send(
             _sender(self._backend), name=self.name, alias=self.using, info=self._local_info()
         )
@@ -682,6 +697,7 @@ class Lock:
             "using": self.using,
             "purpose": self.purpose,
             "hold_until_commit": self.hold_until_commit,
+            "metric_name": self.metric_name,
         }
         return Lock(changes.pop("name", self.name), **{**settings, **changes})
 
@@ -704,6 +720,7 @@ class _Attempts:
         self.queue = wait != 0
         self.contended = False
         self.started = 0.0
+        self.began = metrics.now()  # for the wait duration (0.0 when nothing is recorded)
         # A moment of the server's clock and a local time before it: (monotonic, server ms).
         self.clock: tuple[float, int] | None = None
 
@@ -764,6 +781,7 @@ class _Attempts:
             attempt = call(*args)
         except BaseException:
             self._forget_maybe_granted()
+            self.errored()
             raise
         if attempt.acquired and self._outlived(attempt):
             self._forget_maybe_granted()
@@ -775,6 +793,7 @@ class _Attempts:
             attempt = await call(*args)
         except BaseException:  # as guarded()
             await self._aforget_maybe_granted()
+            self.errored()
             raise
         if attempt.acquired and self._outlived(attempt):
             await self._aforget_maybe_granted()
@@ -795,12 +814,20 @@ class _Attempts:
         with contextlib.suppress(LockError):
             self.backend.release(self.lock.name, self.token)
 
+    def errored(self) -> None:
+        if metrics.ENABLED:
+            metrics.wait_ended(self.lock, self.began, "error")
+
     def give_up(self, leave: Callable[[str, str], None]) -> None:
+        if metrics.ENABLED:
+            metrics.wait_ended(self.lock, self.began, "not_acquired")
         if self.queue:
             with contextlib.suppress(LockError):  # the registration expires on its own
                 leave(self.lock.name, self.token)
 
     async def agive_up(self, leave: Callable[[str, str], Any]) -> None:
+        if metrics.ENABLED:
+            metrics.wait_ended(self.lock, self.began, "not_acquired")
         if self.queue:
             with contextlib.suppress(LockError):
                 await leave(self.lock.name, self.token)
@@ -833,12 +860,15 @@ def lock(
     using: str = "default",
     purpose: str | None = None,
     hold_until_commit: bool = True,
+    metric_name: str | None = None,
 ) -> Lock:
     """Return a Lock on ``name`` for the DISTLOCK alias ``using``.
 
     ``ttl`` is the lease in seconds (None: the alias's TIMEOUT); ``wait`` how long acquire()
     waits (0: try once, None: until acquired). ``hold_until_commit``: a release inside a
-    database transaction waits for it to end (False: release at once).
+    database transaction waits for it to end (False: release at once). ``metric_name``: the
+    bounded name the metrics report for it (default: the name up to its first ``:``, then
+    ``:*``; see docs/observing.md).
     """
     return Lock(
         name,
@@ -850,4 +880,5 @@ def lock(
         using=using,
         purpose=purpose,
         hold_until_commit=hold_until_commit,
+        metric_name=metric_name,
     )

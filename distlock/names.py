@@ -79,6 +79,11 @@ class LockKeys(NamedTuple):
     index: str  # type: ignore[assignment]  # zset of held names in the bucket, by lease end
 
 
+# The hash of the waiters' metadata is the queue's key followed by this ('|' is escaped in
+# every encoded name, so no lock's key ends so): backends/redis_ops/lua/acquire.lua.
+ABOUT_WAITERS = "|about"
+
+
 class SemaphoreKeys(NamedTuple):
     """The Redis keys of one semaphore, in the order its scripts take them, all in the hash
     slot of the lock of the same name (backends/redis_ops/lua/semaphore_acquire.lua)."""

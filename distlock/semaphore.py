@@ -134,6 +134,7 @@ class Semaphore(Lock):
         using: str = "default",
         purpose: str | None = None,
         hold_until_commit: bool = True,
+        metric_name: str | None = None,
     ) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise TypeError(f"limit must be a whole number of permits, not {limit!r}.")
@@ -148,6 +149,7 @@ class Semaphore(Lock):
             using=using,
             purpose=purpose,
             hold_until_commit=hold_until_commit,
+            metric_name=metric_name,
         )
         self.limit = limit
 
@@ -222,6 +224,7 @@ class Semaphore(Lock):
             "using": self.using,
             "purpose": self.purpose,
             "hold_until_commit": self.hold_until_commit,
+            "metric_name": self.metric_name,
         }
         name = changes.pop("name", self.name)
         limit = changes.pop("limit", self.limit)
@@ -239,12 +242,14 @@ def semaphore(
     using: str = "default",
     purpose: str | None = None,
     hold_until_commit: bool = True,
+    metric_name: str | None = None,
 ) -> Semaphore:
     """Return a Semaphore: at most ``limit`` holders of ``name`` at once, on alias ``using``.
 
     ``ttl``, ``wait``, ``auto_renew``, ``on_lost`` and ``purpose`` mean what they mean for
     :func:`distlock.lock`; each holder has its own lease. ``hold_until_commit``: a release
-    inside a database transaction waits for it to end, as a lock's does.
+    inside a database transaction waits for it to end, as a lock's does. ``metric_name``: as
+    for :func:`distlock.lock`.
     """
     return Semaphore(
         name,
@@ -256,4 +261,5 @@ def semaphore(
         using=using,
         purpose=purpose,
         hold_until_commit=hold_until_commit,
+        metric_name=metric_name,
     )

@@ -3,6 +3,7 @@
 options  HeldLockAdmin: the list page and the audited force release
 listing  the held locks of every alias, searched, sorted and paginated
 display  how a hold is shown: time left, holder, release link
+detail   one lock in full: its holder and its waiters, oldest first
 semaphores  held semaphores on the same page, one row each
 """
 

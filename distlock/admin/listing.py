@@ -27,6 +27,7 @@ class HeldName(NamedTuple):
     name: str
     lease_end: float  # POSIX timestamp
     acquired: float  # POSIX timestamp
+    waiters: int = 0  # how many are queued for it
 
 
 class Order(NamedTuple):
@@ -36,12 +37,17 @@ class Order(NamedTuple):
 
 # The index keeps each lock's lease end and acquisition time, so sorting every held lock
 # needs no read of the locks themselves; only the page shown is read in full.
+# The default puts contended locks first, the most waiters first (then newest first): the
+# lock an operator is asked about ("why is this slow?") is at the top of its alias's list.
 ORDERS: dict[str, Order] = {
+    "waiters": Order(
+        "Most waiters first", lambda held: (-held.waiters, -held.acquired, held.name, held.alias)
+    ),
     "newest": Order("Newest first", lambda held: (-held.acquired, held.name, held.alias)),
     "expiry": Order("Expiring first", lambda held: (held.lease_end, held.name, held.alias)),
     "name": Order("Name", lambda held: (held.name, held.alias)),
 }
-DEFAULT_ORDER = "newest"
+DEFAULT_ORDER = "waiters"
 
 
 @dataclass

@@ -32,11 +32,13 @@ from django.template.defaultfilters import pluralize
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
+from .. import metrics
 from ..exceptions import SemaphoresNotSupported
 from ..handler import locks
 from ..info import LockInfo
 from ..models import HeldLock
 from ..names import MAX_NAME_LENGTH
+from .detail import detail_url, read_detail
 from .display import FILTERS, describe_holder, format_remaining, release_url
 from .listing import (
     ALIAS_ERRORS,
@@ -62,6 +64,7 @@ class Row:
     ttl_ms: int
     expires_in: str
     release_url: str
+    detail_url: str
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,7 @@ class HeldLockList:
         self.order = self.params.get(ORDER, "") if self.params.get(ORDER) in ORDERS else ""
         self.can_release = model_admin.has_release_permission(request)
         self.release_base = model_admin.url("release")
+        self.detail_base = model_admin.url("detail")
 
         # Every alias is read, even when one is selected: the filter shows each one's count
         # and an unreachable alias is reported whatever the filter.
@@ -133,6 +137,7 @@ class HeldLockList:
             ttl_ms=round(info.ttl_remaining * 1000),
             expires_in=format_remaining(info.ttl_remaining),
             release_url=release_url(self.release_base, info, urlencode(self.params)),
+            detail_url=detail_url(self.detail_base, info, urlencode(self.params)),
         )
 
     @property
@@ -263,6 +268,7 @@ class HeldLockAdmin(admin.ModelAdmin):
     """Held locks of every alias. Read-only but for the force release."""
 
     change_list_template = "admin/distlock/heldlock/change_list.html"
+    detail_template = "admin/distlock/heldlock/lock_detail.html"
     release_template = "admin/distlock/heldlock/release_confirmation.html"
 
     # --- permissions ----------------------------------------------------------------------
@@ -297,6 +303,11 @@ class HeldLockAdmin(admin.ModelAdmin):
                 "release/",
                 self.admin_site.admin_view(self.release_view),
                 name=self.url_name("release"),
+            ),
+            path(
+                "lock/",
+                self.admin_site.admin_view(self.detail_view),
+                name=self.url_name("detail"),
             ),
             path(
                 "release-permit/",
@@ -335,6 +346,36 @@ class HeldLockAdmin(admin.ModelAdmin):
         request.current_app = self.admin_site.name
         return TemplateResponse(request, self.change_list_template, context)
 
+    # --- one lock and its waiters ----------------------------------------------------------
+    def detail_view(self, request: HttpRequest) -> HttpResponse:
+        """GET ?alias=A&name=N: the hold and who waits for it, oldest first."""
+        if request.method not in ("GET", "HEAD"):
+            return HttpResponseNotAllowed(["GET", "HEAD"])
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        alias, name = request.GET.get("alias", ""), request.GET.get("name", "")
+        if alias not in aliases_or_problem()[0]:
+            return HttpResponseBadRequest(
+                f"No DISTLOCK alias {alias!r}: pass ?alias=ALIAS&name=NAME of a held lock.",
+                content_type="text/plain; charset=utf-8",
+            )
+        try:
+            detail = read_detail(alias, name)
+        except ValueError as exc:  # InvalidLockName
+            return HttpResponseBadRequest(str(exc), content_type="text/plain; charset=utf-8")
+        except ALIAS_ERRORS as exc:
+            messages.error(request, f"Alias {alias!r} cannot be read. {exc}")
+            return HttpResponseRedirect(self.url("changelist"))
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Lock “{name}”",
+            "opts": self.opts,
+            "detail": detail,
+            "changelist_url": self.url("changelist", list_filters(request.GET.get("f", ""))),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, self.detail_template, context)
+
     # --- force release --------------------------------------------------------------------
     def release_view(self, request: HttpRequest) -> HttpResponse:
         """GET: confirm what will be released. POST: release that hold, if it still is."""
@@ -359,6 +400,7 @@ class HeldLockAdmin(admin.ModelAdmin):
         if not released:
             messages.warning(request, changed_message(alias, name, fencing_token, None))
             return HttpResponseRedirect(back)
+        metrics.force_released(alias, "lock", name)
         self.log_change(request, HeldLock(name=name), release_record(info))
         messages.success(
             request,
@@ -415,6 +457,7 @@ class HeldLockAdmin(admin.ModelAdmin):
         if not freed:
             messages.warning(request, gone)
             return HttpResponseRedirect(back)
+        metrics.force_released(alias, "semaphore", name)
         self.log_change(
             request,
             HeldLock(name=name),

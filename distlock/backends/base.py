@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 from asgiref.sync import sync_to_async
 
 from ..exceptions import RenewalLimitReached, SemaphoresNotSupported
-from ..info import LockInfo, SemaphoreInfo
+from ..info import LockInfo, SemaphoreInfo, WaiterInfo
 from ..names import KeyLayout
 from ..signals import lock_force_released
 from ..validation import lease_milliseconds
@@ -45,6 +45,7 @@ class HeldEntry(NamedTuple):
     name: str
     lease_end: float  # POSIX timestamp
     acquired: float  # POSIX timestamp; 0.0 when the index does not know it
+    waiters: int = 0  # how many are queued for it (what LockInfo.waiters says)
 
 
 class BaseLockBackend:
@@ -160,6 +161,11 @@ class BaseLockBackend:
     def info_many(self, names: list[str]) -> list[LockInfo]:
         """Return the LockInfo of each name still held, in order."""
         return [info for info in map(self.info, names) if info is not None]
+
+    def waiters(self, name: str) -> list[WaiterInfo] | None:
+        """Return who waits for lock ``name``, first come first; None when this backend
+        does not keep who waits (only how many: LockInfo.waiters)."""
+        return None
 
     # --- operators ----------------------------------------------------------------------
     def held(self, prefix: str = "", limit: int = 100, offset: int = 0) -> list[LockInfo]:

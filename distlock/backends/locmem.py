@@ -15,7 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..info import LockInfo, SemaphoreInfo
+from ..info import LockInfo, SemaphoreInfo, WaiterInfo
 from ..names import validate_name
 from .base import HANDOFF_GRACE_MS, Attempt, BaseLockBackend, HeldEntry
 from .settings import Problems
@@ -79,6 +79,9 @@ class _Store:
     fences: dict[str, int] = field(default_factory=dict)
     changed: threading.Condition = field(default_factory=threading.Condition)
     semaphores: dict[str, _Semaphore] = field(default_factory=dict)
+    # Who waits for each lock, in arrival order: token -> (metadata, arrival us, patience end
+    # by time.monotonic()), as acquire.lua's queue, live zset and '|about' hash keep it.
+    waiting: dict[str, dict[str, tuple[str, int, float]]] = field(default_factory=dict)
 
     def current(self, name: str) -> _Held | None:
         entry = self.held.get(name)
@@ -110,7 +113,10 @@ class LocMemBackend(BaseLockBackend):
                 if entry.token == token:
                     return Attempt(True, fencing_token=entry.fence, acquired_ms=entry.acquired_ms)
                 remaining = max(round((entry.expires - time.monotonic()) * 1000), 1)
+                if patience_ms > 0:
+                    self._queue(name, token, meta, patience_ms)
                 return Attempt(False, holder_pttl_ms=remaining)
+            self._unqueue(name, token)
             now_us = time.time_ns() // 1000
             fence = max(now_us, store.fences.get(name, 0) + 1)
             store.fences[name] = fence
@@ -130,8 +136,37 @@ class LocMemBackend(BaseLockBackend):
                 store.changed.wait(timeout)
         return None
 
+    def _queue(self, name: str, token: str, meta: str, patience_ms: int) -> None:
+        queue = self._store.waiting.setdefault(name, {})
+        meta, arrival, _ = queue.get(token, (meta, time.time_ns() // 1000, 0.0))
+        queue[token] = (meta, arrival, time.monotonic() + patience_ms / 1000)
+
+    def _unqueue(self, name: str, token: str) -> None:
+        queue = self._store.waiting.get(name)
+        if queue is not None:
+            queue.pop(token, None)
+            if not queue:
+                del self._store.waiting[name]
+
+    def _registered(self, name: str) -> list[tuple[str, int]]:
+        """The metadata and arrival (us) of each waiter still registered, oldest first."""
+        now = time.monotonic()
+        queue = self._store.waiting.get(name, {})
+        return [(meta, arrival) for meta, arrival, end in queue.values() if end > now]
+
     def leave_queue(self, name: str, token: str) -> None:
-        """Waiters are not queued in memory: nothing to leave."""
+        with self._store.changed:
+            self._unqueue(name, token)
+
+    def waiters(self, name: str) -> list[WaiterInfo] | None:
+        validate_name(name)
+        with self._store.changed:
+            registered = self._registered(name)
+        now_ms = time.time_ns() // 1_000_000
+        return [
+            WaiterInfo.from_stored(meta_json=meta, arrival_us=arrival, now_ms=now_ms)
+            for meta, arrival in registered
+        ]
 
     def release(self, name: str, token: str, *, every_level: bool = False) -> int:
         store = self._store
@@ -178,6 +213,7 @@ class LocMemBackend(BaseLockBackend):
                 renewals=entry.renewals,
                 depth=entry.depth,
                 alias=self.alias,
+                waiters=len(self._registered(name)),
             )
 
     def held_names(self, prefix: str = "") -> list[HeldEntry]:
@@ -189,7 +225,12 @@ class LocMemBackend(BaseLockBackend):
                 entry = self._store.current(name)
                 if entry is not None:
                     found.append(
-                        HeldEntry(name, wall + entry.expires - now, entry.acquired_ms / 1000)
+                        HeldEntry(
+                            name,
+                            wall + entry.expires - now,
+                            entry.acquired_ms / 1000,
+                            len(self._registered(name)),
+                        )
                     )
         return sorted(found)
 
@@ -308,6 +349,7 @@ class LocMemBackend(BaseLockBackend):
                     renewals=held.renewals,
                     depth=1,
                     alias=self.alias,
+                    waiters=len(semaphore.queue) + len(semaphore.reserved),
                 )
                 for token, held in sorted(semaphore.holders.items(), key=lambda i: i[1].expires)
             )

@@ -546,7 +546,7 @@ class RedlockBackend(BaseLockBackend):
     # --- introspection ----------------------------------------------------------------
     def info(self, name: str) -> LockInfo | None:
         validate_name(name)  # operators pass names by hand: a clear error, not an AttributeError
-        call = locks.inspect_call(self.layout, name)
+        call = locks.inspect_call(self.layout, name, redlock=True)
         results = self._ask(Ask([call], self._answered_by_quorum))
         infos = self._infos(name, results, 0)
         verdict = self._majority(infos)
@@ -557,7 +557,7 @@ class RedlockBackend(BaseLockBackend):
     def info_many(self, names: list[str]) -> list[LockInfo]:
         if not names:
             return []
-        inspect_calls = [locks.inspect_call(self.layout, name) for name in names]
+        inspect_calls = [locks.inspect_call(self.layout, name, redlock=True) for name in names]
         results = self._ask(Ask(inspect_calls, self._answered_by_quorum))
         found = []
         for position, name in enumerate(names):
@@ -590,7 +590,9 @@ class RedlockBackend(BaseLockBackend):
         return None
 
     def held_names(self, prefix: str = "") -> list[HeldEntry]:
-        results = self._ask(Ask(listing.held_names_calls(self.layout), self._answered_by_quorum))
+        results = self._ask(
+            Ask(listing.held_names_calls(self.layout, "wait"), self._answered_by_quorum)
+        )
         answered = [r for r in results if isinstance(r, list)]
         if len(answered) < self.quorum:
             raise self._unavailable(
@@ -609,6 +611,7 @@ class RedlockBackend(BaseLockBackend):
                 name,
                 sorted((e.lease_end for e in entries), reverse=True)[self.quorum - 1],
                 min((e.acquired for e in entries if e.acquired), default=0.0),
+                max(e.waiters for e in entries),
             )
             for name, entries in seen.items()
             if len(entries) >= self.quorum
@@ -636,6 +639,8 @@ def _merged(group: list[LockInfo], quorum: int) -> LockInfo:
         acquired_at=min(info.acquired_at for info in group),
         renewals=max(info.renewals for info in group),
         depth=max(info.depth for info in group),
+        # Each waiter queues on every node it reaches: the most any node of the majority saw.
+        waiters=max(info.waiters or 0 for info in group),
     )
 
 

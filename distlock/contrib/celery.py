@@ -116,6 +116,7 @@ class LockedTask(celery.Task):
             using=self.lock_using,
             purpose=self._purpose(task_id),
             hold_until_commit=self.lock_hold_until_commit,
+            metric_name=self.lock_name if self.lock_name is not None else self.name,
         )
         if not lock.acquire():
             return self._duplicate(lock, task_id)

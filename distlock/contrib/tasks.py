@@ -160,6 +160,7 @@ class _LockedRun:
             using=self.using,
             purpose=purpose,
             hold_until_commit=self.hold_until_commit,
+            metric_name=self.namer.template,  # bounded, unlike the name made from it
         )
 
     def _duplicate(

@@ -160,6 +160,7 @@ class LockedCommandMixin:
             using=self.lock_using,
             purpose=plan.purpose,
             hold_until_commit=self.lock_hold_until_commit,
+            metric_name=self.command_name(),  # bounded, unlike a name filled from options
         )
         # The handlers are in place before the lock can be granted: a SIGTERM just after the
         # grant must release it, not kill the process and leave the lock to its lease.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import metrics
 from ..backends.base import BaseLockBackend
 from ..exceptions import SemaphoresNotSupported
 from ..info import LockInfo, SemaphoreInfo, shorten
@@ -35,7 +36,10 @@ def semaphore_of(backend: BaseLockBackend, name: str) -> SemaphoreInfo | None:
 def free_permit(backend: BaseLockBackend, name: str, token: str) -> bool:
     """Free the permit ``token`` holds of semaphore ``name`` (found by semaphore_of(), so
     the backend has semaphores); return True if it did."""
-    return backend.force_release_permit(name, token)
+    freed = backend.force_release_permit(name, token)
+    if freed:
+        metrics.force_released(backend.alias, "semaphore", name)
+    return freed
 
 
 def semaphore_json(semaphores: list[SemaphoreInfo]) -> list[dict[str, Any]]:

@@ -186,6 +186,8 @@ class ViewLock:
             escaped = purpose.replace("{", "{{").replace("}", "}}")
             self.template = compile_template(f"{escaped}:{{user}}")
         self.where = f"lock_view on {purpose}"
+        # The metrics' distlock.name: the template (bounded), never the name made from it.
+        self.metric_name = self.template.template if self.template is not None else purpose
 
     def check_parameters(self, view: Callable[..., Any]) -> None:
         """Fail now if the template names a keyword argument the view cannot take."""
@@ -226,6 +228,7 @@ class ViewLock:
                 using=options.using,
                 purpose=self.purpose,
                 hold_until_commit=options.hold_until_commit,
+                metric_name=self.metric_name,
             )
         return Lock(
             name,
@@ -234,6 +237,7 @@ class ViewLock:
             using=options.using,
             purpose=self.purpose,
             hold_until_commit=options.hold_until_commit,
+            metric_name=self.metric_name,
         )
 
     def name_for(self, request: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:

@@ -134,7 +134,9 @@ def test_every_column_of_a_held_lock(admin_client: Client, held) -> None:
     row = re.search(r"<tr>\s*<th class=\"field-name\">.*?</tr>", response.content.decode(), re.S)
     assert row is not None
     cells = dict(re.findall(r'class="field-(\w+)[^"]*">(.*?)</t[dh]>', row.group(), re.S))
-    assert cells["name"] == "reports:daily"
+    detail = f"{reverse('admin:distlock_heldlock_detail')}?alias=default&amp;name=reports%3Adaily"
+    assert cells["name"] == f'<a href="{detail}&amp;f=">reports:daily</a>'
+    assert cells["waiters"] == "0"
     assert cells["alias"] == "default"
     assert cells["holder"] == f"{info.host}, pid {info.pid}, thread {info.thread}"
     assert cells["purpose"] == "nightly report"

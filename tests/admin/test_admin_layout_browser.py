@@ -90,6 +90,7 @@ def test_the_table_fits_the_window_with_its_release_buttons(
         "fencing token",
         "renewals",
         "depth",
+        "waiters",
         "release",
     ]
     expect(page.get_by_role("link", name="Expiring first")).to_be_visible()  # the filters too

@@ -76,6 +76,7 @@ def every_call() -> list[Eval]:
         first_step(locks.leave_queue(scope, "n", "t")),
         locks.extend_call(layout, "n", "t", 1000, True, False, 3),
         locks.inspect_call(layout, "n"),
+        first_step(locks.waiters(scope, "n")),
         *[call for _, call in listing.inspect_many_calls(layout, ["n", "m"])],
         listing.held_names_calls(layout)[0],
         grants.acquire_call(layout, "n", "t", 1000, "{}", None, 0),

@@ -356,6 +356,7 @@ def test_list_table(redis_backend: str):
         "IN",
         "FENCING",
         "TOKEN",
+        "WAITERS",
     ]
     info = holder.backend.info("reports:daily")
     assert lines[1].split() == [
@@ -367,6 +368,7 @@ def test_list_table(redis_backend: str):
         f"{info.acquired_at:%H:%M:%S}",
         lines[1].split()[6],
         str(holder.fencing_token),
+        "0",
     ]
     assert lines[1].split()[6].endswith("s")
     assert distlock_command("list", "--prefix", "zzz") == "No locks starting with 'zzz' are held.\n"

@@ -239,3 +239,17 @@ def free_within(name: str, seconds: float = 0.1) -> bool:
             return False
         time.sleep(0.002)
     return True
+
+
+def queued_in_turn(name: str, count: int, join: Callable[[int], Any]) -> list[Any]:
+    """Call ``join(i)`` for i in 0..count-1, each once the one before it is counted among
+    the lock's waiters (so their queue order is the order of the calls); return what each
+    call returned."""
+    joined = []
+    for place in range(count):
+        joined.append(join(place))
+        deadline = time.monotonic() + 20
+        while (distlock.locks["default"].info(name).waiters or 0) < place + 1:
+            assert time.monotonic() < deadline, f"waiter {place + 1} never queued for {name!r}"
+            time.sleep(0.01)
+    return joined

@@ -27,6 +27,7 @@ CORE = [
     "cache",
     "leader",
     "transactions",
+    "metrics",
 ]
 SURFACES = [
     "views",

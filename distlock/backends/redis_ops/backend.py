@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ...exceptions import BackendUnavailable
-from ...info import LockInfo, SemaphoreInfo
+from ...info import LockInfo, SemaphoreInfo, WaiterInfo
 from ..base import Attempt, BaseLockBackend, HeldEntry, check_prefix
 from . import grants, listing, locks, semaphores
 from .runner import Runner
@@ -89,6 +89,9 @@ class ScriptedBackend(Runner, BaseLockBackend):
 
     async def ainfo(self, name: str) -> LockInfo | None:
         return await self.arun(locks.info(self, name))
+
+    def waiters(self, name: str) -> list[WaiterInfo] | None:
+        return self.run(locks.waiters(self, name))
 
     # --- listing (sync only: operators' calls) --------------------------------------------
     def info_many(self, names: list[str]) -> list[LockInfo]:

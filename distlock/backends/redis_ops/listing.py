@@ -38,17 +38,20 @@ def held_names(scope: Scope, prefix: str) -> Steps[list[HeldEntry]]:
     return found
 
 
-def held_names_calls(layout: KeyLayout) -> list[Eval]:
-    """One call per bucket: each lists the names held in it."""
-    return [Eval(HELD_NAMES, [index], [], idempotent=True) for index in layout.index_keys]
+def held_names_calls(layout: KeyLayout, waiting: str = "live") -> list[Eval]:
+    """One call per bucket: each lists the names held in it, and how many wait for each
+    (``waiting``: the kind of key that counts them, "wait" on Redlock's nodes)."""
+    return [Eval(HELD_NAMES, [index], [waiting], idempotent=True) for index in layout.index_keys]
 
 
 def held_entries(reply: list[Any]) -> list[HeldEntry]:
     """Return the entries of one bucket from held_names.lua's reply: name, lease end (ms),
-    acquired (ms), ..."""
+    acquired (ms), waiters, ..."""
     return [
-        HeldEntry(text(reply[i]), float(reply[i + 1]) / 1000, float(reply[i + 2]) / 1000)
-        for i in range(0, len(reply), 3)
+        HeldEntry(
+            text(reply[i]), float(reply[i + 1]) / 1000, float(reply[i + 2]) / 1000, reply[i + 3]
+        )
+        for i in range(0, len(reply), 4)
     ]
 
 
@@ -68,19 +71,17 @@ def info_many(scope: Scope, names: list[str]) -> Steps[list[LockInfo]]:
 def inspect_many_calls(layout: KeyLayout, names: list[str]) -> list[tuple[list[str], Eval]]:
     """Group ``names`` by bucket, at most INSPECT_MANY_KEYS a call; return each call with
     the names it reads."""
-    by_bucket: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    by_bucket: dict[str, list[tuple[str, tuple[str, str]]]] = defaultdict(list)
     for name in names:
         keys = layout.keys_for(name)
-        by_bucket[keys.index].append((name, keys.lock))
+        by_bucket[keys.index].append((name, (keys.lock, keys.live)))
     grouped: list[tuple[list[str], Eval]] = []
     for bucket in by_bucket.values():
         for start in range(0, len(bucket), INSPECT_MANY_KEYS):
             chunk = bucket[start : start + INSPECT_MANY_KEYS]
+            pairs = [key for _, pair in chunk for key in pair]
             grouped.append(
-                (
-                    [name for name, _ in chunk],
-                    Eval(INSPECT_MANY, [lock for _, lock in chunk], [], idempotent=True),
-                )
+                ([name for name, _ in chunk], Eval(INSPECT_MANY, pairs, [], idempotent=True))
             )
     return grouped
 
@@ -91,7 +92,7 @@ def lock_infos_from(alias: str, names: list[str], reply: list[Any]) -> list[Lock
     return [
         info
         for info in (
-            lock_info_from(alias, name, [*entry, now] if entry else entry)
+            lock_info_from(alias, name, [entry[0], entry[1], now, entry[2]] if entry else entry)
             for name, entry in zip(names, entries, strict=True)
         )
         if info is not None

@@ -13,8 +13,8 @@ import time
 from typing import Any
 
 from ...exceptions import BackendUnavailable
-from ...info import LockInfo
-from ...names import KeyLayout, validate_name
+from ...info import LockInfo, WaiterInfo
+from ...names import ABOUT_WAITERS, KeyLayout, validate_name
 from ..base import HANDOFF_GRACE_MS, Attempt
 from .scripts import load
 from .steps import Confirmed, Eval, PopThenEval, Scope, Steps, flag, text
@@ -24,6 +24,9 @@ RELEASE = load("release")
 LEAVE_QUEUE = load("leave_queue")
 EXTEND = load("extend")
 INSPECT = load("inspect")
+WAITERS = load("waiters")
+# Waiters listed at most by waiters() (an operator's view, not an export).
+MAX_WAITERS_LISTED = 1000
 
 
 # --- acquire ------------------------------------------------------------------------------
@@ -202,15 +205,17 @@ def info(scope: Scope, name: str) -> Steps[LockInfo | None]:
     return lock_info_from(scope.alias, name, reply)
 
 
-def inspect_call(layout: KeyLayout, name: str) -> Eval:
-    return Eval(INSPECT, [layout.keys_for(name).lock], [], idempotent=True)
+def inspect_call(layout: KeyLayout, name: str, redlock: bool = False) -> Eval:
+    k = layout.keys_for(name)
+    # The zset that says how long each waiter stays registered: Redlock's nodes keep one.
+    return Eval(INSPECT, [k.lock, k.waiters if redlock else k.live], [], idempotent=True)
 
 
 def lock_info_from(alias: str, name: str, reply: list[Any]) -> LockInfo | None:
     """Return the LockInfo in inspect.lua's reply, None when the lock is not held."""
     if not reply:
         return None
-    value, pttl, now = reply
+    value, pttl, now, waiters = reply
     token, fence, acquired, renewals, depth, meta = text(value).split(" ", 5)
     return LockInfo.from_stored(
         name=name,
@@ -223,4 +228,24 @@ def lock_info_from(alias: str, name: str, reply: list[Any]) -> LockInfo | None:
         renewals=int(renewals),
         depth=int(depth),
         alias=alias,
+        waiters=int(waiters),
     )
+
+
+def waiters(scope: Scope, name: str) -> Steps[list[WaiterInfo]]:
+    """Return who waits for ``name``, first come first (at most MAX_WAITERS_LISTED)."""
+    validate_name(name)
+    k = scope.layout.keys_for(name)
+    reply = yield Eval(
+        WAITERS,
+        [k.waiters, k.live, k.waiters + ABOUT_WAITERS],
+        [MAX_WAITERS_LISTED],
+        idempotent=True,
+    )
+    now, *entries = reply
+    return [
+        WaiterInfo.from_stored(
+            meta_json=text(entries[i + 1]), arrival_us=int(entries[i]), now_ms=int(now)
+        )
+        for i in range(0, len(entries), 2)
+    ]

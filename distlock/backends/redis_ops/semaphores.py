@@ -165,6 +165,7 @@ def semaphore_info(alias: str, name: str, reply: list[Any]) -> SemaphoreInfo | N
                 renewals=int(renewals),
                 depth=1,
                 alias=alias,
+                waiters=waiting + reserved,  # a permit's waiters are the semaphore's
             )
         )
     return SemaphoreInfo(

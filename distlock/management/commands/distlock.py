@@ -28,11 +28,12 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ... import metrics
 from ...backends.base import BaseLockBackend
 from ...exceptions import BackendUnavailable, LockError
 from ...handler import DEFAULT_ALIAS, locks
 from ...info import LockInfo, SemaphoreInfo, shorten
-from .. import semaphores
+from .. import semaphores, waiters
 from ..lead import add_lead_parser, lead
 from ..tables import aligned
 
@@ -173,12 +174,17 @@ class Command(BaseCommand):
                 else "\n".join(semaphores.describe_semaphore(semaphore))
             )
             return
-        info = _held_or_fail(_backend(using), name)
+        backend = _backend(using)
+        info = _held_or_fail(backend, name)
+        queued = _guarded(using, backend.waiters, name)
         if as_json:
-            self.stdout.write(_dumps(info.as_json_dict()))
+            data = {**info.as_json_dict(), "waiting": waiters.waiters_json(queued)}
+            self.stdout.write(_dumps(data))
             return
         for label, value in describe(info):
             self.stdout.write(f"{label + ':':<15} {value}")
+        for line in waiters.waiter_lines(queued) if info.waiters or queued is None else []:
+            self.stdout.write(line)
 
     # --- release ------------------------------------------------------------------------
     def release_lock(
@@ -207,6 +213,7 @@ class Command(BaseCommand):
                 "force-released. Nothing was released.",
                 returncode=NOT_HELD_EXIT_CODE,
             )
+        metrics.force_released(using, "lock", name)
         logger.info(
             "distlock: force-released %r (alias %r, token %s, fencing token %s, held by %s pid "
             "%s) with manage.py distlock release",
@@ -336,12 +343,21 @@ def describe(info: LockInfo) -> list[tuple[str, str]]:
         ("token", info.token),
         ("renewals", str(info.renewals)),
         ("depth", str(info.depth)),
+        ("waiters", waiters.count_text(info)),
     ]
 
 
 def lock_table(held: list[LockInfo], *, show_alias: bool = False) -> str:
     """Return the held locks as a table with aligned columns."""
-    header = ["NAME", "HOLDER", "PURPOSE", "ACQUIRED (UTC)", "EXPIRES IN", "FENCING TOKEN"]
+    header = [
+        "NAME",
+        "HOLDER",
+        "PURPOSE",
+        "ACQUIRED (UTC)",
+        "EXPIRES IN",
+        "FENCING TOKEN",
+        "WAITERS",
+    ]
     rows = [
         [
             info.alias,
@@ -351,6 +367,7 @@ def lock_table(held: list[LockInfo], *, show_alias: bool = False) -> str:
             f"{info.acquired_at:%Y-%m-%d %H:%M:%S}",
             f"{info.ttl_remaining:.1f}s",
             str(info.fencing_token),
+            waiters.count_text(info),
         ]
         for info in held
     ]

@@ -5,12 +5,14 @@
 --                    while it is handed to waiter TOKEN, who has not claimed it yet
 -- KEYS[2]  fence     string: the last fencing token issued in the lock's bucket (no TTL)
 -- KEYS[3]  queue     zset: waiting token -> arrival (server clock, us); waiter T's wake-up
---                    list is KEYS[3] .. ':' .. T
+--                    list is KEYS[3] .. ':' .. T, and the hash KEYS[3] .. '|about' holds
+--                    each waiting token -> its metadata JSON (who waits: `distlock info`;
+--                    '|' never appears in an encoded name, so no lock's key is that)
 -- KEYS[4]  live      zset: waiting token -> when its registration ends (server clock, ms)
 -- KEYS[5]  index     zset: the names held in the lock's bucket -> lease end (ms)
 -- ARGV[1]  token     the acquirer's token
 -- ARGV[2]  lease     ms
--- ARGV[3]  metadata  the holder's JSON
+-- ARGV[3]  metadata  the holder's JSON (kept as the waiter's while it is queued)
 -- ARGV[4]  name      the lock's name
 -- ARGV[5]  patience  ms to stay registered as a waiter when the lock is held; 0: do not queue
 -- ARGV[6]  waited    '1' when this token may be queued already (it waited), else '0'
@@ -23,7 +25,9 @@
 --          queue once it holds the lock. A held lock, or one handed to another waiter (it
 --          is reserved for that waiter for the grace: newcomers cannot barge in), queues the
 --          token for its patience (first registration keeps its arrival) and keeps the queue
---          zsets alive at least that long.
+--          zsets alive at least that long; a token queued for the first time has its
+--          metadata in KEYS[3] .. '|about' (written on the waiting path only), dropped when
+--          it leaves the queue.
 -- #include "include/clock.lua"
 -- #include "include/new_hold.lua"
 if redis.call('SET', KEYS[1], held_value, 'NX', 'PX', ARGV[2]) then
@@ -31,6 +35,7 @@ if redis.call('SET', KEYS[1], held_value, 'NX', 'PX', ARGV[2]) then
   if ARGV[6] == '1' then
     redis.call('ZREM', KEYS[3], ARGV[1])
     redis.call('ZREM', KEYS[4], ARGV[1])
+    redis.call('HDEL', KEYS[3] .. '|about', ARGV[1])
   end
   return next_fence .. ' ' .. now_ms
 end
@@ -42,9 +47,12 @@ if holder or (reserved and reserved ~= ARGV[1]) then
   local patience = tonumber(ARGV[5])
   local place = -1
   if patience > 0 then
-    redis.call('ZADD', KEYS[3], 'NX', now_us, ARGV[1])
+    local about = KEYS[3] .. '|about'
+    if redis.call('ZADD', KEYS[3], 'NX', now_us, ARGV[1]) == 1 then
+      redis.call('HSET', about, ARGV[1], ARGV[3])
+    end
     redis.call('ZADD', KEYS[4], now_ms + patience, ARGV[1])
-    for _, key in ipairs({KEYS[3], KEYS[4]}) do
+    for _, key in ipairs({KEYS[3], KEYS[4], about}) do
       if redis.call('PTTL', key) < patience then
         redis.call('PEXPIRE', key, patience)
       end
@@ -57,4 +65,5 @@ end
 -- #include "include/take.lua"
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('HDEL', KEYS[3] .. '|about', ARGV[1])
 return next_fence .. ' ' .. now_ms

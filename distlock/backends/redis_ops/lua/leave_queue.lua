@@ -1,15 +1,17 @@
 -- leave_queue.lua: give up waiting for a lock.
 --
 -- KEYS[1]  lock      as for acquire.lua
--- KEYS[2]  queue     zset: waiting token -> arrival (us)
+-- KEYS[2]  queue     zset: waiting token -> arrival (us); KEYS[2] .. '|about' the waiters'
+--                    metadata (acquire.lua)
 -- KEYS[3]  live      zset: waiting token -> when its registration ends (ms)
 -- ARGV[1]  token     the waiter's token
 -- ARGV[2]  grace     ms the next waiter has to claim the lock, if it is handed on
 -- Reply:   1
--- Effect:  the token out of the queue; a lock handed to it in the meantime goes on to the
+-- Effect:  the token (and its metadata) out of the queue; a lock handed to it in the meantime goes on to the
 --          next waiter (hand_over.lua).
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[2] .. '|about', ARGV[1])
 if redis.call('GET', KEYS[1]) == '=' .. ARGV[1] then
   redis.call('DEL', KEYS[1])
   -- #include "include/now.lua"

@@ -6,7 +6,8 @@
 --          nobody else can take it first; that waiter's own list (KEYS[2] .. ':' .. token)
 --          gets one element, which wakes its BLPOP, and the waiter claims the lock with
 --          acquire.lua in the same round trip. Waiters whose registration ran out (they gave
---          up, or died) are dropped on the way (up to 16 are looked at).
+--          up, or died) are dropped on the way, with their metadata (KEYS[2] .. '|about'; up
+--          to 16 are looked at).
 local queued = redis.call('ZRANGE', KEYS[2], 0, 15)
 for _, waiter in ipairs(queued) do
   local alive = tonumber(redis.call('ZSCORE', KEYS[3], waiter))
@@ -19,4 +20,5 @@ for _, waiter in ipairs(queued) do
   end
   redis.call('ZREM', KEYS[2], waiter)
   redis.call('ZREM', KEYS[3], waiter)
+  redis.call('HDEL', KEYS[2] .. '|about', waiter)
 end
