@@ -32,6 +32,7 @@ class LockInfo:
     renewals: int
     depth: int
     alias: str = ""
+    shared: bool = False  # one of the shared holders of the lock (distlock.lock(shared=True))
 
     def as_json_dict(self) -> dict[str, Any]:
         """Return the fields as JSON-ready values, datetimes in ISO 8601."""
@@ -56,6 +57,7 @@ class LockInfo:
         renewals: int,
         depth: int,
         alias: str,
+        shared: bool = False,
     ) -> LockInfo:
         """Build a LockInfo from the fields a backend stored and the server's clock."""
         meta = json.loads(meta_json) if meta_json else {}
@@ -73,6 +75,7 @@ class LockInfo:
             renewals=renewals,
             depth=depth,
             alias=alias,
+            shared=shared,
         )
 
 
