@@ -109,3 +109,24 @@ def test_redlock_refuses_shared_locks_naming_what_to_use(nodes: list[RedisServer
     assert "exclusive lock" in str(caught.value)
     with pytest.raises(SharedLocksNotSupported):
         locks["default"].held_shared()
+
+
+def test_a_writer_giving_up_wakes_the_readers_it_kept_out(data) -> None:
+    holder = distlock.lock("catalogue", shared=True, ttl=5)
+    assert holder.acquire()
+    writer = distlock.lock("catalogue", ttl=5, wait=0.3)
+    outcome: list[bool] = []
+    thread = threading.Thread(target=lambda: outcome.append(writer.acquire()))
+    thread.start()
+    time.sleep(0.1)  # the writer is queued
+    backend = locks["default"]
+    kept_out = backend.shared_acquire("catalogue", "~waiter", 5000, "{}", 5000)
+    assert not kept_out.acquired and kept_out.place == 1
+    wake = f"{backend.layout.shared_keys_for('catalogue').queue}:~waiter"
+    assert data.llen(wake) == 0
+    thread.join(5)
+    assert outcome == [False]
+    assert data.llen(wake) == 1  # its BLPOP returns now, not at the holder's lease end
+    assert backend.shared_acquire("catalogue", "~waiter", 5000, "{}", 5000).acquired
+    assert backend.shared_release("catalogue", "~waiter") == 1
+    holder.release()
