@@ -7,7 +7,15 @@ import math
 from typing import Any
 
 from .anchors import DISTLOCK, PYTHON_REDIS_LOCK, REDIS_PY
-from .latency import HANDOFF, HANDOFF_CLUSTER, HANDOFF_SENTINEL, PAIR, REDLOCK
+from .latency import (
+    BATCH_HANDOFF,
+    HANDOFF,
+    HANDOFF_CLUSTER,
+    HANDOFF_SENTINEL,
+    PAIR,
+    REDLOCK,
+    SHARED_PAIR,
+)
 from .uncontended import DISTINCT, FLOOR, FLOOR_BARE, SAME
 
 # Latency at the largest number of held locks over latency at one held lock, divided by the
@@ -22,6 +30,9 @@ ROUND_TRIP_LIMITS = {
     PAIR: 2.1,
     REDLOCK[3]: 2.2,
     REDLOCK[5]: 2.2,
+    # Issue 25: shared locks.
+    SHARED_PAIR: 2.1,
+    BATCH_HANDOFF: 1.15,
 }
 SERVER_TIME_LIMIT = 3.0  # distlock's server time per pair over redis-py Lock's
 BYTES_PER_LOCK_LIMIT = 600
@@ -167,6 +178,7 @@ def _round_trips(latency: dict[str, Any] | None) -> list[dict[str, Any]]:
             False,
         )
         for operation, limit in ROUND_TRIP_LIMITS.items()
+        if operation in latency["fits"]  # a run from before the operation was measured
     ]
 
 
