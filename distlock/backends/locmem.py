@@ -226,8 +226,8 @@ class LocMemBackend(BaseLockBackend):
         validate_name(name)
         with self._store.changed:
             entry = self._store.current(name)
-            if entry is None:
-                return None
+            if entry is None:  # the first shared holder to end, if any (as on Redis)
+                return next(iter(self.shared_holders(name)), None)
             pttl = max(round((entry.expires - time.monotonic()) * 1000), 0)
             return LockInfo.from_stored(
                 name=name,

@@ -35,9 +35,18 @@ def elsewhere(func: Any, *args: Any) -> Any:
     """Return ``func(*args)`` run in another thread: a thread holding the shared lock may
     not ask for the exclusive one (an upgrade), another thread may."""
     result: list[Any] = []
-    thread = threading.Thread(target=lambda: result.append(func(*args)))
+
+    def run() -> None:
+        try:
+            result.append(func(*args))
+        except BaseException as exc:  # raised again in the caller's thread
+            result.append(exc)
+
+    thread = threading.Thread(target=run)
     thread.start()
     thread.join(10)
+    if isinstance(result[0], BaseException):
+        raise result[0]
     return result[0]
 
 
@@ -216,3 +225,17 @@ async def test_async_twins() -> None:
     await asyncio.sleep(0.2)
     await writer.arelease()
     assert await waiting
+
+
+def test_the_exclusive_lock_is_locked_while_readers_hold_and_names_one() -> None:
+    first = reader(purpose="reading")
+    writer = distlock.lock("catalogue", ttl=5, wait=0)
+    assert not writer.locked()
+    assert first.acquire()
+    assert writer.locked()
+    holder = writer.holder()
+    assert holder is not None and holder.shared and holder.purpose == "reading"
+    with pytest.raises(LockNotAcquired, match="reading"):
+        elsewhere(writer.__enter__)
+    first.release()
+    assert not writer.locked()

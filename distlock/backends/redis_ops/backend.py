@@ -85,10 +85,11 @@ class ScriptedBackend(Runner, BaseLockBackend):
         return await self.arun(locks.extend(self, name, token, ttl_ms, renewal, reenter))
 
     def info(self, name: str) -> LockInfo | None:
-        return self.run(locks.info(self, name))
+        # The exclusive holder, or one of the shared holders (shared.info).
+        return self.run(shared.info(self, name))
 
     async def ainfo(self, name: str) -> LockInfo | None:
-        return await self.arun(locks.info(self, name))
+        return await self.arun(shared.info(self, name))
 
     # --- listing (sync only: operators' calls) --------------------------------------------
     def info_many(self, names: list[str]) -> list[LockInfo]:

@@ -18,6 +18,7 @@ from ...exceptions import BackendUnavailable
 from ...info import LockInfo
 from ...names import KeyLayout, validate_name
 from ..base import HANDOFF_GRACE_MS, Attempt
+from . import locks
 from .locks import attempt_from
 from .scripts import load
 from .semaphores import HELD_NAMES
@@ -160,6 +161,17 @@ def extend_call(
         ],
         idempotent=not reenter,  # as locks.extend_call
     )
+
+
+def info(scope: Scope, name: str) -> Steps[LockInfo | None]:
+    """Return who holds ``name``: its exclusive holder, or its first shared holder to end
+    (``shared`` True), or None. Readers are read only when inspect.lua says they hold it."""
+    validate_name(name)  # operators pass names by hand: a clear error, not an AttributeError
+    reply = yield locks.inspect_call(scope.layout, name)
+    if len(reply) == 1:  # {'~'}: shared holders hold it
+        found = holders_from(scope.alias, name, (yield inspect_call(scope.layout, name)))
+        return found[0] if found else None
+    return locks.lock_info_from(scope.alias, name, reply)
 
 
 def holders(scope: Scope, name: str) -> Steps[tuple[LockInfo, ...]]:

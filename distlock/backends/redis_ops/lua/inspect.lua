@@ -1,11 +1,15 @@
 -- inspect.lua: read a held lock (changes nothing). One server and each Redlock node.
 --
 -- KEYS[1]  lock      as for acquire.lua
--- Reply:   {} when nobody holds the lock (also while it is handed to a waiter), else
---          {value, remaining lease ms, server time ms}: value as acquire.lua stores it.
+-- Reply:   {} when nobody holds the lock (also while it is handed to a waiter), {'~'} while
+--          shared holders hold it (shared_inspect.lua reads them), else {value, remaining
+--          lease ms, server time ms}: value as acquire.lua stores it.
 -- Effect:  none.
 -- #include "include/now.lua"
 local value = redis.call('GET', KEYS[1])
+if value == '=~' then
+  return {'~'}
+end
 if not value or string.sub(value, 1, 1) == '=' then
   return {}
 end
