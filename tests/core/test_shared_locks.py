@@ -213,6 +213,12 @@ def test_with_decorator_copy_and_repr() -> None:
     assert caught.value.holder is not None and not caught.value.holder.shared
 
 
+async def test_async_upgrade_is_refused_at_once() -> None:
+    async with reader():
+        with pytest.raises(SharedLockUpgrade):
+            await distlock.lock("catalogue", wait=None).aacquire()
+
+
 async def test_async_twins() -> None:
     first = reader()
     async with first:
