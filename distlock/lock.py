@@ -134,7 +134,7 @@ class Lock:
     def acquire(self, wait: float | None = _UNSET) -> bool:
         """Acquire the lock, waiting up to ``wait`` seconds; return True if acquired."""
         if shared.holds and not self.shared:  # a process holding no shared lock skips it
-            shared.refuse_upgrade(self.using, self.name, _current_owner())
+            shared.refuse_upgrade(self.kind, self.using, self.name, _current_owner())
         held = self._waiting_release()
         if held is not None and self._take_back(held):
             return True
@@ -163,7 +163,7 @@ class Lock:
     async def aacquire(self, wait: float | None = _UNSET) -> bool:
         """Async twin of acquire()."""
         if shared.holds and not self.shared:  # a process holding no shared lock skips it
-            shared.refuse_upgrade(self.using, self.name, _current_owner())
+            shared.refuse_upgrade(self.kind, self.using, self.name, _current_owner())
         held = self._waiting_release()
         if held is not None and await self._atake_back(held):
             return True

@@ -24,9 +24,9 @@ from .info import LockInfo
 # by it (backends/redis_ops/lua/include/hand_over.lua); never the start of a hex token.
 SHARED_MARK = "~"
 
-# The shared Lock objects of this process holding each (alias, name) (Lock.acquire reads it
-# first: empty, the upgrade check costs an exclusive acquire nothing more).
-holds: dict[tuple[str, str], weakref.WeakSet[Any]] = {}
+# The shared Lock objects of this process holding each (kind, alias, name) (Lock.acquire
+# reads it first: empty, the upgrade check costs an exclusive acquire nothing more).
+holds: dict[tuple[str, str, str], weakref.WeakSet[Any]] = {}
 _holds_guard = threading.Lock()
 if hasattr(os, "register_at_fork"):  # a forked child holds nothing of its parent's
     os.register_at_fork(after_in_child=holds.clear)
@@ -34,24 +34,25 @@ if hasattr(os, "register_at_fork"):  # a forked child holds nothing of its paren
 
 def note_hold(lock: Any) -> None:
     with _holds_guard:
-        holds.setdefault((lock.using, lock.name), weakref.WeakSet()).add(lock)
+        holds.setdefault((lock.kind, lock.using, lock.name), weakref.WeakSet()).add(lock)
 
 
 def forget_hold(lock: Any) -> None:
     with _holds_guard:
-        held = holds.get((lock.using, lock.name))
+        key = (lock.kind, lock.using, lock.name)
+        held = holds.get(key)
         if held is not None:
             held.discard(lock)
             if not held:
-                del holds[(lock.using, lock.name)]
+                del holds[key]
 
 
-def refuse_upgrade(using: str, name: str, owner: tuple[int, int | None]) -> None:
+def refuse_upgrade(kind: str, using: str, name: str, owner: tuple[int, int | None]) -> None:
     """Raise SharedLockUpgrade if ``owner`` (a thread and task) holds the shared lock
     ``name`` of ``using``: a hold whose lease has not ended, or whose release waits for a
-    database transaction."""
+    database transaction. (``kind``: a semaphore of the same name is another thing.)"""
     with _holds_guard:
-        held = list(holds.get((using, name), ()))
+        held = list(holds.get((kind, using, name), ()))
     if any(lock.holds_shared_for(owner) for lock in held):
         raise SharedLockUpgrade(
             f"This thread holds the shared lock {name!r} (alias {using!r}) and asked for the "

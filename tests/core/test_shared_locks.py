@@ -189,6 +189,8 @@ def test_asking_for_the_exclusive_lock_while_holding_the_shared_one_raises_at_on
         other = distlock.lock("other-name", ttl=5)
         assert other.acquire()  # only the same name is refused
         other.release()
+        with distlock.semaphore("catalogue", 1, ttl=5, wait=0):
+            pass  # a semaphore of the same name is another thing
     writer = distlock.lock("catalogue", ttl=5)
     assert writer.acquire()  # released: no longer refused
     writer.release()
