@@ -14,6 +14,7 @@ import distlock
 from distlock import LockError, SharedLocksNotSupported
 from distlock.handler import locks
 from distlock.names import bucket_of
+from tests.support.lock_helpers import contenders
 from tests.support.redis_server import RedisCluster, RedisServer
 
 pytestmark = pytest.mark.django_db(databases=[])
@@ -57,8 +58,9 @@ def test_a_queued_writer_is_woken_when_the_last_lease_moves_earlier(data) -> Non
         writer.release()
 
     thread = threading.Thread(target=write)
-    thread.start()
-    time.sleep(0.2)  # queued, blocking until the 30 s lease ends at the latest
+    with contenders(1) as queued:  # blocking until the 30 s lease ends at the latest
+        thread.start()
+        queued()
     long_reader.release()  # the last lease is now the short one: the writer re-reads it
     thread.join(5)
     assert got and got[0] < 1.0, got  # at the short lease's end, not 30 s
@@ -117,8 +119,9 @@ def test_a_writer_giving_up_wakes_the_readers_it_kept_out(data) -> None:
     writer = distlock.lock("catalogue", ttl=5, wait=0.3)
     outcome: list[bool] = []
     thread = threading.Thread(target=lambda: outcome.append(writer.acquire()))
-    thread.start()
-    time.sleep(0.1)  # the writer is queued
+    with contenders(1) as queued:
+        thread.start()
+        queued()
     backend = locks["default"]
     kept_out = backend.shared_acquire("catalogue", "~waiter", 5000, "{}", 5000)
     assert not kept_out.acquired and kept_out.place == 1

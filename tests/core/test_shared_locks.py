@@ -14,6 +14,7 @@ import distlock
 from distlock import LockError, LockLost, LockNotAcquired, LockNotOwned, SharedLockUpgrade
 from distlock.handler import locks
 from tests.conftest import _use, location_of
+from tests.support.lock_helpers import contenders
 
 pytestmark = pytest.mark.django_db(databases=[])
 
@@ -84,8 +85,9 @@ def test_a_queued_writer_keeps_later_readers_out() -> None:
     writer = distlock.lock("catalogue", ttl=5, wait=5)
     got: list[bool] = []
     thread = threading.Thread(target=lambda: got.append(writer.acquire()))
-    thread.start()
-    time.sleep(0.3)  # the writer is queued
+    with contenders(1) as queued:
+        thread.start()
+        queued()
     late = reader()
     assert not late.acquire()  # the writer came first
     first.release()
@@ -110,9 +112,10 @@ def test_one_release_lets_the_queued_run_of_readers_in_together() -> None:
         lk.release()
 
     threads = [threading.Thread(target=read, args=(lk,)) for lk in waiting]
-    for thread in threads:
-        thread.start()
-    time.sleep(0.3)
+    with contenders(4) as queued:
+        for thread in threads:
+            thread.start()
+        queued()
     writer_fence = writer.fencing_token or 0
     writer.release()
     held.wait()

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 import distlock
-from tests.support.lock_helpers import read_line, spawner
+from tests.support.lock_helpers import contenders, read_line, spawner
 
 pytestmark = pytest.mark.django_db(databases=[])
 Spawn = Callable[..., subprocess.Popen]
@@ -97,8 +97,9 @@ def test_a_killed_reader_delays_a_queued_writer_by_its_lease_at_most(
         writer.release()
 
     thread = threading.Thread(target=write)
-    thread.start()
-    time.sleep(0.3)  # the writer is queued
+    with contenders(1) as queued:
+        thread.start()
+        queued()
     reader.send_signal(signal.SIGKILL)
     reader.wait(5)
     thread.join(10)

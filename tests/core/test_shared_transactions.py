@@ -14,6 +14,7 @@ import distlock
 from distlock import SharedLockUpgrade
 from distlock.handler import locks
 from tests.conftest import _use, location_of
+from tests.support.lock_helpers import contenders
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default"])
 
@@ -45,11 +46,11 @@ def test_a_writer_waiting_behind_a_reader_gets_in_after_the_readers_commit() -> 
 
     with transaction.atomic():
         transaction.on_commit(lambda: order.append("committed"))
-        with distlock.lock("prices", shared=True, ttl=5):
+        with distlock.lock("prices", shared=True, ttl=5), contenders(1) as queued:
             thread = threading.Thread(target=write)
             thread.start()
-            time.sleep(0.2)
-        time.sleep(0.2)
+            queued()
+        time.sleep(0.2)  # the release waits for COMMIT: the writer stays out
         assert order == []
     thread.join(5)
     assert order == ["committed", "writer"]
