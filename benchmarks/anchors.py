@@ -37,11 +37,12 @@ TTL = 10  # seconds; every lock here is released long before
 REDLOCK_PY_RETRIES = 3
 
 
-def distlock_factory(using: str = "default") -> Callable[[str], Any]:
-    """Return ``make(name)`` building an unheld distlock lock on the DISTLOCK alias ``using``."""
+def distlock_factory(using: str = "default", shared: bool = False) -> Callable[[str], Any]:
+    """Return ``make(name)`` building an unheld distlock lock on the DISTLOCK alias ``using``
+    (held shared if ``shared``)."""
     import distlock
 
-    return lambda name: distlock.lock(name, ttl=TTL, using=using)
+    return lambda name: distlock.lock(name, ttl=TTL, using=using, shared=shared)
 
 
 def lock_factory(library: str, url: str) -> Callable[[str], Any]:

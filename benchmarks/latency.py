@@ -15,7 +15,11 @@ another:
 - distlock's handoff on a Redis Cluster of 3 masters, each announcing its proxy's port
   (``cluster-announce-port``), so the slot map sends every call through a proxy;
 - Redlock acquire+release over 3 and 5 servers (distlock's RedlockBackend, pottery,
-  redlock-py).
+  redlock-py);
+- distlock's shared locks (issue 25): a shared acquire+release, and a writer's handoff to a
+  batch of BATCH_READERS readers blocked behind it: the time from the start of the writer's
+  release() until the last reader's acquire() returns (one release lets them all in, each
+  learning it holds from the reply that wakes it).
 
 Per case, a least-squares line through the median time at each delay gives k, the round
 trips the operation costs. A process woken after a pause runs slower, so even a PING reads a
@@ -53,6 +57,8 @@ HANDOFF_SENTINEL = "handoff through Sentinel"
 HANDOFF_CLUSTER = "handoff on a Cluster"
 SENTINEL_SERVICE = "bench"
 REDLOCK = {3: "Redlock pair, 3 nodes", 5: "Redlock pair, 5 nodes"}
+SHARED_PAIR, BATCH_HANDOFF = "shared acquire+release", "handoff to a batch of readers"
+BATCH_READERS = 4
 CLIENT = "redis-py client"  # who sends the bare commands
 # The physical limit of each operation, in round trips.
 LIMITS = {
@@ -64,8 +70,19 @@ LIMITS = {
     HANDOFF_CLUSTER: 1,
     REDLOCK[3]: 2,
     REDLOCK[5]: 2,
+    SHARED_PAIR: 2,
+    BATCH_HANDOFF: 1,
 }
-OPERATIONS = (PAIR, HANDOFF, HANDOFF_SENTINEL, HANDOFF_CLUSTER, REDLOCK[3], REDLOCK[5])
+OPERATIONS = (
+    PAIR,
+    HANDOFF,
+    HANDOFF_SENTINEL,
+    HANDOFF_CLUSTER,
+    REDLOCK[3],
+    REDLOCK[5],
+    SHARED_PAIR,
+    BATCH_HANDOFF,
+)
 NODES = 5
 # A handoff's waiter gets this long, plus SETTLE_ROUND_TRIPS, to be waiting before the
 # holder releases: queued and blocked (distlock, python-redis-lock) or polling.
@@ -145,6 +162,38 @@ def handoff(make: Callable[[str], Any], name: str, settle: float) -> float:
     return woke[0] - released
 
 
+def batch_handoff(name: str, settle: float) -> float:
+    """Seconds from the start of a writer's release() until the last of BATCH_READERS
+    readers blocked behind it has returned from acquire() (each holding, all at once)."""
+    import distlock
+
+    writer = distlock.lock(name, ttl=anchors.TTL)
+    writer.acquire()
+    readers = [distlock.lock(name, ttl=anchors.TTL, shared=True) for _ in range(BATCH_READERS)]
+    woke: list[float] = []
+    inside = threading.Barrier(BATCH_READERS + 1, timeout=HANDOFF_TIMEOUT_S)
+
+    def read(reader: Any) -> None:
+        reader.acquire()
+        woke.append(time.perf_counter())
+        inside.wait()  # all hold together before any lets go
+        reader.release()
+
+    threads = [
+        threading.Thread(target=read, args=(reader,), name="latency-reader", daemon=True)
+        for reader in readers
+    ]
+    for thread in threads:
+        thread.start()
+    time.sleep(settle)
+    released = time.perf_counter()
+    writer.release()
+    inside.wait()
+    for thread in threads:
+        thread.join(HANDOFF_TIMEOUT_S)
+    return max(woke) - released
+
+
 def cases(urls: list[str], profile: Profile) -> dict[Key, Case]:
     """Every case, on the proxied ``urls`` (the first one is the one-server case's)."""
     client = redis.Redis.from_url(urls[0])
@@ -167,6 +216,9 @@ def cases(urls: list[str], profile: Profile) -> dict[Key, Case]:
         found[(operation, anchors.DISTLOCK)] = _handoffs(
             anchors.distlock_factory(alias), f"latency:distlock:{alias}", profile.latency_handoffs
         )
+    shared = anchors.distlock_factory(shared=True)
+    calls[(SHARED_PAIR, anchors.DISTLOCK)] = anchors.pair(shared, lambda: "latency:shared:pair")
+    found[(BATCH_HANDOFF, anchors.DISTLOCK)] = _batch_handoffs(profile.latency_handoffs)
     for nodes, operation in REDLOCK.items():
         for library in anchors.REDLOCK_LIBRARIES:
             make = anchors.redlock_factory(library, urls[:nodes], using=f"redlock{nodes}")
@@ -177,7 +229,7 @@ def cases(urls: list[str], profile: Profile) -> dict[Key, Case]:
             call()
         found[key] = lambda delay, call=call: timed(call, profile.latency_batch)
     for key in found:
-        if key[0] == HANDOFF:
+        if key[0] in (HANDOFF, BATCH_HANDOFF):
             found[key](0.0)
     return found
 
@@ -186,6 +238,14 @@ def _handoffs(make: Callable[[str], Any], name: str, count: int) -> Case:
     def case(delay: float) -> list[float]:
         settle = SETTLE_S + SETTLE_ROUND_TRIPS * 2 * delay
         return [handoff(make, name, settle) for _ in range(count)]
+
+    return case
+
+
+def _batch_handoffs(count: int) -> Case:
+    def case(delay: float) -> list[float]:
+        settle = SETTLE_S + SETTLE_ROUND_TRIPS * 2 * delay
+        return [batch_handoff("latency:distlock:batch", settle) for _ in range(count)]
 
     return case
 

@@ -230,6 +230,8 @@ def _latency(latency: dict[str, Any]) -> list[str]:
 def _latency_rows(latency: dict[str, Any], figure: str) -> list[list[Any]]:
     rows = []
     for operation in OPERATIONS:
+        if operation not in latency["fits"]:  # a run from before it was measured
+            continue
         row: list[Any] = [operation, latency["limits"][operation]]
         for library in anchors.LATENCY_LIBRARIES:
             fit = latency["fits"][operation].get(library)

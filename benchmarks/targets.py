@@ -7,7 +7,15 @@ import math
 from typing import Any
 
 from .anchors import DISTLOCK, PYTHON_REDIS_LOCK, REDIS_PY
-from .latency import HANDOFF, HANDOFF_CLUSTER, HANDOFF_SENTINEL, PAIR, REDLOCK
+from .latency import (
+    BATCH_HANDOFF,
+    HANDOFF,
+    HANDOFF_CLUSTER,
+    HANDOFF_SENTINEL,
+    PAIR,
+    REDLOCK,
+    SHARED_PAIR,
+)
 from .otel_overhead import NO_READER, READER
 from .uncontended import DISTINCT, FLOOR, FLOOR_BARE, SAME
 
@@ -23,6 +31,9 @@ ROUND_TRIP_LIMITS = {
     PAIR: 2.1,
     REDLOCK[3]: 2.2,
     REDLOCK[5]: 2.2,
+    # Issue 25: shared locks.
+    SHARED_PAIR: 2.1,
+    BATCH_HANDOFF: 1.15,
 }
 SERVER_TIME_LIMIT = 3.0  # distlock's server time per pair over redis-py Lock's
 BYTES_PER_LOCK_LIMIT = 600
@@ -190,6 +201,7 @@ def _round_trips(latency: dict[str, Any] | None) -> list[dict[str, Any]]:
             False,
         )
         for operation, limit in ROUND_TRIP_LIMITS.items()
+        if operation in latency["fits"]  # a run from before the operation was measured
     ]
 
 

@@ -18,6 +18,8 @@ from .exceptions import (
     LockNotOwned,
     RenewalLimitReached,
     SemaphoresNotSupported,
+    SharedLocksNotSupported,
+    SharedLockUpgrade,
 )
 from .handler import locks
 from .info import LockInfo, SemaphoreInfo, WaiterInfo
@@ -43,6 +45,8 @@ __all__ = [
     "Semaphore",
     "SemaphoreInfo",
     "SemaphoresNotSupported",
+    "SharedLockUpgrade",
+    "SharedLocksNotSupported",
     "WaiterInfo",
     "leader",
     "lock",

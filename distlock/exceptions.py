@@ -98,6 +98,15 @@ class SemaphoresNotSupported(LockError, NotImplementedError):
     """The alias's backend keeps no semaphores (RedlockBackend): use a RedisBackend alias."""
 
 
+class SharedLocksNotSupported(LockError, NotImplementedError):
+    """The alias's backend keeps no shared locks (RedlockBackend): use a RedisBackend alias."""
+
+
+class SharedLockUpgrade(LockError):
+    """This thread holds the shared lock and asked for the exclusive lock of the same name,
+    which would wait for itself: release the shared hold first."""
+
+
 class InvalidLockName(LockError, ValueError):
     """The lock name is empty, too long or contains control characters."""
 

@@ -33,6 +33,7 @@ class LockInfo:
     depth: int
     alias: str = ""
     waiters: int | None = None  # how many are queued for it; None: the backend cannot say
+    shared: bool = False  # one of the shared holders of the lock (distlock.lock(shared=True))
 
     def as_json_dict(self) -> dict[str, Any]:
         """Return the fields as JSON-ready values, datetimes in ISO 8601."""
@@ -58,6 +59,7 @@ class LockInfo:
         depth: int,
         alias: str,
         waiters: int | None = None,
+        shared: bool = False,
     ) -> LockInfo:
         """Build a LockInfo from the fields a backend stored and the server's clock."""
         meta = json.loads(meta_json) if meta_json else {}
@@ -76,6 +78,7 @@ class LockInfo:
             depth=depth,
             alias=alias,
             waiters=waiters,
+            shared=shared,
         )
 
 

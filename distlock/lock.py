@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from . import handler, metrics, renewal
+from . import handler, metrics, renewal, shared
 from .backends.base import HANDOFF_GRACE_MS, Attempt, BaseLockBackend
 from .exceptions import (
     BackendUnavailable,
@@ -70,6 +70,7 @@ class Lock:
         using: str = "default",
         purpose: str | None = None,
         hold_until_commit: bool = True,
+        shared: bool = False,
         metric_name: str | None = None,
     ) -> None:
         self.name = validate_name(name)
@@ -81,6 +82,7 @@ class Lock:
             ("auto_renew", auto_renew),
             ("reentrant", reentrant),
             ("hold_until_commit", hold_until_commit),
+            ("shared", shared),
         ):
             if not isinstance(flag, bool):
                 raise TypeError(f"{label} must be True or False, not {flag!r}.")
@@ -101,6 +103,7 @@ class Lock:
         self.using = using
         self.purpose = purpose
         self.hold_until_commit = hold_until_commit
+        self.shared = shared  # a shared hold (one of many readers), else exclusive
         self.metric_name = metric_name  # distlock.name in the metrics (distlock.metrics)
         self.token: str | None = None
         self.fencing_token: int | None = None
@@ -123,18 +126,23 @@ class Lock:
 
     def __repr__(self) -> str:
         state = f"held, fencing token {self.fencing_token}" if self.token else "not held"
-        return f"<Lock {self.name!r} using {self.using!r}: {state}>"
+        kind = " shared" if self.shared else ""
+        return f"<Lock {self.name!r}{kind} using {self.using!r}: {state}>"
 
     @property
     def backend(self) -> BaseLockBackend:
         """The backend holding this lock, or the one the next acquire will use."""
         if self._backend is not None:
             return self._backend
+        if self.shared:  # the shared-lock operations, seen as a lock's primitives
+            return shared.SharedHolds(handler.locks[self.using])  # type: ignore[return-value]
         return handler.locks[self.using]
 
     # --- acquire ------------------------------------------------------------------------
     def acquire(self, wait: float | None = _UNSET) -> bool:
         """Acquire the lock, waiting up to ``wait`` seconds; return True if acquired."""
+        if shared.holds and not self.shared:  # a process holding no shared lock skips it
+            shared.refuse_upgrade(self.kind, self.using, self.name, _current_owner())
         held = self._waiting_release()
         if held is not None and self._take_back(held):
             return True
@@ -162,6 +170,8 @@ class Lock:
 
     async def aacquire(self, wait: float | None = _UNSET) -> bool:
         """Async twin of acquire()."""
+        if shared.holds and not self.shared:  # a process holding no shared lock skips it
+            shared.refuse_upgrade(self.kind, self.using, self.name, _current_owner())
         held = self._waiting_release()
         if held is not None and await self._atake_back(held):
             return True
@@ -198,8 +208,10 @@ class Lock:
         self._acquired_ms = attempt.acquired_ms
         self._meta = attempts.meta
         self._depth = 1
-        if self.reentrant:  # only reentrant acquires compare owners
+        if self.reentrant or self.shared:  # only these compare owners
             self._owner = _current_owner()
+        if self.shared:
+            shared.note_hold(self)
         self._lease_deadline = attempts.lease_started(attempt) + attempts.ttl_ms / 1000
         self._lost = self._releasing = False
         self._lost_because = None
@@ -372,7 +384,8 @@ class Lock:
         return waiting_release(self._resource()) if self._pending or self.token is None else None
 
     def _resource(self) -> tuple[str, str, str]:
-        return self.kind, self.using, self.name
+        # A shared hold is not the exclusive lock: a transaction takes back only its own kind.
+        return "shared" if self.shared else self.kind, self.using, self.name
 
     def _take_back(self, held: Lock) -> bool:
         """Hold again, at once, the lock whose release waits for this thread's transaction
@@ -426,7 +439,9 @@ class Lock:
             renewal.renewer.unregister(self._renewal)
             self._renewal = None
         self._ttl_ms, self._depth, self._lost = ttl_ms, 1, False
-        self._owner = _current_owner() if self.reentrant else None
+        self._owner = _current_owner() if self.reentrant or self.shared else None
+        if self.shared:
+            shared.note_hold(self)
         self._lease_deadline = started + ttl_ms / 1000
         if self.auto_renew and self._renewal is None:
             self._renewal = renewal.renewer.register(self, ttl_ms / 1000 * RENEW_FRACTION)
@@ -518,6 +533,11 @@ class Lock:
             return 0.0
         return max(self._lease_deadline - time.monotonic(), 0.0)
 
+    def holds_shared_for(self, owner: tuple[int, int | None]) -> bool:
+        """Return True if this shared lock is held, by ``owner`` (a thread and task), with a
+        lease not known to have ended or a release waiting for a transaction."""
+        return self._owner == owner and (self._pending is not None or self.lease_left() > 0)
+
     def _is_mine(self, info: LockInfo | None) -> bool:
         return info is not None and info.token == self.token
 
@@ -536,6 +556,8 @@ class Lock:
         if self._renewal is not None:
             renewal.renewer.unregister(self._renewal)
             self._renewal = None
+        if self.shared:
+            shared.forget_hold(self)
         self.token = None
         self._backend = None
         self._depth = 0
@@ -630,6 +652,7 @@ class Lock:
             renewals=0,
             depth=self._depth,
             alias=self.using,
+            shared=self.shared,
         )
 
     # --- with, async with, decorator ----------------------------------------------------
@@ -697,6 +720,7 @@ class Lock:
             "using": self.using,
             "purpose": self.purpose,
             "hold_until_commit": self.hold_until_commit,
+            "shared": self.shared,
             "metric_name": self.metric_name,
         }
         return Lock(changes.pop("name", self.name), **{**settings, **changes})
@@ -712,7 +736,8 @@ class _Attempts:
     def __init__(self, lock: Lock, backend: BaseLockBackend, wait: float | None) -> None:
         self.lock = lock
         self.backend = backend
-        self.token = new_token()  # 128 random bits: unguessable, never reused
+        # 128 random bits: unguessable, never reused; a shared holder's marked for the scripts
+        self.token = shared.SHARED_MARK + new_token() if lock.shared else new_token()
         ttl = lock.ttl if lock.ttl is not None else backend.default_timeout
         self.ttl_ms = backend.lease_ms(ttl)  # also enforces the alias's MAX_TTL
         self.meta = holder_metadata(lock.purpose)
@@ -860,15 +885,18 @@ def lock(
     using: str = "default",
     purpose: str | None = None,
     hold_until_commit: bool = True,
+    shared: bool = False,
     metric_name: str | None = None,
 ) -> Lock:
     """Return a Lock on ``name`` for the DISTLOCK alias ``using``.
 
     ``ttl`` is the lease in seconds (None: the alias's TIMEOUT); ``wait`` how long acquire()
     waits (0: try once, None: until acquired). ``hold_until_commit``: a release inside a
-    database transaction waits for it to end (False: release at once). ``metric_name``: the
-    bounded name the metrics report for it (default: the name up to its first ``:``, then
-    ``:*``; see docs/observing.md).
+    database transaction waits for it to end (False: release at once). ``shared``: hold it
+    shared (one of any number of readers; an exclusive holder waits for them all, and they
+    for it), first come first served with the exclusive acquirers of the same name.
+    ``metric_name``: the bounded name the metrics report for it (default: the name up to
+    its first ``:``, then ``:*``; see docs/observing.md).
     """
     return Lock(
         name,
@@ -880,5 +908,6 @@ def lock(
         using=using,
         purpose=purpose,
         hold_until_commit=hold_until_commit,
+        shared=shared,
         metric_name=metric_name,
     )

@@ -97,6 +97,20 @@ class SemaphoreKeys(NamedTuple):
     index: str  # type: ignore[assignment]  # zset of held semaphore names in the bucket
 
 
+class SharedKeys(NamedTuple):
+    """The Redis keys of one lock's shared holds, in the order shared_acquire.lua takes them:
+    the lock's own keys, plus two whose names extend the queue's (so a release of either kind
+    finds them), all in the lock's hash slot (backends/redis_ops/lua/shared_acquire.lua)."""
+
+    lock: str  # the lock's string: "=~" while shared holders hold it
+    fence: str  # the bucket's last fencing token, as for the lock
+    queue: str  # the lock's queue, shared by both kinds (a shared waiter's token starts '~')
+    live: str  # the lock's waiter liveness zset
+    index: str  # type: ignore[assignment]  # zset of shared-held names in the bucket, by lease end
+    readers: str  # zset: shared holder token -> lease end (queue + ':readers')
+    holders: str  # hash: shared holder token -> its fields (queue + ':rmeta')
+
+
 class KeyLayout:
     """Build the keys of an alias: ``<prefix>:{b<bucket>}:<kind>:<encoded name>``, the
     bucket written with four digits (layout version 2). A semaphore's kinds start with
@@ -109,9 +123,11 @@ class KeyLayout:
         self.index_keys = self.bucket_keys("held")
         self.fence_keys = self.bucket_keys("fence")
         self.semaphore_index_keys = self.bucket_keys("semheld")
+        self.shared_index_keys = self.bucket_keys("shheld")
         # Hot names (a cron job's, a view's) are locked again and again: build their keys once.
         self.keys_for = lru_cache(maxsize=4096)(self._keys_for)
         self.semaphore_keys_for = lru_cache(maxsize=4096)(self._semaphore_keys_for)
+        self.shared_keys_for = lru_cache(maxsize=4096)(self._shared_keys_for)
 
     def _tag(self, bucket: int) -> str:
         return f"{self.prefix}:{{b{bucket:04d}}}"
@@ -147,4 +163,16 @@ class KeyLayout:
             reserved=f"{base}:reserved",
             signal_prefix=f"{base}:signal:",
             index=self.semaphore_index_keys[bucket],
+        )
+
+    def _shared_keys_for(self, name: str) -> SharedKeys:
+        k = self.keys_for(name)
+        return SharedKeys(
+            lock=k.lock,
+            fence=k.fence,
+            queue=k.waiters,
+            live=k.live,
+            index=self.shared_index_keys[bucket_of(name)],
+            readers=f"{k.waiters}:readers",  # hand_to_readers.lua derives it so
+            holders=f"{k.waiters}:rmeta",
         )

@@ -33,7 +33,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from .. import metrics
-from ..exceptions import SemaphoresNotSupported
+from ..exceptions import SemaphoresNotSupported, SharedLocksNotSupported
 from ..handler import locks
 from ..info import LockInfo
 from ..models import HeldLock
@@ -50,6 +50,7 @@ from .listing import (
     sort_held,
 )
 from .semaphores import semaphore_rows
+from .shared import shared_rows
 
 PER_PAGE = 100
 # Query parameters of the list, as the admin's own changelist names them.
@@ -115,6 +116,13 @@ class HeldLockList:
             [self.alias] if self.alias else self.aliases,
             self.query,
             model_admin.url("release_permit"),
+            urlencode(self.params),
+            self.unavailable,
+        )
+        self.shared_locks = shared_rows(
+            [self.alias] if self.alias else self.aliases,
+            self.query,
+            model_admin.url("release_shared"),
             urlencode(self.params),
             self.unavailable,
         )
@@ -314,6 +322,11 @@ class HeldLockAdmin(admin.ModelAdmin):
                 self.admin_site.admin_view(self.release_permit_view),
                 name=self.url_name("release_permit"),
             ),
+            path(
+                "release-shared/",
+                self.admin_site.admin_view(self.release_shared_view),
+                name=self.url_name("release_shared"),
+            ),
         ]
 
     def url_name(self, view: str) -> str:
@@ -474,6 +487,52 @@ class HeldLockAdmin(admin.ModelAdmin):
         )
         return HttpResponseRedirect(back)
 
+    def release_shared_view(self, request: HttpRequest) -> HttpResponse:
+        """Release one shared hold of a lock, named by its fencing token. GET: confirm which
+        hold will be released. POST: release it, if that holder still has it."""
+        asked = self.release_request(request)
+        if isinstance(asked, HttpResponse):
+            return asked
+        form, alias, name, number, back = asked
+        gone = (
+            f"No shared hold of lock “{name}” (alias {alias}) has fencing token {number} any "
+            "more: it was released or expired. Nothing was released."
+        )
+        try:
+            backend = locks[alias]
+            holder = next(
+                (h for h in backend.shared_holders(name) if h.fencing_token == number), None
+            )
+            if holder is None:
+                messages.warning(request, gone)
+                return HttpResponseRedirect(back)
+            if request.method != "POST":
+                return self._confirm(
+                    request, form, holder, back, title="Release a shared hold", shared=True
+                )
+            released = backend.force_release_shared(name, holder.token)
+        except (*ALIAS_ERRORS, SharedLocksNotSupported) as exc:
+            messages.error(request, f"Nothing was released: alias {alias!r} cannot be read. {exc}")
+            return HttpResponseRedirect(back)
+        if not released:
+            messages.warning(request, gone)
+            return HttpResponseRedirect(back)
+        self.log_change(
+            request,
+            HeldLock(name=name),
+            (
+                f"Released the shared hold with fencing token {number} (alias {alias!r}), held "
+                f"by {describe_holder(holder)} since {holder.acquired_at:%Y-%m-%d %H:%M:%S} "
+                f"UTC (purpose: {holder.purpose or 'none given'})."
+            ),
+        )
+        messages.success(
+            request,
+            f"Released the shared hold {number} of lock “{name}” (alias {alias}) held by "
+            f"{describe_holder(holder)}.",
+        )
+        return HttpResponseRedirect(back)
+
     def _confirm(
         self,
         request: HttpRequest,
@@ -483,6 +542,7 @@ class HeldLockAdmin(admin.ModelAdmin):
         *,
         title: str = "Force release a held lock",
         permit: bool = False,
+        shared: bool = False,
     ) -> HttpResponse:
         context = {
             **self.admin_site.each_context(request),
@@ -490,6 +550,7 @@ class HeldLockAdmin(admin.ModelAdmin):
             "opts": self.opts,
             "lock": info,
             "permit": permit,
+            "shared": shared,
             "holder": describe_holder(info),
             "expires_in": format_remaining(info.ttl_remaining),
             "form": form,

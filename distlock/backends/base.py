@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from asgiref.sync import sync_to_async
 
-from ..exceptions import RenewalLimitReached, SemaphoresNotSupported
+from ..exceptions import RenewalLimitReached, SemaphoresNotSupported, SharedLocksNotSupported
 from ..info import LockInfo, SemaphoreInfo, WaiterInfo
 from ..names import KeyLayout
 from ..signals import lock_force_released
@@ -61,6 +61,8 @@ class BaseLockBackend:
     own_options: frozenset[str] = LIMIT_OPTIONS
     # Why a backend keeps no semaphores, for SemaphoresNotSupported's message.
     no_semaphores = "it does not keep them"
+    # Why a backend keeps no shared locks, for SharedLocksNotSupported's message.
+    no_shared_locks = "it does not keep them"
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         self.alias = alias
@@ -271,6 +273,95 @@ class BaseLockBackend:
         if released:
             lock_force_released.send(type(self), name=name, alias=self.alias, info=holder)
         return released
+
+    # --- shared locks (distlock.lock(shared=True)) --------------------------------------
+    # The same operations as a lock's, for a shared hold of the lock of the same name: a
+    # shared acquire waits while an exclusive holder holds, and an exclusive one while any
+    # shared holder does; both kinds wait in one queue, first come first served.
+    def shared_locks_not_supported(self) -> SharedLocksNotSupported:
+        """The error of every shared-lock operation on a backend that has none."""
+        return SharedLocksNotSupported(
+            f"DISTLOCK[{self.alias!r}] uses {type(self).__name__}, which has no shared locks: "
+            f"{self.no_shared_locks}. Add an alias with distlock.backends.redis.RedisBackend "
+            "(one server, Sentinel or Cluster) and pass using=<that alias>, or take the "
+            "exclusive lock (shared=False).",
+        )
+
+    def shared_acquire(
+        self, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
+        """Take a shared hold of ``name`` for ``token``, or queue it for ``patience_ms``."""
+        raise self.shared_locks_not_supported()
+
+    def shared_wait_and_acquire(
+        self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
+        """Wait up to ``timeout`` for a release to let ``token`` in, then take the shared
+        hold, as wait_and_acquire() does for an exclusive one."""
+        raise self.shared_locks_not_supported()
+
+    def shared_leave(self, name: str, token: str) -> None:
+        """Stop waiting (a place reserved for ``token`` meanwhile is given back)."""
+        raise self.shared_locks_not_supported()
+
+    def shared_release(self, name: str, token: str, *, every_level: bool = False) -> int:
+        """Release ``token``'s shared hold: 0 if it holds none, 1 if released, 2 if one
+        reentrant level was."""
+        raise self.shared_locks_not_supported()
+
+    def shared_extend(
+        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
+    ) -> bool:
+        """Set ``token``'s shared lease to ``ttl_ms`` from now; False if it holds none."""
+        raise self.shared_locks_not_supported()
+
+    def shared_holders(self, name: str) -> tuple[LockInfo, ...]:
+        """Return the shared holders of ``name``, first lease to end first (empty: none)."""
+        raise self.shared_locks_not_supported()
+
+    def held_shared(self, prefix: str = "") -> dict[str, tuple[LockInfo, ...]]:
+        """Return the holders of every shared-held lock whose name starts with ``prefix``,
+        by name."""
+        raise self.shared_locks_not_supported()
+
+    def force_release_shared(self, name: str, token: str) -> bool:
+        """Release the shared hold ``token`` has (an operator's call); return True if it
+        did. Sends ``lock_force_released`` with the holder's LockInfo."""
+        if not isinstance(token, str) or not token:
+            raise ValueError(f"token must be a shared holder's token, not {token!r}.")
+        holder = next((h for h in self.shared_holders(name) if h.token == token), None)
+        released = self.shared_release(name, token, every_level=True) == 1
+        if released:
+            lock_force_released.send(type(self), name=name, alias=self.alias, info=holder)
+        return released
+
+    async def ashared_acquire(
+        self, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
+        acquire = sync_to_async(self.shared_acquire, thread_sensitive=False)
+        return await acquire(name, token, ttl_ms, meta, patience_ms)
+
+    async def ashared_wait_and_acquire(
+        self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
+        wait = sync_to_async(self.shared_wait_and_acquire, thread_sensitive=False)
+        return await wait(timeout, name, token, ttl_ms, meta, patience_ms)
+
+    async def ashared_leave(self, name: str, token: str) -> None:
+        await sync_to_async(self.shared_leave, thread_sensitive=False)(name, token)
+
+    async def ashared_release(self, name: str, token: str, *, every_level: bool = False) -> int:
+        release = sync_to_async(self.shared_release, thread_sensitive=False)
+        return await release(name, token, every_level=every_level)
+
+    async def ashared_extend(
+        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
+    ) -> bool:
+        extend = sync_to_async(self.shared_extend, thread_sensitive=False)
+        return await extend(name, token, ttl_ms, renewal=renewal, reenter=reenter)
+
+    async def ashared_holders(self, name: str) -> tuple[LockInfo, ...]:
+        return await sync_to_async(self.shared_holders, thread_sensitive=False)(name)
 
     def close(self) -> None:
         """Close connections this backend opened."""

@@ -12,6 +12,7 @@ import asyncio
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,8 +80,13 @@ class _Store:
     fences: dict[str, int] = field(default_factory=dict)
     changed: threading.Condition = field(default_factory=threading.Condition)
     semaphores: dict[str, _Semaphore] = field(default_factory=dict)
-    # Who waits for each lock, in arrival order: token -> (metadata, arrival us, patience end
-    # by time.monotonic()), as acquire.lua's queue, live zset and '|about' hash keep it.
+    # Shared holds of a lock: name -> token -> hold; and the waiters of a lock whose name
+    # has shared activity, both kinds in one queue: name -> token -> (shared, patience end).
+    readers: dict[str, dict[str, _Held]] = field(default_factory=dict)
+    queues: dict[str, OrderedDict[str, tuple[bool, float]]] = field(default_factory=dict)
+    # Who waits for each lock (either kind), in arrival order, for operators: token ->
+    # (metadata, arrival us, patience end by time.monotonic()), as the scripts' queue, live
+    # zset and '|about' hash keep it.
     waiting: dict[str, dict[str, tuple[str, int, float]]] = field(default_factory=dict)
 
     def current(self, name: str) -> _Held | None:
@@ -89,6 +95,73 @@ class _Store:
             del self.held[name]
             return None
         return entry
+
+    def current_readers(self, name: str) -> dict[str, _Held]:
+        """Return the shared holds of ``name`` whose lease has not ended."""
+        holds = self.readers.get(name)
+        if not holds:
+            return {}
+        now = time.monotonic()
+        for token in [t for t, held in holds.items() if held.expires <= now]:
+            del holds[token]
+        if not holds:
+            del self.readers[name]
+        return holds
+
+    def blocked(self, name: str, token: str, shared: bool) -> bool:
+        """Return True if a registered waiter ahead of ``token`` goes first: any waiter for
+        an exclusive acquirer, an exclusive waiter for a shared one (as the scripts rule)."""
+        queue = self.queues.get(name)
+        if not queue:
+            return False
+        now = time.monotonic()
+        for other in [t for t, (_, end) in queue.items() if end <= now]:
+            del queue[other]
+        for other, (other_shared, _) in queue.items():
+            if other == token:
+                return False
+            if not (shared and other_shared):
+                return True
+        return False
+
+    def enqueue(self, name: str, token: str, shared: bool, patience_ms: int) -> None:
+        if patience_ms > 0:
+            queue = self.queues.setdefault(name, OrderedDict())
+            end = time.monotonic() + patience_ms / 1000
+            queue[token] = (shared, max(end, queue.get(token, (shared, 0.0))[1]))
+
+    def dequeue(self, name: str, token: str) -> None:
+        queue = self.queues.get(name)
+        if queue is not None:
+            queue.pop(token, None)
+            if not queue:
+                del self.queues[name]
+
+    def note_waiter(self, name: str, token: str, meta: str, patience_ms: int) -> None:
+        if patience_ms > 0:
+            queue = self.waiting.setdefault(name, {})
+            meta, arrival, _ = queue.get(token, (meta, time.time_ns() // 1000, 0.0))
+            queue[token] = (meta, arrival, time.monotonic() + patience_ms / 1000)
+
+    def forget_waiter(self, name: str, token: str) -> None:
+        queue = self.waiting.get(name)
+        if queue is not None:
+            queue.pop(token, None)
+            if not queue:
+                del self.waiting[name]
+
+    def registered(self, name: str) -> list[tuple[str, int]]:
+        """The metadata and arrival (us) of each waiter still registered, oldest first."""
+        now = time.monotonic()
+        queue = self.waiting.get(name, {})
+        return [(meta, arrival) for meta, arrival, end in queue.values() if end > now]
+
+    def next_fence(self, name: str) -> tuple[int, int]:
+        """Return a new fencing token of ``name`` (either kind) and the time (ms)."""
+        now_us = time.time_ns() // 1000
+        fence = max(now_us, self.fences.get(name, 0) + 1)
+        self.fences[name] = fence
+        return fence, now_us // 1000
 
 
 class LocMemBackend(BaseLockBackend):
@@ -113,55 +186,46 @@ class LocMemBackend(BaseLockBackend):
                 if entry.token == token:
                     return Attempt(True, fencing_token=entry.fence, acquired_ms=entry.acquired_ms)
                 remaining = max(round((entry.expires - time.monotonic()) * 1000), 1)
-                if patience_ms > 0:
-                    self._queue(name, token, meta, patience_ms)
+                store.note_waiter(name, token, meta, patience_ms)
+                if store.readers or store.queues:  # the queue matters once readers came
+                    store.enqueue(name, token, False, patience_ms)
                 return Attempt(False, holder_pttl_ms=remaining)
-            self._unqueue(name, token)
-            now_us = time.time_ns() // 1000
-            fence = max(now_us, store.fences.get(name, 0) + 1)
-            store.fences[name] = fence
+            if store.readers or store.queues:
+                readers = store.current_readers(name)
+                if readers or store.blocked(name, token, shared=False):
+                    store.note_waiter(name, token, meta, patience_ms)
+                    store.enqueue(name, token, False, patience_ms)
+                    return Attempt(False, holder_pttl_ms=_pttl(readers.values()))
+                store.dequeue(name, token)
+            store.forget_waiter(name, token)
+            fence, acquired_ms = store.next_fence(name)
             store.held[name] = _Held(
                 token=token,
                 fence=fence,
                 meta=meta,
-                acquired_ms=now_us // 1000,
+                acquired_ms=acquired_ms,
                 expires=time.monotonic() + ttl_ms / 1000,
             )
-            return Attempt(True, fencing_token=fence, acquired_ms=now_us // 1000)
+            return Attempt(True, fencing_token=fence, acquired_ms=acquired_ms)
 
     def wait_for_turn(self, name: str, timeout: float) -> str | None:
         store = self._store
         with store.changed:
-            if store.current(name) is not None:
+            if store.current(name) is not None or name in store.readers or name in store.queues:
                 store.changed.wait(timeout)
         return None
 
-    def _queue(self, name: str, token: str, meta: str, patience_ms: int) -> None:
-        queue = self._store.waiting.setdefault(name, {})
-        meta, arrival, _ = queue.get(token, (meta, time.time_ns() // 1000, 0.0))
-        queue[token] = (meta, arrival, time.monotonic() + patience_ms / 1000)
-
-    def _unqueue(self, name: str, token: str) -> None:
-        queue = self._store.waiting.get(name)
-        if queue is not None:
-            queue.pop(token, None)
-            if not queue:
-                del self._store.waiting[name]
-
-    def _registered(self, name: str) -> list[tuple[str, int]]:
-        """The metadata and arrival (us) of each waiter still registered, oldest first."""
-        now = time.monotonic()
-        queue = self._store.waiting.get(name, {})
-        return [(meta, arrival) for meta, arrival, end in queue.values() if end > now]
-
     def leave_queue(self, name: str, token: str) -> None:
+        """Leave the queue (exclusive waiters queue only while shared holds are in use)."""
         with self._store.changed:
-            self._unqueue(name, token)
+            self._store.dequeue(name, token)
+            self._store.forget_waiter(name, token)
+            self._store.changed.notify_all()
 
     def waiters(self, name: str) -> list[WaiterInfo] | None:
         validate_name(name)
         with self._store.changed:
-            registered = self._registered(name)
+            registered = self._store.registered(name)
         now_ms = time.time_ns() // 1_000_000
         return [
             WaiterInfo.from_stored(meta_json=meta, arrival_us=arrival, now_ms=now_ms)
@@ -199,8 +263,8 @@ class LocMemBackend(BaseLockBackend):
         validate_name(name)
         with self._store.changed:
             entry = self._store.current(name)
-            if entry is None:
-                return None
+            if entry is None:  # the first shared holder to end, if any (as on Redis)
+                return next(iter(self.shared_holders(name)), None)
             pttl = max(round((entry.expires - time.monotonic()) * 1000), 0)
             return LockInfo.from_stored(
                 name=name,
@@ -213,7 +277,7 @@ class LocMemBackend(BaseLockBackend):
                 renewals=entry.renewals,
                 depth=entry.depth,
                 alias=self.alias,
-                waiters=len(self._registered(name)),
+                waiters=len(self._store.registered(name)),
             )
 
     def held_names(self, prefix: str = "") -> list[HeldEntry]:
@@ -229,10 +293,129 @@ class LocMemBackend(BaseLockBackend):
                             name,
                             wall + entry.expires - now,
                             entry.acquired_ms / 1000,
-                            len(self._registered(name)),
+                            len(self._store.registered(name)),
                         )
                     )
         return sorted(found)
+
+    # --- shared locks -----------------------------------------------------------------
+    def shared_acquire(
+        self, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
+        store = self._store
+        with store.changed:
+            readers = store.current_readers(name)
+            mine = readers.get(token)
+            if mine is not None:
+                return Attempt(True, fencing_token=mine.fence, acquired_ms=mine.acquired_ms)
+            entry = store.current(name)
+            if entry is not None or store.blocked(name, token, shared=True):
+                store.note_waiter(name, token, meta, patience_ms)
+                store.enqueue(name, token, True, patience_ms)
+                wait = [entry] if entry is not None else list(readers.values())
+                return Attempt(False, holder_pttl_ms=_pttl(wait))
+            store.dequeue(name, token)
+            store.forget_waiter(name, token)
+            fence, acquired_ms = store.next_fence(name)
+            store.readers.setdefault(name, {})[token] = _Held(
+                token, fence, meta, acquired_ms, time.monotonic() + ttl_ms / 1000
+            )
+            store.changed.notify_all()  # shared waiters behind it may come in too
+            return Attempt(True, fencing_token=fence, acquired_ms=acquired_ms)
+
+    def shared_wait_and_acquire(
+        self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
+        self.wait_for_turn(name, timeout)
+        sent = time.monotonic()
+        attempt = self.shared_acquire(name, token, ttl_ms, meta, patience_ms)
+        return attempt._replace(sent=sent)
+
+    def shared_leave(self, name: str, token: str) -> None:
+        self.leave_queue(name, token)
+
+    def shared_release(self, name: str, token: str, *, every_level: bool = False) -> int:
+        store = self._store
+        with store.changed:
+            held = store.current_readers(name).get(token)
+            if held is None:
+                return 0
+            if held.depth > 1 and not every_level:
+                held.depth -= 1
+                return 2
+            del store.readers[name][token]
+            store.current_readers(name)  # drops the name when nobody is left
+            store.changed.notify_all()
+            return 1
+
+    def shared_extend(
+        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
+    ) -> bool:
+        with self._store.changed:
+            held = self._store.current_readers(name).get(token)
+            if held is None:
+                return False
+            if renewal and self.max_renewals is not None and held.renewals >= self.max_renewals:
+                raise self.renewal_limit_reached(name)
+            held.expires = time.monotonic() + ttl_ms / 1000
+            held.renewals += renewal
+            held.depth += reenter
+            return True
+
+    def shared_holders(self, name: str) -> tuple[LockInfo, ...]:
+        validate_name(name)
+        with self._store.changed:
+            holds = sorted(self._store.current_readers(name).values(), key=lambda h: h.expires)
+            now, now_ms = time.monotonic(), time.time_ns() // 1_000_000
+            return tuple(
+                LockInfo.from_stored(
+                    name=name,
+                    token=held.token,
+                    fence=held.fence,
+                    meta_json=held.meta,
+                    acquired_ms=held.acquired_ms,
+                    now_ms=now_ms,
+                    pttl_ms=round((held.expires - now) * 1000),
+                    renewals=held.renewals,
+                    depth=held.depth,
+                    alias=self.alias,
+                    shared=True,
+                )
+                for held in holds
+            )
+
+    def held_shared(self, prefix: str = "") -> dict[str, tuple[LockInfo, ...]]:
+        with self._store.changed:
+            names = sorted(name for name in self._store.readers if name.startswith(prefix))
+        found = {name: self.shared_holders(name) for name in names}
+        return {name: holders for name, holders in found.items() if holders}
+
+    async def ashared_acquire(
+        self, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
+        return self.shared_acquire(name, token, ttl_ms, meta, patience_ms)
+
+    async def ashared_wait_and_acquire(
+        self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
+        # Blocking on the condition would stall the event loop: wait in a thread.
+        return await asyncio.to_thread(
+            self.shared_wait_and_acquire, timeout, name, token, ttl_ms, meta, patience_ms
+        )
+
+    async def ashared_leave(self, name: str, token: str) -> None:
+        self.shared_leave(name, token)
+
+    async def ashared_release(self, name: str, token: str, *, every_level: bool = False) -> int:
+        return self.shared_release(name, token, every_level=every_level)
+
+    async def ashared_extend(
+        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
+    ) -> bool:
+        return self.shared_extend(name, token, ttl_ms, renewal=renewal, reenter=reenter)
+
+    async def ashared_holders(self, name: str) -> tuple[LockInfo, ...]:
+        return self.shared_holders(name)
 
     # --- semaphores -------------------------------------------------------------------
     def _semaphores(self) -> dict[str, _Semaphore]:
@@ -399,3 +582,9 @@ class LocMemBackend(BaseLockBackend):
 
     async def asemaphore_info(self, name: str) -> SemaphoreInfo | None:
         return self.semaphore_info(name)
+
+
+def _pttl(holds: Iterable[_Held]) -> int:
+    """Return ms until the last of ``holds`` ends (1 when there are none)."""
+    now = time.monotonic()
+    return max((round((h.expires - now) * 1000) for h in holds), default=1) or 1

@@ -80,6 +80,11 @@ NO_SEMAPHORES = (
     "a permit count kept on several independent servers would need a quorum "
     "protocol distlock does not implement"
 )
+NO_SHARED_LOCKS = (
+    "a set of shared holders kept on several independent servers, each handing the lock "
+    "to a different batch of waiters, would need a quorum protocol distlock does not "
+    "implement"
+)
 LOCATION_HINT = (
     "For example 'LOCATION': ['redis://10.0.0.1:6379/0', 'redis://10.0.0.2:6379/0', "
     "'redis://10.0.0.3:6379/0']: an odd number (at least 3) of independent Redis servers."
@@ -122,6 +127,7 @@ class RedlockBackend(BaseLockBackend):
 
     own_options = BaseLockBackend.own_options | {"DRIFT_FACTOR"}
     no_semaphores = NO_SEMAPHORES
+    no_shared_locks = NO_SHARED_LOCKS
 
     def configure(self, params: dict[str, Any], problems: Problems) -> None:
         super().configure(params, problems)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from distlock.backends.redis_ops import grants, listing, locks, semaphores
+from distlock.backends.redis_ops import grants, listing, locks, semaphores, shared
 from distlock.backends.redis_ops.scripts import LOADED, LUA, expand, header
 from distlock.backends.redis_ops.steps import Eval, EvalMany, PopThenEval
 from distlock.names import KeyLayout
@@ -89,6 +89,11 @@ def every_call() -> list[Eval]:
         first_step(semaphores.extend(scope, "n", "t", 1000, True)),
         semaphores.inspect_call(scope, "n"),
         first_step(semaphores.held_semaphores(scope, "")).calls[0],
+        shared.acquire_call(layout, "n", "~t", 1000, "{}", 0, False),
+        shared.release_call(layout, "n", "~t", every_level=True),
+        first_step(shared.leave(scope, "n", "~t")),
+        shared.extend_call(layout, "n", "~t", 1000, True, False, 3),
+        shared.inspect_call(layout, "n"),
     ]
     waited = first_step(locks.wait_and_acquire(scope, 1.0, "n", "t", 1000, "{}", 0))
     assert isinstance(waited, PopThenEval)

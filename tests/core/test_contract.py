@@ -452,6 +452,27 @@ def test_info_held_and_force_release() -> None:
     assert backend.held() == []
 
 
+def test_shared_holders_exclude_the_writer_or_the_backend_says_what_to_use(
+    backend_kind: str,
+) -> None:
+    readers = [distlock.lock("rw", shared=True, ttl=5, wait=0) for _ in range(2)]
+    if backend_kind.startswith("redlock"):  # no quorum protocol for shared holders
+        with pytest.raises(distlock.SharedLocksNotSupported, match="RedisBackend"):
+            readers[0].acquire()
+        return
+    assert all(lk.acquire() for lk in readers)
+    writer = distlock.lock("rw", ttl=5, wait=0)
+    outcome: list[bool] = []
+    thread = threading.Thread(target=lambda: outcome.append(writer.acquire()))
+    thread.start()
+    thread.join(5)
+    assert outcome == [False]  # another thread: this one holds shared (an upgrade)
+    for lk in readers:
+        lk.release()
+    assert writer.acquire() and not distlock.lock("rw", shared=True, wait=0).acquire()
+    writer.release()
+
+
 def test_lock_names_with_any_text_are_distinct() -> None:
     names = ["a:b", "a{b}", "a*", "a b", "ключ", "a/b", "a%3Ab", "{", "}", "a?[x]"]
     held = [distlock.lock(name, ttl=5) for name in names]

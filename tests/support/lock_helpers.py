@@ -253,3 +253,26 @@ def queued_in_turn(name: str, count: int, join: Callable[[int], Any]) -> list[An
             assert time.monotonic() < deadline, f"waiter {place + 1} never queued for {name!r}"
             time.sleep(0.01)
     return joined
+
+
+@contextmanager
+def contenders(count: int, timeout: float = 10.0) -> Iterator[Callable[[], None]]:
+    """Yield ``wait()``, which returns once ``count`` acquires have found their lock held
+    (``lock_contended``: sent after the attempt that queued them), so a test knows its
+    waiters are queued without sleeping for it."""
+    from distlock.signals import lock_contended
+
+    seen = threading.Semaphore(0)
+
+    def on_contended(sender: Any, **kwargs: Any) -> None:
+        seen.release()
+
+    def wait() -> None:
+        for _ in range(count):
+            assert seen.acquire(timeout=timeout), "a waiter never queued"
+
+    lock_contended.connect(on_contended, weak=False)
+    try:
+        yield wait
+    finally:
+        lock_contended.disconnect(on_contended)

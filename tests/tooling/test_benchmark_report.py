@@ -66,6 +66,8 @@ def latency_section(handoff: float, pair: float) -> dict[str, Any]:
     fits[latency.HANDOFF_CLUSTER] = {anchors.DISTLOCK: fit(handoff)}
     for operation in latency.REDLOCK.values():
         fits[operation] = {library: fit(2.05) for library in anchors.REDLOCK_LIBRARIES}
+    fits[latency.SHARED_PAIR] = {anchors.DISTLOCK: fit(pair)}
+    fits[latency.BATCH_HANDOFF] = {anchors.DISTLOCK: fit(handoff)}
     return {
         "delays_ms": [0, 1],
         "large_from_ms": 1,
@@ -238,6 +240,8 @@ def test_the_latency_table_has_a_row_per_operation_and_a_column_per_library() ->
     )
     assert "| Redlock pair, 3 nodes | 2 | 2.05 | - | - | 2.05 | 2.05 |" in text
     assert "| handoff through Sentinel | 1 | 1.1 | - | - | - | - |" in text
+    assert "| shared acquire+release | 2 | 2 | - | - | - | - |" in text
+    assert "| handoff to a batch of readers | 1 | 1.1 | - | - | - | - |" in text
     assert "| distlock | 12.0 | 2.4 | evalsha x2 |" in text
     assert "| python-redis-lock | 5 | 1 | evalsha x1, set x1 |" in text
 

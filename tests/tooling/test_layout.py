@@ -24,6 +24,7 @@ CORE = [
     "fencing",
     "signals",
     "semaphore",
+    "shared",
     "cache",
     "leader",
     "transactions",

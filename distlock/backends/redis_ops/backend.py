@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from ...exceptions import BackendUnavailable
 from ...info import LockInfo, SemaphoreInfo, WaiterInfo
 from ..base import Attempt, BaseLockBackend, HeldEntry, check_prefix
-from . import grants, listing, locks, semaphores
+from . import grants, listing, locks, semaphores, shared
 from .runner import Runner
 
 
@@ -85,10 +85,11 @@ class ScriptedBackend(Runner, BaseLockBackend):
         return await self.arun(locks.extend(self, name, token, ttl_ms, renewal, reenter))
 
     def info(self, name: str) -> LockInfo | None:
-        return self.run(locks.info(self, name))
+        # The exclusive holder, or one of the shared holders (shared.info).
+        return self.run(shared.info(self, name))
 
     async def ainfo(self, name: str) -> LockInfo | None:
-        return await self.arun(locks.info(self, name))
+        return await self.arun(shared.info(self, name))
 
     def waiters(self, name: str) -> list[WaiterInfo] | None:
         return self.run(locks.waiters(self, name))
@@ -177,3 +178,60 @@ class ScriptedBackend(Runner, BaseLockBackend):
 
     def held_semaphores(self, prefix: str = "") -> list[SemaphoreInfo]:
         return self.run(semaphores.held_semaphores(self, prefix))
+
+    # --- shared locks ---------------------------------------------------------------------
+    def shared_acquire(
+        self, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
+        return self.run(shared.try_acquire(self, name, token, ttl_ms, meta, patience_ms))
+
+    async def ashared_acquire(
+        self, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
+        return await self.arun(shared.try_acquire(self, name, token, ttl_ms, meta, patience_ms))
+
+    def shared_wait_and_acquire(
+        self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
+        return self.run(
+            shared.wait_and_acquire(self, timeout, name, token, ttl_ms, meta, patience_ms)
+        )
+
+    async def ashared_wait_and_acquire(
+        self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
+        return await self.arun(
+            shared.wait_and_acquire(self, timeout, name, token, ttl_ms, meta, patience_ms)
+        )
+
+    def shared_leave(self, name: str, token: str) -> None:
+        self.run(shared.leave(self, name, token))
+
+    async def ashared_leave(self, name: str, token: str) -> None:
+        await self.arun(shared.leave(self, name, token))
+
+    def shared_release(self, name: str, token: str, *, every_level: bool = False) -> int:
+        return self.run(shared.release(self, name, token, every_level))
+
+    async def ashared_release(self, name: str, token: str, *, every_level: bool = False) -> int:
+        return await self.arun(shared.release(self, name, token, every_level))
+
+    def shared_extend(
+        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
+    ) -> bool:
+        return self.run(shared.extend(self, name, token, ttl_ms, renewal, reenter))
+
+    async def ashared_extend(
+        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
+    ) -> bool:
+        return await self.arun(shared.extend(self, name, token, ttl_ms, renewal, reenter))
+
+    def shared_holders(self, name: str) -> tuple[LockInfo, ...]:
+        return self.run(shared.holders(self, name))
+
+    async def ashared_holders(self, name: str) -> tuple[LockInfo, ...]:
+        return await self.arun(shared.holders(self, name))
+
+    def held_shared(self, prefix: str = "") -> dict[str, tuple[LockInfo, ...]]:
+        check_prefix(prefix)
+        return self.run(shared.held_shared(self, prefix))

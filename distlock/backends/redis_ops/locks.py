@@ -198,13 +198,7 @@ def extended(scope: Scope, name: str, outcome: Any) -> bool:
 
 
 # --- introspection ------------------------------------------------------------------------
-def info(scope: Scope, name: str) -> Steps[LockInfo | None]:
-    """Return the LockInfo of ``name`` if it is held, else None."""
-    validate_name(name)  # operators pass names by hand: a clear error, not an AttributeError
-    reply = yield inspect_call(scope.layout, name)
-    return lock_info_from(scope.alias, name, reply)
-
-
+# (Who holds a lock, of either kind: shared.info, which reads inspect.lua's reply.)
 def inspect_call(layout: KeyLayout, name: str, redlock: bool = False) -> Eval:
     k = layout.keys_for(name)
     # The zset that says how long each waiter stays registered: Redlock's nodes keep one.
@@ -212,8 +206,9 @@ def inspect_call(layout: KeyLayout, name: str, redlock: bool = False) -> Eval:
 
 
 def lock_info_from(alias: str, name: str, reply: list[Any]) -> LockInfo | None:
-    """Return the LockInfo in inspect.lua's reply, None when the lock is not held."""
-    if not reply:
+    """Return the LockInfo in inspect.lua's reply, None when the lock is not held (or held
+    shared: see shared.info)."""
+    if len(reply) < 3:
         return None
     value, pttl, now, waiters = reply
     token, fence, acquired, renewals, depth, meta = text(value).split(" ", 5)

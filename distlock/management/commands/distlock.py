@@ -7,6 +7,9 @@
 
 A semaphore (distlock.semaphore) is one row of ``list`` with its holders; ``info NAME`` shows
 its holders and ``release NAME --token T`` frees one permit (see distlock.management.semaphores).
+A lock held shared (distlock.lock(shared=True)) is one row of ``list`` with its holders, as is
+a semaphore; ``info NAME`` lists each holder and ``release NAME --token T`` releases one
+(distlock.management.shared).
 ``list`` without ``--using`` lists every alias of DISTLOCK; ``info`` and ``release`` act on
 ``--using`` (default "default"). Django's common options (``-v``, ``--settings``, ...) may also
 follow the action. When a lock server cannot be reached nothing is listed or shown (the state
@@ -32,8 +35,8 @@ from ... import metrics
 from ...backends.base import BaseLockBackend
 from ...exceptions import BackendUnavailable, LockError
 from ...handler import DEFAULT_ALIAS, locks
-from ...info import LockInfo, SemaphoreInfo, shorten
-from .. import semaphores, waiters
+from ...info import LockInfo, SemaphoreInfo, WaiterInfo, shorten
+from .. import semaphores, shared, waiters
 from ..lead import add_lead_parser, lead
 from ..tables import aligned
 
@@ -123,12 +126,14 @@ class Command(BaseCommand):
         aliases = [using] if using else _aliases()
         held: list[LockInfo] = []
         held_semaphores: list[SemaphoreInfo] = []
+        held_shared: list[shared.Held] = []
         unreachable: dict[str, str] = {}
         for alias in aliases:
             try:
                 backend = _backend(alias)
                 held.extend(_all_held(backend, prefix))
                 held_semaphores += _guarded(alias, semaphores.held_semaphores, backend, prefix)
+                held_shared.append(_guarded(alias, shared.held_shared, backend, prefix))
             except CommandError as exc:
                 if using or exc.returncode != UNKNOWN_EXIT_CODE:
                     raise
@@ -151,14 +156,17 @@ class Command(BaseCommand):
                 _dumps(
                     [info.as_json_dict() for info in held]
                     + semaphores.semaphore_json(held_semaphores)
+                    + shared.shared_json(held_shared)
                 )
             )
-        elif held or held_semaphores:
+        elif held or held_semaphores or any(held_shared):
             tables = [lock_table(held, show_alias=len(aliases) > 1)] if held else []
             if held_semaphores:
                 tables.append(
                     semaphores.semaphore_table(held_semaphores, show_alias=len(aliases) > 1)
                 )
+            if any(held_shared):
+                tables.append(shared.shared_table(held_shared, show_alias=len(aliases) > 1))
             self.stdout.write("\n\n".join(tables))
         else:
             where = f" starting with {prefix!r}" if prefix else ""
@@ -175,8 +183,13 @@ class Command(BaseCommand):
             )
             return
         backend = _backend(using)
-        info = _held_or_fail(backend, name)
+        holders = _guarded(using, shared.shared_holders, backend, name)
+        info = None if holders else _held_or_fail(backend, name)
         queued = _guarded(using, backend.waiters, name)
+        if holders:
+            self._show_shared(name, using, holders, queued, as_json)
+            return
+        assert info is not None
         if as_json:
             data = {**info.as_json_dict(), "waiting": waiters.waiters_json(queued)}
             self.stdout.write(_dumps(data))
@@ -184,6 +197,29 @@ class Command(BaseCommand):
         for label, value in describe(info):
             self.stdout.write(f"{label + ':':<15} {value}")
         for line in waiters.waiter_lines(queued) if info.waiters or queued is None else []:
+            self.stdout.write(line)
+
+    def _show_shared(
+        self,
+        name: str,
+        using: str,
+        holders: tuple[LockInfo, ...],
+        queued: list[WaiterInfo] | None,
+        as_json: bool,
+    ) -> None:
+        if as_json:
+            data = {
+                "name": name,
+                "alias": using,
+                "shared": True,
+                "holders": [h.as_json_dict() for h in holders],
+                "waiting": waiters.waiters_json(queued),
+            }
+            self.stdout.write(_dumps(data))
+            return
+        self.stdout.write("\n".join(shared.describe_shared(name, using, holders)))
+        self.stdout.write(f"{'Waiters:':<15} {'?' if queued is None else len(queued)}")
+        for line in waiters.waiter_lines(queued) if queued or queued is None else []:
             self.stdout.write(line)
 
     # --- release ------------------------------------------------------------------------
@@ -194,6 +230,10 @@ class Command(BaseCommand):
         semaphore = _semaphore_instead(backend, name)
         if semaphore is not None:
             self._release_permit(backend, semaphore, token, yes, options)
+            return
+        holders = _guarded(using, shared.shared_holders, backend, name)
+        if holders:
+            self._release_shared(backend, name, holders, token, yes, options)
             return
         info = _held_or_fail(backend, name)
         if token is not None and token != info.token:
@@ -259,6 +299,40 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Freed the permit of the semaphore {holder.name!r} (alias "
             f"{backend.alias!r}) held by {holder.host} pid {holder.pid}."
+        )
+
+    def _release_shared(
+        self,
+        backend: BaseLockBackend,
+        name: str,
+        holders: tuple[LockInfo, ...],
+        token: str | None,
+        yes: bool,
+        options: dict[str, Any],
+    ) -> None:
+        holder = shared.holder_of(name, holders, token)
+        if isinstance(holder, str):
+            raise CommandError(holder, returncode=NOT_HELD_EXIT_CODE)
+        if not yes:
+            self._confirm(holder, options.get("stdin") or sys.stdin)
+        if not _guarded(backend.alias, backend.force_release_shared, name, holder.token):
+            raise CommandError(
+                f"The shared hold of {name!r} was released or expired before it could be released.",
+                returncode=NOT_HELD_EXIT_CODE,
+            )
+        logger.info(
+            "distlock: released a shared hold of %r (alias %r, token %s, fencing token %s, "
+            "held by %s pid %s) with manage.py distlock release",
+            name,
+            backend.alias,
+            holder.token,
+            holder.fencing_token,
+            holder.host,
+            holder.pid,
+        )
+        self.stdout.write(
+            f"Released the shared hold of {name!r} (alias {backend.alias!r}) held by "
+            f"{holder.host} pid {holder.pid}, fencing token {holder.fencing_token}."
         )
 
     def _confirm(self, info: LockInfo, stdin: Any) -> None:

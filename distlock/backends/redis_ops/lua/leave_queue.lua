@@ -7,15 +7,22 @@
 -- ARGV[1]  token     the waiter's token
 -- ARGV[2]  grace     ms the next waiter has to claim the lock, if it is handed on
 -- Reply:   1
--- Effect:  the token (and its metadata) out of the queue; a lock handed to it in the meantime goes on to the
---          next waiter (hand_over.lua).
+-- Effect:  the token (and its metadata) out of the queue; a lock handed to it in the
+--          meantime goes on to the next waiter (hand_over.lua). While shared holders hold the
+--          lock (its key holds "=~"), the shared waiters this waiter kept out are woken to
+--          join them (wake_readers.lua).
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[2] .. '|about', ARGV[1])
-if redis.call('GET', KEYS[1]) == '=' .. ARGV[1] then
+local value = redis.call('GET', KEYS[1])
+if value == '=' .. ARGV[1] then
   redis.call('DEL', KEYS[1])
   -- #include "include/now.lua"
   local grace = ARGV[2]
   -- #include "include/hand_over.lua"
+elseif value == '=~' then
+  -- #include "include/now.lua"
+  local grace = ARGV[2]
+  -- #include "include/wake_readers.lua"
 end
 return 1

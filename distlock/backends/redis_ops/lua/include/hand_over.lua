@@ -5,13 +5,18 @@
 -- Effect:  the lock holds "=" .. the first waiter still registered, for grace ms, so that
 --          nobody else can take it first; that waiter's own list (KEYS[2] .. ':' .. token)
 --          gets one element, which wakes its BLPOP, and the waiter claims the lock with
---          acquire.lua in the same round trip. Waiters whose registration ran out (they gave
---          up, or died) are dropped on the way, with their metadata (KEYS[2] .. '|about'; up
---          to 16 are looked at).
+--          acquire.lua in the same round trip. When that waiter is a shared one (its token
+--          starts with '~'), the lock goes to the whole run of shared waiters at the head of
+--          the queue instead (hand_to_readers.lua). Waiters whose registration ran out (they
+--          gave up, or died) are dropped on the way, with their metadata (KEYS[2] .. '|about';
+--          up to 16 are looked at).
 local queued = redis.call('ZRANGE', KEYS[2], 0, 15)
 for _, waiter in ipairs(queued) do
   local alive = tonumber(redis.call('ZSCORE', KEYS[3], waiter))
-  if alive and alive > now_ms then
+  if alive and alive > now_ms and string.sub(waiter, 1, 1) == '~' then
+    -- #include "hand_to_readers.lua"
+    break
+  elseif alive and alive > now_ms then
     redis.call('SET', KEYS[1], '=' .. waiter, 'PX', grace)
     local wake = KEYS[2] .. ':' .. waiter
     redis.call('RPUSH', wake, 1)

@@ -1,0 +1,32 @@
+-- shared_keys.lua (included): the names the shared-lock parts use for a script's keys.
+--
+-- Needs:   lock_key, readers_key, rmeta_key and shared_index (the keys, set by the script),
+--          name (the lock's name) and now_ms (number).
+-- Sets:    prune_readers(), which drops holders and reservations whose lease ended (and
+--          their fields), and settle_readers(), which returns false when no holder or
+--          reservation is left, else sets the lock to the shared marker "=~" until the last
+--          lease ends (the readers zset and holder fields expire with it) and scores the
+--          name by that end in the shared index, and returns that end (ms).
+-- Why:     a crashed reader's lease ends on the server's clock, without a release: every
+--          shared script prunes first, so only live holders count.
+local function prune_readers()
+  local ended = redis.call('ZRANGEBYSCORE', readers_key, '-inf', now_ms)
+  for first = 1, #ended, 1000 do
+    local chunk = {unpack(ended, first, math.min(first + 999, #ended))}
+    redis.call('ZREM', readers_key, unpack(chunk))
+    redis.call('HDEL', rmeta_key, unpack(chunk))
+  end
+end
+local function settle_readers()
+  local top = redis.call('ZRANGE', readers_key, -1, -1, 'WITHSCORES')
+  if #top == 0 then
+    return false
+  end
+  local last = tonumber(top[2])
+  local until_ms = string.format('%.0f', last + 1)
+  redis.call('SET', lock_key, '=~', 'PXAT', until_ms)
+  redis.call('PEXPIREAT', readers_key, until_ms)
+  redis.call('PEXPIREAT', rmeta_key, until_ms)
+  redis.call('ZADD', shared_index, top[2], name)
+  return last
+end

@@ -1,0 +1,46 @@
+-- shared_extend.lua: extend a shared holder's lease (also for renewals and reentrant
+-- acquires).
+--
+-- KEYS[1]  lock      as for shared_acquire.lua
+-- KEYS[2]  index     the bucket's shared index, as for shared_acquire.lua
+-- KEYS[3]  readers   as for shared_acquire.lua
+-- KEYS[4]  holders   as for shared_acquire.lua
+-- ARGV[1]  token     the holder's token
+-- ARGV[2]  lease     the new lease, ms from now
+-- ARGV[3]  name      the lock's name
+-- ARGV[4]  renewal   '1' to count a renewal, else '0'
+-- ARGV[5]  reenter   '1' to count one more reentrant level, else '0'
+-- ARGV[6]  most      the most renewals one hold may have (OPTIONS['MAX_RENEWALS']), or ''
+-- Reply:   as extend.lua's: 1 when extended, 0 when the token holds no shared place (any
+--          more), 2 when a renewal was refused at ARGV[6] renewals.
+-- Effect:  the holder's lease set to the new one (its renewals or depth counted), holders
+--          whose lease ended dropped, and the lock's key, the shared keys and the index
+--          entry made to last until the last lease ends.
+-- #include "include/now.lua"
+local lock_key, readers_key, rmeta_key, shared_index = KEYS[1], KEYS[3], KEYS[4], KEYS[2]
+local name = ARGV[3]
+-- #include "include/shared_keys.lua"
+if redis.call('GET', lock_key) ~= '=~' then
+  return 0
+end
+local held = redis.call('HGET', rmeta_key, ARGV[1])
+local lease_end = tonumber(redis.call('ZSCORE', readers_key, ARGV[1]))
+if not held or not lease_end or lease_end <= now_ms then
+  return 0
+end
+local fence, acquired, renewals, depth, meta = string.match(held, '^(%S+) (%S+) (%S+) (%S+) (.*)$')
+if ARGV[4] == '1' and ARGV[6] ~= '' and tonumber(renewals) >= tonumber(ARGV[6]) then
+  return 2
+end
+if ARGV[4] == '1' then
+  renewals = tonumber(renewals) + 1
+end
+if ARGV[5] == '1' then
+  depth = tonumber(depth) + 1
+end
+redis.call('HSET', rmeta_key, ARGV[1],
+  fence .. ' ' .. acquired .. ' ' .. renewals .. ' ' .. depth .. ' ' .. meta)
+redis.call('ZADD', readers_key, string.format('%.0f', now_ms + tonumber(ARGV[2])), ARGV[1])
+prune_readers()
+settle_readers()
+return 1
