@@ -17,8 +17,6 @@ import time
 from functools import lru_cache
 from typing import Any, Protocol
 
-from .metrics_recorder import Recorder
-
 _otel: Any
 try:
     from opentelemetry import metrics as _otel
@@ -131,9 +129,6 @@ class Instruments:
 
 _instruments = Instruments(_otel) if _otel is not None else None
 
-# Hands the points to the SDK from a thread of its own (started on the first point).
-recorder = Recorder()
-
 
 def use(instruments: Instruments | None) -> None:
     """Record through ``instruments`` from now on (None: record nothing), instead of the
@@ -151,31 +146,22 @@ def now() -> float:
 def wait_ended(lock: Lock, began: float, outcome: str) -> None:
     """Record an acquire() that began at ``began`` (now()) and ended with ``outcome``."""
     if _instruments is not None:
-        recorder.submit(
-            _instruments.wait.record, time.monotonic() - began, attributes_of(lock, outcome)
-        )
+        _instruments.wait.record(time.monotonic() - began, attributes_of(lock, outcome))
 
 
 def hold_ended(lock: Lock, since: float) -> None:
     """Record a hold granted at ``since`` (now()) that ends now."""
     if _instruments is not None and since:
-        recorder.submit(_instruments.hold.record, time.monotonic() - since, attributes_of(lock))
+        _instruments.hold.record(time.monotonic() - since, attributes_of(lock))
 
 
 def lost(lock: Lock) -> None:
     """Count a lease lost while held."""
     if _instruments is not None:
-        recorder.submit(_instruments.lost.add, 1, attributes_of(lock))
+        _instruments.lost.add(1, attributes_of(lock))
 
 
 def force_released(alias: str, kind: str, name: str) -> None:
     """Count an operator's force release of lock (or semaphore permit) ``name``."""
     if _instruments is not None:
-        attributes = _attributes(alias, kind, derived_name(name), None)
-        recorder.submit(_instruments.force_released.add, 1, attributes)
-
-
-def flush(timeout: float | None = None) -> bool:
-    """Wait until every point recorded so far was handed to the SDK (see recorder.Recorder);
-    return False if ``timeout`` seconds ran out first. Call it before reading a reader."""
-    return recorder.flush(timeout)
+        _instruments.force_released.add(1, _attributes(alias, kind, derived_name(name), None))
