@@ -107,8 +107,8 @@ class SharedKeys(NamedTuple):
     queue: str  # the lock's queue, shared by both kinds (a shared waiter's token starts '~')
     live: str  # the lock's waiter liveness zset
     index: str  # type: ignore[assignment]  # zset of shared-held names in the bucket, by lease end
-    readers: str  # zset: shared holder token -> lease end (queue + ':readers')
-    holders: str  # hash: shared holder token -> its fields (queue + ':rmeta')
+    readers: str  # zset: shared holder token -> lease end (queue + '|readers')
+    holders: str  # hash: shared holder token -> its fields (queue + '|rmeta')
 
 
 class KeyLayout:
@@ -173,6 +173,6 @@ class KeyLayout:
             queue=k.waiters,
             live=k.live,
             index=self.shared_index_keys[bucket_of(name)],
-            readers=f"{k.waiters}:readers",  # hand_to_readers.lua derives it so
-            holders=f"{k.waiters}:rmeta",
+            readers=f"{k.waiters}|readers",  # hand_to_readers.lua derives it so
+            holders=f"{k.waiters}|rmeta",
         )

@@ -21,6 +21,7 @@ class SharedRow:
     name: str
     alias: str
     holders: list[PermitRow]
+    waiters: int | None  # how many are queued (None: the backend cannot say)
 
 
 def shared_rows(
@@ -51,6 +52,7 @@ def shared_rows(
                         )
                         for holder in holders
                     ],
+                    holders[0].waiters,
                 )
             )
     return rows

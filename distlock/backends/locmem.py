@@ -366,6 +366,7 @@ class LocMemBackend(BaseLockBackend):
         validate_name(name)
         with self._store.changed:
             holds = sorted(self._store.current_readers(name).values(), key=lambda h: h.expires)
+            waiters = len(self._store.registered(name))
             now, now_ms = time.monotonic(), time.time_ns() // 1_000_000
             return tuple(
                 LockInfo.from_stored(
@@ -380,6 +381,7 @@ class LocMemBackend(BaseLockBackend):
                     depth=held.depth,
                     alias=self.alias,
                     shared=True,
+                    waiters=waiters,
                 )
                 for held in holds
             )

@@ -42,12 +42,13 @@ def shared_json(held: list[Held]) -> list[dict[str, Any]]:
 
 def shared_table(held: list[Held], *, show_alias: bool = False) -> str:
     """Return one aligned row per lock held shared: how many hold it, and who."""
-    header = ["SHARED LOCK", "HOLDERS", "WHO (EXPIRES IN)"]
+    header = ["SHARED LOCK", "HOLDERS", "WAITERS", "WHO (EXPIRES IN)"]
     rows = [
         [
             holders[0].alias,
             name,
             str(len(holders)),
+            "?" if holders[0].waiters is None else str(holders[0].waiters),
             ", ".join(f"{h.host}:{h.pid} ({h.ttl_remaining:.1f}s)" for h in holders),
         ]
         for one in held

@@ -37,6 +37,7 @@ def test_a_shared_lock_is_one_row_with_its_holders(admin_client: Client, readers
     assert row.name == "price-list" and row.alias == "default"
     assert {h.info.token for h in row.holders} == {lk.token for lk in readers}
     assert all(h.info.shared for h in row.holders)
+    assert row.waiters == 0
     page = response.content.decode()
     assert "Shared locks" in page and page.count(">Release this hold</a>") == 2
     assert "render prices" in page

@@ -28,9 +28,9 @@ def test_list_shows_a_shared_lock_as_one_row_with_its_holders(redis_backend: str
     lines = distlock_command("list").splitlines()
     assert lines[0].startswith("NAME ") and lines[1].startswith("reports:daily ")
     assert lines[2] == ""
-    assert lines[3].split()[:3] == ["SHARED", "LOCK", "HOLDERS"]
+    assert lines[3].split()[:4] == ["SHARED", "LOCK", "HOLDERS", "WAITERS"]
     row = lines[4].split()
-    assert row[:2] == ["price-list", "3"] and lines[4].count(f":{os.getpid()} (") == 3
+    assert row[:3] == ["price-list", "3", "0"] and lines[4].count(f":{os.getpid()} (") == 3
     assert len(lines) == 5
     listed = json.loads(distlock_command("list", "--json"))
     readers = [entry for entry in listed if entry["shared"]]

@@ -98,3 +98,41 @@ def test_the_waiters_metadata_is_stored_on_the_waiting_path_only(
     # way), which claims it.
     assert backend.try_acquire("pay:1", "claiming", 10_000, meta, None, 0).acquired
     assert not client.exists(about)
+
+
+def test_a_shared_lock_counts_and_lists_its_waiters(backend_kind: str) -> None:
+    """A writer and a reader queued behind readers: counted on every holder's LockInfo and
+    listed in queue order, their metadata gone once they hold."""
+    if backend_kind.startswith("redlock"):  # no shared locks there: refused, nothing queued
+        with pytest.raises(distlock.SharedLocksNotSupported):
+            distlock.lock("prices", shared=True, ttl=30).acquire()
+        return
+    reader = distlock.lock("prices", shared=True, ttl=30)
+    assert reader.acquire()
+    backend = distlock.locks["default"]
+    acquired: list[str] = []
+
+    def join(place: int) -> threading.Thread:
+        shared = place == 1  # a writer first, then a reader it keeps out
+        kind = "reader" if shared else "writer"
+
+        def wait() -> None:
+            lock = distlock.lock("prices", shared=shared, ttl=10, wait=20, purpose=kind)
+            assert lock.acquire()
+            acquired.append(kind)
+            lock.release()
+
+        thread = threading.Thread(target=wait, daemon=True)
+        thread.start()
+        return thread
+
+    threads = queued_in_turn("prices", 2, join)
+
+    [holder] = backend.shared_holders("prices")
+    assert holder.waiters == 2
+    assert [w.purpose for w in backend.waiters("prices")] == ["writer", "reader"]
+    reader.release()
+    for thread in threads:
+        thread.join(20)
+    assert acquired == ["writer", "reader"]
+    assert backend.waiters("prices") == []

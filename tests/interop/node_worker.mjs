@@ -67,6 +67,12 @@ const commands = {
     }
   },
 
+  // Print who holds NAME, as JSON ("null" when nobody does).
+  async holder(name) {
+    const found = await client.holder(name);
+    say(JSON.stringify(found, (_, value) => (typeof value === "bigint" ? String(value) : value)));
+  },
+
   // Print the SHA1 of each script file given as JSON, as this client loads it.
   async shas(namesJson) {
     say(JSON.stringify(JSON.parse(namesJson).map((name) => loadScript(DEFAULT_SCRIPTS_DIR, name).sha)));

@@ -206,6 +206,27 @@ def test_a_node_holder_killed_while_holding_is_released_by_its_lease(any_fleet: 
     successor.release()
 
 
+def test_node_reads_who_holds_a_lock_python_took(any_fleet: Fleet) -> None:
+    """The Node client's holder() reads a Python holder's metadata, the waiter count, and the
+    shared marker while Python readers hold the lock."""
+
+    def node_holder(name: str) -> Any:
+        process = any_fleet.node_process("holder", name)
+        line = process.stdout.readline() if process.stdout else ""
+        assert process.wait() == 0, f"node holder {name!r} failed"
+        return json.loads(line)
+
+    assert node_holder("read-me") is None
+    with distlock.lock("read-me", ttl=10, purpose="python holds it") as held:
+        found = node_holder("read-me")
+        assert found["purpose"] == "python holds it"
+        assert found["pid"] == os.getpid()
+        assert int(found["fencingToken"]) == held.fencing_token
+        assert found["waiters"] == 0
+    with distlock.lock("read-me", shared=True, ttl=10):
+        assert node_holder("read-me") == {"shared": True}
+
+
 # --- one round trip, either way -----------------------------------------------------------
 ROUND_TRIP = 0.1  # the proxy adds 50 ms each way
 

@@ -37,7 +37,7 @@ GROUPS: list[tuple[str, str, list[str]]] = [
     (
         "Locks",
         "The scripts a client of one server or a Cluster runs (the Node.js client runs these).",
-        ["acquire", "release", "leave_queue", "extend", "inspect"],
+        ["acquire", "release", "leave_queue", "extend", "inspect", "waiters"],
     ),
     ("Listings", "What `distlock list` and the admin read.", ["held_names", "inspect_many"]),
     (
@@ -51,6 +51,12 @@ GROUPS: list[tuple[str, str, list[str]]] = [
             "semaphore_inspect",
             "semaphore_held_names",
         ],
+    ),
+    (
+        "Shared locks",
+        "Shared holds (readers) of a lock; the exclusive scripts above see them as described "
+        "under [Shared locks](#shared-locks).",
+        ["shared_acquire", "shared_release", "shared_extend", "shared_leave", "shared_inspect"],
     ),
     (
         "Redlock nodes",

@@ -74,11 +74,14 @@ export class LockClient {
   }
 
   /** Return who holds `name` ({token, fencingToken, acquiredAt, ttlRemaining, host, pid,
-   * thread, purpose, renewals, depth}), or null when nobody does. */
+   * thread, purpose, renewals, depth, waiters}), {shared: true} while shared holders (readers,
+   * a Python feature) hold it, or null when nobody does. */
   async holder(name) {
-    const reply = await this.run("inspect", [this.keys(validateName(name)).lock], []);
+    const keys = this.keys(validateName(name));
+    const reply = await this.run("inspect", [keys.lock, keys.live], []);
     if (reply.length === 0) return null;
-    const [value, pttl] = reply;
+    if (reply.length === 1) return { shared: true }; // ['~']: the shared marker
+    const [value, pttl, , waiters] = reply;
     const [token, fence, acquired, renewals, depth, ...meta] = value.split(" ");
     return {
       token,
@@ -88,6 +91,7 @@ export class LockClient {
       ...JSON.parse(meta.join(" ") || "{}"),
       renewals: Number(renewals),
       depth: Number(depth),
+      waiters: Number(waiters),
     };
   }
 

@@ -182,14 +182,14 @@ def holders(scope: Scope, name: str) -> Steps[tuple[LockInfo, ...]]:
 
 def inspect_call(layout: KeyLayout, name: str) -> Eval:
     k = layout.shared_keys_for(name)
-    return Eval(INSPECT, [k.lock, k.readers, k.holders], [], idempotent=True)
+    return Eval(INSPECT, [k.lock, k.readers, k.holders, k.live], [], idempotent=True)
 
 
 def holders_from(alias: str, name: str, reply: list[Any]) -> tuple[LockInfo, ...]:
     """Return the holders in shared_inspect.lua's reply."""
     if not reply:
         return ()
-    now_ms, entries = int(reply[0]), reply[1:]
+    now_ms, waiters, entries = int(reply[0]), int(reply[1]), reply[2:]
     found = []
     for i in range(0, len(entries), 3):
         token, fields, lease_end = text(entries[i]), text(entries[i + 1]), int(entries[i + 2])
@@ -206,6 +206,7 @@ def holders_from(alias: str, name: str, reply: list[Any]) -> tuple[LockInfo, ...
             renewals=int(renewals),
             depth=int(depth),
             alias=alias,
+            waiters=waiters,
         )
         found.append(info)
     return tuple(found)

@@ -11,10 +11,10 @@
 -- KEYS[5]  index     zset: the shared-held names of the lock's bucket -> last lease end (ms)
 -- KEYS[6]  readers   zset: shared holder token -> lease end (ms); a token a release reserved
 --                    a place for (no holder fields yet) -> end of its grace. Its name is
---                    KEYS[3] .. ':readers'
+--                    KEYS[3] .. '|readers'
 -- KEYS[7]  holders   hash: shared holder token -> "FENCE ACQUIRED_MS RENEWALS DEPTH METADATA"
 --                    (as acquire.lua's value, without the token). Its name is KEYS[3] ..
---                    ':rmeta'
+--                    '|rmeta'
 -- ARGV[1]  token     the acquirer's token ('~' and 32 hexadecimal digits)
 -- ARGV[2]  lease     ms
 -- ARGV[3]  metadata  the holder's JSON
@@ -26,8 +26,8 @@
 --          queue (0 first, -1 not queued), server time ms}.
 -- Effect:  the token holds a shared place for the lease (a new fencing token drawn) when the
 --          lock is free, when a release reserved a place for it, or when shared holders hold
---          it and no exclusive waiter still registered is queued ahead of it (a queued writer
---          keeps later readers out). Otherwise it queues as acquire.lua does (its metadata
+--          it and no exclusive waiter still registered is queued ahead of it, anywhere in the
+--          queue (a queued writer keeps later readers out). Otherwise it queues as acquire.lua does (its metadata
 --          kept while it waits). Holders whose
 --          lease ended are dropped first (shared_keys.lua).
 -- #include "include/clock.lua"
@@ -50,21 +50,27 @@ elseif value == '=~' then
     end
     may_join = true
   else
-    -- Join unless a registered exclusive waiter is queued ahead of this token.
+    -- Join unless a registered exclusive waiter is queued ahead of this token: the whole
+    -- queue is looked at, 256 at a time (a newcomer is behind everyone in it).
     may_join = true
-    if redis.call('EXISTS', KEYS[3]) == 1 then
-      for _, waiter in ipairs(redis.call('ZRANGE', KEYS[3], 0, 63)) do
+    local first, done = 0, redis.call('EXISTS', KEYS[3]) == 0
+    while not done do
+      local chunk = redis.call('ZRANGE', KEYS[3], first, first + 255)
+      done = #chunk < 256
+      for _, waiter in ipairs(chunk) do
         if waiter == token then
+          done = true
           break
         end
         if string.sub(waiter, 1, 1) ~= '~' then
           local alive = tonumber(redis.call('ZSCORE', KEYS[4], waiter))
           if alive and alive > tonumber(now_ms) then
-            may_join = false
+            may_join, done = false, true
             break
           end
         end
       end
+      first = first + 256
     end
   end
 end

@@ -3,9 +3,9 @@
 -- Needs:   KEYS[1] the lock, KEYS[2] the queue, KEYS[3] the liveness zset, now_ms (number)
 --          and grace (ms: how long the waiter has to claim the lock).
 -- Effect:  the lock holds "=" .. the first waiter still registered, for grace ms, so that
---          nobody else can take it first; that waiter's own list (KEYS[2] .. ':' .. token)
---          gets one element, which wakes its BLPOP, and the waiter claims the lock with
---          acquire.lua in the same round trip. When that waiter is a shared one (its token
+--          nobody else can take it first, and that waiter leaves the queue; its own list
+--          (KEYS[2] .. ':' .. token) gets one element, which wakes its BLPOP, and the waiter
+--          claims the lock with acquire.lua in the same round trip. When that waiter is a shared one (its token
 --          starts with '~'), the lock goes to the whole run of shared waiters at the head of
 --          the queue instead (hand_to_readers.lua). Waiters whose registration ran out (they
 --          gave up, or died) are dropped on the way, with their metadata (KEYS[2] .. '|about';
@@ -17,6 +17,12 @@ for _, waiter in ipairs(queued) do
     -- #include "hand_to_readers.lua"
     break
   elseif alive and alive > now_ms then
+    -- The waiter leaves the queue now: it holds a reservation, not a place. Were it to die
+    -- unclaimed, an entry left behind would keep the readers queued behind it out for its
+    -- whole registration, not just the grace.
+    redis.call('ZREM', KEYS[2], waiter)
+    redis.call('ZREM', KEYS[3], waiter)
+    redis.call('HDEL', KEYS[2] .. '|about', waiter)
     redis.call('SET', KEYS[1], '=' .. waiter, 'PX', grace)
     local wake = KEYS[2] .. ':' .. waiter
     redis.call('RPUSH', wake, 1)

@@ -6,7 +6,9 @@
 --          their fields), and settle_readers(), which returns false when no holder or
 --          reservation is left, else sets the lock to the shared marker "=~" until the last
 --          lease ends (the readers zset and holder fields expire with it) and scores the
---          name by that end in the shared index, and returns that end (ms).
+--          name by that end in the shared index (on one call in 10, up to 32 names whose
+--          last lease ended without a release dropped from it, as index.lua does), and returns
+--          that end (ms).
 -- Why:     a crashed reader's lease ends on the server's clock, without a release: every
 --          shared script prunes first, so only live holders count.
 local function prune_readers()
@@ -28,5 +30,11 @@ local function settle_readers()
   redis.call('PEXPIREAT', readers_key, until_ms)
   redis.call('PEXPIREAT', rmeta_key, until_ms)
   redis.call('ZADD', shared_index, top[2], name)
+  if now_ms % 10 == 0 then  -- as index.lua: names whose last lease ended without a release
+    local ended = redis.call('ZRANGEBYSCORE', shared_index, '-inf', now_ms, 'LIMIT', 0, 32)
+    if #ended > 0 then
+      redis.call('ZREM', shared_index, unpack(ended))
+    end
+  end
   return last
 end
