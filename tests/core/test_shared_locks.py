@@ -4,6 +4,7 @@ them; Redlock refuses them with an error that says what to use."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from typing import Any
@@ -294,3 +295,40 @@ async def test_a_shared_wait_cancelled_takes_no_hold() -> None:
     late = distlock.lock("catalogue", ttl=5, wait=3)
     assert await late.aacquire()
     await late.arelease()
+
+
+def test_an_event_loop_run_by_the_holding_thread_is_refused_the_upgrade() -> None:
+    """The shared lock held by this thread outside any task; the exclusive one asked from
+    a coroutine this thread runs (asyncio.run from sync code): it would wait for itself."""
+
+    async def upgrade() -> bool:
+        return await distlock.lock("catalogue", ttl=5, wait=2).aacquire()
+
+    with reader():
+        started = time.monotonic()
+        with pytest.raises(SharedLockUpgrade):
+            asyncio.run(upgrade())
+        assert time.monotonic() - started < 0.5
+
+
+def test_a_thread_given_an_ended_holders_ident_is_not_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A thread that ended still holding (its caller forgot to release): a new thread may
+    be given its ident, and is not the holder."""
+    kept: list[distlock.Lock] = []
+    ended: list[tuple[int, int | None]] = []
+
+    def hold_and_end() -> None:
+        lk = reader(ttl=10)
+        assert lk.acquire()
+        kept.append(lk)
+        ended.append(sys.modules["distlock.lock"]._current_owner())
+
+    thread = threading.Thread(target=hold_and_end)
+    thread.start()
+    thread.join(5)
+    # The new thread is given the ended one's ident (as the OS may do).
+    monkeypatch.setattr(sys.modules["distlock.lock"], "_current_owner", lambda: ended[0])
+    assert elsewhere(distlock.lock("catalogue", ttl=5, wait=0).acquire) is False  # not refused
+    kept[0].release()
