@@ -12,6 +12,7 @@ import math
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -113,6 +114,8 @@ class Lock:
         self._meta = ""
         self._depth = 0
         self._owner: tuple[int, int | None] | None = None
+        # A shared holder's thread: its ident may be reused by a new thread once it ended.
+        self._owner_thread: weakref.ref[threading.Thread] | None = None
         self._lease_deadline = 0.0  # time.monotonic() by which the lease surely ended
         self._lost = False
         self._lost_because: str | None = None  # why, when it was not a vanished lease
@@ -211,6 +214,7 @@ class Lock:
         if self.reentrant or self.shared:  # only these compare owners
             self._owner = _current_owner()
         if self.shared:
+            self._owner_thread = weakref.ref(threading.current_thread())
             shared.note_hold(self)
         self._lease_deadline = attempts.lease_started(attempt) + attempts.ttl_ms / 1000
         self._lost = self._releasing = False
@@ -441,6 +445,7 @@ class Lock:
         self._ttl_ms, self._depth, self._lost = ttl_ms, 1, False
         self._owner = _current_owner() if self.reentrant or self.shared else None
         if self.shared:
+            self._owner_thread = weakref.ref(threading.current_thread())
             shared.note_hold(self)
         self._lease_deadline = started + ttl_ms / 1000
         if self.auto_renew and self._renewal is None:
@@ -536,7 +541,11 @@ class Lock:
     def holds_shared_for(self, owner: tuple[int, int | None]) -> bool:
         """Return True if this shared lock is held, by ``owner`` (a thread and task), with a
         lease not known to have ended or a release waiting for a transaction."""
-        return self._owner == owner and (self._pending is not None or self.lease_left() > 0)
+        if self._owner != owner or self._owner_thread is None:
+            return False
+        thread = self._owner_thread()  # the owner's, not a new thread given its ident
+        alive = thread is not None and thread.is_alive()
+        return alive and (self._pending is not None or self.lease_left() > 0)
 
     def _is_mine(self, info: LockInfo | None) -> bool:
         return info is not None and info.token == self.token
@@ -562,6 +571,7 @@ class Lock:
         self._backend = None
         self._depth = 0
         self._owner = None
+        self._owner_thread = None
         self._releasing = self._lost = self._released_in_time = False
 
     def _expired_error(self, action: str) -> LockNotOwned:

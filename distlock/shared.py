@@ -48,12 +48,16 @@ def forget_hold(lock: Any) -> None:
 
 
 def refuse_upgrade(kind: str, using: str, name: str, owner: tuple[int, int | None]) -> None:
-    """Raise SharedLockUpgrade if ``owner`` (a thread and task) holds the shared lock
-    ``name`` of ``using``: a hold whose lease has not ended, or whose release waits for a
-    database transaction. (``kind``: a semaphore of the same name is another thing.)"""
+    """Raise SharedLockUpgrade if ``owner`` (a thread and task), or its thread outside any
+    task, holds the shared lock ``name`` of ``using``: a hold whose lease has not ended, or
+    whose release waits for a database transaction. (``kind``: a semaphore of the same name
+    is another thing.)"""
     with _holds_guard:
         held = list(holds.get((kind, using, name), ()))
-    if any(lock.holds_shared_for(owner) for lock in held):
+    # A coroutine run by a thread that holds the lock outside any task (asyncio.run from
+    # sync code) is that thread too: it would wait for itself as well.
+    owners = {owner, (owner[0], None)}
+    if any(lock.holds_shared_for(other) for lock in held for other in owners):
         raise SharedLockUpgrade(
             f"This thread holds the shared lock {name!r} (alias {using!r}) and asked for the "
             "exclusive lock of the same name, which would wait for itself. Release the shared "

@@ -80,8 +80,8 @@ class _Store:
     fences: dict[str, int] = field(default_factory=dict)
     changed: threading.Condition = field(default_factory=threading.Condition)
     semaphores: dict[str, _Semaphore] = field(default_factory=dict)
-    # Shared holds of a lock: name -> token -> hold; and the waiters of a lock whose name
-    # has shared activity, both kinds in one queue: name -> token -> (shared, patience end).
+    # Shared holds of a lock: name -> token -> hold; and the waiters of each lock, both
+    # kinds in one queue (first come, first served): name -> token -> (shared, patience end).
     readers: dict[str, dict[str, _Held]] = field(default_factory=dict)
     queues: dict[str, OrderedDict[str, tuple[bool, float]]] = field(default_factory=dict)
     # Who waits for each lock (either kind), in arrival order, for operators: token ->
@@ -123,6 +123,16 @@ class _Store:
             if not (shared and other_shared):
                 return True
         return False
+
+    def must_wait(self, name: str, token: str, shared: bool) -> bool:
+        """Return True while ``token`` may not take ``name`` (of its kind): another holds it
+        exclusively, readers hold it (for an exclusive acquirer), or a waiter ahead goes first."""
+        entry = self.current(name)
+        if entry is not None:
+            return entry.token != token
+        if not shared and self.current_readers(name):
+            return True
+        return self.blocked(name, token, shared)
 
     def enqueue(self, name: str, token: str, shared: bool, patience_ms: int) -> None:
         if patience_ms > 0:
@@ -182,21 +192,16 @@ class LocMemBackend(BaseLockBackend):
         store = self._store
         with store.changed:
             entry = store.current(name)
-            if entry is not None:
-                if entry.token == token:
-                    return Attempt(True, fencing_token=entry.fence, acquired_ms=entry.acquired_ms)
-                remaining = max(round((entry.expires - time.monotonic()) * 1000), 1)
+            if entry is not None and entry.token == token:
+                return Attempt(True, fencing_token=entry.fence, acquired_ms=entry.acquired_ms)
+            readers = store.current_readers(name)
+            if entry is not None or readers or store.blocked(name, token, shared=False):
+                # Every waiter queues, whatever kind holds now: a reader arriving later
+                # must not pass it (first come, first served across kinds).
                 store.note_waiter(name, token, meta, patience_ms)
-                if store.readers or store.queues:  # the queue matters once readers came
-                    store.enqueue(name, token, False, patience_ms)
-                return Attempt(False, holder_pttl_ms=remaining)
-            if store.readers or store.queues:
-                readers = store.current_readers(name)
-                if readers or store.blocked(name, token, shared=False):
-                    store.note_waiter(name, token, meta, patience_ms)
-                    store.enqueue(name, token, False, patience_ms)
-                    return Attempt(False, holder_pttl_ms=_pttl(readers.values()))
-                store.dequeue(name, token)
+                store.enqueue(name, token, False, patience_ms)
+                return Attempt(False, holder_pttl_ms=_pttl([entry] if entry else readers.values()))
+            store.dequeue(name, token)
             store.forget_waiter(name, token)
             fence, acquired_ms = store.next_fence(name)
             store.held[name] = _Held(
@@ -215,8 +220,32 @@ class LocMemBackend(BaseLockBackend):
                 store.changed.wait(timeout)
         return None
 
+    def _wait_for_turn_of(self, name: str, token: str, shared: bool, timeout: float) -> None:
+        """Block until ``token`` may take ``name`` or ``timeout`` passes. Checked under the
+        store's condition, with the token: a release between the failed attempt and this
+        wait is not missed, and the waiters ahead of it are seen."""
+        with self._store.changed:
+            if self._store.must_wait(name, token, shared):
+                self._store.changed.wait(timeout)
+
+    def wait_and_acquire(
+        self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
+        self._wait_for_turn_of(name, token, False, timeout)
+        sent = time.monotonic()
+        return self.try_acquire(name, token, ttl_ms, meta, None, patience_ms)._replace(sent=sent)
+
+    async def await_and_acquire(
+        self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+    ) -> Attempt:
+        # Wait in a thread (blocking on the condition would stall the event loop), acquire
+        # on the loop: a task cancelled while it waits takes nothing.
+        await asyncio.to_thread(self._wait_for_turn_of, name, token, False, timeout)
+        sent = time.monotonic()
+        return self.try_acquire(name, token, ttl_ms, meta, None, patience_ms)._replace(sent=sent)
+
     def leave_queue(self, name: str, token: str) -> None:
-        """Leave the queue (exclusive waiters queue only while shared holds are in use)."""
+        """Leave the queue of ``name`` (either kind's)."""
         with self._store.changed:
             self._store.dequeue(name, token)
             self._store.forget_waiter(name, token)
@@ -326,7 +355,7 @@ class LocMemBackend(BaseLockBackend):
     def shared_wait_and_acquire(
         self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
     ) -> Attempt:
-        self.wait_for_turn(name, timeout)
+        self._wait_for_turn_of(name, token, True, timeout)
         sent = time.monotonic()
         attempt = self.shared_acquire(name, token, ttl_ms, meta, patience_ms)
         return attempt._replace(sent=sent)
@@ -400,10 +429,12 @@ class LocMemBackend(BaseLockBackend):
     async def ashared_wait_and_acquire(
         self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
     ) -> Attempt:
-        # Blocking on the condition would stall the event loop: wait in a thread.
-        return await asyncio.to_thread(
-            self.shared_wait_and_acquire, timeout, name, token, ttl_ms, meta, patience_ms
-        )
+        # Wait in a thread, acquire on the loop (as await_and_acquire): acquired in the
+        # thread, a cancelled task's hold would outlive it for its whole lease.
+        await asyncio.to_thread(self._wait_for_turn_of, name, token, True, timeout)
+        sent = time.monotonic()
+        attempt = self.shared_acquire(name, token, ttl_ms, meta, patience_ms)
+        return attempt._replace(sent=sent)
 
     async def ashared_leave(self, name: str, token: str) -> None:
         self.shared_leave(name, token)
