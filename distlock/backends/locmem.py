@@ -599,10 +599,12 @@ class LocMemBackend(BaseLockBackend):
         meta: str,
         patience_ms: int,
     ) -> Attempt:
-        # Blocking on the condition would stall the event loop: wait in a thread.
-        return await asyncio.to_thread(
-            self.semaphore_wait_and_acquire, timeout, name, limit, token, ttl_ms, meta, patience_ms
-        )
+        # Wait in a thread, acquire on the loop (as await_and_acquire): acquired in the
+        # thread, a cancelled task's permit would outlive it for its whole lease.
+        await asyncio.to_thread(self._semaphore_wait, name, token, timeout)
+        sent = time.monotonic()
+        attempt = self.semaphore_acquire(name, limit, token, ttl_ms, meta, patience_ms)
+        return attempt._replace(sent=sent)
 
     async def asemaphore_leave(self, name: str, token: str) -> None:
         self.semaphore_leave(name, token)

@@ -275,6 +275,22 @@ async def test_async_waiter_is_woken_by_release() -> None:
     await waiter.arelease()
 
 
+async def test_an_async_wait_cancelled_takes_no_hold() -> None:
+    """A wait that blocks in a worker thread (django_redis, a Cluster's) goes on after its
+    task is cancelled; whatever it takes then is given back."""
+    holder = distlock.lock("async-cancel", ttl=5, wait=0)
+    assert await holder.aacquire()
+    waiting = distlock.lock("async-cancel", ttl=10, wait=5)
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(waiting.aacquire(), 0.2)  # cancelled while it waits
+    assert waiting.token is None
+    await holder.arelease()
+    # A hold taken anyway would keep the next acquirer out for its whole 10 s lease.
+    late = distlock.lock("async-cancel", ttl=5, wait=3)
+    assert await late.aacquire()
+    await late.arelease()
+
+
 def test_decorator_holds_the_lock_per_call() -> None:
     seen = []
 

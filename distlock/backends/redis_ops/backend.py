@@ -4,7 +4,8 @@ client reaches, locks and semaphores kept by the Lua scripts.
 A subclass supplies the client: RedisBackend builds its own (and an async one per event
 loop), DjangoRedisBackend borrows a django-redis cache's. Each operation is one generator in
 .locks, .semaphores or .listing; here each is run on the sync client and, beside it, on the
-async one (``run``/``arun``, from .runner).
+async one (``run``/``arun``, from .runner). Each async acquire names the release that gives
+its token back, for a task cancelled while part of it runs in a thread (see .threads).
 """
 
 from __future__ import annotations
@@ -39,7 +40,10 @@ class ScriptedBackend(Runner, BaseLockBackend):
     async def atry_acquire(
         self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None, patience_ms: int
     ) -> Attempt:
-        return await self.arun(locks.try_acquire(self, name, token, ttl_ms, meta, patience_ms))
+        return await self.arun(
+            locks.try_acquire(self, name, token, ttl_ms, meta, patience_ms),
+            give_back=lambda: locks.release(self, name, token, False),
+        )
 
     def wait_and_acquire(
         self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
@@ -52,7 +56,8 @@ class ScriptedBackend(Runner, BaseLockBackend):
         self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
     ) -> Attempt:
         return await self.arun(
-            locks.wait_and_acquire(self, timeout, name, token, ttl_ms, meta, patience_ms)
+            locks.wait_and_acquire(self, timeout, name, token, ttl_ms, meta, patience_ms),
+            give_back=lambda: locks.release(self, name, token, False),
         )
 
     def wait_for_turn(self, name: str, timeout: float) -> str | None:
@@ -117,7 +122,8 @@ class ScriptedBackend(Runner, BaseLockBackend):
         self, name: str, limit: int, token: str, ttl_ms: int, meta: str, patience_ms: int
     ) -> Attempt:
         return await self.arun(
-            semaphores.acquire(self, name, limit, token, ttl_ms, meta, patience_ms)
+            semaphores.acquire(self, name, limit, token, ttl_ms, meta, patience_ms),
+            give_back=lambda: semaphores.release(self, name, token),
         )
 
     def semaphore_wait_and_acquire(
@@ -149,7 +155,8 @@ class ScriptedBackend(Runner, BaseLockBackend):
         return await self.arun(
             semaphores.wait_and_acquire(
                 self, timeout, name, limit, token, ttl_ms, meta, patience_ms
-            )
+            ),
+            give_back=lambda: semaphores.release(self, name, token),
         )
 
     def semaphore_leave(self, name: str, token: str) -> None:
@@ -188,7 +195,10 @@ class ScriptedBackend(Runner, BaseLockBackend):
     async def ashared_acquire(
         self, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
     ) -> Attempt:
-        return await self.arun(shared.try_acquire(self, name, token, ttl_ms, meta, patience_ms))
+        return await self.arun(
+            shared.try_acquire(self, name, token, ttl_ms, meta, patience_ms),
+            give_back=lambda: shared.release(self, name, token, False),
+        )
 
     def shared_wait_and_acquire(
         self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
@@ -201,7 +211,8 @@ class ScriptedBackend(Runner, BaseLockBackend):
         self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
     ) -> Attempt:
         return await self.arun(
-            shared.wait_and_acquire(self, timeout, name, token, ttl_ms, meta, patience_ms)
+            shared.wait_and_acquire(self, timeout, name, token, ttl_ms, meta, patience_ms),
+            give_back=lambda: shared.release(self, name, token, False),
         )
 
     def shared_leave(self, name: str, token: str) -> None:

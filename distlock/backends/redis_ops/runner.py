@@ -7,7 +7,8 @@ holds one while it waits.
 
 Each kind of step (distlock.backends.redis_ops.steps) runs two ways, side by side below: on
 the sync client and on this event loop's async client. A step with no native async form (a
-Cluster node's own pipeline, a listing) runs its sync form in a worker thread. What every
+Cluster node's own pipeline, a listing) runs its sync form in a worker thread (.threads:
+what it acquires for a task cancelled meanwhile is given back). What every
 step shares (the resend after a dropped connection, the errors) is in ``execute`` and
 ``aexecute``, twins of a few lines.
 """
@@ -21,7 +22,6 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import redis
-from asgiref.sync import sync_to_async
 
 from ...exceptions import BackendUnavailable
 from .steps import (
@@ -36,8 +36,11 @@ from .steps import (
     drive,
     text,
 )
+from .threads import in_thread
 
 T = TypeVar("T")
+# The operation that gives back what an acquire may have taken (a release of its token).
+GiveBack = Callable[[], Steps[Any]] | None
 
 # What the client raises when a call's outcome is unknown. RedisClusterException (an
 # unreachable cluster, while the client is built) is not a RedisError.
@@ -81,12 +84,18 @@ class Runner:
         """Run an operation; return its outcome."""
         return drive(steps, self.execute)
 
-    async def arun(self, steps: Steps[T]) -> T:
-        """Run an operation on this event loop's client; return its outcome."""
+    async def arun(self, steps: Steps[T], give_back: GiveBack = None) -> T:
+        """Run an operation on this event loop's client; return its outcome.
+
+        An operation that may acquire names the one that gives it back (``give_back``): a
+        part of it run in a worker thread goes on after its task is cancelled, and that
+        thread then runs ``give_back`` (see .threads).
+        """
+        undo = None if give_back is None else lambda: self.run(give_back())
         client = await self.async_client()
         if client is None:
-            return await sync_to_async(self.run, thread_sensitive=False)(steps)
-        return await adrive(steps, lambda step: self.aexecute(step, client))
+            return await in_thread(self.run, steps, give_back=undo)
+        return await adrive(steps, lambda step: self.aexecute(step, client, undo))
 
     # --- one step -----------------------------------------------------------------------
     def execute(self, step: Any) -> Any:
@@ -109,8 +118,14 @@ class Runner:
                 raise self.unavailable(exc) from exc
         raise AssertionError("unreachable: the second attempt returns or raises")
 
-    async def aexecute(self, step: Any, client: Any) -> Any:
+    async def aexecute(
+        self, step: Any, client: Any, give_back: Callable[[], object] | None = None
+    ) -> Any:
         """Async twin of execute(), on ``client``: the same resend, the same errors."""
+        if self.cluster and type(step) in NODE_PIPELINED:
+            # Only a node's own (sync) client keeps a script and BLPOP or WAIT on one
+            # connection: execute() in a thread, given back if its task is cancelled.
+            return await in_thread(self.execute, step, give_back=give_back)
         for attempt in (1, 2):
             try:
                 return await ASYNC[type(step)](self, step, client)
@@ -169,8 +184,6 @@ class Runner:
         raise AssertionError("unreachable: the script is loaded")  # pragma: no cover
 
     async def aconfirmed(self, step: Confirmed, client: Any) -> tuple[Any, int]:
-        if self.cluster:  # only a node's own client keeps the script and WAIT on one connection
-            return await asyncio.to_thread(self.confirmed, step)
         call = step.call
         for _ in range(2):
             pipe = client.pipeline(transaction=False)
@@ -213,8 +226,6 @@ class Runner:
         return replies
 
     async def apop_then_eval(self, step: PopThenEval, client: Any) -> list[Any] | None:
-        if self.cluster:  # a node's own client pipelines BLPOP and the script together
-            return await asyncio.to_thread(self.pop_then_eval, step)
         call = step.call
         try:
             pipe = client.pipeline(transaction=False)
@@ -310,6 +321,8 @@ class Runner:
             return call()
 
 
+# The steps a Cluster runs on one node's sync client (aexecute runs them in a thread).
+NODE_PIPELINED = (Confirmed, PopThenEval)
 # How each kind of step runs: on the sync client, and on an async one.
 SYNC: dict[type, Callable[[Any, Any], Any]] = {
     Eval: Runner.eval,
