@@ -13,7 +13,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from . import handler, metrics, renewal, shared
@@ -144,20 +144,22 @@ class Lock:
     # --- acquire ------------------------------------------------------------------------
     def acquire(self, wait: float | None = _UNSET) -> bool:
         """Acquire the lock, waiting up to ``wait`` seconds; return True if acquired."""
-        if shared.holds and not self.shared:  # a process holding no shared lock skips it
-            shared.refuse_upgrade(self.kind, self.using, self.name, _current_owner())
-        held = self._waiting_release()
-        if held is not None and self._take_back(held):
-            return True
-        self._forget_an_ended_lease()
-        if self.token is not None:
-            if self.reentrant and self._reenter(self._check_reentry()):
+        began = metrics.now()
+        with self._errors_recorded(began):
+            if shared.holds and not self.shared:  # a process holding no shared lock skips it
+                shared.refuse_upgrade(self.kind, self.using, self.name, _current_owner())
+            held = self._waiting_release()
+            if held is not None and self._take_back(held):
                 return True
-            if not self.reentrant and self._is_mine(self.backend.info(self.name)):
-                raise self._already_held_error()
-            self._forget()  # its hold ended on the server (force release, lease): start anew
-        self._warn_if_snapshot_predates()
-        attempts = _Attempts(self, self.backend, self._wait_argument(wait))
+            self._forget_an_ended_lease()
+            if self.token is not None:
+                if self.reentrant and self._reenter(self._check_reentry()):
+                    return True
+                if not self.reentrant and self._is_mine(self.backend.info(self.name)):
+                    raise self._already_held_error()
+                self._forget()  # its hold ended on the server (force release, lease): anew
+            self._warn_if_snapshot_predates()
+        attempts = _Attempts(self, self.backend, self._wait_argument(wait), began)
         backend = attempts.backend
         attempt = attempts.guarded(backend.try_acquire, *attempts.request())
         while not attempt.acquired:
@@ -173,19 +175,21 @@ class Lock:
 
     async def aacquire(self, wait: float | None = _UNSET) -> bool:
         """Async twin of acquire()."""
-        if shared.holds and not self.shared:  # a process holding no shared lock skips it
-            shared.refuse_upgrade(self.kind, self.using, self.name, _current_owner())
-        held = self._waiting_release()
-        if held is not None and await self._atake_back(held):
-            return True
-        self._forget_an_ended_lease()
-        if self.token is not None:
-            if self.reentrant and await self._areenter(self._check_reentry()):
+        began = metrics.now()
+        with self._errors_recorded(began):
+            if shared.holds and not self.shared:  # a process holding no shared lock skips it
+                shared.refuse_upgrade(self.kind, self.using, self.name, _current_owner())
+            held = self._waiting_release()
+            if held is not None and await self._atake_back(held):
                 return True
-            if not self.reentrant and self._is_mine(await self.backend.ainfo(self.name)):
-                raise self._already_held_error()
-            self._forget()
-        attempts = _Attempts(self, self.backend, self._wait_argument(wait))
+            self._forget_an_ended_lease()
+            if self.token is not None:
+                if self.reentrant and await self._areenter(self._check_reentry()):
+                    return True
+                if not self.reentrant and self._is_mine(await self.backend.ainfo(self.name)):
+                    raise self._already_held_error()
+                self._forget()
+        attempts = _Attempts(self, self.backend, self._wait_argument(wait), began)
         backend = attempts.backend
         attempt = await attempts.aguarded(backend.atry_acquire, *attempts.request())
         while not attempt.acquired:
@@ -196,6 +200,17 @@ class Lock:
             attempt = await attempts.aguarded(backend.await_and_acquire, block, *attempts.waiting())
         self._take(attempts, attempt)
         return True
+
+    @contextlib.contextmanager
+    def _errors_recorded(self, began: float) -> Iterator[None]:
+        """Record a LockError raised before the first attempt (an upgrade refused, the
+        server unreachable) as a wait that ended in an error, as the attempts' own are."""
+        try:
+            yield
+        except LockError:
+            if metrics.ENABLED:
+                metrics.wait_ended(self, began, "error")
+            raise
 
     def _wait_argument(self, wait: Any) -> float | None:
         if wait is _UNSET:
@@ -329,8 +344,6 @@ class Lock:
             self._depth -= 1
             return
         info = self._local_info() if lock_released.has_listeners(_sender(self._backend)) else None
-        if metrics.ENABLED:
-            metrics.hold_ended(self, self._held_since)
         backend = self._backend
         in_time = self._released_in_time
         self._forget()
@@ -438,6 +451,7 @@ class Lock:
             self._backend, self.token = held._backend, held.token
             self.fencing_token, self._acquired_ms = held.fencing_token, held._acquired_ms
             self._meta = held._meta
+            self._held_since, held._held_since = held._held_since, 0.0  # one hold, not two
             held._forget()
         elif self._renewal is not None and not self.auto_renew:  # no more keep-alive
             renewal.renewer.unregister(self._renewal)
@@ -559,6 +573,10 @@ class Lock:
         return self._backend, self.token
 
     def _forget(self) -> None:
+        if self._held_since:  # however the hold ended: released, lost, run out, given up
+            # A lease that ran out (or was lost) ended by its deadline at the latest.
+            metrics.hold_ended(self, self._held_since, min(time.monotonic(), self._lease_deadline))
+            self._held_since = 0.0
         if self._pending is not None:
             self._pending.cancel()
             self._pending = None
@@ -743,7 +761,9 @@ TOO_LATE = Attempt(False, holder_pttl_ms=0)
 class _Attempts:
     """The state of one acquire() call, shared by the sync and async loops."""
 
-    def __init__(self, lock: Lock, backend: BaseLockBackend, wait: float | None) -> None:
+    def __init__(
+        self, lock: Lock, backend: BaseLockBackend, wait: float | None, began: float
+    ) -> None:
         self.lock = lock
         self.backend = backend
         # 128 random bits: unguessable, never reused; a shared holder's marked for the scripts
@@ -755,7 +775,7 @@ class _Attempts:
         self.queue = wait != 0
         self.contended = False
         self.started = 0.0
-        self.began = metrics.now()  # for the wait duration (0.0 when nothing is recorded)
+        self.began = began  # metrics.now() when acquire() was called (0.0: nothing recorded)
         # A moment of the server's clock and a local time before it: (monotonic, server ms).
         self.clock: tuple[float, int] | None = None
 

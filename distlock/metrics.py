@@ -149,10 +149,11 @@ def wait_ended(lock: Lock, began: float, outcome: str) -> None:
         _instruments.wait.record(time.monotonic() - began, attributes_of(lock, outcome))
 
 
-def hold_ended(lock: Lock, since: float) -> None:
-    """Record a hold granted at ``since`` (now()) that ends now."""
+def hold_ended(lock: Lock, since: float, ended: float | None = None) -> None:
+    """Record a hold granted at ``since`` (now()) that ended at ``ended`` (default: now)."""
     if _instruments is not None and since:
-        _instruments.hold.record(time.monotonic() - since, attributes_of(lock))
+        until = time.monotonic() if ended is None else ended
+        _instruments.hold.record(max(until - since, 0.0), attributes_of(lock))
 
 
 def lost(lock: Lock) -> None:

@@ -517,6 +517,7 @@ class HeldLockAdmin(admin.ModelAdmin):
         if not released:
             messages.warning(request, gone)
             return HttpResponseRedirect(back)
+        metrics.force_released(alias, "shared", name)
         self.log_change(
             request,
             HeldLock(name=name),

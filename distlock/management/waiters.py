@@ -13,15 +13,19 @@ def count_text(info: LockInfo) -> str:
     return "?" if info.waiters is None else str(info.waiters)
 
 
-def waiter_lines(waiters: list[WaiterInfo] | None) -> list[str]:
-    """Return one line per waiter, oldest first, for the ``info`` text."""
+def waiter_lines(waiters: list[WaiterInfo] | None, total: int | None = None) -> list[str]:
+    """Return one line per waiter, oldest first, for the ``info`` text; ``total`` is how many
+    wait (the list read is cut at MAX_WAITERS_LISTED: the rest is counted, not listed)."""
     if waiters is None:
         return ["  (this backend keeps how many wait, not who)"]
-    return [
+    lines = [
         f"  {place}. {w.host} pid {w.pid} thread {w.thread}, waiting {w.waited:.1f}s, "
         f"{shorten(w.purpose, 60)}"
         for place, w in enumerate(waiters, start=1)
     ]
+    if total is not None and total > len(waiters):
+        lines.append(f"  ... and {total - len(waiters)} more")
+    return lines
 
 
 def waiters_json(waiters: list[WaiterInfo] | None) -> list[dict[str, Any]] | None:

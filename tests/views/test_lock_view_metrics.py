@@ -70,3 +70,20 @@ def test_a_semaphore_view_reports_its_kind(rf) -> None:
         (metrics.WAIT_DURATION, "semaphore", "exports:{region}"),
         (metrics.HOLD_DURATION, "semaphore", "exports:{region}"),
     }
+
+
+@lock_view(ttl=10)
+def unnamed(request):
+    return HttpResponse("ok")
+
+
+def test_a_view_locked_without_a_name_is_reported_under_the_template_lock_view_made(rf) -> None:
+    from django.contrib.auth.models import AnonymousUser
+
+    request = rf.post("/unnamed/")
+    request.user = AnonymousUser()
+    assert unnamed(request).status_code == 200
+    names = {
+        p.attributes["distlock.name"] for p in collect() if p.instrument == metrics.WAIT_DURATION
+    }
+    assert names == {f"{__name__}.unnamed:{{user}}"}  # as docs/observing.md says

@@ -196,7 +196,9 @@ class Command(BaseCommand):
             return
         for label, value in describe(info):
             self.stdout.write(f"{label + ':':<15} {value}")
-        for line in waiters.waiter_lines(queued) if info.waiters or queued is None else []:
+        for line in (
+            waiters.waiter_lines(queued, info.waiters) if info.waiters or queued is None else []
+        ):
             self.stdout.write(line)
 
     def _show_shared(
@@ -218,8 +220,9 @@ class Command(BaseCommand):
             self.stdout.write(_dumps(data))
             return
         self.stdout.write("\n".join(shared.describe_shared(name, using, holders)))
-        self.stdout.write(f"{'Waiters:':<15} {'?' if queued is None else len(queued)}")
-        for line in waiters.waiter_lines(queued) if queued or queued is None else []:
+        count = holders[0].waiters  # counted on the server: the list read may be cut
+        self.stdout.write(f"{'Waiters:':<15} {'?' if count is None else count}")
+        for line in waiters.waiter_lines(queued, count) if count or queued is None else []:
             self.stdout.write(line)
 
     # --- release ------------------------------------------------------------------------
@@ -320,6 +323,7 @@ class Command(BaseCommand):
                 f"The shared hold of {name!r} was released or expired before it could be released.",
                 returncode=NOT_HELD_EXIT_CODE,
             )
+        metrics.force_released(backend.alias, "shared", name)
         logger.info(
             "distlock: released a shared hold of %r (alias %r, token %s, fencing token %s, "
             "held by %s pid %s) with manage.py distlock release",
