@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from . import handler, metrics, renewal, shared
-from .backends.base import HANDOFF_GRACE_MS, Attempt, BaseLockBackend
+from .backends.base import DRIFT_FACTOR, DRIFT_MS, HANDOFF_GRACE_MS, Attempt, BaseLockBackend
 from .exceptions import (
     BackendUnavailable,
     IsolationLevelWarning,
@@ -856,8 +856,11 @@ class _Attempts:
         return attempt
 
     def _outlived(self, attempt: Attempt) -> bool:
-        """Return True if the grant arrived after its lease had already ended."""
-        return time.monotonic() >= self.lease_started(attempt) + self.ttl_ms / 1000
+        """Return True if the grant arrived with no lease left to use: less than the drift
+        allowance (DRIFT_FACTOR of the lease + DRIFT_MS), so that acquire() never returns
+        True for a lease that ends as it returns."""
+        allowance = (self.ttl_ms * DRIFT_FACTOR + DRIFT_MS) / 1000
+        return time.monotonic() + allowance >= self.lease_started(attempt) + self.ttl_ms / 1000
 
     async def _aforget_maybe_granted(self) -> None:
         with contextlib.suppress(LockError):

@@ -21,6 +21,11 @@ from .settings import LIMIT_OPTIONS, Problems, parse_shared
 FALLBACK_RETRY = 1.0
 # How long a waiter handed a released lock has to claim it before anyone may take it.
 HANDOFF_GRACE_MS = 250
+# What a grant must have left of its lease to count as acquired, as Redlock counts its drift:
+# a share of the lease for the client's and the server's clocks running at different rates,
+# and 2 ms for Redis' millisecond expiry. A grant with less left is given back.
+DRIFT_FACTOR = 0.01
+DRIFT_MS = 2
 # Locks read per batch (one round trip) while walking the held locks.
 HELD_BATCH = 2000
 

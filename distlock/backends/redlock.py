@@ -38,7 +38,7 @@ import redis
 from ..exceptions import BackendUnavailable, InvalidLockBackendError
 from ..info import LockInfo
 from ..names import validate_name
-from .base import Attempt, BaseLockBackend, HeldEntry
+from .base import DRIFT_FACTOR, DRIFT_MS, Attempt, BaseLockBackend, HeldEntry
 from .redis import RedisBackend
 from .redis_ops import grants, listing, locks
 from .redis_ops.fanout import Results, Skipped, afan_out, fan_out
@@ -48,8 +48,7 @@ from .settings import LIMIT_OPTIONS, Problems
 T = TypeVar("T")
 
 MIN_NODES = 3
-DEFAULT_DRIFT_FACTOR = 0.01
-DRIFT_MS = 2  # Redis expires keys with millisecond precision, plus 1 ms for small leases
+DEFAULT_DRIFT_FACTOR = DRIFT_FACTOR  # the OPTIONS' DRIFT_FACTOR when it is not set
 # Once the outcome is decided, how long the remaining nodes may still answer (seconds; at
 # most half the socket timeout). Healthy nodes answer within a millisecond; a busy host can
 # delay one by tens of milliseconds, and leaving it out then only costs redundancy.

@@ -131,3 +131,26 @@ def test_a_waiter_does_not_poll(redis_backend) -> None:
     # holder's release. A 10 ms poll would be some 200.
     assert calls <= 14, stats
     waiter.release()
+
+
+def test_a_grant_with_less_lease_left_than_the_drift_allowance_is_given_back(
+    redis_backend, monkeypatch
+) -> None:
+    """acquire() never returns True for a lease that ends as it returns: a reply that arrives
+    with less than 1% of the lease + 2 ms left (here about 1 ms of a 0.1 s lease) gives the
+    grant back and reports the lock as not acquired."""
+    backend = locks["default"]
+    real = backend.try_acquire
+
+    def slow_reply(*args, **kwargs):
+        sent = time.monotonic()
+        attempt = real(*args, **kwargs)
+        # The reply "arrives" when about 1 ms of the 0.1 s lease is left (counted from send).
+        time.sleep(max(0.099 - (time.monotonic() - sent), 0))
+        return attempt
+
+    monkeypatch.setattr(backend, "try_acquire", slow_reply)
+    late = distlock.lock("late-grant", ttl=0.1)
+    assert late.acquire(wait=0) is False
+    monkeypatch.undo()
+    assert distlock.lock("late-grant", ttl=1).acquire(wait=0)  # given back, not left to run out

@@ -12,6 +12,10 @@ import { DEFAULT_SCRIPTS_DIR, loadScript } from "./scripts.js";
 
 // The protocol's constants (docs/protocol.md, "Waiting").
 export const HANDOFF_GRACE_MS = 250; // how long a waiter handed the lock has to claim it
+// What a grant must have left of its lease to count: 1% of it for the clocks' rates, and 2 ms
+// for Redis' millisecond expiry (distlock.backends.base.DRIFT_FACTOR and DRIFT_MS).
+export const DRIFT_FACTOR = 0.01;
+export const DRIFT_MS = 2;
 const PATIENCE_MARGIN_MS = 1000; // a registration outlives the wait that renews it by this
 const PURPOSE_MAX_LENGTH = 200;
 
@@ -262,8 +266,9 @@ class Attempt {
     return place === 1 ? Math.min(block, HANDOFF_GRACE_MS) : block;
   }
 
-  /** Return `reply`, or a "held" reply when a grant came after its lease had ended (a slow
-   * reply): that hold is given back, never reported as acquired. */
+  /** Return `reply`, or a "held" reply when a grant came with no lease left to use (a slow
+   * reply; less than the drift allowance, 1% of the lease + 2 ms, as distlock counts it):
+   * that hold is given back, never reported as acquired. */
   async checked(sent, reply) {
     if (typeof reply !== "string") {
       if (this.clock === null && reply.length > 3) this.clock = [sent, Number(reply[3])];
@@ -271,7 +276,8 @@ class Attempt {
     }
     const acquiredMs = Number(reply.split(" ")[1]);
     const started = this.clock ? Math.max(sent, this.clock[0] + acquiredMs - this.clock[1] - 1) : sent;
-    if (performance.now() < started + this.ttlMs) return reply;
+    const allowance = this.ttlMs * DRIFT_FACTOR + DRIFT_MS;
+    if (performance.now() + allowance < started + this.ttlMs) return reply;
     await this.giveBack();
     return [0, 0, -1];
   }
