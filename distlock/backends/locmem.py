@@ -281,12 +281,18 @@ class LocMemBackend(BaseLockBackend):
             entry = self._store.current(name)
             if entry is None or entry.token != token:
                 return False
-            if renewal and self.max_renewals is not None and entry.renewals >= self.max_renewals:
-                raise self.renewal_limit_reached(name)
-            entry.expires = time.monotonic() + ttl_ms / 1000
-            entry.renewals += renewal
-            entry.depth += reenter
-            return True
+            return self._extend_hold(entry, name, ttl_ms, renewal, reenter)
+
+    def _extend_hold(
+        self, held: _Held, name: str, ttl_ms: int, renewal: bool, reenter: bool
+    ) -> bool:
+        """Set a hold's lease (either kind; the store's condition held), as extend.lua does."""
+        if renewal and self.max_renewals is not None and held.renewals >= self.max_renewals:
+            raise self.renewal_limit_reached(name)
+        held.expires = time.monotonic() + ttl_ms / 1000
+        held.renewals += renewal
+        held.depth += reenter
+        return True
 
     def info(self, name: str) -> LockInfo | None:
         validate_name(name)
@@ -384,12 +390,7 @@ class LocMemBackend(BaseLockBackend):
             held = self._store.current_readers(name).get(token)
             if held is None:
                 return False
-            if renewal and self.max_renewals is not None and held.renewals >= self.max_renewals:
-                raise self.renewal_limit_reached(name)
-            held.expires = time.monotonic() + ttl_ms / 1000
-            held.renewals += renewal
-            held.depth += reenter
-            return True
+            return self._extend_hold(held, name, ttl_ms, renewal, reenter)
 
     def shared_holders(self, name: str) -> tuple[LockInfo, ...]:
         validate_name(name)

@@ -154,6 +154,12 @@ def extend(
     """Return True if the lease of ``token`` was set to ``ttl_ms`` from now, False if it does
     not hold the lock; RenewalLimitReached for a renewal past MAX_RENEWALS."""
     call = extend_call(scope.layout, name, token, ttl_ms, renewal, reenter, scope.max_renewals)
+    return (yield from extend_by(scope, name, call))
+
+
+def extend_by(scope: Scope, name: str, call: Eval) -> Steps[bool]:
+    """Send an extend script's ``call`` (exclusive or shared: their replies agree) and read
+    its reply, confirmed by WAIT_REPLICAS replicas when the alias asks for it."""
     if not scope.wait_replicas:
         return extended(scope, name, (yield call))
     reply, confirmed = yield Confirmed(call)
@@ -179,16 +185,23 @@ def extend_call(
     return Eval(
         EXTEND,
         [k.lock, k.index],
-        [
-            token,
-            ttl_ms,
-            name,
-            flag(renewal),
-            flag(reenter),
-            "" if max_renewals is None else max_renewals,
-        ],
+        extend_args(name, token, ttl_ms, renewal, reenter, max_renewals),
         idempotent=not reenter,
     )
+
+
+def extend_args(
+    name: str, token: str, ttl_ms: int, renewal: bool, reenter: bool, max_renewals: int | None
+) -> list[Any]:
+    """The ARGV extend.lua and shared_extend.lua both take."""
+    return [
+        token,
+        ttl_ms,
+        name,
+        flag(renewal),
+        flag(reenter),
+        "" if max_renewals is None else max_renewals,
+    ]
 
 
 def extended(scope: Scope, name: str, outcome: Any) -> bool:

@@ -127,15 +127,7 @@ def extend(
 ) -> Steps[bool]:
     """As locks.extend, for a shared holder."""
     call = extend_call(scope.layout, name, token, ttl_ms, renewal, reenter, scope.max_renewals)
-    if not scope.wait_replicas:
-        outcome = yield call
-    else:
-        outcome, confirmed = yield Confirmed(call)
-        if outcome == 1 and confirmed < scope.wait_replicas:
-            raise scope.unconfirmed(name, confirmed)
-    if outcome == 2:
-        raise scope.renewal_limit_reached(name)
-    return bool(outcome == 1)
+    return (yield from locks.extend_by(scope, name, call))
 
 
 def extend_call(
@@ -151,14 +143,7 @@ def extend_call(
     return Eval(
         EXTEND,
         [k.lock, k.index, k.readers, k.holders],
-        [
-            token,
-            ttl_ms,
-            name,
-            flag(renewal),
-            flag(reenter),
-            "" if max_renewals is None else max_renewals,
-        ],
+        locks.extend_args(name, token, ttl_ms, renewal, reenter, max_renewals),
         idempotent=not reenter,  # as locks.extend_call
     )
 

@@ -20,14 +20,7 @@
 local lock_key, readers_key, rmeta_key, shared_index = KEYS[1], KEYS[3], KEYS[4], KEYS[2]
 local name = ARGV[3]
 -- #include "include/shared_keys.lua"
-if redis.call('GET', lock_key) ~= '=~' then
-  return 0
-end
-local held = redis.call('HGET', rmeta_key, ARGV[1])
-local lease_end = tonumber(redis.call('ZSCORE', readers_key, ARGV[1]))
-if not held or not lease_end or lease_end <= now_ms then
-  return 0
-end
+-- #include "include/shared_hold.lua"
 local fence, acquired, renewals, depth, meta = string.match(held, '^(%S+) (%S+) (%S+) (%S+) (.*)$')
 if ARGV[4] == '1' and ARGV[6] ~= '' and tonumber(renewals) >= tonumber(ARGV[6]) then
   return 2

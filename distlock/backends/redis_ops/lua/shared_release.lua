@@ -24,14 +24,7 @@
 local lock_key, readers_key, rmeta_key, shared_index = KEYS[1], KEYS[5], KEYS[6], KEYS[4]
 local name = ARGV[2]
 -- #include "include/shared_keys.lua"
-if redis.call('GET', lock_key) ~= '=~' then
-  return 0
-end
-local held = redis.call('HGET', rmeta_key, ARGV[1])
-local lease_end = tonumber(redis.call('ZSCORE', readers_key, ARGV[1]))
-if not held or not lease_end or lease_end <= now_ms then
-  return 0
-end
+-- #include "include/shared_hold.lua"
 if ARGV[3] ~= '1' then
   local fence, acquired, renewals, depth, meta = string.match(held, '^(%S+) (%S+) (%S+) (%S+) (.*)$')
   if tonumber(depth) > 1 then
