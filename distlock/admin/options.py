@@ -12,6 +12,7 @@ POST only if that same hold still has the lock.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 from urllib.parse import urlencode
@@ -33,6 +34,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from .. import metrics
+from ..backends.base import BaseLockBackend
 from ..exceptions import SemaphoresNotSupported, SharedLocksNotSupported
 from ..handler import locks
 from ..info import LockInfo
@@ -271,6 +273,65 @@ class ReleaseRequest(NamedTuple):
     back: str
 
 
+@dataclass(frozen=True)
+class OneHold:
+    """What releasing one hold of a kind with several holders says and calls."""
+
+    holders: Callable[[BaseLockBackend, str], Sequence[LockInfo]]
+    release: Callable[[BaseLockBackend, str, str], bool]
+    unsupported: type[Exception]
+    metric_kind: str
+    title: str
+    confirm: dict[str, bool]
+    done: str  # "freed", "released"
+    gone: str  # .format(name, alias, number)
+    record: str  # the admin's history: .format(number, alias, who, since, purpose)
+    success: str  # .format(number, name, alias, who)
+
+
+def _permits(backend: BaseLockBackend, name: str) -> Sequence[LockInfo]:
+    info = backend.semaphore_info(name)
+    return info.holders if info is not None else ()
+
+
+PERMIT = OneHold(
+    holders=_permits,
+    release=lambda backend, name, token: backend.force_release_permit(name, token),
+    unsupported=SemaphoresNotSupported,
+    metric_kind="semaphore",
+    title="Free a permit of a semaphore",
+    confirm={"permit": True},
+    done="freed",
+    gone=(
+        "No permit of the semaphore “{name}” (alias {alias}) is held with number "
+        "{number} any more: it was released or expired. Nothing was freed."
+    ),
+    record=(
+        "Freed permit {number} of the semaphore (alias {alias!r}), held by {who} since "
+        "{since} UTC (purpose: {purpose})."
+    ),
+    success="Freed permit {number} of the semaphore “{name}” (alias {alias}) held by {who}.",
+)
+SHARED_HOLD = OneHold(
+    holders=lambda backend, name: backend.shared_holders(name),
+    release=lambda backend, name, token: backend.force_release_shared(name, token),
+    unsupported=SharedLocksNotSupported,
+    metric_kind="shared",
+    title="Release a shared hold",
+    confirm={"shared": True},
+    done="released",
+    gone=(
+        "No shared hold of lock “{name}” (alias {alias}) has fencing token {number} any "
+        "more: it was released or expired. Nothing was released."
+    ),
+    record=(
+        "Released the shared hold with fencing token {number} (alias {alias!r}), held by "
+        "{who} since {since} UTC (purpose: {purpose})."
+    ),
+    success="Released the shared hold {number} of lock “{name}” (alias {alias}) held by {who}.",
+)
+
+
 @admin.register(HeldLock)
 class HeldLockAdmin(admin.ModelAdmin):
     """Held locks of every alias. Read-only but for the force release."""
@@ -443,94 +504,50 @@ class HeldLockAdmin(admin.ModelAdmin):
     def release_permit_view(self, request: HttpRequest) -> HttpResponse:
         """Free one permit of a semaphore, named by its number (fencing token). GET: confirm
         which permit will be freed. POST: free it, if that holder still has it."""
-        asked = self.release_request(request)
-        if isinstance(asked, HttpResponse):
-            return asked
-        form, alias, name, number, back = asked
-        gone = (
-            f"No permit of the semaphore “{name}” (alias {alias}) is held with number "
-            f"{number} any more: it was released or expired. Nothing was freed."
-        )
-        try:
-            backend = locks[alias]
-            info = backend.semaphore_info(name)
-            holders = info.holders if info is not None else ()
-            holder = next((h for h in holders if h.fencing_token == number), None)
-            if holder is None:
-                messages.warning(request, gone)
-                return HttpResponseRedirect(back)
-            if request.method != "POST":
-                return self._confirm(
-                    request, form, holder, back, title="Free a permit of a semaphore", permit=True
-                )
-            freed = backend.force_release_permit(name, holder.token)
-        except (*ALIAS_ERRORS, SemaphoresNotSupported) as exc:
-            messages.error(request, f"Nothing was freed: alias {alias!r} cannot be read. {exc}")
-            return HttpResponseRedirect(back)
-        if not freed:
-            messages.warning(request, gone)
-            return HttpResponseRedirect(back)
-        metrics.force_released(alias, "semaphore", name)
-        self.log_change(
-            request,
-            HeldLock(name=name),
-            (
-                f"Freed permit {number} of the semaphore (alias {alias!r}), held by "
-                f"{describe_holder(holder)} since {holder.acquired_at:%Y-%m-%d %H:%M:%S} UTC "
-                f"(purpose: {holder.purpose or 'none given'})."
-            ),
-        )
-        messages.success(
-            request,
-            f"Freed permit {number} of the semaphore “{name}” (alias "
-            f"{alias}) held by {describe_holder(holder)}.",
-        )
-        return HttpResponseRedirect(back)
+        return self._release_one_hold(request, PERMIT)
 
     def release_shared_view(self, request: HttpRequest) -> HttpResponse:
         """Release one shared hold of a lock, named by its fencing token. GET: confirm which
         hold will be released. POST: release it, if that holder still has it."""
+        return self._release_one_hold(request, SHARED_HOLD)
+
+    def _release_one_hold(self, request: HttpRequest, kind: OneHold) -> HttpResponse:
+        """Release one of the holds of a semaphore or a shared lock, audited (both kinds keep
+        several holders, each named by its fencing token)."""
         asked = self.release_request(request)
         if isinstance(asked, HttpResponse):
             return asked
         form, alias, name, number, back = asked
-        gone = (
-            f"No shared hold of lock “{name}” (alias {alias}) has fencing token {number} any "
-            "more: it was released or expired. Nothing was released."
-        )
+        gone = kind.gone.format(name=name, alias=alias, number=number)
         try:
             backend = locks[alias]
             holder = next(
-                (h for h in backend.shared_holders(name) if h.fencing_token == number), None
+                (h for h in kind.holders(backend, name) if h.fencing_token == number), None
             )
             if holder is None:
                 messages.warning(request, gone)
                 return HttpResponseRedirect(back)
             if request.method != "POST":
-                return self._confirm(
-                    request, form, holder, back, title="Release a shared hold", shared=True
-                )
-            released = backend.force_release_shared(name, holder.token)
-        except (*ALIAS_ERRORS, SharedLocksNotSupported) as exc:
-            messages.error(request, f"Nothing was released: alias {alias!r} cannot be read. {exc}")
+                return self._confirm(request, form, holder, back, title=kind.title, **kind.confirm)
+            released = kind.release(backend, name, holder.token)
+        except (*ALIAS_ERRORS, kind.unsupported) as exc:
+            messages.error(
+                request, f"Nothing was {kind.done}: alias {alias!r} cannot be read. {exc}"
+            )
             return HttpResponseRedirect(back)
         if not released:
             messages.warning(request, gone)
             return HttpResponseRedirect(back)
-        metrics.force_released(alias, "shared", name)
+        metrics.force_released(alias, kind.metric_kind, name)
+        since = f"{holder.acquired_at:%Y-%m-%d %H:%M:%S}"
+        who, purpose = describe_holder(holder), holder.purpose or "none given"
         self.log_change(
             request,
             HeldLock(name=name),
-            (
-                f"Released the shared hold with fencing token {number} (alias {alias!r}), held "
-                f"by {describe_holder(holder)} since {holder.acquired_at:%Y-%m-%d %H:%M:%S} "
-                f"UTC (purpose: {holder.purpose or 'none given'})."
-            ),
+            kind.record.format(number=number, alias=alias, who=who, since=since, purpose=purpose),
         )
         messages.success(
-            request,
-            f"Released the shared hold {number} of lock “{name}” (alias {alias}) held by "
-            f"{describe_holder(holder)}.",
+            request, kind.success.format(number=number, name=name, alias=alias, who=who)
         )
         return HttpResponseRedirect(back)
 
