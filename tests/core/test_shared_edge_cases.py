@@ -16,26 +16,9 @@ import redis
 import distlock
 from distlock.handler import locks
 from distlock.names import bucket_of
+from tests.support.lock_helpers import elsewhere
 
 pytestmark = pytest.mark.django_db(databases=[])
-
-
-def elsewhere(func: Any, *args: Any) -> Any:
-    """Run ``func(*args)`` in another thread (this one may hold the shared lock)."""
-    result: list[Any] = []
-
-    def run() -> None:
-        try:
-            result.append(func(*args))
-        except BaseException as exc:
-            result.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(30)
-    if isinstance(result[0], BaseException):
-        raise result[0]
-    return result[0]
 
 
 def colliding(suffix: str) -> str:

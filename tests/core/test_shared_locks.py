@@ -15,7 +15,7 @@ import distlock
 from distlock import LockError, LockLost, LockNotAcquired, LockNotOwned, SharedLockUpgrade
 from distlock.handler import locks
 from tests.conftest import _use, location_of
-from tests.support.lock_helpers import contenders
+from tests.support.lock_helpers import contenders, elsewhere
 
 pytestmark = pytest.mark.django_db(databases=[])
 
@@ -31,25 +31,6 @@ def shared_kind(request: pytest.FixtureRequest, settings: Any, redis_url: str) -
 
 def reader(name: str = "catalogue", **options: Any) -> distlock.Lock:
     return distlock.lock(name, shared=True, **{"ttl": 5, "wait": 0, **options})
-
-
-def elsewhere(func: Any, *args: Any) -> Any:
-    """Return ``func(*args)`` run in another thread: a thread holding the shared lock may
-    not ask for the exclusive one (an upgrade), another thread may."""
-    result: list[Any] = []
-
-    def run() -> None:
-        try:
-            result.append(func(*args))
-        except BaseException as exc:  # raised again in the caller's thread
-            result.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(10)
-    if isinstance(result[0], BaseException):
-        raise result[0]
-    return result[0]
 
 
 def test_many_readers_hold_at_once_and_a_writer_waits_for_all() -> None:

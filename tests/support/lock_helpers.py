@@ -276,3 +276,22 @@ def contenders(count: int, timeout: float = 10.0) -> Iterator[Callable[[], None]
         yield wait
     finally:
         lock_contended.disconnect(on_contended)
+
+
+def elsewhere(func: Any, *args: Any) -> Any:
+    """Return ``func(*args)`` run in another thread: a thread holding the shared lock may
+    not ask for the exclusive one (an upgrade), another thread may."""
+    result: list[Any] = []
+
+    def run() -> None:
+        try:
+            result.append(func(*args))
+        except BaseException as exc:  # raised again in the caller's thread
+            result.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(10)
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0]
