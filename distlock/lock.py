@@ -13,7 +13,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from . import handler, metrics, renewal, shared
@@ -145,7 +145,7 @@ class Lock:
     def acquire(self, wait: float | None = _UNSET) -> bool:
         """Acquire the lock, waiting up to ``wait`` seconds; return True if acquired."""
         began = metrics.now()
-        with self._errors_recorded(began):
+        try:
             if shared.holds and not self.shared:  # a process holding no shared lock skips it
                 shared.refuse_upgrade(self.kind, self.using, self.name, _current_owner())
             held = self._waiting_release()
@@ -159,6 +159,9 @@ class Lock:
                     raise self._already_held_error()
                 self._forget()  # its hold ended on the server (force release, lease): anew
             self._warn_if_snapshot_predates()
+        except LockError:  # before the first attempt: a wait that ended in an error
+            self._record_error(began)
+            raise
         attempts = _Attempts(self, self.backend, self._wait_argument(wait), began)
         backend = attempts.backend
         attempt = attempts.guarded(backend.try_acquire, *attempts.request())
@@ -176,7 +179,7 @@ class Lock:
     async def aacquire(self, wait: float | None = _UNSET) -> bool:
         """Async twin of acquire()."""
         began = metrics.now()
-        with self._errors_recorded(began):
+        try:
             if shared.holds and not self.shared:  # a process holding no shared lock skips it
                 shared.refuse_upgrade(self.kind, self.using, self.name, _current_owner())
             held = self._waiting_release()
@@ -189,6 +192,9 @@ class Lock:
                 if not self.reentrant and self._is_mine(await self.backend.ainfo(self.name)):
                     raise self._already_held_error()
                 self._forget()
+        except LockError:  # before the first attempt: a wait that ended in an error
+            self._record_error(began)
+            raise
         attempts = _Attempts(self, self.backend, self._wait_argument(wait), began)
         backend = attempts.backend
         attempt = await attempts.aguarded(backend.atry_acquire, *attempts.request())
@@ -201,16 +207,11 @@ class Lock:
         self._take(attempts, attempt)
         return True
 
-    @contextlib.contextmanager
-    def _errors_recorded(self, began: float) -> Iterator[None]:
+    def _record_error(self, began: float) -> None:
         """Record a LockError raised before the first attempt (an upgrade refused, the
         server unreachable) as a wait that ended in an error, as the attempts' own are."""
-        try:
-            yield
-        except LockError:
-            if metrics.ENABLED:
-                metrics.wait_ended(self, began, "error")
-            raise
+        if metrics.ENABLED:
+            metrics.wait_ended(self, began, "error")
 
     def _wait_argument(self, wait: Any) -> float | None:
         if wait is _UNSET:
