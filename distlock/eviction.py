@@ -93,7 +93,7 @@ def loss_reason(name: str, backend: BaseLockBackend, before: dict[str, int] | No
             if evicted > 0:
                 return (
                     f"The lease on {name!r} was lost while held: the Redis server at "
-                    f"{report.address} evicted it (it evicted {evicted} keys while the lock "
+                    f"{report.address} evicted it (it evicted {_keys(evicted)} while the lock "
                     f"was held, maxmemory-policy {report.policy!r}). Work done since may have "
                     f"overlapped with another holder. Set maxmemory-policy noeviction on that "
                     f"server or give the locks a Redis of their own ({DOCS})."
@@ -102,9 +102,13 @@ def loss_reason(name: str, backend: BaseLockBackend, before: dict[str, int] | No
             return (
                 f"The lease on {name!r} was lost while held: the Redis server at "
                 f"{report.address} most likely evicted it (maxmemory-policy "
-                f"{report.policy!r}; it has evicted {report.evicted_keys} keys since it "
+                f"{report.policy!r}; it has evicted {_keys(report.evicted_keys)} since it "
                 f"started). Work done since may have overlapped with another holder. Set "
                 f"maxmemory-policy noeviction on that server or give the locks a Redis of "
                 f"their own ({DOCS})."
             )
     return ""
+
+
+def _keys(count: int) -> str:
+    return f"{count} key" if count == 1 else f"{count} keys"
