@@ -83,31 +83,33 @@ def loss_reason(name: str, backend: BaseLockBackend, before: dict[str, int] | No
     read); "" when no server evicted any.
 
     With ``before``, a server whose count rose evicted while the lock was held. Without it,
-    a server that may evict and has evicted since it started most likely did.
+    a server that may evict and has evicted since it started most likely did. (A Cluster's
+    masters are each named that did: the one that held the key is among them.)
     """
+    rose, evicting = [], []
     for report in backend.memory_reports():
         if report.error:
             continue
         if before is not None and report.address in before:
             evicted = report.evicted_keys - before[report.address]
             if evicted > 0:
-                return (
-                    f"The lease on {name!r} was lost while held: the Redis server at "
-                    f"{report.address} evicted it (it evicted {_keys(evicted)} while the lock "
-                    f"was held, maxmemory-policy {report.policy!r}). Work done since may have "
-                    f"overlapped with another holder. Set maxmemory-policy noeviction on that "
-                    f"server or give the locks a Redis of their own ({DOCS})."
-                )
+                rose.append(f"{report.address} ({_keys(evicted)}, policy {report.policy!r})")
         elif report.may_evict and report.evicted_keys > 0:
-            return (
-                f"The lease on {name!r} was lost while held: the Redis server at "
-                f"{report.address} most likely evicted it (maxmemory-policy "
-                f"{report.policy!r}; it has evicted {_keys(report.evicted_keys)} since it "
-                f"started). Work done since may have overlapped with another holder. Set "
-                f"maxmemory-policy noeviction on that server or give the locks a Redis of "
-                f"their own ({DOCS})."
+            evicting.append(
+                f"{report.address} (policy {report.policy!r}, {_keys(report.evicted_keys)} "
+                "evicted since it started)"
             )
-    return ""
+    if rose:
+        cause = f"evicted by Redis: keys were evicted while it was held at {', '.join(rose)}"
+    elif evicting:
+        cause = f"most likely evicted by Redis: {', '.join(evicting)}"
+    else:
+        return ""
+    return (
+        f"The lease on {name!r} was lost while held, {cause}. Work done since may have "
+        "overlapped with another holder. Set maxmemory-policy noeviction on that server or "
+        f"give the locks a Redis of their own ({DOCS})."
+    )
 
 
 def _keys(count: int) -> str:

@@ -21,6 +21,7 @@ from distlock.checks import check_eviction
 from distlock.handler import locks
 from tests.conftest import location_of
 from tests.support.configs import distlock_settings
+from tests.support.memory import evicting
 from tests.support.redis_server import RedisServer
 
 EVICTING = [
@@ -116,21 +117,6 @@ def servers_of(kind: str, request: pytest.FixtureRequest) -> list[RedisServer]:
         return list(request.getfixturevalue("redis_cluster").nodes)
     group = request.getfixturevalue("sentinel_group")
     return [group.master, *group.replicas]
-
-
-@contextmanager
-def evicting(servers: list[RedisServer], policy: str) -> Iterator[None]:
-    """Give the servers (shared with other tests) a generous limit and ``policy``, then put
-    back Redis' defaults."""
-    try:
-        for server in servers:
-            server.client().config_set("maxmemory", "1gb")
-            server.client().config_set("maxmemory-policy", policy)
-        yield
-    finally:
-        for server in servers:
-            server.client().config_set("maxmemory-policy", "noeviction")
-            server.client().config_set("maxmemory", "0")
 
 
 @pytest.mark.parametrize("kind", ["redis", "django_redis", "redlock3", "cluster", "sentinel"])

@@ -20,8 +20,9 @@ import distlock
 from distlock import LockLost
 from distlock.handler import locks
 from distlock.signals import lock_lost
+from tests.conftest import location_of
 from tests.support.configs import distlock_settings
-from tests.support.memory import FILLER, write_entries
+from tests.support.memory import FILLER, evicting, write_entries
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db(databases=[])
@@ -61,10 +62,11 @@ def loss() -> Iterator[Loss]:
     lock_lost.disconnect(seen.receiver)
 
 
-def evict(server: RedisServer, name: str) -> int:
-    """Write 2 KB cache entries until the server evicted the key of lock ``name``, then
-    delete a few (room for the next writes); return how many keys it evicted so far."""
-    client = server.client()
+def evict(server: RedisServer, name: str, client: Any = None) -> int:
+    """Write 2 KB cache entries (through ``client``, default the server's) until the server
+    evicted the key of lock ``name``, then delete a few (room for the next writes); return
+    how many keys it evicted so far."""
+    client = client or server.client()
     key = locks["default"].layout.keys_for(name).lock
     assert client.exists(key)
     written = write_entries(client, 100_000, stop=lambda: not client.exists(key))
@@ -91,11 +93,12 @@ def test_a_hold_evicted_before_its_first_renewal_is_reported_evicted(
     with caplog.at_level(logging.WARNING, logger="distlock"):
         assert loss.reported.wait(10)
     assert loss.on_lost_reason is not None
-    assert f"{evicting_server.url} most likely evicted it" in loss.on_lost_reason
-    assert f"it has evicted {evicted} key" in loss.on_lost_reason
+    assert "evicted by Redis" in loss.on_lost_reason  # (before or after the first renewal)
+    assert f"{evicting_server.url} (policy " in loss.on_lost_reason
+    assert f"{evicted} key" in loss.on_lost_reason
     assert loss.signal_reason == loss.on_lost_reason
-    assert any("evicted it" in record.getMessage() for record in caplog.records)
-    with pytest.raises(LockLost, match="most likely evicted it"):
+    assert any("evicted by Redis" in record.getMessage() for record in caplog.records)
+    with pytest.raises(LockLost, match="most likely evicted by Redis"):
         holder.release()
     second.release()
 
@@ -109,9 +112,9 @@ def test_a_hold_evicted_after_a_renewal_names_the_keys_evicted_while_held(
     evicted = evict(evicting_server, "report:7")
     assert loss.reported.wait(10)
     assert loss.on_lost_reason is not None
-    assert f"{evicting_server.url} evicted it" in loss.on_lost_reason
-    assert f"it evicted {evicted} key" in loss.on_lost_reason
-    with pytest.raises(LockLost, match="while the lock was held"):
+    assert "evicted by Redis: keys were evicted while it was held" in loss.on_lost_reason
+    assert f"{evicting_server.url} ({evicted} key" in loss.on_lost_reason
+    with pytest.raises(LockLost, match="evicted while it was held"):
         holder.extend()
 
 
@@ -129,3 +132,39 @@ def test_a_force_release_on_a_server_that_evicted_before_the_hold_names_no_evict
     assert loss.on_lost_reason is not None
     assert "evict" not in loss.on_lost_reason
     assert "a renewal found it gone" in loss.on_lost_reason
+
+
+def test_a_redlock_hold_evicted_on_a_majority_is_reported_evicted(
+    nodes: list[RedisServer], loss: Loss
+) -> None:
+    with evicting(nodes, "volatile-ttl", "8mb"):
+        holder = distlock.lock("pay:43", ttl=3, auto_renew=True, on_lost=loss.on_lost)
+        assert holder.acquire()
+        for node in nodes[:2]:
+            evict(node, "pay:43")
+        assert loss.reported.wait(10)
+    assert loss.on_lost_reason is not None
+    assert "evicted by Redis" in loss.on_lost_reason  # (before or after the first renewal)
+    assert all(f"{node.url} (" in loss.on_lost_reason for node in nodes[:2])
+    assert nodes[2].url not in loss.on_lost_reason  # it evicted nothing
+
+
+def test_a_cluster_hold_evicted_is_reported_evicted(
+    request: pytest.FixtureRequest, settings: Any, redis_url: str, loss: Loss
+) -> None:
+    settings.DISTLOCK, settings.CACHES = distlock_settings(
+        "cluster", location_of("cluster", request, redis_url)
+    )
+    locks.reset()
+    cluster = request.getfixturevalue("redis_cluster")
+    try:
+        with evicting(cluster.nodes, "volatile-ttl", "8mb"):
+            holder = distlock.lock("pay:44", ttl=3, auto_renew=True, on_lost=loss.on_lost)
+            assert holder.acquire()
+            evict(cluster.nodes[0], "pay:44", client=cluster.client())
+            assert loss.reported.wait(10)
+    finally:
+        for node in cluster.masters():
+            node.flushall()
+    assert loss.on_lost_reason is not None
+    assert "evicted by Redis" in loss.on_lost_reason  # (before or after the first renewal)

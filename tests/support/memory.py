@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import redis
 
-from tests.support.redis_server import find_redis_server
+from tests.support.redis_server import RedisServer, find_redis_server
 
 FILLER = "cache:filler:"
 ENTRY = b"x" * 2048  # a 2 KB cache entry, as in the issue's scenario
@@ -94,3 +95,18 @@ def lock_keys(client: redis.Redis) -> dict[str, Any]:
         else:
             found[name] = kind
     return found
+
+
+@contextmanager
+def evicting(servers: list[RedisServer], policy: str, maxmemory: str = "1gb") -> Iterator[None]:
+    """Give servers that other tests share ``maxmemory`` and ``policy``, then Redis'
+    defaults back (no limit, noeviction)."""
+    try:
+        for server in servers:
+            server.client().config_set("maxmemory", maxmemory)
+            server.client().config_set("maxmemory-policy", policy)
+        yield
+    finally:
+        for server in servers:
+            server.client().config_set("maxmemory-policy", "noeviction")
+            server.client().config_set("maxmemory", "0")
