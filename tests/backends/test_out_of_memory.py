@@ -10,7 +10,9 @@ write would grow memory before it writes anything.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -20,6 +22,7 @@ from distlock import BackendUnavailable
 from distlock.handler import locks
 from tests.core import test_contract as contract
 from tests.support.configs import distlock_settings
+from tests.support.lock_helpers import contenders
 from tests.support.memory import fill_until_full, free_memory, lock_keys, server_binaries
 from tests.support.redis_server import RedisServer
 
@@ -88,6 +91,28 @@ def test_a_holder_releases_to_its_queued_waiter_once_memory_is_freed(
     fence = holder.fencing_token or 0
     with distlock.lock("oom:queue", ttl=10, wait=1) as again:
         assert (again.fencing_token or 0) > fence
+
+
+def test_a_waiter_handed_the_lock_on_a_full_server_is_told_and_the_lock_goes_on(
+    full_server: RedisServer,
+) -> None:
+    client = full_server.client()
+    holder = distlock.lock("oom:handoff", ttl=30)
+    assert holder.acquire()
+    waiter = distlock.lock("oom:handoff", ttl=10, wait=20)
+    with contenders(1) as queued, ThreadPoolExecutor(1) as pool:
+        outcome = pool.submit(waiter.acquire)
+        queued()
+        fill_until_full(client)
+        holder.release()  # hands the lock to the waiter, whose claim the full server refuses
+        with pytest.raises(BackendUnavailable, match=OUT_OF_MEMORY):
+            outcome.result(timeout=10)
+    assert waiter.token is None
+    free_memory(client)
+    started = time.monotonic()
+    with distlock.lock("oom:handoff", ttl=10, wait=5) as after:
+        assert (after.fencing_token or 0) > (holder.fencing_token or 0)
+    assert time.monotonic() - started < 5
 
 
 def test_the_contract_holds_on_the_server_once_memory_is_freed(full_server: RedisServer) -> None:
