@@ -12,6 +12,7 @@ way.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 from .backends.base import BaseLockBackend
@@ -20,6 +21,10 @@ if TYPE_CHECKING:  # redis is not imported for LocMemBackend
     from .backends.redis_ops.memory import MemoryReport
 
 CHECK_ID = "distlock.W003"
+# How long the deploy check waits for an alias's servers: a firewalled address without a
+# connect timeout in OPTIONS would otherwise hold ``check --deploy`` (a build step) for
+# minutes. Servers not read by then are passed over, as unreachable ones are.
+CHECK_TIMEOUT = 5.0
 DOCS = "docs/deployments.md"
 CHECK_MESSAGE = (
     "DISTLOCK[{alias!r}]: the Redis server at {address} may evict lock keys: its "
@@ -41,7 +46,8 @@ def evicting_servers(backend: BaseLockBackend) -> list[MemoryReport]:
 
 
 def check_messages(alias: str, backend: BaseLockBackend) -> list[str]:
-    """Return the deploy check's message for each server of ``alias`` that may evict."""
+    """Return the deploy check's message for each server of ``alias`` that may evict, as
+    far as they answered within CHECK_TIMEOUT."""
     return [
         CHECK_MESSAGE.format(
             alias=alias,
@@ -49,8 +55,22 @@ def check_messages(alias: str, backend: BaseLockBackend) -> list[str]:
             policy=report.policy,
             maxmemory=report.maxmemory,
         )
-        for report in evicting_servers(backend)
+        for report in _reports_within(backend, CHECK_TIMEOUT)
+        if report.may_evict
     ]
+
+
+def _reports_within(backend: BaseLockBackend, timeout: float) -> list[MemoryReport]:
+    """Return backend.memory_reports() if they come within ``timeout`` seconds, else []."""
+    found: list[MemoryReport] = []
+    reader = threading.Thread(
+        target=lambda: found.extend(backend.memory_reports()),
+        name="distlock-memory-check",
+        daemon=True,  # one still connecting never keeps the process alive
+    )
+    reader.start()
+    reader.join(timeout)
+    return [] if reader.is_alive() else found
 
 
 def status_line(alias: str, backend: BaseLockBackend) -> str:

@@ -17,6 +17,7 @@ from django.test import Client
 from django.urls import reverse
 
 import distlock
+from distlock import eviction
 from distlock.checks import check_eviction
 from distlock.handler import locks
 from tests.conftest import location_of
@@ -24,6 +25,7 @@ from tests.support.configs import distlock_settings
 from tests.support.memory import evicting
 from tests.support.redis_server import RedisServer
 
+REDIS = "distlock.backends.redis.RedisBackend"
 EVICTING = [
     "allkeys-lru",
     "allkeys-lfu",
@@ -104,6 +106,23 @@ def test_an_unreachable_server_claims_nothing(settings: Any) -> None:
         started = time.monotonic()
         assert check_eviction() == []
         assert time.monotonic() - started < 5
+
+
+def test_a_server_that_does_not_answer_holds_the_check_no_longer_than_its_bound(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(eviction, "CHECK_TIMEOUT", 0.5)
+    with server_with(settings, "--maxmemory", "8mb", "--maxmemory-policy", "allkeys-lru") as s:
+        # No socket timeouts in OPTIONS: a stopped server's reply would be awaited forever.
+        settings.DISTLOCK = {"default": {"BACKEND": REDIS, "LOCATION": s.url}}
+        locks.reset()
+        s.pause()
+        try:
+            started = time.monotonic()
+            assert check_eviction() == []
+            assert time.monotonic() - started < 3
+        finally:
+            s.resume()
 
 
 def servers_of(kind: str, request: pytest.FixtureRequest) -> list[RedisServer]:
