@@ -147,3 +147,11 @@ def test_redlock_names_the_nodes_that_are_out_of_memory(nodes: list[RedisServer]
     with pytest.raises(BackendUnavailable, match="Out of memory") as caught:
         distlock.lock("oom:redlock", ttl=5).acquire()
     assert all(f":{node.port}" in str(caught.value) for node in nodes)
+
+
+def test_django_redis_says_it_too(full_server: RedisServer, settings: Any) -> None:
+    settings.DISTLOCK, settings.CACHES = distlock_settings("django_redis", full_server.url)
+    locks.reset()
+    fill_until_full(full_server.client())
+    with pytest.raises(BackendUnavailable, match=OUT_OF_MEMORY):
+        distlock.lock("oom:cache", ttl=5).acquire()
