@@ -7,6 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
+from . import eviction
 from .backends.base import BaseLockBackend
 from .backends.locmem import LocMemBackend
 from .backends.redis import RedisBackend
@@ -74,6 +75,31 @@ def _replication_warnings(alias: str, backend: BaseLockBackend) -> list[CheckMes
             id="distlock.W002",
         )
     ]
+
+
+@register("distlock", deploy=True)
+def check_eviction(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Warn, for ``manage.py check --deploy``, of each Redis server whose maxmemory-policy
+    may evict lock keys (read from INFO: it connects, so it is a deploy check). A server
+    that cannot be reached is passed over: nothing is claimed of it."""
+    try:
+        aliases = configured_aliases()
+    except InvalidLockBackendError:
+        return []  # check_settings reports it
+    messages: list[CheckMessage] = []
+    for alias in aliases:
+        try:
+            backend = create_backend(alias, aliases)
+        except InvalidLockBackendError:
+            continue
+        try:
+            found = eviction.check_messages(alias, backend)
+        finally:
+            backend.close()
+        messages.extend(
+            Warning(message, hint=eviction.CHECK_HINT, id=eviction.CHECK_ID) for message in found
+        )
+    return messages
 
 
 def create_backend_error(alias: str, aliases: dict[str, Any]) -> InvalidLockBackendError:

@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from . import handler, metrics, renewal, shared
+from . import eviction, handler, metrics, renewal, shared
 from .backends.base import DRIFT_FACTOR, DRIFT_MS, HANDOFF_GRACE_MS, Attempt, BaseLockBackend
 from .exceptions import (
     BackendUnavailable,
@@ -43,6 +43,7 @@ from .validation import lease_milliseconds, seconds
 
 logger = logging.getLogger("distlock")
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 _UNSET: Any = object()
 # A waiter stays registered this much longer than it blocks, so a release never misses it.
 PATIENCE_MARGIN = 1.0
@@ -119,6 +120,8 @@ class Lock:
         self._lease_deadline = 0.0  # time.monotonic() by which the lease surely ended
         self._lost = False
         self._lost_because: str | None = None  # why, when it was not a vanished lease
+        # Keys each server had evicted at the hold's first renewal (see eviction.loss_reason).
+        self._evictions_before: dict[str, int] | None = None
         self._releasing = False
         self._release_began = 0.0
         self._released_in_time = False  # a release went unanswered, sent while the lease ran
@@ -235,6 +238,7 @@ class Lock:
         self._lease_deadline = attempts.lease_started(attempt) + attempts.ttl_ms / 1000
         self._lost = self._releasing = False
         self._lost_because = None
+        self._evictions_before = None
         if self.auto_renew:
             self._renewal = renewal.renewer.register(self, self._ttl_ms / 1000 * RENEW_FRACTION)
         if metrics.ENABLED:
@@ -636,18 +640,53 @@ class Lock:
                 renewed = False
             if renewed:
                 self._lease_deadline = started + self._ttl_ms / 1000
-                return interval
-            self._lost = True
-            self._renewal = None
-        self._report_lost()
-        return None
+            else:
+                if self._lost_because is None and time.monotonic() < self._lease_deadline:
+                    # The key vanished before its lease ended: say so if it was evicted.
+                    self._lost_because = self._eviction_reason()
+                self._lost = True
+                self._renewal = None
+        if not renewed:
+            self._report_lost()
+            return None
+        if self._evictions_before is None:  # once per hold, off the acquire's path
+            self._evictions_before = self._read_evictions(eviction.evictions_now)
+        return interval
+
+    def _eviction_reason(self) -> str | None:
+        """Why the lease was lost, if its server evicted keys while it was held."""
+        before = self._evictions_before
+        reason = self._read_evictions(lambda store: eviction.loss_reason(self.name, store, before))
+        return reason or None
+
+    def _read_evictions(self, read: Callable[[BaseLockBackend], T]) -> T | None:
+        """Return ``read(backend)`` (a read of the servers' memory reports); None when the
+        backend cannot say."""
+        store = getattr(self._backend, "backend", self._backend)  # under a shared/permit view
+        if store is None:
+            return None
+        try:
+            return read(store)
+        except Exception:  # a reason is a courtesy: it never stops the loss being reported
+            logger.debug("distlock: could not read the memory of %r's servers", self.name)
+            return None
+
+    @property
+    def lost_reason(self) -> str | None:
+        """Return why the lease was lost (LockLost's message), None while it is not lost."""
+        return str(self._lost_error()) if self._lost else None
 
     def _report_lost(self) -> None:
-        logger.warning("distlock: lost the lease on %r", self.name)
+        reason = str(self._lost_error())
+        logger.warning("distlock: lost the lease on %r: %s", self.name, reason)
         if metrics.ENABLED:
             metrics.lost(self)
         lock_lost.send(
-            _sender(self._backend), name=self.name, alias=self.using, info=self._local_info()
+            _sender(self._backend),
+            name=self.name,
+            alias=self.using,
+            info=self._local_info(),
+            reason=reason,
         )
         if self.on_lost is not None:
             try:

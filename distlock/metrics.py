@@ -123,7 +123,8 @@ class Instruments:
         self.force_released = meter.create_counter(
             FORCE_RELEASED,
             unit="{lock}",
-            description="Locks and permits freed by an operator (admin, manage.py distlock).",
+            description="Locks, shared holds and permits force-released (by the admin, "
+            "manage.py distlock or code), counted by the backend.",
         )
 
 
@@ -163,6 +164,7 @@ def lost(lock: Lock) -> None:
 
 
 def force_released(alias: str, kind: str, name: str) -> None:
-    """Count an operator's force release of lock (or semaphore permit) ``name``."""
+    """Count a force release of lock ``name`` (``kind``: a lock, a shared hold, a permit),
+    as the backend does once for every caller."""
     if _instruments is not None:
         _instruments.force_released.add(1, _attributes(alias, kind, derived_name(name), None))

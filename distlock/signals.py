@@ -1,5 +1,7 @@
 """Signals sent as locks change hands. The sender is the backend class; every signal has
-the keyword arguments ``name``, ``alias`` and ``info`` (a LockInfo, or None)."""
+the keyword arguments ``name``, ``alias`` and ``info`` (a LockInfo, or None); ``lock_lost``
+also ``reason``, what LockLost says (the server's eviction of the key, when it evicted it).
+``lock_force_released`` is sent by the backend, whoever asked for the release."""
 
 from typing import Any
 

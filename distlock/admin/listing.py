@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from ..eviction import status_line
 from ..exceptions import BackendUnavailable, InvalidLockBackendError
 from ..handler import locks
 from ..info import LockInfo
@@ -64,6 +65,17 @@ def aliases_or_problem() -> tuple[list[str], str | None]:
         return list(locks), None
     except InvalidLockBackendError as exc:
         return [], str(exc)
+
+
+def eviction_warnings(aliases: Iterable[str]) -> list[str]:
+    """Return the status line of each alias whose Redis may evict lock keys."""
+    lines = []
+    for alias in aliases:
+        try:
+            lines.append(status_line(alias, locks[alias]))
+        except ALIAS_ERRORS:
+            continue  # its listing says what is wrong
+    return [line for line in lines if line]
 
 
 def find_held(aliases: Iterable[str], prefix: str = "") -> HeldLocks:

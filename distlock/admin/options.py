@@ -33,7 +33,6 @@ from django.template.defaultfilters import pluralize
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
-from .. import metrics
 from ..backends.base import BaseLockBackend
 from ..exceptions import SemaphoresNotSupported, SharedLocksNotSupported
 from ..handler import locks
@@ -47,6 +46,7 @@ from .listing import (
     DEFAULT_ORDER,
     ORDERS,
     aliases_or_problem,
+    eviction_warnings,
     find_held,
     read_infos,
     sort_held,
@@ -280,7 +280,6 @@ class OneHold:
     holders: Callable[[BaseLockBackend, str], Sequence[LockInfo]]
     release: Callable[[BaseLockBackend, str, str], bool]
     unsupported: type[Exception]
-    metric_kind: str
     title: str
     confirm: dict[str, bool]
     done: str  # "freed", "released"
@@ -298,7 +297,6 @@ PERMIT = OneHold(
     holders=_permits,
     release=lambda backend, name, token: backend.force_release_permit(name, token),
     unsupported=SemaphoresNotSupported,
-    metric_kind="semaphore",
     title="Free a permit of a semaphore",
     confirm={"permit": True},
     done="freed",
@@ -316,7 +314,6 @@ SHARED_HOLD = OneHold(
     holders=lambda backend, name: backend.shared_holders(name),
     release=lambda backend, name, token: backend.force_release_shared(name, token),
     unsupported=SharedLocksNotSupported,
-    metric_kind="shared",
     title="Release a shared hold",
     confirm={"shared": True},
     done="released",
@@ -415,6 +412,7 @@ class HeldLockAdmin(admin.ModelAdmin):
             # The table needs the width (ten columns and the filters in 1,280 px); the
             # breadcrumbs still lead back to the rest of the admin.
             "is_nav_sidebar_enabled": False,
+            "eviction_warnings": eviction_warnings(aliases_or_problem()[0]),
             **(extra_context or {}),
         }
         request.current_app = self.admin_site.name
@@ -474,7 +472,6 @@ class HeldLockAdmin(admin.ModelAdmin):
         if not released:
             messages.warning(request, changed_message(alias, name, fencing_token, None))
             return HttpResponseRedirect(back)
-        metrics.force_released(alias, "lock", name)
         self.log_change(request, HeldLock(name=name), release_record(info))
         messages.success(
             request,
@@ -538,7 +535,6 @@ class HeldLockAdmin(admin.ModelAdmin):
         if not released:
             messages.warning(request, gone)
             return HttpResponseRedirect(back)
-        metrics.force_released(alias, kind.metric_kind, name)
         since = f"{holder.acquired_at:%Y-%m-%d %H:%M:%S}"
         who, purpose = describe_holder(holder), holder.purpose or "none given"
         self.log_change(

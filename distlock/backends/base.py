@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from asgiref.sync import sync_to_async
 
+from .. import metrics
 from ..exceptions import RenewalLimitReached, SemaphoresNotSupported, SharedLocksNotSupported
 from ..info import LockInfo, SemaphoreInfo, WaiterInfo
 from ..names import KeyLayout
 from ..signals import lock_force_released
 from ..validation import lease_milliseconds
 from .settings import LIMIT_OPTIONS, Problems, parse_shared
+
+if TYPE_CHECKING:  # redis is not imported for LocMemBackend
+    from .redis_ops.memory import MemoryReport
 
 # The longest a waiter blocks before trying again on its own. Releases wake waiters at once;
 # this bounds the cost of a missed notification.
@@ -212,8 +216,20 @@ class BaseLockBackend:
         info = self.info(name)
         released = self.release(name, token or "", every_level=True) == 1
         if released:
-            lock_force_released.send(type(self), name=name, alias=self.alias, info=info)
+            self._force_released("lock", name, info)
         return released
+
+    def _force_released(self, kind: str, name: str, info: LockInfo | None) -> None:
+        """Tell of a force release, whoever asked for it (the admin, the CLI, code): counted
+        here once, and sent as ``lock_force_released``."""
+        if metrics.ENABLED:
+            metrics.force_released(self.alias, kind, name)
+        lock_force_released.send(type(self), name=name, alias=self.alias, info=info)
+
+    def memory_reports(self) -> list[MemoryReport]:
+        """Return what each Redis server keeping this alias's locks says of its memory
+        (maxmemory, maxmemory-policy, keys evicted); empty for a store that is no server."""
+        return []
 
     # --- semaphores (distlock.semaphore) ---------------------------------------------
     def semaphores_not_supported(self) -> SemaphoresNotSupported:
@@ -276,7 +292,7 @@ class BaseLockBackend:
         holder = next((h for h in info.holders if h.token == token), None) if info else None
         released = self.semaphore_release(name, token) == 1
         if released:
-            lock_force_released.send(type(self), name=name, alias=self.alias, info=holder)
+            self._force_released("semaphore", name, holder)
         return released
 
     # --- shared locks (distlock.lock(shared=True)) --------------------------------------
@@ -337,7 +353,7 @@ class BaseLockBackend:
         holder = next((h for h in self.shared_holders(name) if h.token == token), None)
         released = self.shared_release(name, token, every_level=True) == 1
         if released:
-            lock_force_released.send(type(self), name=name, alias=self.alias, info=holder)
+            self._force_released("shared", name, holder)
         return released
 
     async def ashared_acquire(

@@ -42,6 +42,7 @@ from .base import DRIFT_FACTOR, DRIFT_MS, Attempt, BaseLockBackend, HeldEntry
 from .redis import RedisBackend
 from .redis_ops import grants, listing, locks
 from .redis_ops.fanout import Results, Skipped, afan_out, fan_out
+from .redis_ops.memory import MemoryReport, is_out_of_memory
 from .redis_ops.steps import Eval, Steps, adrive, drive
 from .settings import LIMIT_OPTIONS, Problems
 
@@ -375,6 +376,12 @@ class RedlockBackend(BaseLockBackend):
             )
             or "no failure reported"
         )
+        full = [node.address for node, error in failures if is_out_of_memory(error)]
+        if full:
+            detail += (
+                f". Out of memory (maxmemory reached, writes refused): {', '.join(full)}; "
+                "free memory or raise maxmemory there (docs/deployments.md)"
+            )
         return BackendUnavailable(
             f"Redlock could not {action} {name!r}: {agreed} of {len(self.nodes)} Redis servers "
             f"agreed and {len(failures)} did not answer ({detail}); a majority of "
@@ -625,6 +632,10 @@ class RedlockBackend(BaseLockBackend):
     def close(self) -> None:
         for node in getattr(self, "nodes", ()):
             node.close()
+
+    def memory_reports(self) -> list[MemoryReport]:
+        """Return each node's memory report (a node may evict the lock keys it keeps)."""
+        return [report for node in self.nodes for report in node.memory_reports()]
 
     @property
     def address(self) -> str:

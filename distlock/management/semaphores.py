@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import metrics
 from ..backends.base import BaseLockBackend
 from ..exceptions import SemaphoresNotSupported
 from ..info import LockInfo, SemaphoreInfo, shorten
@@ -36,9 +35,7 @@ def semaphore_of(backend: BaseLockBackend, name: str) -> SemaphoreInfo | None:
 def free_permit(backend: BaseLockBackend, name: str, token: str) -> bool:
     """Free the permit ``token`` holds of semaphore ``name`` (found by semaphore_of(), so
     the backend has semaphores); return True if it did."""
-    freed = backend.force_release_permit(name, token)
-    if freed:
-        metrics.force_released(backend.alias, "semaphore", name)
+    freed: bool = backend.force_release_permit(name, token)  # counted by the backend
     return freed
 
 

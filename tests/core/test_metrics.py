@@ -131,6 +131,28 @@ def test_a_lost_lease_is_counted() -> None:
     assert counted.total == 1
 
 
+def test_a_force_release_by_code_is_counted_once_for_each_kind() -> None:
+    backend = distlock.locks["default"]
+    held = distlock.lock("invoice:9", ttl=30)
+    reader = distlock.lock("prices:eu", ttl=30, shared=True)
+    permit = distlock.semaphore("pool:a", 2, ttl=30)
+    assert held.acquire() and reader.acquire() and permit.acquire()
+    collect()
+    assert backend.force_release("invoice:9")
+    assert backend.force_release_shared("prices:eu", reader.token)
+    assert backend.force_release_permit("pool:a", permit.token)
+    assert not backend.force_release("invoice:9")  # nothing held: nothing counted
+    found = sorted(
+        (p.attributes["distlock.kind"], p.attributes["distlock.name"], p.total)
+        for p in points(metrics.FORCE_RELEASED)
+    )
+    assert found == [
+        ("lock", "invoice:*", 1),
+        ("semaphore", "pool:*", 1),
+        ("shared", "prices:*", 1),
+    ]
+
+
 def test_a_force_release_from_the_command_is_counted() -> None:
     held = distlock.lock("invoice:9", ttl=30)
     assert held.acquire()

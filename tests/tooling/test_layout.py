@@ -29,6 +29,7 @@ CORE = [
     "leader",
     "transactions",
     "metrics",
+    "eviction",
 ]
 SURFACES = [
     "views",

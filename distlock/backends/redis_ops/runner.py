@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import redis
 
 from ...exceptions import BackendUnavailable
+from .memory import MemoryReport, is_out_of_memory, out_of_memory_message, read_memory
 from .steps import (
     Confirmed,
     Eval,
@@ -137,6 +138,8 @@ class Runner:
         raise AssertionError("unreachable: the second attempt returns or raises")
 
     def unavailable(self, exc: Exception) -> BackendUnavailable:
+        if is_out_of_memory(exc):
+            return BackendUnavailable(out_of_memory_message(self.address))
         return BackendUnavailable(
             f"Redis at {self.address} did not answer ({type(exc).__name__}: {exc}); "
             "the lock state is unknown, so nothing was assumed.",
@@ -149,6 +152,19 @@ class Runner:
             yield
         except CLIENT_ERRORS as exc:
             raise self.unavailable(exc) from exc
+
+    # --- memory -----------------------------------------------------------------------
+    def memory_reports(self) -> list[MemoryReport]:
+        """Return what each server keeping this backend's locks (every master of a Cluster)
+        says of its memory; a server that cannot be read has a report with its error."""
+        try:
+            client = self.client  # a Redis Cluster's connects to learn its masters
+            masters = client.get_primaries() if self.cluster else None
+        except CLIENT_ERRORS as exc:
+            return [MemoryReport(self.address, error=f"{type(exc).__name__}: {exc}")]
+        if masters is None:
+            return [read_memory(client, self.address)]
+        return [read_memory(client.get_redis_connection(node), node.name) for node in masters]
 
     # --- Eval: one script ---------------------------------------------------------------
     def eval(self, step: Eval) -> Any:

@@ -31,8 +31,8 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import metrics
 from ...backends.base import BaseLockBackend
+from ...eviction import status_line
 from ...exceptions import BackendUnavailable, LockError
 from ...handler import DEFAULT_ALIAS, locks
 from ...info import LockInfo, SemaphoreInfo, WaiterInfo, shorten
@@ -128,10 +128,12 @@ class Command(BaseCommand):
         held_semaphores: list[SemaphoreInfo] = []
         held_shared: list[shared.Held] = []
         unreachable: dict[str, str] = {}
+        evicting: list[str] = []  # servers that may evict lock keys
         for alias in aliases:
             try:
                 backend = _backend(alias)
                 held.extend(_all_held(backend, prefix))
+                evicting.append(status_line(alias, backend))
                 held_semaphores += _guarded(alias, semaphores.held_semaphores, backend, prefix)
                 held_shared.append(_guarded(alias, shared.held_shared, backend, prefix))
             except CommandError as exc:
@@ -151,7 +153,10 @@ class Command(BaseCommand):
                 f"unknown.{hint}",
                 returncode=UNKNOWN_EXIT_CODE,
             )
+        evicting = [line for line in evicting if line]
         if as_json:
+            for line in evicting:  # stdout stays the JSON list
+                self.stderr.write(line)
             self.stdout.write(
                 _dumps(
                     [info.as_json_dict() for info in held]
@@ -159,7 +164,10 @@ class Command(BaseCommand):
                     + shared.shared_json(held_shared)
                 )
             )
-        elif held or held_semaphores or any(held_shared):
+            return
+        for line in evicting:
+            self.stdout.write(line)
+        if held or held_semaphores or any(held_shared):
             tables = [lock_table(held, show_alias=len(aliases) > 1)] if held else []
             if held_semaphores:
                 tables.append(
@@ -256,7 +264,6 @@ class Command(BaseCommand):
                 "force-released. Nothing was released.",
                 returncode=NOT_HELD_EXIT_CODE,
             )
-        metrics.force_released(using, "lock", name)
         logger.info(
             "distlock: force-released %r (alias %r, token %s, fencing token %s, held by %s pid "
             "%s) with manage.py distlock release",
@@ -323,7 +330,6 @@ class Command(BaseCommand):
                 f"The shared hold of {name!r} was released or expired before it could be released.",
                 returncode=NOT_HELD_EXIT_CODE,
             )
-        metrics.force_released(backend.alias, "shared", name)
         logger.info(
             "distlock: released a shared hold of %r (alias %r, token %s, fencing token %s, "
             "held by %s pid %s) with manage.py distlock release",
