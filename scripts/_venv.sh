@@ -14,7 +14,7 @@
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${DISTLOCK_VENV:-$ROOT/.venv}"
 PY="$VENV/bin/python"
-DISTLOCK_EXTRAS="${DISTLOCK_EXTRAS:-test,hiredis,django-redis}"
+DISTLOCK_EXTRAS="${DISTLOCK_EXTRAS:-test,hiredis,django-redis,demo}"
 DISTLOCK_PINS="${DISTLOCK_PINS:-}"
 cd "$ROOT"
 
