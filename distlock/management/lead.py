@@ -47,7 +47,7 @@ POLL = 0.05  # seconds between two looks at the child and the leadership
 # Seconds between two questions to the lock server, while a child runs: does this term still
 # hold the lock? A force release is seen within this, not only at the next renewal (a third
 # of the lease later), when the campaign may already have won the lock again under a new term.
-WATCH = 0.25
+WATCH = 0.1
 PR_SET_PDEATHSIG = 1
 CANNOT_RUN_EXIT_CODE = 127  # what shells answer for a command that cannot be run
 
