@@ -1,19 +1,20 @@
 # shellcheck shell=bash
 # Sourced by scripts/demo, scripts/test, scripts/test-legs and the Makefile: makes sure a
 # virtualenv exists and has the project installed (editable) with the extras in
-# DISTLOCK_EXTRAS (and any pip requirement in DISTLOCK_PINS), then sets
+# DISTLOCK_EXTRAS (default: what the tests need; scripts/demo asks for "demo" only) and any pip
+# requirement in DISTLOCK_PINS, then sets
 #   ROOT  the repository's top directory (and cds there)
 #   VENV  the virtualenv ($DISTLOCK_VENV, default $ROOT/.venv)
 #   PY    $VENV/bin/python
 # The virtualenv is made with $PYTHON when set, else the newest supported Python found
 # (python3.13, 3.12, 3.11 on PATH or under pyenv), else python3. The install runs again only
-# when setup.cfg, constraints.txt (the pinned linter and type checker), the extras or the pins
-# change: a stamp file records the last one that worked.
+# when setup.cfg, constraints.txt (the pinned linter and type checker) or the pins change, or
+# an extra is asked for that was not installed: a stamp file records what last worked.
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${DISTLOCK_VENV:-$ROOT/.venv}"
 PY="$VENV/bin/python"
-DISTLOCK_EXTRAS="${DISTLOCK_EXTRAS:-test,hiredis,django-redis}"
+DISTLOCK_EXTRAS="${DISTLOCK_EXTRAS:-test,hiredis,django-redis,demo}"
 DISTLOCK_PINS="${DISTLOCK_PINS:-}"
 cd "$ROOT"
 
@@ -45,27 +46,59 @@ if [ ! -x "$PY" ] || ! "$PY" -c '' 2>/dev/null; then
         _venv_log "error: $("$BOOTSTRAP_PYTHON" --version 2>&1) is too old; distlock needs Python >= 3.11 (set PYTHON=...)"
         exit 1
     fi
+    if ! "$BOOTSTRAP_PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then  # Debian, Ubuntu
+        _venv_log "error: $("$BOOTSTRAP_PYTHON" --version 2>&1) has no venv module: install it" \
+            "first (Debian, Ubuntu: apt-get install -y python3-venv) and run again"
+        exit 1
+    fi
     _venv_log "creating $VENV with $("$BOOTSTRAP_PYTHON" --version 2>&1)"
     rm -rf "$VENV"
     "$BOOTSTRAP_PYTHON" -m venv "$VENV"
 fi
 
-_venv_sha="$(printf '%s|%s|%s|%s' "$(cat "$ROOT/setup.cfg")" "$(cat "$ROOT/constraints.txt")" \
-    "$DISTLOCK_EXTRAS" "$DISTLOCK_PINS" \
+# The stamp is named after setup.cfg, constraints.txt and the pins, and lists the extras
+# installed under them, one a line: scripts/demo's small "demo" set after scripts/test's larger
+# one (or before it) installs only what is missing, and never undoes the other.
+_venv_sha="$(printf '%s|%s|%s' "$(cat "$ROOT/setup.cfg")" "$(cat "$ROOT/constraints.txt")" \
+    "$DISTLOCK_PINS" \
     | "$PY" -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:16])')"
 _venv_stamp="$VENV/.installed-$_venv_sha"
 
-if [ ! -e "$_venv_stamp" ]; then
-    _venv_log "installing -e '.[$DISTLOCK_EXTRAS]' $DISTLOCK_PINS into $VENV (once per change of setup.cfg)"
+# _venv_missing: print the extras of DISTLOCK_EXTRAS that the stamp does not list.
+_venv_missing() {
+    local extra
+    for extra in ${DISTLOCK_EXTRAS//,/ }; do
+        grep -qxF "$extra" "$_venv_stamp" 2>/dev/null || echo "$extra"
+    done
+}
+
+if [ -n "$(_venv_missing)" ] || [ ! -e "$_venv_stamp" ]; then
+    _venv_log "installing -e '.[$DISTLOCK_EXTRAS]' $DISTLOCK_PINS into $VENV (once per change of" \
+        "setup.cfg; 1 to 3 minutes on a fresh clone: each package is listed as pip gets it)"
+    # pip's own lines, less the noise: one line per package fetched, then what was installed.
+    # The whole output goes to install.log, shown when the install fails.
+    _venv_install_log="$VENV/install.log"
     # shellcheck disable=SC2086 # the pins are separate words
+    "$PY" -m pip install --disable-pip-version-check --progress-bar off -e ".[$DISTLOCK_EXTRAS]" \
+        $DISTLOCK_PINS -c "$ROOT/constraints.txt" --config-settings editable_mode=compat \
+        >"$_venv_install_log" 2>&1 &
+    _venv_pip=$!
+    # Follow the log while pip runs (a pipe would hide pip's exit status).
+    tail -n +1 -f --pid="$_venv_pip" "$_venv_install_log" 2>/dev/null \
+        | grep --line-buffered -E '^(Collecting|Building wheel|Successfully installed)' \
+        | sed -u -e 's/^Successfully installed/installed:/' -e 's/^/    /' >&2 || true
     # A failed install must not leave the stamp behind (the next run would skip it): stop here.
-    if ! "$PY" -m pip install --disable-pip-version-check -q -e ".[$DISTLOCK_EXTRAS]" $DISTLOCK_PINS \
-        -c "$ROOT/constraints.txt" --config-settings editable_mode=compat; then
-        _venv_log "error: the install into $VENV failed (see above); fix it and run again"
+    if ! wait "$_venv_pip"; then
+        grep -v "^WARNING: Location" "$_venv_install_log" | tail -n 30 >&2
+        _venv_log "error: the install into $VENV failed (above, and all of it in" \
+            "$_venv_install_log); fix it and run again"
         exit 1
     fi
+    _venv_extras="$( (cat "$_venv_stamp" 2>/dev/null || true; printf '%s\n' ${DISTLOCK_EXTRAS//,/ }) \
+        | sort -u)"
     rm -f "$VENV"/.installed-*
-    touch "$_venv_stamp"
+    printf '%s\n' "$_venv_extras" >"$_venv_stamp"
+    unset _venv_install_log _venv_pip _venv_extras
 fi
 unset _venv_sha _venv_stamp
 

@@ -20,9 +20,12 @@ from .models import Order, Payment
 REBUILD_SECONDS = 2
 #: Seconds the demo payment takes (a call to a payment provider), long enough to double-click.
 PAY_SECONDS = 1
+#: The Pay lock's lease: the payment's time and a margin. A refused click is told to retry
+#: when the lease ends (Retry-After), so a lease far longer than the work misleads it.
+PAY_TTL = PAY_SECONDS + 2
 
 
-def _held_locks_url() -> str:
+def held_locks_url() -> str:
     """The admin's "Held locks" page, or the admin index while that page does not exist."""
     try:
         return reverse("admin:distlock_heldlock_changelist")
@@ -34,7 +37,7 @@ def _page(
     request: HttpRequest, *, message: str = "", level: str = "", status: int = 200
 ) -> HttpResponse:
     context = {
-        "held_locks_url": _held_locks_url(),
+        "held_locks_url": held_locks_url(),
         "message": message,
         "level": level,
         "rebuild_seconds": REBUILD_SECONDS,
@@ -122,12 +125,13 @@ def _pay_page(
         "message": message,
         "level": level,
         "pay_seconds": PAY_SECONDS,
+        "pay_ttl": PAY_TTL,
     }
     return render(request, "testproject/pay.html", context, status=status)
 
 
 @require_POST
-@lock_view("demo:pay:{order_id}", ttl=10)
+@lock_view("demo:pay:{order_id}", ttl=PAY_TTL)
 def pay(request: HttpRequest, order_id: int) -> HttpResponse:
     """The form's target: a second click while the first is charging gets 409 Conflict."""
     detail, payments = _charge(order_id)
@@ -138,7 +142,7 @@ def pay(request: HttpRequest, order_id: int) -> HttpResponse:
 
 @csrf_exempt  # an API for scripts (curl); a real one would authenticate its clients
 @require_POST
-@lock_view("demo:pay:{order_id}", ttl=10)
+@lock_view("demo:pay:{order_id}", ttl=PAY_TTL)
 def api_pay(request: HttpRequest, order_id: int) -> JsonResponse:
     """The same payment as JSON: ``curl -X POST -H 'Accept: application/json' .../api/pay/1/``."""
     detail, payments = _charge(order_id)

@@ -2,8 +2,10 @@
 leads NAME (distlock.leader), e.g. one ``celery beat`` among several hosts.
 
 On every host the command waits to be elected, then starts COMMAND as a child process.
-- Leadership lost (a renewal found the lease gone): the child gets SIGTERM at once, and
-  SIGKILL after the grace period; then the host campaigns again.
+- Leadership lost (force-released or taken over; a look at the lock server every WATCH
+  seconds sees it, or a renewal finds the lease gone): the child gets SIGTERM at once, and
+  SIGKILL after the grace period; then the host campaigns again, and starts a new child
+  under its new term, even when it is elected again at once (no other host waiting).
 - Renewals failing (the lock server unreachable): the child gets SIGTERM once only a third
   of the lease is left, and SIGKILL when the lease ends by this host's clock at the latest,
   so it never outlives the lease it ran under.
@@ -42,6 +44,10 @@ from ..info import shorten
 from ..leader import Leader
 
 POLL = 0.05  # seconds between two looks at the child and the leadership
+# Seconds between two questions to the lock server, while a child runs: does this term still
+# hold the lock? A force release is seen within this, not only at the next renewal (a third
+# of the lease later), when the campaign may already have won the lock again under a new term.
+WATCH = 0.1
 PR_SET_PDEATHSIG = 1
 CANNOT_RUN_EXIT_CODE = 127  # what shells answer for a command that cannot be run
 
@@ -64,6 +70,7 @@ class LeadRun:
         self.say = say
         self.stop_signal: int | None = None
         self.started = False  # a child was started (in any term)
+        self.lost_term: int | None = None  # the term whose child was stopped for its loss
         self.leader = Leader(
             name,
             ttl=ttl,
@@ -123,6 +130,7 @@ class LeadRun:
     def _lead(self) -> int | None:
         """Run the child while leading; return the exit status, or None to campaign again."""
         name, term = self.leader.name, self.leader.term
+        assert term is not None  # elected
         try:
             child = subprocess.Popen(self.command, preexec_fn=_die_with_parent(os.getpid()))
         except OSError as exc:  # not found, not executable: as a shell would say it
@@ -135,14 +143,26 @@ class LeadRun:
         self.say(
             f"Leading {name!r} (term {term}): started {shlex.join(self.command)} (pid {child.pid})."
         )
-        while child.poll() is None and self.stop_signal is None and self._may_run():
-            time.sleep(POLL)
+        with _TermWatch(self.leader, term) as watch:
+            while (
+                child.poll() is None
+                and self.stop_signal is None
+                and not watch.lost.is_set()
+                and self._may_run()
+            ):
+                time.sleep(POLL)
         if child.poll() is None:
-            why = "stopping" if self.stop_signal is not None else "lost the leadership"
-            self.say(f"{why.capitalize()} ({name!r}, term {term}): stopping pid {child.pid}.")
-            self._stop(child)
             if self.stop_signal is not None:
+                self.say(f"Stopping ({name!r}, term {term}): stopping pid {child.pid}.")
+                self._stop(child, whole_grace=True)
                 return 128 + self.stop_signal
+            gone = watch.lost.is_set() or self.leader.term != term
+            self.say(
+                f"Lost the leadership ({name!r}, term {term}): stopping pid {child.pid}; "
+                "a new child starts once this process leads again, under a new term."
+            )
+            self.lost_term = term
+            self._stop(child, whole_grace=gone)
             return None
         status = child.returncode if child.returncode >= 0 else 128 - child.returncode
         self.say(
@@ -152,21 +172,23 @@ class LeadRun:
         return status
 
     def _may_run(self) -> bool:
-        """Return True while the child may go on: leading, with more than a third of the
-        lease left (renewals keep it above two thirds)."""
-        return self.leader.is_leader and self.leader.lease_left() > self.leader.lease / 3
+        """Return True while the child may go on: leading, in a term whose child was not
+        stopped for its loss, with more than a third of the lease left (renewals keep it
+        above two thirds)."""
+        return (
+            self.leader.is_leader
+            and self.leader.term != self.lost_term
+            and self.leader.lease_left() > self.leader.lease / 3
+        )
 
-    def _stop(self, child: subprocess.Popen[bytes]) -> None:
+    def _stop(self, child: subprocess.Popen[bytes], *, whole_grace: bool) -> None:
         """SIGTERM, then SIGKILL after the grace period. While the lease still runs (the
         renewals are failing) SIGKILL comes by its end at the latest, so that the child
-        never outlives it; once it is gone, or on a stop signal, the whole grace applies."""
+        never outlives it; once it is gone (or ran out), or on a stop signal
+        (``whole_grace``), the whole grace applies."""
         child.send_signal(signal.SIGTERM)
-        lease_left = self.leader.lease_left()
-        patience = (
-            self.grace
-            if self.stop_signal is not None or lease_left <= 0
-            else min(self.grace, lease_left)
-        )
+        lease_left = 0.0 if whole_grace else self.leader.lease_left()
+        patience = self.grace if lease_left <= 0 else min(self.grace, lease_left)
         try:
             child.wait(timeout=patience)
         except subprocess.TimeoutExpired:
@@ -191,6 +213,40 @@ class LeadRun:
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+
+
+class _TermWatch:
+    """While entered, ask the lock server every WATCH seconds whether ``term`` still holds
+    the leader's lock; ``lost`` is set once it does not (released, or another term holds
+    it). In a thread of its own, so that a round trip to an unreachable server never delays
+    the look at the lease (that case is the lease's: renewals failing)."""
+
+    def __init__(self, leader: Leader, term: int) -> None:
+        self.leader = leader
+        self.term = term
+        self.lost = threading.Event()
+        self._done = threading.Event()
+        self._thread = threading.Thread(
+            target=self._watch, daemon=True, name=f"distlock-lead watch {leader.name}"
+        )
+
+    def __enter__(self) -> _TermWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._done.set()  # not joined: a round trip may hang until the socket timeout
+
+    def _watch(self) -> None:
+        backend = locks[self.leader.using]
+        while not self._done.wait(WATCH):
+            try:
+                holder = backend.info(self.leader.name)
+            except LockError:  # unreachable: the lease decides (see _may_run)
+                continue
+            if holder is None or holder.fencing_token != self.term:
+                self.lost.set()
+                return
 
 
 def _die_with_parent(parent: int) -> Callable[[], None] | None:

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from io import StringIO
 from pathlib import Path
 
 import psutil
@@ -53,7 +55,7 @@ class Hosts:
         self.proxies: list[TcpProxy] = []
         self.processes: list[subprocess.Popen[str]] = []
 
-    def start(self, *child: str) -> subprocess.Popen[str]:
+    def start(self, *child: str, ttl: float = TTL) -> subprocess.Popen[str]:
         proxy = TcpProxy(self.server.address).start()
         self.proxies.append(proxy)
         env = {
@@ -73,7 +75,7 @@ class Hosts:
                 "lead",
                 LOCK,
                 "--ttl",
-                str(TTL),
+                str(ttl),
                 "--grace",
                 "1",
                 "--",
@@ -231,3 +233,59 @@ def test_what_to_run_is_checked_first(redis_backend: str) -> None:
         call_command("distlock", "lead", LOCK, "--", "/nonexistent/command")
     assert failed.value.returncode == 127
     assert distlock.locks["default"].info(LOCK) is None
+
+
+# A busy loop, one per core beside the test; it ends by itself after this many seconds.
+BURNER = """
+import sys, time
+end = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    pass
+"""
+
+
+@pytest.fixture
+def cpu_burners() -> Iterator[None]:
+    burners = [
+        subprocess.Popen([sys.executable, "-c", BURNER, "120"]) for _ in range(os.cpu_count() or 2)
+    ]
+    yield
+    end_processes(burners)
+
+
+def test_force_release_with_no_other_host_stops_the_child_and_starts_a_new_one(
+    hosts: Hosts, cpu_burners: None
+) -> None:
+    """Issue 33, item 2: the lease is force-released and no other host waits, so the same
+    host wins again at once, under a new term. Its child must be stopped all the same (within
+    1 s: the renewals, every third of the 4.5 s lease, would be too late) and a new one
+    started under the new term: 10 times in a row, beside a busy loop on every core."""
+    host = hosts.start(ttl=4.5)
+    hosts.leading()
+    child = hosts.wait_for("start", 0)
+    terms = [distlock.locks["default"].info(LOCK).fencing_token]
+    for trial in range(10):
+        asked_at = time.time()  # the release is done when call_command returns
+        call_command("distlock", "release", LOCK, "--yes", stdout=StringIO())
+        stopped = hosts.wait_for("stop", asked_at)
+        assert stopped[1] == child[1], f"trial {trial}: another child stopped"
+        assert stopped[2] - asked_at <= 1.0, (
+            f"trial {trial}: stopped {stopped[2] - asked_at:.2f} s after the release"
+        )
+        new = hosts.wait_for("start", stopped[2])
+        assert new[1] != child[1]
+        holder = distlock.locks["default"].info(LOCK)
+        assert holder.pid == host.pid and holder.fencing_token > terms[-1]
+        terms.append(holder.fencing_token)
+        child = new
+
+    host.send_signal(signal.SIGTERM)
+    _, err = host.communicate(timeout=30)
+    started = [
+        int(term) for term in re.findall(r"Leading 'scheduler' \(term (\d+)\): started", err)
+    ]
+    assert started == terms, err
+    assert err.count("Lost the leadership ('scheduler', term ") == 10, err
+    spans = children(hosts.lines(), {})
+    for (_, end, pid), (start, _, next_pid) in itertools.pairwise(spans):
+        assert end < start, f"children {pid} and {next_pid} ran at the same time"

@@ -1,11 +1,14 @@
-"""The Node.js client's README example runs as written (issue 26, acceptance 4): the block is
-cut from clients/node/README.md and run by node, importing the client by its package name,
-against a real Redis server; a Python holder of the same lock makes it wait and give up."""
+"""The Node.js client's README, followed as written (issue 26, acceptance 4; issue 33, item 8):
+in a new project (``npm init -y``), ``npm install <clone>/clients/node`` (npm links the folder,
+and the client's ``prepare`` step brings ``ioredis``), then each README example, the ES-module
+one as ``example.mjs`` and the CommonJS one as ``example.cjs``, run by node against a real
+Redis server; a Python holder of the same lock makes the first wait and give up."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -15,30 +18,63 @@ import pytest
 
 import distlock
 from tests.support.configs import distlock_settings
-from tests.support.node import Node
+from tests.support.node import CLIENT, ROOT, Node
 from tests.support.redis_server import RedisServer
 
-README = Path(__file__).resolve().parent.parent.parent / "clients" / "node" / "README.md"
-pytestmark = pytest.mark.django_db(databases=[])
+README = CLIENT / "README.md"
+LUA = Path("distlock") / "backends" / "redis_ops" / "lua"
+pytestmark = [pytest.mark.django_db(databases=[]), pytest.mark.timeout(600)]
 
 
-def example() -> str:
-    [block] = re.findall(r"## Example\n\n```js\n(.*?)```", README.read_text(), re.S)
-    return block
+def examples() -> tuple[str, str]:
+    """The README's ES-module and CommonJS examples, in that order."""
+    section = README.read_text().split("## Example\n", 1)[1].split("\n## ", 1)[0]
+    esm, cjs = re.findall(r"```js\n(.*?)```", section, re.S)
+    return esm, cjs
 
 
-def run_example(node: Node, folder: Path, url: str) -> subprocess.CompletedProcess[str]:
-    """Run the example as a user's file would: an .mjs beside a node_modules that has the
-    client under its package name."""
-    (folder / "node_modules").mkdir(exist_ok=True)
-    link = folder / "node_modules" / "distlock-client"
-    if not link.exists():
-        link.symlink_to(node.client, target_is_directory=True)
-    script = folder / "example.mjs"
-    script.write_text(example())
+def the_install_line() -> str:
+    [line] = re.findall(r"^npm install (/path/to/distlock/clients/node)$", README.read_text(), re.M)
+    return line
+
+
+@pytest.fixture(scope="module")
+def project(node_client: Node, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A new npm project that installed the client from a clone as the README says. The
+    clone is the client's folder without node_modules, and distlock's Lua files two folders
+    up, as in a fresh ``git clone``."""
+    tmp = tmp_path_factory.mktemp("node-readme")
+    clone = tmp / "distlock"
+    shutil.copytree(
+        CLIENT, clone / "clients" / "node", ignore=shutil.ignore_patterns("node_modules")
+    )
+    shutil.copytree(ROOT / LUA, clone / LUA)
+    folder = tmp / "service"
+    folder.mkdir()
+    npm = shutil.which("npm")
+    assert npm is not None  # node_client checked
+    subprocess.run([npm, "init", "-y"], cwd=folder, check=True, capture_output=True, timeout=60)
+    target = the_install_line().replace("/path/to/distlock", str(clone))
+    installed = subprocess.run(
+        [npm, "install", target, "--no-audit", "--no-fund", "--prefer-offline"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    assert (clone / "clients" / "node" / "node_modules" / "ioredis").is_dir(), installed.stderr
+    return folder
+
+
+def run(
+    node: Node, project: Path, name: str, code: str, url: str
+) -> subprocess.CompletedProcess[str]:
+    script = project / name
+    script.write_text(code)
     return subprocess.run(
         [node.binary, str(script)],
-        cwd=folder,
+        cwd=project,
         env={**os.environ, "REDIS_URL": url},
         capture_output=True,
         text=True,
@@ -46,11 +82,12 @@ def run_example(node: Node, folder: Path, url: str) -> subprocess.CompletedProce
     )
 
 
-def test_the_readme_example_runs_as_written(
-    node_client: Node, redis_server: RedisServer, settings: Any, tmp_path: Path
+def test_the_es_module_example_runs_as_written(
+    node_client: Node, project: Path, redis_server: RedisServer, settings: Any
 ) -> None:
     redis_server.flushall()
-    done = run_example(node_client, tmp_path, redis_server.url)
+    esm, _ = examples()
+    done = run(node_client, project, "example.mjs", esm, redis_server.url)
     assert done.returncode == 0, done.stderr
     assert re.fullmatch(r"holding reports:daily, fencing token \d{16}\n", done.stdout)
     # It released the lock: a Python process (the default prefix, as in the example) takes it.
@@ -61,8 +98,19 @@ def test_the_readme_example_runs_as_written(
     assert python.acquire(wait=0)
     # While Python holds it, the example waits its 5 s and says so.
     started = time.monotonic()
-    done = run_example(node_client, tmp_path, redis_server.url)
+    done = run(node_client, project, "example.mjs", esm, redis_server.url)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "someone else held reports:daily for 5 s\n"
     assert time.monotonic() - started >= 5
     python.release()
+
+
+def test_the_commonjs_example_runs_as_written(
+    node_client: Node, project: Path, redis_server: RedisServer
+) -> None:
+    redis_server.flushall()
+    _, cjs = examples()
+    done = run(node_client, project, "example.cjs", cjs, redis_server.url)
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(r"holding reports:daily, fencing token \d{16}\n", done.stdout)
+    assert done.stderr == ""

@@ -59,6 +59,16 @@ from tests.support.redis_server import (
     stop_managed,
 )
 
+# MariaDB's driver is PyMySQL (the test extra's: pure Python, nothing to compile), which
+# Django's MySQL backend and the code below import as MySQLdb. mysqlclient, the usual
+# MySQLdb, has no Linux wheel: it needs libmariadb-dev, pkg-config and a C compiler. PyMySQL
+# 1.2.4 and later tell Django's version check they are mysqlclient 2.2.8 (5.2 to 6.1 ask for
+# 2.2.1 or newer).
+with contextlib.suppress(ImportError):
+    import pymysql
+
+    pymysql.install_as_MySQLdb()
+
 __all__ = [
     "DATABASES_ENV",
     "REQUIRE_ENV",
@@ -742,7 +752,7 @@ class MariaDBServer(DatabaseServer):
     def _check_installed(self) -> None:
         if self.binaries is None:
             self.binaries = find_mariadb()
-        _require_module("MySQLdb", "mysqlclient")
+        _require_module("pymysql", "PyMySQL")
 
     def _template_key(self) -> tuple[Any, ...]:
         return (*super()._template_key(), self.binaries, self.speed_options)
