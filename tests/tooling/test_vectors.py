@@ -64,6 +64,19 @@ def test_the_node_client_derives_every_vector(node_client: Node) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
 
 
+def test_the_node_clients_own_tests_pass(node_client: Node) -> None:
+    # clients/node/test/: the vectors, and a KEY_PREFIX with braces refused
+    result = subprocess.run(
+        [node_client.binary, "--test", "test/"],
+        cwd=node_client.client,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "# fail 0" in result.stdout
+
+
 def mutate(data: dict[str, Any], where: str) -> None:
     entry = data["names"][2]  # "order {42}" under the default prefix
     if where == "bucket":
