@@ -12,7 +12,7 @@ both alike:
   pending RWLock design does with a lock and a counter): a reader takes the exclusive "gate"
   lock, a permit of a limit-K semaphore, gives the gate back, GETs, releases the permit; the
   writer holds the gate (so new readers wait) while it takes all K permits, SETs, and gives
-  everything back. redis-py's RWLock (pull request #3658) is not released, so not measured.
+  everything back. redis-py's RWLock (pull request #3786) is not released, so not measured.
 
 Memory: INFO used_memory before and after holding N locks with one shared holder each, with
 two, and N exclusive locks, in this run.

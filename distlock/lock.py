@@ -875,7 +875,7 @@ class _Attempts:
         try:
             attempt = call(*args)
         except BaseException:
-            self._forget_maybe_granted()
+            self._abandon()
             self.errored()
             raise
         if attempt.acquired and self._outlived(attempt):
@@ -887,7 +887,7 @@ class _Attempts:
         try:
             attempt = await call(*args)
         except BaseException:  # as guarded()
-            await self._aforget_maybe_granted()
+            await self._aabandon()
             self.errored()
             raise
         if attempt.acquired and self._outlived(attempt):
@@ -905,6 +905,24 @@ class _Attempts:
     async def _aforget_maybe_granted(self) -> None:
         with contextlib.suppress(LockError):
             await self.backend.arelease(self.lock.name, self.token)
+
+    def _abandon(self) -> None:
+        """An acquire that ends in an error: give back what the server may have granted, and
+        leave the queue, where a release may have reserved the lock for this token (release
+        answers 0 for a reservation and leaves it; leave_queue hands it on at once rather than
+        after the grace). Only when the server answered the release: an unreachable server
+        costs no second wait, and the registration ends on its own (docs/protocol.md, "The
+        error path")."""
+        with contextlib.suppress(LockError):
+            self.backend.release(self.lock.name, self.token)
+            if self.queue:
+                self.backend.leave_queue(self.lock.name, self.token)
+
+    async def _aabandon(self) -> None:
+        with contextlib.suppress(LockError):
+            await self.backend.arelease(self.lock.name, self.token)
+            if self.queue:
+                await self.backend.aleave_queue(self.lock.name, self.token)
 
     def _forget_maybe_granted(self) -> None:
         # The server may have granted the lock before the reply was lost: free it if it can

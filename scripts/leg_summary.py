@@ -10,6 +10,7 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
 from importlib import metadata
+from pathlib import Path
 
 
 def version(package: str) -> str:
@@ -22,10 +23,10 @@ def version(package: str) -> str:
 def server_version() -> str:
     from tests.support.redis_server import find_redis_server
 
-    output = subprocess.run(
-        [find_redis_server(), "--version"], capture_output=True, text=True, check=False
-    ).stdout
-    return next((part.split("=", 1)[1] for part in output.split() if part.startswith("v=")), "?")
+    binary = find_redis_server()
+    output = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False)
+    found = (part.split("=", 1)[1] for part in output.stdout.split() if part.startswith("v="))
+    return f"{Path(binary).name} {next(found, '?')}"  # redis-server 7.0.15, valkey-server 8.1.8
 
 
 def main(name: str, junit: str, seconds: str) -> int:
@@ -39,7 +40,7 @@ def main(name: str, junit: str, seconds: str) -> int:
     print(
         f"[leg] {name}: Python {platform.python_version()}, Django {version('Django')}, "
         f"redis-py {version('redis')}, hiredis {version('hiredis')}, "
-        f"redis-server {server_version()}: {passed} passed, {failed} failed, "
+        f"{server_version()}: {passed} passed, {failed} failed, "
         f"{counts['skipped']} skipped ({float(seconds):.0f} s)"
     )
     return 1 if failed or not passed else 0

@@ -132,11 +132,14 @@ def find_redis_cli() -> str:
 
 
 def _cli_for(server_binary: str) -> str:
-    """The ``redis-cli`` next to ``server_binary`` (same version) if any, else any."""
+    """The command-line client next to ``server_binary`` (same version) if any, else any:
+    ``valkey-cli`` beside ``valkey-server`` (Valkey's), ``redis-cli`` beside ``redis-server``."""
     if not os.environ.get("DISTLOCK_REDIS_CLI"):
-        sibling = Path(server_binary).parent / "redis-cli"
-        if _is_executable(sibling):
-            return str(sibling)
+        server = Path(server_binary)
+        for name in (server.name.replace("-server", "-cli"), "redis-cli"):
+            sibling = server.parent / name
+            if _is_executable(sibling):
+                return str(sibling)
     return find_redis_cli()
 
 

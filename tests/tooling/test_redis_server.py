@@ -77,6 +77,18 @@ def test_environment_variable_wins_and_is_checked(
         find_redis_server()
 
 
+def test_valkey_server_gets_the_valkey_cli_beside_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # DISTLOCK_REDIS_SERVER=.../valkey-server alone: clusters are made with its own valkey-cli
+    # (Valkey ships no redis-cli), not some redis-cli found elsewhere.
+    monkeypatch.delenv("DISTLOCK_REDIS_CLI", raising=False)
+    for name, real in (("valkey-server", find_redis_server()), ("valkey-cli", find_redis_cli())):
+        (tmp_path / name).symlink_to(real)
+    assert rs._cli_for(str(tmp_path / "valkey-server")) == str(tmp_path / "valkey-cli")
+    assert rs._cli_for(find_redis_server()).endswith("redis-cli")
+
+
 def test_no_binary_anywhere_says_how_to_get_one(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

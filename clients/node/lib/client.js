@@ -43,6 +43,10 @@ export class LockClient {
    */
   constructor({ url, cluster, prefix = "distlock", ttl = 60, maxBlock = 1, scriptsDir, redisOptions = {} } = {}) {
     if (!url === !cluster) throw new TypeError("Give either url (one server) or cluster (node URLs).");
+    // A brace would move the Cluster hash tag into the prefix (docs/protocol.md, "Keys").
+    if (typeof prefix !== "string" || !prefix || /[{}\s\x00-\x1f\x7f*?[\]]/.test(prefix)) {
+      throw new RangeError(`prefix must be a KEY_PREFIX without braces, spaces or wildcards; got ${JSON.stringify(prefix)}.`);
+    }
     this.prefix = prefix;
     this.ttl = checkSeconds("ttl", ttl, false);
     this.maxBlockMs = checkSeconds("maxBlock", maxBlock, false) * 1000;
@@ -172,7 +176,9 @@ export class Lock {
         reply = await attempt.waitThenClaim(block);
       }
     } catch (error) {
-      await attempt.giveBack(); // the server may have granted it before the reply was lost
+      // The server may have granted it, or reserved it for this token, before the reply was
+      // lost: give back a hold, then leave the queue (a reservation is handed on at once).
+      if (await attempt.giveBack()) await attempt.leave().catch(() => {});
       throw error;
     }
     this.token = attempt.token;
@@ -287,10 +293,13 @@ class Attempt {
     await this.client.run("leave_queue", [this.keys.lock, this.keys.queue, this.keys.live], [this.token, HANDOFF_GRACE_MS]);
   }
 
+  /** Release whatever this token may hold; return whether the server answered. */
   async giveBack() {
     const keys = this.keys;
     const release = [this.token, this.lock.name, "1", HANDOFF_GRACE_MS];
-    await this.client.run("release", [keys.lock, keys.queue, keys.live, keys.index], release).catch(() => {});
+    return this.client
+      .run("release", [keys.lock, keys.queue, keys.live, keys.index], release)
+      .then(() => true, () => false);
   }
 }
 
