@@ -111,5 +111,6 @@ pytest_plugins = [
     "tests.support.browser",
     "tests.support.database_fixtures",
     "tests.support.node",
+    "tests.support.ruby",
     "tests.support.topologies",
 ]

@@ -1,0 +1,397 @@
+# frozen_string_literal: true
+#
+# A Ruby client for distlock's Redis lock protocol (version 2), written from
+# docs/protocol.md and the headers of the .lua scripts only.
+#
+# Exclusive and shared locks on one Redis server (or a Cluster, via redis-rb's
+# cluster mode: every key of one call shares the {bNNNN} hash tag).
+
+require 'redis'
+require 'digest/sha1'
+require 'zlib'
+require 'json'
+require 'securerandom'
+require 'socket'
+
+module Distlock
+  VERSION = '0.1.0'
+  LAYOUT_VERSION = 2
+
+  GRACE_MS = 250          # how long a waiter handed the lock has to claim it
+  PATIENCE_MARGIN_MS = 1000
+  MAX_BLOCK_MS = 1000     # the longest single BLPOP
+  BUCKETS = 1024
+
+  class Error < StandardError; end
+  class InvalidName < Error; end
+
+  # ------------------------------------------------------------------ scripts
+
+  Script = Struct.new(:name, :text, :sha)
+
+  # Loads NAME.lua from a folder, expanding `-- #include "part.lua"` lines.
+  class Scripts
+    # protocol.md: ^[ \t]*-- #include "([\w/]+\.lua)"[ \t]*$ (multi-line).
+    # Ruby's ^ and $ are always line anchors; \w is ASCII here (as it must be
+    # for a path), so the class is spelled out.
+    INCLUDE_RE = /^[ \t]*-- #include "([A-Za-z0-9_\/]+\.lua)"[ \t]*$/.freeze
+
+    def initialize(dir)
+      @dir = File.expand_path(dir)
+      @cache = {}
+    end
+
+    def [](name)
+      @cache[name] ||= begin
+        text = expand(File.join(@dir, "#{name}.lua"), [])
+        Script.new(name, text, Digest::SHA1.hexdigest(text.b))
+      end
+    end
+
+    private
+
+    def expand(path, stack)
+      real = File.expand_path(path)
+      raise Error, "#include cycle: #{(stack + [real]).join(' -> ')}" if stack.include?(real)
+
+      text = File.binread(real).force_encoding(Encoding::UTF_8)
+      folder = File.dirname(real)
+      text.gsub(INCLUDE_RE) do
+        part = expand(File.join(folder, Regexp.last_match(1)), stack + [real])
+        part.sub(/\n+\z/, '')
+      end
+    end
+  end
+
+  # --------------------------------------------------------------------- keys
+
+  SAFE_BYTES = ('A'..'Z').to_a + ('a'..'z').to_a + ('0'..'9').to_a + '-._~:/@+=,'.chars
+  SAFE_SET = SAFE_BYTES.map(&:ord).to_h { |b| [b, true] }.freeze
+
+  def self.validate_name!(name)
+    raise InvalidName, 'a lock name must be a string' unless name.is_a?(String)
+
+    name = name.encode(Encoding::UTF_8) unless name.encoding == Encoding::UTF_8
+    raise InvalidName, 'the name is not valid UTF-8' unless name.valid_encoding?
+
+    n = name.length
+    raise InvalidName, "a name has 1 to 1024 characters (this one has #{n})" if n < 1 || n > 1024
+    if name.match?(/[\p{Cc}\p{Cs}\u2028\u2029]/)
+      raise InvalidName, 'a name may not contain control characters'
+    end
+
+    name
+  end
+
+  def self.encode_name(name)
+    name.b.bytes.map { |b| SAFE_SET[b] ? b.chr : format('%%%02X', b) }.join
+  end
+
+  def self.bucket(name)
+    Zlib.crc32(name.b) % BUCKETS
+  end
+
+  # The keys of one lock name.
+  class Keys
+    attr_reader :name, :tag, :lock, :fence, :wait, :live, :held, :shheld, :readers, :rmeta
+
+    def initialize(prefix, name)
+      @name = Distlock.validate_name!(name)
+      @tag = format('%s:{b%04d}', prefix, Distlock.bucket(@name))
+      enc = Distlock.encode_name(@name)
+      @lock = "#{@tag}:lock:#{enc}"
+      @fence = "#{@tag}:fence"
+      @wait = "#{@tag}:wait:#{enc}"
+      @live = "#{@tag}:live:#{enc}"
+      @held = "#{@tag}:held"
+      @shheld = "#{@tag}:shheld"
+      @readers = "#{@wait}|readers"
+      @rmeta = "#{@wait}|rmeta"
+    end
+
+    def wakeup(token)
+      "#{@wait}:#{token}"
+    end
+
+    def acquire_keys = [lock, fence, wait, live, held]
+    def release_keys = [lock, wait, live, held]
+    def leave_keys = [lock, wait, live]
+    def extend_keys = [lock, held]
+    def inspect_keys = [lock, live]
+    def shared_acquire_keys = [lock, fence, wait, live, shheld, readers, rmeta]
+    def shared_release_keys = [lock, wait, live, shheld, readers, rmeta]
+    def shared_extend_keys = [lock, shheld, readers, rmeta]
+    def shared_inspect_keys = [lock, readers, rmeta, live]
+  end
+
+  # ------------------------------------------------------------------- client
+
+  SCRIPT_NAMES = %w[acquire release extend leave_queue inspect shared_acquire shared_release
+                    shared_extend shared_leave shared_inspect].freeze
+
+  Acquired = Struct.new(:name, :token, :fence, :acquired_ms, :shared, keyword_init: true)
+
+  class Client
+    attr_reader :prefix, :scripts
+
+    def initialize(url: 'redis://127.0.0.1:6379/0', prefix: 'distlock', scripts_dir:,
+                   cluster: false, default_purpose: nil, logger: nil)
+      @prefix = prefix
+      @scripts = Scripts.new(scripts_dir)
+      @cluster = cluster
+      @url = url
+      @redis = connect
+      @waiter = connect # a connection of its own for BLPOP pipelines
+      @host = Socket.gethostname
+      @default_purpose = default_purpose || [File.basename($PROGRAM_NAME), *ARGV].join(' ')[0, 200]
+      @offset_ms = nil # server clock - our monotonic clock, from the latest table reply
+      @log = logger
+      # Expand every script now, so the first acquire does not pay for reading files.
+      SCRIPT_NAMES.each { |n| @scripts[n] }
+    end
+
+    def inspect = "#<Distlock::Client #{@url} prefix=#{@prefix}>"
+
+    def keys(name) = Keys.new(@prefix, name)
+
+    def metadata(purpose)
+      purpose = @default_purpose if purpose.nil?
+      JSON.generate({ 'host' => @host, 'pid' => Process.pid, 'thread' => 'main',
+                      'purpose' => purpose.to_s[0, 200] })
+    end
+
+    # Returns an Acquired, or nil when wait_ms passed first.
+    # wait_ms: nil = wait until acquired, 0 = try once.
+    def acquire(name, ttl_ms:, wait_ms: nil, shared: false, purpose: nil)
+      k = keys(name)
+      ttl = Integer(ttl_ms)
+      raise ArgumentError, 'ttl_ms must be positive' if ttl <= 0
+      # Every grant of a lease this short is inside the drift allowance (1% + 2 ms).
+      raise ArgumentError, "ttl_ms #{ttl} is too short to be held" if ttl <= ttl * 0.01 + 2
+      wait = wait_ms.nil? ? nil : Integer(wait_ms)
+      raise ArgumentError, 'wait_ms must not be negative' if wait && wait.negative?
+
+      token = new_token(shared)
+      meta = metadata(purpose)
+      script = @scripts[shared ? 'shared_acquire' : 'acquire']
+      kl = shared ? k.shared_acquire_keys : k.acquire_keys
+      deadline = wait.nil? ? nil : mono_ms + wait
+      left = -> { deadline.nil? ? Float::INFINITY : deadline - mono_ms }
+      args = ->(patience, waited) { [token, ttl.to_s, meta, k.name, patience.to_s, waited] }
+
+      queued = false
+      begin
+        sent = mono_ms
+        reply = run(@redis, script, kl, args.call(wait == 0 ? 0 : patience_for(left.call), '0'))
+        loop do
+          if reply.is_a?(String)
+            fence, acquired_ms = reply.split(' ')
+            return Acquired.new(name: k.name, token: token, fence: fence,
+                                acquired_ms: acquired_ms, shared: shared) if fresh?(ttl, sent, acquired_ms)
+
+            # A grant with less lease left than the drift allowance is no hold:
+            # give it back and go on waiting (protocol.md, Waiting, step 4).
+            log("grant to #{token} came too late; giving it back")
+            release_token(k, token, shared)
+            l = left.call
+            return nil if l <= 0
+
+            queued = true
+            sent = mono_ms
+            reply = run(@redis, script, kl, args.call(patience_for(l), '1'))
+            next
+          end
+
+          _zero, pttl, place, server_ms = reply
+          @offset_ms = server_ms.to_i - mono_ms if server_ms
+          queued ||= place.to_i >= 0
+          l = left.call
+          if wait == 0 || l <= 0
+            leave(k, token, shared) if queued
+            return nil
+          end
+
+          timeout = [l, MAX_BLOCK_MS].min
+          timeout = [timeout, pttl.to_i + 2].min if pttl.to_i.positive?
+          timeout = [timeout, GRACE_MS].min if place.to_i == 1
+          timeout = [timeout.ceil, 1].max
+          sent = mono_ms
+          reply = blocked_acquire(k.wakeup(token), timeout, script, kl,
+                                  args.call(patience_for(l), '1'))
+        end
+      rescue StandardError => e
+        # The server may have granted the lock before the reply was lost.
+        begin
+          release_token(k, token, shared)
+          leave(k, token, shared)
+        rescue StandardError => e2
+          log("cleanup after #{e.class} failed: #{e2.message}")
+        end
+        raise
+      end
+    end
+
+    # true: released; false: the token does not hold the lock any more.
+    def release(name, token, shared: false)
+      k = keys(name)
+      release_token(k, check_token!(token), shared) == 1
+    end
+
+    # true: extended; false: not held by the token.
+    def extend(name, token, ttl_ms:, shared: false)
+      k = keys(name)
+      ttl = Integer(ttl_ms)
+      raise ArgumentError, 'ttl_ms must be positive' if ttl <= 0
+
+      args = [check_token!(token), ttl.to_s, k.name, '0', '0', '']
+      r = if shared
+            run(@redis, @scripts['shared_extend'], k.shared_extend_keys, args)
+          else
+            run(@redis, @scripts['extend'], k.extend_keys, args)
+          end
+      r.to_i == 1
+    end
+
+    # nil, or a hash: token, fence, acquired_ms, renewals, depth, metadata (parsed), shared,
+    # remaining_ms.
+    def holder(name)
+      k = keys(name)
+      r = run(@redis, @scripts['inspect'], k.inspect_keys, [])
+      return nil if r.nil? || r.empty?
+
+      if r == ['~']
+        s = run(@redis, @scripts['shared_inspect'], k.shared_inspect_keys, [])
+        return nil if s.nil? || s.empty?
+
+        server_ms = s[0].to_i
+        tok, fields, lease_end = s[2], s[3], s[4]
+        fence, acquired, renewals, depth, meta = fields.split(' ', 5)
+        return holder_hash(tok, fence, acquired, renewals, depth, meta, true,
+                           lease_end.to_i - server_ms, s[1])
+      end
+
+      value, remaining = r[0], r[1]
+      tok, fence, acquired, renewals, depth, meta = value.split(' ', 6)
+      holder_hash(tok, fence, acquired, renewals, depth, meta, false, remaining.to_i, r[3])
+    end
+
+    def close
+      @redis&.close
+      @waiter&.close
+    end
+
+    private
+
+    def connect
+      if @cluster
+        Redis.new(cluster: [@url], timeout: 5.0)
+      else
+        Redis.new(url: @url, timeout: 5.0)
+      end
+    end
+
+    def holder_hash(tok, fence, acquired, renewals, depth, meta, shared, remaining, waiters)
+      md = begin
+        JSON.parse(meta.to_s)
+      rescue JSON::ParserError
+        {}
+      end
+      md = {} unless md.is_a?(Hash)
+      { 'token' => tok, 'fence' => fence, 'acquired_ms' => acquired, 'renewals' => renewals.to_i,
+        'depth' => depth.to_i, 'metadata' => md, 'host' => md['host'], 'pid' => md['pid'],
+        'purpose' => md['purpose'], 'thread' => md['thread'], 'shared' => shared,
+        'remaining_ms' => remaining, 'waiters' => waiters }
+    end
+
+    # A token presented to release or extend. An empty one would be an operator's force
+    # release in release.lua (ARGV[1] = ''), so it is refused here.
+    def check_token!(token)
+      unless token.is_a?(String) && !token.empty? && !token.include?(' ') && !token.start_with?('=')
+        raise ArgumentError, "not a lock token: #{token.inspect}"
+      end
+
+      token
+    end
+
+    def new_token(shared)
+      hex = SecureRandom.hex(16)
+      shared ? "~#{hex}" : hex
+    end
+
+    def mono_ms
+      Process.clock_gettime(Process::CLOCK_MONOTONIC, :float_millisecond)
+    end
+
+    # patience = min(time left to wait, max block) + margin, in whole ms.
+    def patience_for(left)
+      return 0 if left <= 0
+
+      ([left, MAX_BLOCK_MS].min + PATIENCE_MARGIN_MS).ceil
+    end
+
+    # The drift allowance: a grant with less than 1% of the lease + 2 ms left (by our
+    # clock, from when we sent the call, or from when the server says the hold began,
+    # whichever is later) is no hold.
+    def fresh?(ttl, sent, acquired_ms)
+      now = mono_ms
+      start = sent
+      if @offset_ms && acquired_ms
+        began = acquired_ms.to_i - @offset_ms
+        start = began if began > start
+      end
+      start = now if start > now
+      remaining = ttl - (now - start)
+      remaining >= ttl * 0.01 + 2
+    end
+
+    def release_token(k, token, shared)
+      if shared
+        run(@redis, @scripts['shared_release'], k.shared_release_keys,
+            [token.to_s, k.name, '1', GRACE_MS.to_s]).to_i
+      else
+        run(@redis, @scripts['release'], k.release_keys,
+            [token.to_s, k.name, '1', GRACE_MS.to_s]).to_i
+      end
+    end
+
+    def leave(k, token, shared)
+      if shared
+        run(@redis, @scripts['shared_leave'], k.shared_release_keys,
+            [token, GRACE_MS.to_s, k.name])
+      else
+        run(@redis, @scripts['leave_queue'], k.leave_keys, [token, GRACE_MS.to_s])
+      end
+    end
+
+    # EVALSHA, and EVAL when the server does not know the script.
+    def run(conn, script, keys, argv)
+      conn.evalsha(script.sha, keys: keys, argv: argv)
+    rescue Redis::CommandError => e
+      raise unless e.message.start_with?('NOSCRIPT')
+
+      conn.eval(script.text, keys: keys, argv: argv)
+    end
+
+    # BLPOP on the token's wake-up list with acquire pipelined behind it, on a connection
+    # of its own. The EVALSHA's reply is the outcome.
+    def blocked_acquire(list, timeout_ms, script, keys, argv)
+      @waiter ||= connect
+      secs = format('%.3f', timeout_ms / 1000.0)
+      begin
+        res = @waiter.pipelined do |p|
+          p.call('BLPOP', list, secs)
+          p.call('EVALSHA', script.sha, keys.size.to_s, *keys, *argv)
+        end
+        res[1]
+      rescue Redis::CommandError => e
+        raise unless e.message.start_with?('NOSCRIPT')
+
+        run(@waiter, script, keys, argv)
+      end
+    end
+
+    def log(msg)
+      @log&.call(msg)
+    end
+  end
+end
