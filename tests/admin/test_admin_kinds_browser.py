@@ -286,9 +286,20 @@ def test_native_look_at_every_width_and_the_readme_screenshots(
             where = README_IMAGES if django.VERSION[:2] >= README_DJANGO else tmp_path
             page.screenshot(path=str(where / f"admin-held-locks-{scheme}.png"), full_page=True)
     # The pages below the list look native too.
+    page.set_viewport_size({"width": README_WIDTH, "height": 700})
     page.locator("#shared_list").get_by_role("link", name="price-list").click()
     style = breadcrumbs_style(page)
     assert style["background"] == style["expected"] and style["sidebar"], style
     assert layout_problems(page) == []
     if kept:
         page.screenshot(path=f"{kept}/shared-lock-{scheme}.png", full_page=True)
+    page.go_back()
+    page.locator("#result_list tbody tr", has_text="search:reindex").get_by_role(
+        "link", name="Force release"
+    ).click()
+    expect(page.locator(".distlock-release-summary")).to_be_visible()
+    style = breadcrumbs_style(page)
+    assert style["background"] == style["expected"] and style["sidebar"], style
+    if scheme == "light":
+        where = README_IMAGES if django.VERSION[:2] >= README_DJANGO else tmp_path
+        page.screenshot(path=str(where / "admin-force-release.png"), full_page=True)
