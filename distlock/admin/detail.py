@@ -1,25 +1,42 @@
-"""One held lock in full on the "Held locks" page: its holder and who waits for it, oldest
+"""One held lock in full on the "Held locks" page, of any kind: the exclusive holder, every
+shared holder, or every permit of a semaphore with its limit; and who waits for it, oldest
 first (the waiters' metadata is stored by the acquire script when they queue)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from urllib.parse import urlencode
+from dataclasses import dataclass, field
 
+from django.utils.safestring import SafeString
+
+from ..backends.base import BaseLockBackend
+from ..exceptions import SemaphoresNotSupported
 from ..handler import locks
-from ..info import LockInfo, WaiterInfo
-from .display import describe_holder, format_remaining
+from ..info import LockInfo, SemaphoreInfo, WaiterInfo
+from .display import breakable, describe_holder, format_remaining
+from .semaphores import PermitRow, permit_rows
+
+KINDS = ("lock", "shared", "semaphore")
 
 
 @dataclass(frozen=True)
 class LockDetail:
-    """What the detail page shows: the hold (None when it ended) and its waiters (None when
-    the backend keeps only how many)."""
+    """What the detail page shows. ``kind`` is "" when nothing of that name is held any
+    more; ``info`` is the exclusive holder (kind "lock"); ``holders`` the shared holders or
+    the semaphore's permits; ``waiters`` None when the backend keeps how many wait, not
+    who."""
 
     alias: str
     name: str
-    info: LockInfo | None
-    waiters: list[WaiterInfo] | None
+    kind: str = ""
+    info: LockInfo | None = None
+    holders: list[PermitRow] = field(default_factory=list)
+    limit: int | None = None  # a semaphore's
+    waiting: int | None = None  # how many wait (None: the backend cannot say)
+    waiters: list[WaiterInfo] | None = field(default_factory=list)
+
+    @property
+    def name_html(self) -> SafeString:
+        return breakable(self.name)
 
     @property
     def holder(self) -> str:
@@ -38,14 +55,44 @@ class LockDetail:
         ]
 
 
-def read_detail(alias: str, name: str) -> LockDetail:
-    """Read lock ``name`` of ``alias`` and its waiters (raise what the backend raises)."""
+def read_detail(
+    alias: str, name: str, kind: str, release_bases: dict[str, str], filters: str
+) -> LockDetail:
+    """Read ``name`` of ``alias`` as ``kind`` (any kind held under that name when "") with
+    its waiters; ``release_bases`` are the release pages of a shared hold ("shared") and a
+    permit ("semaphore"). Raise what the backend raises."""
     backend = locks[alias]
-    info = backend.info(name)
-    return LockDetail(alias, name, info, backend.waiters(name) if info is not None else [])
+    info = backend.info(name) if kind != "semaphore" else None
+    if info is None:
+        semaphore = _semaphore(backend, name) if kind in ("", "semaphore") else None
+        if semaphore is None:
+            return LockDetail(alias, name)
+        return LockDetail(
+            alias,
+            name,
+            "semaphore",
+            holders=permit_rows(semaphore.holders, release_bases["semaphore"], filters),
+            limit=semaphore.limit,
+            waiting=semaphore.waiting,
+            # A semaphore's queue keeps tokens, not who they are: how many, then.
+            waiters=None if semaphore.waiting else [],
+        )
+    queued = backend.waiters(name)
+    if not info.shared:
+        return LockDetail(alias, name, "lock", info, waiting=info.waiters, waiters=queued)
+    return LockDetail(
+        alias,
+        name,
+        "shared",
+        holders=permit_rows(backend.shared_holders(name), release_bases["shared"], filters),
+        waiting=info.waiters,
+        waiters=queued,
+    )
 
 
-def detail_url(base: str, info: LockInfo, filters: str) -> str:
-    """Return the URL of the detail page of ``info``'s lock; ``filters`` is the list's query,
-    for the way back."""
-    return f"{base}?{urlencode({'alias': info.alias, 'name': info.name, 'f': filters})}"
+def _semaphore(backend: BaseLockBackend, name: str) -> SemaphoreInfo | None:
+    try:
+        semaphore = backend.semaphore_info(name)
+    except SemaphoresNotSupported:
+        return None
+    return semaphore if semaphore is not None and semaphore.holders else None

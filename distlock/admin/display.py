@@ -1,11 +1,15 @@
 """How the "Held locks" page shows a hold to people, for the lock rows (distlock.admin.options)
-and the semaphore rows (distlock.admin.semaphores) alike: the time left, the holder, and the
-link to release it that leads back to the same list."""
+and the semaphore and shared rows alike: the time left, the holder, a name that wraps between
+its parts, and the links to its page and to release it that lead back to the same list."""
 
 from __future__ import annotations
 
 import math
+import re
 from urllib.parse import urlencode
+
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
 
 from ..info import LockInfo
 
@@ -45,3 +49,21 @@ def release_url(base: str, info: LockInfo, filters: str) -> str:
         FILTERS: filters,
     }
     return f"{base}?{urlencode(query)}"
+
+
+def detail_url(base: str, alias: str, name: str, filters: str, *, kind: str = "") -> str:
+    """Return the URL of the page of lock ``name`` of ``alias`` with its holders and waiters;
+    ``kind`` ("lock", "shared", "semaphore") tells which when the name is both a lock and a
+    semaphore, and ``filters`` is the list's query, for the way back."""
+    query = {"alias": alias, "name": name, **({"kind": kind} if kind else {}), "f": filters}
+    return f"{base}?{urlencode(query)}"
+
+
+# Where a long name may wrap: after these separators, so that "reports:daily:tenant-42"
+# breaks between its parts, never inside one (a hyphen is a break already).
+BREAK_AFTER = re.compile(r"([:/._@])")
+
+
+def breakable(text: str) -> SafeString:
+    """Return ``text`` escaped, with a line-break opportunity (<wbr>) after each separator."""
+    return mark_safe(BREAK_AFTER.sub(r"\1<wbr>", str(escape(text))))  # escaped first

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import urlencode
 
 from django import forms
@@ -32,6 +32,9 @@ from django.http import (
 from django.template.defaultfilters import pluralize
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils.safestring import SafeString
+from django.utils.text import capfirst
+from django.utils.translation import gettext
 
 from ..backends.base import BaseLockBackend
 from ..exceptions import SemaphoresNotSupported, SharedLocksNotSupported
@@ -39,8 +42,16 @@ from ..handler import locks
 from ..info import LockInfo
 from ..models import HeldLock
 from ..names import MAX_NAME_LENGTH
-from .detail import detail_url, read_detail
-from .display import FILTERS, describe_holder, format_remaining, release_url
+from .breadcrumbs import Crumb, breadcrumbs_context
+from .detail import KINDS, read_detail
+from .display import (
+    FILTERS,
+    breakable,
+    describe_holder,
+    detail_url,
+    format_remaining,
+    release_url,
+)
 from .listing import (
     ALIAS_ERRORS,
     DEFAULT_ORDER,
@@ -51,10 +62,12 @@ from .listing import (
     read_infos,
     sort_held,
 )
-from .semaphores import semaphore_rows
-from .shared import shared_rows
+from .semaphores import SemaphoreRow, semaphore_rows
+from .shared import SharedRow, shared_rows
 
 PER_PAGE = 100
+# The detail page's title by kind ("": nothing of that name is held any more).
+DETAIL_TITLES = {"lock": "Lock", "shared": "Shared lock", "semaphore": "Semaphore", "": "Lock"}
 # Query parameters of the list, as the admin's own changelist names them.
 SEARCH, ALIAS, ORDER, PAGE = "q", "alias", "o", "p"
 LIST_PARAMS = (SEARCH, ALIAS, ORDER, PAGE)
@@ -68,6 +81,17 @@ class Row:
     expires_in: str
     release_url: str
     detail_url: str
+
+    @property
+    def name_html(self) -> SafeString:
+        return breakable(self.info.name)
+
+    @property
+    def purpose_html(self) -> SafeString:
+        return breakable(self.info.purpose)
+
+
+KindRow = TypeVar("KindRow", SemaphoreRow, SharedRow)
 
 
 @dataclass(frozen=True)
@@ -103,31 +127,33 @@ class HeldLockList:
         self.detail_base = model_admin.url("detail")
 
         # Every alias is read, even when one is selected: the filter shows each one's count
-        # and an unreachable alias is reported whatever the filter.
+        # (of every kind: locks, semaphores, shared locks) and an unreachable alias is
+        # reported whatever the filter.
+        filters = urlencode(self.params)
         held = find_held(self.aliases, self.query)
         self.unavailable.update(held.unavailable)
-        self.counts = Counter(entry.alias for entry in held.names)
+        bases = (model_admin.url("release_permit"), self.detail_base)
+        semaphores = semaphore_rows(self.aliases, self.query, bases, filters, self.unavailable)
+        bases = (model_admin.url("release_shared"), self.detail_base)
+        shared = shared_rows(self.aliases, self.query, bases, filters, self.unavailable)
+        self.counts = Counter(
+            entry.alias for entry in [*held.names, *(row.held for row in semaphores + shared)]
+        )
+        order = self.order or DEFAULT_ORDER
         selected = [entry for entry in held.names if not self.alias or entry.alias == self.alias]
-        self.result_count = len(selected)
-        self.paginator = Paginator(sort_held(selected, self.order or DEFAULT_ORDER), PER_PAGE)
+        self.paginator = Paginator(sort_held(selected, order), PER_PAGE)
         self.page = self.paginator.get_page(self.params.get(PAGE))
         self.rows = [
             self._row(info) for info in read_infos(list(self.page.object_list), self.unavailable)
         ]
-        self.semaphores = semaphore_rows(
-            [self.alias] if self.alias else self.aliases,
-            self.query,
-            model_admin.url("release_permit"),
-            urlencode(self.params),
-            self.unavailable,
-        )
-        self.shared_locks = shared_rows(
-            [self.alias] if self.alias else self.aliases,
-            self.query,
-            model_admin.url("release_shared"),
-            urlencode(self.params),
-            self.unavailable,
-        )
+        self.semaphores = self._shown(semaphores, order)
+        self.shared_locks = self._shown(shared, order)
+        self.result_count = len(selected) + len(self.semaphores) + len(self.shared_locks)
+
+    def _shown(self, rows: list[KindRow], order: str) -> list[KindRow]:
+        """Return the semaphore or shared rows of the alias selected, in the page's order."""
+        rows = [row for row in rows if not self.alias or row.held.alias == self.alias]
+        return sorted(rows, key=lambda row: ORDERS[order].key(row.held))
 
     def url_with(self, **changes: str | int | None) -> str:
         """Return this page's query string with ``changes`` (None removes a parameter).
@@ -147,7 +173,9 @@ class HeldLockList:
             ttl_ms=round(info.ttl_remaining * 1000),
             expires_in=format_remaining(info.ttl_remaining),
             release_url=release_url(self.release_base, info, urlencode(self.params)),
-            detail_url=detail_url(self.detail_base, info, urlencode(self.params)),
+            detail_url=detail_url(
+                self.detail_base, info.alias, info.name, urlencode(self.params), kind="lock"
+            ),
         )
 
     @property
@@ -409,9 +437,6 @@ class HeldLockAdmin(admin.ModelAdmin):
             "title": "Held locks",
             "opts": self.opts,
             "cl": cl,
-            # The table needs the width (ten columns and the filters in 1,280 px); the
-            # breadcrumbs still lead back to the rest of the admin.
-            "is_nav_sidebar_enabled": False,
             "eviction_warnings": eviction_warnings(aliases_or_problem()[0]),
             **(extra_context or {}),
         }
@@ -426,27 +451,50 @@ class HeldLockAdmin(admin.ModelAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         alias, name = request.GET.get("alias", ""), request.GET.get("name", "")
-        if alias not in aliases_or_problem()[0]:
+        kind = request.GET.get("kind", "")
+        if alias not in aliases_or_problem()[0] or kind not in ("", *KINDS):
             return HttpResponseBadRequest(
-                f"No DISTLOCK alias {alias!r}: pass ?alias=ALIAS&name=NAME of a held lock.",
+                f"No DISTLOCK alias {alias!r} or no kind {kind!r}: pass ?alias=ALIAS&name=NAME "
+                f"of a held lock, and &kind= one of {', '.join(KINDS)} (optional).",
                 content_type="text/plain; charset=utf-8",
             )
+        filters = list_filters(request.GET.get("f", ""))
+        bases = {"shared": self.url("release_shared"), "semaphore": self.url("release_permit")}
         try:
-            detail = read_detail(alias, name)
+            detail = read_detail(alias, name, kind, bases, filters)
         except ValueError as exc:  # InvalidLockName
             return HttpResponseBadRequest(str(exc), content_type="text/plain; charset=utf-8")
         except ALIAS_ERRORS as exc:
             messages.error(request, f"Alias {alias!r} cannot be read. {exc}")
             return HttpResponseRedirect(self.url("changelist"))
+        changelist_url = self.url("changelist", filters)
         context = {
             **self.admin_site.each_context(request),
-            "title": f"Lock “{name}”",
+            **self.breadcrumbs(changelist_url, Crumb(name, None)),
+            "title": f"{DETAIL_TITLES[detail.kind]} “{name}”",
             "opts": self.opts,
             "detail": detail,
-            "changelist_url": self.url("changelist", list_filters(request.GET.get("f", ""))),
+            "can_release": self.has_release_permission(request),
+            "changelist_url": changelist_url,
         }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, self.detail_template, context)
+
+    def breadcrumbs(self, changelist_url: str, *tail: Crumb) -> dict[str, Any]:
+        """Return the breadcrumbs of a page below the list: Home, the app, the list, ``tail``."""
+        app_list = reverse(
+            "admin:app_list",
+            kwargs={"app_label": self.opts.app_label},
+            current_app=self.admin_site.name,
+        )
+        return breadcrumbs_context(
+            [
+                Crumb(gettext("Home"), reverse("admin:index", current_app=self.admin_site.name)),
+                Crumb(str(self.opts.app_config.verbose_name), app_list),
+                Crumb(capfirst(str(self.opts.verbose_name_plural)), changelist_url),
+                *tail,
+            ]
+        )
 
     # --- force release --------------------------------------------------------------------
     def release_view(self, request: HttpRequest) -> HttpResponse:
@@ -560,6 +608,7 @@ class HeldLockAdmin(admin.ModelAdmin):
     ) -> HttpResponse:
         context = {
             **self.admin_site.each_context(request),
+            **self.breadcrumbs(back, Crumb("Force release", None)),
             "title": title,
             "opts": self.opts,
             "lock": info,

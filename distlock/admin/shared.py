@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.utils.safestring import SafeString
+
 from ..exceptions import SharedLocksNotSupported
 from ..handler import locks
-from .display import describe_holder, format_remaining, release_url
-from .listing import ALIAS_ERRORS
-from .semaphores import PermitRow
+from .display import breakable, detail_url
+from .listing import ALIAS_ERRORS, HeldName
+from .semaphores import PermitRow, held_name, permit_rows
 
 
 @dataclass(frozen=True)
@@ -22,13 +24,29 @@ class SharedRow:
     alias: str
     holders: list[PermitRow]
     waiters: int | None  # how many are queued (None: the backend cannot say)
+    detail_url: str
+
+    @property
+    def name_html(self) -> SafeString:
+        return breakable(self.name)
+
+    @property
+    def held(self) -> HeldName:
+        infos = tuple(h.info for h in self.holders)
+        return held_name(self.alias, self.name, infos, self.waiters or 0)
 
 
 def shared_rows(
-    aliases: list[str], prefix: str, release_base: str, filters: str, unavailable: dict[str, str]
+    aliases: list[str],
+    prefix: str,
+    bases: tuple[str, str],
+    filters: str,
+    unavailable: dict[str, str],
 ) -> list[SharedRow]:
     """Return a row for every shared-held lock of ``aliases`` whose name starts with
-    ``prefix``; an alias that cannot be read is added to ``unavailable``."""
+    ``prefix``; ``bases`` are the URLs of the release and detail pages. An alias that cannot
+    be read is added to ``unavailable``."""
+    release_base, detail_base = bases
     rows = []
     for alias in aliases:
         try:
@@ -38,21 +56,14 @@ def shared_rows(
         except ALIAS_ERRORS as exc:
             unavailable[alias] = str(exc)
             continue
-        for name, holders in held.items():
-            rows.append(
-                SharedRow(
-                    name,
-                    alias,
-                    [
-                        PermitRow(
-                            info=holder,
-                            holder=describe_holder(holder),
-                            expires_in=format_remaining(holder.ttl_remaining),
-                            release_url=release_url(release_base, holder, filters),
-                        )
-                        for holder in holders
-                    ],
-                    holders[0].waiters,
-                )
+        rows += [
+            SharedRow(
+                name,
+                alias,
+                permit_rows(holders, release_base, filters),
+                holders[0].waiters,
+                detail_url(detail_base, alias, name, filters, kind="shared"),
             )
+            for name, holders in held.items()
+        ]
     return rows

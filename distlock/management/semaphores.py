@@ -77,6 +77,8 @@ def describe_semaphore(info: SemaphoreInfo) -> list[str]:
     ]
     for holder in info.holders:
         lines.append(f"  token {holder.token}: {_holder(holder)}")
+    # Labelled as for the other kinds; a semaphore's queue keeps how many wait, not who.
+    lines.append(f"{'waiters:':<15} {info.waiting}")
     return lines
 
 

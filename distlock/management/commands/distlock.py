@@ -192,7 +192,11 @@ class Command(BaseCommand):
             return
         backend = _backend(using)
         holders = _guarded(using, shared.shared_holders, backend, name)
-        info = None if holders else _held_or_fail(backend, name)
+        info = None if holders else _guarded(using, backend.info, name)
+        if not holders and info is None:
+            if as_json:
+                self.stdout.write(_dumps(None))  # still valid JSON: nothing is held
+            raise _not_held(backend, name)
         queued = _guarded(using, backend.waiters, name)
         if holders:
             self._show_shared(name, using, holders, queued, as_json)
@@ -229,7 +233,7 @@ class Command(BaseCommand):
             return
         self.stdout.write("\n".join(shared.describe_shared(name, using, holders)))
         count = holders[0].waiters  # counted on the server: the list read may be cut
-        self.stdout.write(f"{'Waiters:':<15} {'?' if count is None else count}")
+        self.stdout.write(f"{'waiters:':<15} {'?' if count is None else count}")
         for line in waiters.waiter_lines(queued, count) if count or queued is None else []:
             self.stdout.write(line)
 
@@ -248,9 +252,13 @@ class Command(BaseCommand):
             return
         info = _held_or_fail(backend, name)
         if token is not None and token != info.token:
+            # The server names the holder's token: T is not it (a typo, or a hold that
+            # ended). "Its holder changed" is said only when the token shown stopped holding
+            # between that read and the release, below.
             raise CommandError(
-                f"The lock {name!r} is held with another token ({info.token}), not {token}: "
-                "its holder changed. Nothing was released.",
+                f"No holder of the lock {name!r} has the token {token}: it is held with "
+                f"another token ({info.token}) by {info.host} pid {info.pid}. Check the token "
+                "with `distlock info NAME`. Nothing was released.",
                 returncode=NOT_HELD_EXIT_CODE,
             )
         if not yes:
@@ -260,7 +268,7 @@ class Command(BaseCommand):
         released = _guarded(using, backend.force_release, name, info.token)
         if not released:
             raise CommandError(
-                f"The lock {name!r} was released or changed hands before it could be "
+                f"The lock {name!r} was released or its holder changed before it could be "
                 "force-released. Nothing was released.",
                 returncode=NOT_HELD_EXIT_CODE,
             )
@@ -407,11 +415,15 @@ def _semaphore_instead(backend: BaseLockBackend, name: str) -> SemaphoreInfo | N
 def _held_or_fail(backend: BaseLockBackend, name: str) -> LockInfo:
     info = _guarded(backend.alias, backend.info, name)
     if info is None:
-        raise CommandError(
-            f"The lock {name!r} is not held (alias {backend.alias!r}).",
-            returncode=NOT_HELD_EXIT_CODE,
-        )
+        raise _not_held(backend, name)
     return info
+
+
+def _not_held(backend: BaseLockBackend, name: str) -> CommandError:
+    return CommandError(
+        f"The lock {name!r} is not held (alias {backend.alias!r}).",
+        returncode=NOT_HELD_EXIT_CODE,
+    )
 
 
 def describe(info: LockInfo) -> list[tuple[str, str]]:
