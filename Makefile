@@ -8,7 +8,7 @@ help:
 	@echo "make demo       run the demo project (scripts/demo; DEMO_PORT=8000)"
 	@echo "make test       ruff + the whole test suite (scripts/test; ARGS='-k name' for pytest)"
 	@echo "make legs       the oldest and a middle supported combination (scripts/test-legs)"
-	@echo "make lint       ruff check, ruff format --check and mypy"
+	@echo "make lint       ruff check, ruff format --check and mypy (with and without otel)"
 	@echo "make format     ruff format + ruff check --fix"
 	@echo "make bench      run the benchmarks (benchmarks/run.py)"
 	@echo "make profile    where an acquire+release spends its time (benchmarks/profile_hot_path.py)"
@@ -27,7 +27,7 @@ legs:
 
 lint:
 	source scripts/_venv.sh && "$$VENV/bin/ruff" check . && "$$VENV/bin/ruff" format --check . \
-		&& "$$VENV/bin/mypy"
+		&& scripts/typecheck
 
 format:
 	source scripts/_venv.sh && "$$VENV/bin/ruff" format . && "$$VENV/bin/ruff" check --fix .
