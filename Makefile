@@ -2,11 +2,12 @@
 SHELL := bash
 .DEFAULT_GOAL := help
 
-.PHONY: help demo test legs lint format bench profile reliability clean distclean
+.PHONY: help demo test quick legs lint format bench profile reliability clean distclean
 
 help:
 	@echo "make demo       run the demo project (scripts/demo; DEMO_PORT=8000)"
 	@echo "make test       ruff + the whole test suite (scripts/test; ARGS='-k name' for pytest)"
+	@echo "make quick      ruff + the contract on one backend and the surfaces, minutes (scripts/test-quick)"
 	@echo "make legs       the oldest and a middle supported combination (scripts/test-legs)"
 	@echo "make lint       ruff check, ruff format --check and mypy (with and without otel)"
 	@echo "make format     ruff format + ruff check --fix"
@@ -21,6 +22,9 @@ demo:
 
 test:
 	scripts/test $(ARGS)
+
+quick:
+	scripts/test-quick $(ARGS)
 
 legs:
 	scripts/test-legs $(ARGS)
