@@ -6,14 +6,13 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 import distlock
+from tests.support.paths import ROOT
 from tests.support.processes import end_processes
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 

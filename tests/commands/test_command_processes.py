@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 import distlock
+from tests.support.paths import ROOT
 from tests.support.processes import end_processes
 from tests.support.redis_server import RedisServer
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 LOCK = "send_digest:weekly"
 SKIP_LINE = re.compile(
     r"send_digest: skipped, the lock 'send_digest:weekly' is held by (?P<host>\S+) "

@@ -19,11 +19,11 @@ from django.core.management import CommandError, call_command
 
 import distlock
 from tests.support.lock_helpers import holder_index
+from tests.support.paths import ROOT
 from tests.support.processes import end_processes
 from tests.support.redis_server import RedisServer
 from tests.support.tcp_proxy import TcpProxy
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 TTL = 2.0
 LOCK = "scheduler"
 # The child: "start PID TIME", then "tick PID TIME" every second, "stop PID TIME" on SIGTERM.

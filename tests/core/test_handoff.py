@@ -12,7 +12,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,10 +22,10 @@ from distlock.backends.base import HANDOFF_GRACE_MS
 from distlock.handler import locks
 from tests.support.configs import distlock_settings
 from tests.support.lock_helpers import handoff_delay
+from tests.support.paths import ROOT
 from tests.support.processes import end_processes
 from tests.support.tcp_proxy import TcpProxy
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 pytestmark = pytest.mark.django_db(databases=[])
 # The documented bound on what a waiter that died while queued costs the next one: the
 # grace the dead waiter had to claim the lock, plus at most one grace until the next waiter

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+from tests.support.paths import ROOT
 
 
 class Zygote:

@@ -30,12 +30,12 @@ from distlock.backends.redis_ops.scripts import LOADED, LUA
 from distlock.handler import locks
 from tests.support.configs import distlock_settings
 from tests.support.node import Node
+from tests.support.paths import ROOT
 from tests.support.processes import end_processes
 from tests.support.redis_server import RedisServer
 from tests.support.tcp_proxy import TcpProxy
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
 NODE_WORKER = HERE / "node_worker.mjs"
 pytestmark = pytest.mark.django_db(databases=[])
 

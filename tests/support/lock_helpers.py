@@ -12,7 +12,6 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import distlock
@@ -21,9 +20,8 @@ from distlock import BackendUnavailable
 from distlock.backends.redis_ops.backend import ScriptedBackend
 from distlock.handler import locks
 from distlock.info import holder_metadata
+from tests.support.paths import ROOT
 from tests.support.processes import end_processes
-
-ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def renewer_threads() -> int:

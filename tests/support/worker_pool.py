@@ -15,10 +15,10 @@ from typing import Any, TypeVar
 
 import redis
 
+from tests.support.paths import ROOT
 from tests.support.processes import end_processes
 from tests.support.redis_server import RedisServer
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 P = TypeVar("P", bound="WorkerPool")
 
 

@@ -22,9 +22,9 @@ from django.urls import reverse
 
 import distlock
 from tests.support.lock_helpers import holder_index
+from tests.support.paths import ROOT
 from tests.support.processes import end_processes
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 TTL = 2.0
 pytestmark = pytest.mark.django_db(databases=[])
 

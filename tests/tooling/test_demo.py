@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import ROOT
 from tests.support.redis_server import free_port
 
 pytestmark = pytest.mark.timeout(300)
-ROOT = Path(__file__).resolve().parent.parent.parent
 URL_FILE = ROOT / ".demo-redis-url"
 
 

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import ROOT
 from tests.support.redis_server import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
-ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def shadow_path(tmp_path: Path) -> str:
