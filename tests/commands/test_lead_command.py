@@ -5,7 +5,6 @@ file once a second; the file tells which child ran when."""
 from __future__ import annotations
 
 import itertools
-import os
 import signal
 import subprocess
 import sys
@@ -19,8 +18,7 @@ from django.core.management import CommandError, call_command
 
 import distlock
 from tests.support.lock_helpers import holder_index
-from tests.support.paths import ROOT
-from tests.support.processes import end_processes
+from tests.support.processes import child_env, end_processes, start_process
 from tests.support.redis_server import RedisServer
 from tests.support.tcp_proxy import TcpProxy
 
@@ -56,15 +54,9 @@ class Hosts:
     def start(self, *child: str) -> subprocess.Popen[str]:
         proxy = TcpProxy(self.server.address).start()
         self.proxies.append(proxy)
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "DJANGO_SETTINGS_MODULE": "tests.support.env_settings",
-            "DISTLOCK_TEST_KIND": "redis",
-            "DISTLOCK_TEST_URL": proxy.url,
-        }
+        env = child_env(kind="redis", url=proxy.url, settings="tests.support.env_settings")
         command = child or (sys.executable, "-c", APPENDER, str(self.file))
-        process = subprocess.Popen(
+        process = start_process(
             [
                 sys.executable,
                 "-m",
@@ -79,8 +71,7 @@ class Hosts:
                 "--",
                 *command,
             ],
-            cwd=ROOT,
-            env=env,
+            env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

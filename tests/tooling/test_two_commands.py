@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import ROOT
+from tests.support.processes import start_process
 from tests.support.redis_server import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -91,10 +92,10 @@ def log_in(base: str, password: str) -> urllib.request.OpenerDirector:
 def test_demo_then_tests_from_a_fresh_clone(fresh_clone) -> None:
     clone, env = fresh_clone
     port = free_port()
-    demo = subprocess.Popen(
+    demo = start_process(
         ["scripts/demo"],
+        {**env, "DEMO_PORT": str(port)},
         cwd=clone,
-        env={**env, "DEMO_PORT": str(port)},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
