@@ -2,13 +2,14 @@
 SHELL := bash
 .DEFAULT_GOAL := help
 
-.PHONY: help demo test legs lint format bench profile reliability clean distclean
+.PHONY: help demo test quick legs lint format bench profile reliability clean distclean
 
 help:
 	@echo "make demo       run the demo project (scripts/demo; DEMO_PORT=8000)"
 	@echo "make test       ruff + the whole test suite (scripts/test; ARGS='-k name' for pytest)"
+	@echo "make quick      ruff + the contract on one backend and the surfaces, minutes (scripts/test-quick)"
 	@echo "make legs       the oldest and a middle supported combination (scripts/test-legs)"
-	@echo "make lint       ruff check, ruff format --check and mypy"
+	@echo "make lint       ruff check, ruff format --check and mypy (with and without otel)"
 	@echo "make format     ruff format + ruff check --fix"
 	@echo "make bench      run the benchmarks (benchmarks/run.py)"
 	@echo "make profile    where an acquire+release spends its time (benchmarks/profile_hot_path.py)"
@@ -22,12 +23,15 @@ demo:
 test:
 	scripts/test $(ARGS)
 
+quick:
+	scripts/test-quick $(ARGS)
+
 legs:
 	scripts/test-legs $(ARGS)
 
 lint:
 	source scripts/_venv.sh && "$$VENV/bin/ruff" check . && "$$VENV/bin/ruff" format --check . \
-		&& "$$VENV/bin/mypy"
+		&& scripts/typecheck
 
 format:
 	source scripts/_venv.sh && "$$VENV/bin/ruff" format . && "$$VENV/bin/ruff" check --fix .

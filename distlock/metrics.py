@@ -17,11 +17,15 @@ import time
 from functools import lru_cache
 from typing import Any, Protocol
 
-_otel: Any
+# Declared Any, then bound by assignment: an import straight into ``_otel`` redefines the
+# name for mypy when opentelemetry-api is not installed (scripts/typecheck checks both ways).
+_otel: Any = None
 try:
-    from opentelemetry import metrics as _otel
+    from opentelemetry import metrics as _otel_metrics
+
+    _otel = _otel_metrics
 except ImportError:  # the otel extra is not installed: record nothing
-    _otel = None
+    pass
 
 ENABLED = _otel is not None
 

@@ -6,6 +6,7 @@ need a Redis server of their own (to stop or pause it) take ``private_redis``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,9 +16,23 @@ from distlock.handler import locks
 from tests.support.configs import distlock_settings
 from tests.support.redis_server import RedisServer
 
-BACKENDS = ["redis", "django_redis", "locmem", "redlock3", "redlock5", "cluster", "sentinel"]
+
+def chosen(kinds: list[str]) -> list[str]:
+    """Return the backend kinds of ``kinds`` that DISTLOCK_TEST_BACKENDS names (a comma-separated
+    list; unset: all of them), so that the quick loop (scripts/test-quick) can run the
+    contract on one backend."""
+    wanted = os.environ.get("DISTLOCK_TEST_BACKENDS", "")
+    if not wanted.strip():
+        return kinds
+    names = {name.strip() for name in wanted.split(",")}
+    return [kind for kind in kinds if kind in names]
+
+
+BACKENDS = chosen(
+    ["redis", "django_redis", "locmem", "redlock3", "redlock5", "cluster", "sentinel"]
+)
 # Backends whose locks live in a server that other processes share.
-SHARED_BACKENDS = ["redis", "django_redis", "redlock3", "cluster"]
+SHARED_BACKENDS = chosen(["redis", "django_redis", "redlock3", "cluster"])
 
 
 @pytest.fixture(scope="session")

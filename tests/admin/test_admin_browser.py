@@ -2,31 +2,22 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 import distlock
-from tests.support.processes import end_processes
+from tests.support.processes import child_env, end_processes, start_process
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
 def holder(redis_backend: str) -> Iterator[subprocess.Popen]:
     """Another process holding 'reports:nightly' until told to extend() (on its stdin)."""
-    env = {
-        **os.environ,
-        "DISTLOCK_TEST_KIND": "redis",
-        "DISTLOCK_TEST_URL": redis_backend,
-        "PYTHONPATH": str(ROOT),
-    }
-    process = subprocess.Popen(
+    process = start_process(
         [
             sys.executable,
             "-m",
@@ -36,8 +27,7 @@ def holder(redis_backend: str) -> Iterator[subprocess.Popen]:
             "120",
             "nightly sales report",
         ],
-        cwd=ROOT,
-        env=env,
+        child_env(kind="redis", url=redis_backend),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

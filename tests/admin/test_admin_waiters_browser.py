@@ -4,7 +4,6 @@ queue order with their pids."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,13 +11,14 @@ import pytest
 
 import distlock
 from tests.support.lock_helpers import queued_in_turn, read_line, spawner
+from tests.support.processes import child_env
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
 def spawn(redis_backend: str, redis_url: str) -> Iterator[Any]:
-    env = {**os.environ, "DISTLOCK_TEST_KIND": "redis", "DISTLOCK_TEST_URL": redis_url}
+    env = child_env(kind="redis", url=redis_url)
     with spawner("tests.support.workers", env) as start:
         yield start
 

@@ -17,10 +17,9 @@ from pathlib import Path
 import pytest
 
 import distlock
-from tests.support.processes import end_processes
+from tests.support.processes import child_env, end_processes, start_process
 from tests.support.redis_server import RedisServer
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 LOCK = "send_digest:weekly"
 SKIP_LINE = re.compile(
     r"send_digest: skipped, the lock 'send_digest:weekly' is held by (?P<host>\S+) "
@@ -32,21 +31,20 @@ Start = Callable[..., subprocess.Popen]
 
 
 def _starter(url: str, tmp_path: Path) -> tuple[Start, list[subprocess.Popen]]:
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "testproject.settings",
-        "REDIS_URL": url,
-        "DISTLOCK_KEY_PREFIX": "test",  # the prefix the test process's settings use
-        "DJANGO_DB_PATH": str(tmp_path / "db.sqlite3"),
-        "PYTHONUNBUFFERED": "1",
-    }
+    env = child_env(
+        settings="testproject.settings",
+        python_path=False,  # as the demo's manage.py runs (see child_env)
+        REDIS_URL=url,
+        DISTLOCK_KEY_PREFIX="test",  # the prefix the test process's settings use
+        DJANGO_DB_PATH=str(tmp_path / "db.sqlite3"),
+        PYTHONUNBUFFERED="1",
+    )
     started: list[subprocess.Popen] = []
 
     def start(*arguments: str, stdin: int = subprocess.DEVNULL) -> subprocess.Popen:
-        process = subprocess.Popen(
+        process = start_process(
             [sys.executable, "manage.py", *arguments],
-            cwd=ROOT,
-            env=env,
+            env,
             stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -25,8 +25,8 @@ from distlock.management.mixin import FINISHED_BUT_LOST_EXIT_CODE
 from distlock.signals import lock_force_released
 from testproject.management.commands.send_digest import Command as SendDigest
 from tests.support.configs import distlock_settings
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 pytestmark = pytest.mark.django_db(databases=[])
 
 

@@ -21,11 +21,10 @@ from django.core.management import CommandError, call_command
 
 import distlock
 from tests.support.lock_helpers import holder_index
-from tests.support.processes import end_processes
+from tests.support.processes import child_env, end_processes, start_process
 from tests.support.redis_server import RedisServer
 from tests.support.tcp_proxy import TcpProxy
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 TTL = 2.0
 LOCK = "scheduler"
 # The child: "start PID TIME", then "tick PID TIME" every second, "stop PID TIME" on SIGTERM.
@@ -58,15 +57,9 @@ class Hosts:
     def start(self, *child: str, ttl: float = TTL) -> subprocess.Popen[str]:
         proxy = TcpProxy(self.server.address).start()
         self.proxies.append(proxy)
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "DJANGO_SETTINGS_MODULE": "tests.support.env_settings",
-            "DISTLOCK_TEST_KIND": "redis",
-            "DISTLOCK_TEST_URL": proxy.url,
-        }
+        env = child_env(kind="redis", url=proxy.url, settings="tests.support.env_settings")
         command = child or (sys.executable, "-c", APPENDER, str(self.file))
-        process = subprocess.Popen(
+        process = start_process(
             [
                 sys.executable,
                 "-m",
@@ -81,8 +74,7 @@ class Hosts:
                 "--",
                 *command,
             ],
-            cwd=ROOT,
-            env=env,
+            env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -246,9 +238,7 @@ while time.monotonic() < end:
 
 @pytest.fixture
 def cpu_burners() -> Iterator[None]:
-    burners = [
-        subprocess.Popen([sys.executable, "-c", BURNER, "120"]) for _ in range(os.cpu_count() or 2)
-    ]
+    burners = [start_process([sys.executable, "-c", BURNER, "120"]) for _ in range(os.cpu_count() or 2)]
     yield
     end_processes(burners)
 

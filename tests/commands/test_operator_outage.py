@@ -10,7 +10,6 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,9 +22,9 @@ import distlock
 from distlock.handler import locks
 from distlock.management.commands.distlock import UNKNOWN_EXIT_CODE
 from tests.support.configs import with_alias_down
+from tests.support.paths import ROOT
 from tests.support.redis_server import RedisServer
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 CHANGELIST = "admin:distlock_heldlock_changelist"
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,13 +14,14 @@ from django.core.management import call_command
 
 import distlock
 from tests.support.lock_helpers import queued_in_turn, read_line, spawner
+from tests.support.processes import child_env
 
 pytestmark = pytest.mark.django_db(databases=[])
 
 
 @pytest.fixture
 def spawn(redis_backend: str, redis_url: str) -> Iterator[Any]:
-    env = {**os.environ, "DISTLOCK_TEST_KIND": "redis", "DISTLOCK_TEST_URL": redis_url}
+    env = child_env(kind="redis", url=redis_url)
     with spawner("tests.support.workers", env) as start:
         yield start
 

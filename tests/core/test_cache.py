@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import threading
 import time
 import uuid
@@ -30,6 +29,7 @@ import distlock.cache
 from distlock.cache import PerProcessCacheWarning, aget_or_set, get_or_set
 from distlock.signals import lock_contended
 from tests.support.lock_helpers import read_line, spawner
+from tests.support.processes import child_env
 
 pytestmark = pytest.mark.django_db(databases=[])
 BUILD_SECONDS = 0.2
@@ -227,12 +227,7 @@ def test_an_early_rebuild_happens_once_when_a_caller_was_descheduled(
 # --- many callers ----------------------------------------------------------------------
 @pytest.fixture
 def spawn(redis_backend: str) -> Iterator[Callable[..., Any]]:
-    env = {
-        **os.environ,
-        "DISTLOCK_TEST_KIND": "redis",
-        "DISTLOCK_TEST_URL": redis_backend,
-        "DISTLOCK_TEST_DATA_URL": redis_backend,
-    }
+    env = child_env(kind="redis", url=redis_backend, data_url=redis_backend)
     with spawner("tests.support.semaphore_workers", env, stdin=True) as start:
         yield start
 

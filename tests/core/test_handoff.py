@@ -4,7 +4,6 @@ never left holding the lock."""
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
@@ -12,7 +11,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,10 +21,9 @@ from distlock.backends.base import HANDOFF_GRACE_MS
 from distlock.handler import locks
 from tests.support.configs import distlock_settings
 from tests.support.lock_helpers import handoff_delay
-from tests.support.processes import end_processes
+from tests.support.processes import child_env, end_processes, start_process
 from tests.support.tcp_proxy import TcpProxy
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 pytestmark = pytest.mark.django_db(databases=[])
 # The documented bound on what a waiter that died while queued costs the next one: the
 # grace the dead waiter had to claim the lock, plus at most one grace until the next waiter
@@ -49,19 +46,12 @@ def until(condition: Any, timeout: float = 10.0) -> None:
 @pytest.fixture
 def waiter_process(redis_backend: str) -> Iterator[Any]:
     started: list[subprocess.Popen[str]] = []
-    env = {
-        **os.environ,
-        "DISTLOCK_TEST_KIND": "redis",
-        "DISTLOCK_TEST_URL": redis_backend,
-        "DISTLOCK_TEST_DATA_URL": redis_backend,
-        "PYTHONPATH": str(ROOT),
-    }
+    env = child_env(kind="redis", url=redis_backend, data_url=redis_backend)
 
     def start(name: str) -> subprocess.Popen[str]:
-        process = subprocess.Popen(
+        process = start_process(
             [sys.executable, "-m", "tests.support.workers", "waiter", name, "1"],
-            cwd=ROOT,
-            env=env,
+            env,
             stdout=subprocess.PIPE,
             text=True,
         )

@@ -13,6 +13,7 @@ import redis
 
 import distlock
 from tests.support.lock_helpers import read_line, spawner
+from tests.support.processes import child_env
 
 pytestmark = pytest.mark.django_db(databases=[])
 
@@ -21,12 +22,7 @@ pytestmark = pytest.mark.django_db(databases=[])
 def spawn(shared_backend_kind: str, backend_location: str, redis_url: str) -> Iterator:
     """Start ``python -m tests.support.workers ...`` processes against the same lock servers; their
     shared data (the counter) lives on the standalone server at ``redis_url``."""
-    env = {
-        **os.environ,
-        "DISTLOCK_TEST_KIND": shared_backend_kind,
-        "DISTLOCK_TEST_URL": backend_location,
-        "DISTLOCK_TEST_DATA_URL": redis_url,
-    }
+    env = child_env(kind=shared_backend_kind, url=backend_location, data_url=redis_url)
     with spawner("tests.support.workers", env) as start:
         yield start
 

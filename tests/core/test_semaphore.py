@@ -13,12 +13,12 @@ import distlock
 from distlock import LockError, LockLost, LockNotAcquired, LockNotOwned
 from distlock.exceptions import SemaphoreFull
 from distlock.signals import lock_force_released, lock_lost
-from tests.conftest import _use, location_of
+from tests.conftest import _use, chosen, location_of
 from tests.support.redis_server import wait_until
 
 pytestmark = pytest.mark.django_db(databases=[])
 # Every backend kind of conftest.BACKENDS but Redlock's, which refuses semaphores.
-WITH_SEMAPHORES = ["redis", "django_redis", "locmem", "cluster", "sentinel"]
+WITH_SEMAPHORES = chosen(["redis", "django_redis", "locmem", "cluster", "sentinel"])
 
 
 @pytest.fixture(params=WITH_SEMAPHORES, autouse=True)

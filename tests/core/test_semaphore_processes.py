@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import statistics
 import subprocess
@@ -18,6 +17,7 @@ import redis
 import distlock
 from distlock.backends.redis_ops.steps import Eval, PopThenEval
 from tests.support.lock_helpers import read_line, spawner
+from tests.support.processes import child_env
 
 pytestmark = pytest.mark.django_db(databases=[])
 Spawn = Callable[..., subprocess.Popen]
@@ -27,12 +27,7 @@ Spawn = Callable[..., subprocess.Popen]
 def spawn(redis_backend: str) -> Iterator[Spawn]:
     """Start ``python -m tests.support.semaphore_workers ...`` processes on the test's Redis
     server."""
-    env = {
-        **os.environ,
-        "DISTLOCK_TEST_KIND": "redis",
-        "DISTLOCK_TEST_URL": redis_backend,
-        "DISTLOCK_TEST_DATA_URL": redis_backend,
-    }
+    env = child_env(kind="redis", url=redis_backend, data_url=redis_backend)
     with spawner("tests.support.semaphore_workers", env, stdin=True) as start:
         yield start
 

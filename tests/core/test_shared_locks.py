@@ -14,12 +14,12 @@ import pytest
 import distlock
 from distlock import LockError, LockLost, LockNotAcquired, LockNotOwned, SharedLockUpgrade
 from distlock.handler import locks
-from tests.conftest import _use, location_of
+from tests.conftest import _use, chosen, location_of
 from tests.support.lock_helpers import contenders, elsewhere
 
 pytestmark = pytest.mark.django_db(databases=[])
 
-SHARED_KINDS = ["redis", "django_redis", "locmem", "cluster", "sentinel"]
+SHARED_KINDS = chosen(["redis", "django_redis", "locmem", "cluster", "sentinel"])
 
 
 @pytest.fixture(params=SHARED_KINDS, autouse=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import threading
@@ -15,6 +14,7 @@ import redis
 
 import distlock
 from tests.support.lock_helpers import contenders, read_line, spawner
+from tests.support.processes import child_env
 
 pytestmark = pytest.mark.django_db(databases=[])
 Spawn = Callable[..., subprocess.Popen]
@@ -29,12 +29,7 @@ HANDOFF_SLACK = 0.25
 
 @pytest.fixture
 def spawn(redis_backend: str) -> Iterator[Spawn]:
-    env = {
-        **os.environ,
-        "DISTLOCK_TEST_KIND": "redis",
-        "DISTLOCK_TEST_URL": redis_backend,
-        "DISTLOCK_TEST_DATA_URL": redis_backend,
-    }
+    env = child_env(kind="redis", url=redis_backend, data_url=redis_backend)
     with spawner("tests.support.shared_workers", env, stdin=True) as start:
         yield start
 

@@ -31,6 +31,7 @@ import pytest
 
 from tests.support.databases import DatabaseServer
 from tests.support.lock_helpers import read_line, spawner
+from tests.support.processes import child_env
 from tests.support.redis_server import RedisServer
 from tests.support.shop.load import SETTINGS, Shop, serve_shop, shop_env
 
@@ -68,11 +69,7 @@ def report(process: subprocess.Popen[str]) -> dict[str, Any]:
 def run_workers(
     shop: Shop, database: DatabaseServer, redis_url: str, surface: str
 ) -> list[dict[str, Any]]:
-    env = {
-        **os.environ,
-        **shop_env(database, shop.database, redis_url, HOLD),
-        "DJANGO_SETTINGS_MODULE": SETTINGS,
-    }
+    env = child_env(settings=SETTINGS, **shop_env(database, shop.database, redis_url, HOLD))
     with spawner("tests.support.shop.surface_worker", env, stdin=True) as start:
         workers = [start(surface, str(ORDERS)) for _ in range(WORKERS)]
         for worker in workers:

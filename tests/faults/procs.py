@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+from tests.support.processes import child_env, start_process
 
 
 class Zygote:
@@ -25,16 +25,11 @@ class Zygote:
         self._guard = threading.Lock()
 
     def start(self) -> Zygote:
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "DJANGO_SETTINGS_MODULE": "tests.faults.child_settings",
-        }
+        env = child_env(settings="tests.faults.child_settings")
         with open(self.log, "a") as log:
-            self._process = subprocess.Popen(
+            self._process = start_process(
                 [sys.executable, "-m", "tests.faults.zygote"],
-                cwd=ROOT,
-                env=env,
+                env,
                 text=True,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,

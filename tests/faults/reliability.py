@@ -27,7 +27,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+from tests.support.paths import ROOT
+
 SUITE = ROOT / "tests" / "faults"
 NOT_A_SOAK_FIGURE = {"violations", "kills", "pauses", "worker_errors"}
 

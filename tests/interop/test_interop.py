@@ -30,12 +30,11 @@ from distlock.backends.redis_ops.scripts import LOADED, LUA
 from distlock.handler import locks
 from tests.support.configs import distlock_settings
 from tests.support.node import Node
-from tests.support.processes import end_processes
+from tests.support.processes import child_env, end_processes, start_process
 from tests.support.redis_server import RedisServer
 from tests.support.tcp_proxy import TcpProxy
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
 NODE_WORKER = HERE / "node_worker.mjs"
 pytestmark = pytest.mark.django_db(databases=[])
 
@@ -56,20 +55,13 @@ class Fleet:
         return self._start([self.node.binary, str(NODE_WORKER), *args], self.node_env)
 
     def python_process(self, *args: str) -> subprocess.Popen[str]:
-        env = {
-            **os.environ,
-            "DISTLOCK_TEST_KIND": self.kind,
-            "DISTLOCK_TEST_URL": self.url,
-            "DISTLOCK_TEST_DATA_URL": self.url,
-            "PYTHONPATH": str(ROOT),
-        }
+        env = child_env(kind=self.kind, url=self.url, data_url=self.url)
         return self._start([sys.executable, "-m", "tests.interop.python_worker", *args], env)
 
     def _start(self, command: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-        process = subprocess.Popen(
+        process = start_process(
             command,
-            cwd=ROOT,
-            env=env,
+            env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -31,6 +31,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from tests.support.paths import ROOT
 from tests.support.redis_server import (
     HOST,
     _kill_process,
@@ -42,7 +43,6 @@ from tests.support.redis_server import (
     wait_until,
 )
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 5.0
 SERVERS = ("uvicorn", "gunicorn", "runserver")

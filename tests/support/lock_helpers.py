@@ -12,7 +12,6 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import distlock
@@ -21,9 +20,7 @@ from distlock import BackendUnavailable
 from distlock.backends.redis_ops.backend import ScriptedBackend
 from distlock.handler import locks
 from distlock.info import holder_metadata
-from tests.support.processes import end_processes
-
-ROOT = Path(__file__).resolve().parent.parent.parent
+from tests.support.processes import end_processes, start_process
 
 
 def renewer_threads() -> int:
@@ -73,15 +70,15 @@ def holder_index(
 def spawner(
     module: str, env: dict[str, str], *, stdin: bool = False
 ) -> Iterator[Callable[..., subprocess.Popen]]:
-    """Yield ``start(*arguments)``, which runs ``python -m module *arguments`` (stdout, and
-    stdin if asked, piped as text); every process started is killed and reaped at the end."""
+    """Yield ``start(*arguments)``, which runs ``python -m module *arguments`` with ``env``
+    (child_env()) through start_process (stdout, and stdin if asked, piped as text); every
+    process started is killed and reaped at the end."""
     started: list[subprocess.Popen] = []
 
     def start(*arguments: str) -> subprocess.Popen:
-        process = subprocess.Popen(
+        process = start_process(
             [sys.executable, "-m", module, *arguments],
-            cwd=ROOT,
-            env={**env, "PYTHONPATH": str(ROOT)},
+            env,
             stdout=subprocess.PIPE,
             stdin=subprocess.PIPE if stdin else None,
             text=True,

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+from tests.support.paths import ROOT
+
 CLIENT = ROOT / "clients" / "node"
 REQUIRE_ENV = "DISTLOCK_REQUIRE_NODE"
 NPM_CI_TIMEOUT = 300

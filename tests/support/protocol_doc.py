@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from distlock.backends.redis_ops.scripts import LUA, header
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 DOCUMENT = ROOT / "docs" / "protocol.md"
 FOLDER = Path(str(LUA))
 BEGIN = "<!-- BEGIN SCRIPTS: generated from the .lua headers by python -m tests.support.protocol_doc -->"  # noqa: E501

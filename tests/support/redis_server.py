@@ -49,6 +49,8 @@ import redis.cluster
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from tests.support.processes import start_process
+
 __all__ = [
     "HOST",
     "RedisCluster",
@@ -233,13 +235,13 @@ def spawn_managed(
     if user is not None:
         identity = {"user": user, "group": group, "extra_groups": []}
     with open(output, "ab") as out:
-        proc = subprocess.Popen(
-            list(command),
+        proc = start_process(
+            command,
+            os.environ if env is None else env,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=out,
             cwd=cwd,
-            env=None if env is None else dict(env),
             start_new_session=True,
             # The death signal fires when the *thread* that forked exits, so only ask
             # for it when starting from the main thread.

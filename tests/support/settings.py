@@ -11,6 +11,9 @@ FENCING_DB = os.environ.get("DISTLOCK_FENCING_DB") or os.path.join(
     tempfile.gettempdir(), f"distlock-fencing-{os.getpid()}.sqlite3"
 )
 SECRET_KEY = "tests-only-not-secret"
+# The admin tests make and log in a user per test; the default hasher (PBKDF2, over a million
+# rounds) is meant to be slow, which no test needs (Django's docs on speeding up tests).
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 DEBUG = True
 USE_TZ = True
 ALLOWED_HOSTS = ["*"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,10 +14,9 @@ from typing import Any, TypeVar
 
 import redis
 
-from tests.support.processes import end_processes
+from tests.support.processes import child_env, end_processes, start_process
 from tests.support.redis_server import RedisServer
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 P = TypeVar("P", bound="WorkerPool")
 
 
@@ -29,15 +27,13 @@ class WorkerPool:
         base = server.url.rsplit("/", 1)[0]
         self.server = server
         self.directory = directory
-        self.env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "DJANGO_SETTINGS_MODULE": settings_module,
-            "DISTLOCK_TEST_KIND": "redis",
-            "DISTLOCK_TEST_URL": f"{base}/0",
-            "DISTLOCK_TEST_BROKER": f"{base}/1",
-            "DISTLOCK_TEST_DATA_URL": f"{base}/2",
-        }
+        self.env = child_env(
+            kind="redis",
+            url=f"{base}/0",
+            data_url=f"{base}/2",
+            settings=settings_module,
+            DISTLOCK_TEST_BROKER=f"{base}/1",
+        )
         self.data = redis.Redis.from_url(self.env["DISTLOCK_TEST_DATA_URL"], decode_responses=True)
         self.processes: list[subprocess.Popen[bytes]] = []
 
@@ -46,10 +42,9 @@ class WorkerPool:
 
     def spawn(self, arguments: list[str], log: Path) -> subprocess.Popen[bytes]:
         with open(log, "ab") as output:
-            process = subprocess.Popen(
+            process = start_process(
                 [sys.executable, *arguments],
-                cwd=ROOT,
-                env=self.env,
+                self.env,
                 stdout=output,
                 stderr=subprocess.STDOUT,
             )

@@ -22,9 +22,8 @@ from django.urls import reverse
 
 import distlock
 from tests.support.lock_helpers import holder_index
-from tests.support.processes import end_processes
+from tests.support.processes import child_env, end_processes, start_process
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 TTL = 2.0
 pytestmark = pytest.mark.django_db(databases=[])
 
@@ -115,19 +114,14 @@ class Candidates:
     """``python -m tests.support.workers lead NAME TTL LOG`` processes, each with its own log."""
 
     def __init__(self, url: str, directory: Path) -> None:
-        self.env = {
-            **os.environ,
-            "DISTLOCK_TEST_KIND": "redis",
-            "DISTLOCK_TEST_URL": url,
-            "PYTHONPATH": str(ROOT),
-        }
+        self.env = child_env(kind="redis", url=url)
         self.directory = directory
         self.processes: list[subprocess.Popen[str]] = []
 
     def start(self, count: int) -> None:
         for index in range(count):
             self.processes.append(
-                subprocess.Popen(
+                start_process(
                     [
                         sys.executable,
                         "-m",
@@ -137,8 +131,7 @@ class Candidates:
                         str(TTL),
                         str(self.directory / f"candidate{index}.log"),
                     ],
-                    cwd=ROOT,
-                    env=self.env,
+                    self.env,
                     stdout=subprocess.PIPE,
                     text=True,
                 )

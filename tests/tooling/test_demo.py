@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import ROOT
+from tests.support.processes import start_process
 from tests.support.redis_server import free_port
 
 pytestmark = pytest.mark.timeout(300)
-ROOT = Path(__file__).resolve().parent.parent.parent
 URL_FILE = ROOT / ".demo-redis-url"
 
 
@@ -41,10 +42,9 @@ class Demo:
             DJANGO_DB_PATH=str(tmp_path / "demo.sqlite3"),
             DEMO_ADMIN_PASSWORD="demo-pw",
         )
-        self.script = subprocess.Popen(
+        self.script = start_process(
             ["bash", "-c", 'scripts/demo & echo "demo pid $!"; wait'],
-            cwd=ROOT,
-            env=env,
+            env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import configparser
 import re
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+from tests.support.paths import ROOT
+
 README = (ROOT / "README.md").read_text()
 QUICK_START = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
 pytestmark = pytest.mark.django_db(databases=[])

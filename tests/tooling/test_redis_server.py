@@ -18,6 +18,7 @@ import redis.cluster
 import redis.sentinel
 
 from tests.support import redis_server as rs
+from tests.support.paths import ROOT
 from tests.support.redis_server import (
     RedisCluster,
     RedisSentinelGroup,
@@ -26,8 +27,6 @@ from tests.support.redis_server import (
     find_redis_server,
     free_port,
 )
-
-ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def _pid_alive(pid: int) -> bool:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+from tests.support.paths import ROOT
+
 # Every test that sets up only the "fencing" database (databases=["fencing"]).
 ALONE = [
     "tests/faults/test_fencing.py::test_an_auto_renewed_holder_paused_past_its_lease_learns_it_lost",

@@ -28,10 +28,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import ROOT
+from tests.support.processes import start_process
 from tests.support.redis_server import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
-ROOT = Path(__file__).resolve().parent.parent.parent
 # What building against a -dev package needs: pkg-config, MariaDB's mariadb_config.
 DEV_TOOLS = re.compile(r".*pkg-?config|.*_config")
 # What building from source at all needs: a C compiler and make.
@@ -120,10 +121,10 @@ def log_in(base: str, password: str) -> urllib.request.OpenerDirector:
 def test_demo_then_tests_from_a_fresh_clone(fresh_clone) -> None:
     clone, env, with_cc = fresh_clone
     port = free_port()
-    demo = subprocess.Popen(
+    demo = start_process(
         ["scripts/demo"],
+        {**env, "DEMO_PORT": str(port)},
         cwd=clone,
-        env={**env, "DEMO_PORT": str(port)},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
