@@ -24,8 +24,8 @@ import pytest
 
 import distlock
 from distlock.handler import locks
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 README_IMAGES = ROOT / "docs" / "img"
 README_DJANGO = (6, 1)  # the version the README's screenshots show
 README_WIDTH = 1366

@@ -238,7 +238,9 @@ while time.monotonic() < end:
 
 @pytest.fixture
 def cpu_burners() -> Iterator[None]:
-    burners = [start_process([sys.executable, "-c", BURNER, "120"]) for _ in range(os.cpu_count() or 2)]
+    burners = [
+        start_process([sys.executable, "-c", BURNER, "120"]) for _ in range(os.cpu_count() or 2)
+    ]
     yield
     end_processes(burners)
 

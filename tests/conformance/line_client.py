@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tests.support.processes import start_process
+
 # How long past its own wait an answer may take before the client counts as hung.
 ANSWER_MARGIN = 15.0
 
@@ -28,10 +30,10 @@ class LineClient:
 
     def __init__(self, label: str, command: Sequence[str], env: dict[str, str], cwd: Path) -> None:
         self.label = label
-        self.process = subprocess.Popen(
-            list(command),
+        self.process = start_process(
+            command,
+            {**os.environ, **env},
             cwd=cwd,
-            env={**os.environ, **env},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -18,10 +18,10 @@ import redis
 
 from distlock.backends.redis_ops.scripts import LUA
 from distlock.names import KeyLayout
+from tests.support.paths import ROOT
 
 from .line_client import ClientFailed, LineClient
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 PYTHON_CLIENT = ["-m", "tests.conformance.python_client"]
 PURPOSE = "conformance: metadata ✓ with spaces"
 

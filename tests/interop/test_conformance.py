@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from tests.support.node import Node
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 CHECKS = [
     "hello",
     "mutual exclusion, queue order, fencing",

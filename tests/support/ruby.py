@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+from tests.support.paths import ROOT
+
 CLIENT = ROOT / "clients" / "ruby"
 REQUIRE_ENV = "DISTLOCK_REQUIRE_RUBY"
 

@@ -4,9 +4,9 @@ the Valkey the README names, pinned by hash, and runs the suites the README list
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+from tests.support.paths import ROOT
+
 README = (ROOT / "README.md").read_text()
 LEG = (ROOT / "scripts" / "test-valkey").read_text()
 

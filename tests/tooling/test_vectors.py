@@ -16,8 +16,8 @@ import pytest
 
 from tests.support import vectors
 from tests.support.node import Node
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 NODE_TEST = ROOT / "clients" / "node" / "test" / "vectors.test.mjs"
 
 
