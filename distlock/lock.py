@@ -181,7 +181,7 @@ class Lock:
         began = metrics.now()
         try:
             if shared.holds and not self.shared:  # a process holding no shared lock skips it
-                shared.refuse_upgrade(self.kind, self.using, self.name, _current_owner())
+                await shared.arefuse_upgrade(self.kind, self.using, self.name, _current_owner())
             held = self._waiting_release()
             if held is not None and await self._atake_back(held):
                 return True
@@ -775,6 +775,7 @@ class _Attempts:
         self.deadline = math.inf if wait is None else time.monotonic() + wait
         self.queue = wait != 0
         self.contended = False
+        self.waited = False  # a wait_and_acquire call was made
         self.started = 0.0
         self.began = began  # metrics.now() when acquire() was called (0.0: nothing recorded)
         # A moment of the server's clock and a local time before it: (monotonic, server ms).
@@ -788,6 +789,7 @@ class _Attempts:
     def waiting(self) -> tuple[str, str, int, str, int]:
         """Return the arguments of a wait_and_acquire call, after its timeout."""
         self.started = time.monotonic()
+        self.waited = True
         return self.lock.name, self.token, self.ttl_ms, self.meta, self._patience()
 
     def _patience(self) -> int:
@@ -839,7 +841,7 @@ class _Attempts:
             self._forget_maybe_granted()
             self.errored()
             raise
-        if attempt.acquired and self._outlived(attempt):
+        if attempt.acquired and (self._outlived(attempt) or self._late()):
             self._forget_maybe_granted()
             return TOO_LATE
         return attempt
@@ -851,10 +853,17 @@ class _Attempts:
             await self._aforget_maybe_granted()
             self.errored()
             raise
-        if attempt.acquired and self._outlived(attempt):
+        if attempt.acquired and (self._outlived(attempt) or self._late()):
             await self._aforget_maybe_granted()
             return TOO_LATE
         return attempt
+
+    def _late(self) -> bool:
+        """Return True if a grant that a wait brought came after the wait had ended: it is
+        handed on (released, so the next waiter gets it), never kept, so that acquire(wait=W)
+        means "held within W" on every backend and kind. (The first attempt's grant is kept
+        however long its reply took: wait=0 tries once.)"""
+        return self.waited and time.monotonic() > self.deadline
 
     def _outlived(self, attempt: Attempt) -> bool:
         """Return True if the grant arrived with no lease left to use: less than the drift
