@@ -39,7 +39,7 @@ def acquire_call(
     return Eval(
         ACQUIRE,
         [k.lock, k.fence, k.queue, k.live, k.index, k.readers, k.holders],
-        [token, ttl_ms, meta, name, patience_ms, flag(waited)],
+        [token, ttl_ms, meta, name, patience_ms, flag(waited), HANDOFF_GRACE_MS],
         idempotent=True,
     )
 

@@ -21,6 +21,7 @@
 -- ARGV[4]  name      the lock's name
 -- ARGV[5]  patience  ms to stay registered as a waiter when it must wait; 0: do not queue
 -- ARGV[6]  waited    '1' when this token may be queued already (it waited), else '0'
+-- ARGV[7]  grace     ms a waiter handed the lock has to claim it (250 when left out)
 -- Reply:   as acquire.lua's: "FENCE ACQUIRED_MS" when held (also when this token already
 --          holds it: a retried call), else {0, remaining ms of the lock's key, place in the
 --          queue (0 first, -1 not queued), server time ms}.
@@ -29,8 +30,10 @@
 --          it and no exclusive waiter still registered is queued ahead of it, anywhere in the
 --          queue (a queued writer keeps later readers out). Otherwise it queues as acquire.lua does (its metadata
 --          kept while it waits). Holders whose
---          lease ended are dropped first (shared_keys.lua).
+--          lease ended are dropped first (shared_keys.lua). A free lock with waiters queued
+--          goes to the head of the queue first, as for acquire.lua (lapsed.lua).
 -- #include "include/clock.lua"
+-- #include "include/lapsed.lua"
 local lock_key, readers_key, rmeta_key, shared_index = KEYS[1], KEYS[6], KEYS[7], KEYS[5]
 local name = ARGV[4]
 local token = ARGV[1]
