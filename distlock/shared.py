@@ -49,21 +49,46 @@ def forget_hold(lock: Any) -> None:
 
 def refuse_upgrade(kind: str, using: str, name: str, owner: tuple[int, int | None]) -> None:
     """Raise SharedLockUpgrade if ``owner`` (a thread and task), or its thread outside any
-    task, holds the shared lock ``name`` of ``using``: a hold whose lease has not ended, or
-    whose release waits for a database transaction. (``kind``: a semaphore of the same name
-    is another thing.)"""
+    task, holds the shared lock ``name`` of ``using`` as the server sees it. (``kind``: a
+    semaphore of the same name is another thing.)"""
+    mine = _local_holds(kind, using, name, owner)
+    if mine and _still_held(mine, mine[0].backend.holders(name)):
+        raise _upgrade_error(name, using)
+
+
+async def arefuse_upgrade(kind: str, using: str, name: str, owner: tuple[int, int | None]) -> None:
+    """Async twin of refuse_upgrade()."""
+    mine = _local_holds(kind, using, name, owner)
+    if mine and _still_held(mine, await mine[0].backend.aholders(name)):
+        raise _upgrade_error(name, using)
+
+
+def _local_holds(kind: str, using: str, name: str, owner: tuple[int, int | None]) -> list[Any]:
+    """The shared Lock objects by which this process believes ``owner`` holds ``name``: a
+    lease not known to have ended, or a release waiting for a database transaction."""
     with _holds_guard:
         held = list(holds.get((kind, using, name), ()))
     # A coroutine run by a thread that holds the lock outside any task (asyncio.run from
     # sync code) is that thread too: it would wait for itself as well.
     owners = {owner, (owner[0], None)}
-    if any(lock.holds_shared_for(other) for lock in held for other in owners):
-        raise SharedLockUpgrade(
-            f"This thread holds the shared lock {name!r} (alias {using!r}) and asked for the "
-            "exclusive lock of the same name, which would wait for itself. Release the shared "
-            "lock first, then acquire the exclusive one (another writer may come in between).",
-            name=name,
-        )
+    return [lock for lock in held if any(lock.holds_shared_for(other) for other in owners)]
+
+
+def _still_held(mine: list[Any], holders: tuple[LockInfo, ...]) -> bool:
+    """Whether the server still lists one of ``mine``: a hold force-released, run out or
+    lost does not make the upgrade wait for itself, so it is not refused. (The one round
+    trip is paid only on this path: a thread whose local record shows a shared hold.)"""
+    tokens = {holder.token for holder in holders}
+    return any(lock.token in tokens for lock in mine)
+
+
+def _upgrade_error(name: str, using: str) -> SharedLockUpgrade:
+    return SharedLockUpgrade(
+        f"This thread holds the shared lock {name!r} (alias {using!r}) and asked for the "
+        "exclusive lock of the same name, which would wait for itself. Release the shared "
+        "lock first, then acquire the exclusive one (another writer may come in between).",
+        name=name,
+    )
 
 
 class SharedHolds:
@@ -138,6 +163,12 @@ class SharedHolds:
         return self._pick(await self.backend.ashared_holders(name)) or await self.backend.ainfo(
             name
         )
+
+    def holders(self, name: str) -> tuple[LockInfo, ...]:
+        return tuple(self.backend.shared_holders(name))
+
+    async def aholders(self, name: str) -> tuple[LockInfo, ...]:
+        return tuple(await self.backend.ashared_holders(name))
 
     def _pick(self, holders: tuple[LockInfo, ...]) -> LockInfo | None:
         if not holders:
