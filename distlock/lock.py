@@ -227,11 +227,9 @@ class Lock:
         self._acquired_ms = attempt.acquired_ms
         self._meta = attempts.meta
         self._depth = 1
-        if self.reentrant or self.shared:  # only these compare owners
-            self._owner = _current_owner()
-        if self.shared:
-            self._owner_thread = weakref.ref(threading.current_thread())
-            shared.note_hold(self)
+        self._owner = _current_owner()
+        self._owner_thread = weakref.ref(threading.current_thread())
+        shared.note_hold(self)  # the upgrade refusal and the downgrade read them
         self._lease_deadline = attempts.lease_started(attempt) + attempts.ttl_ms / 1000
         self._lost = self._releasing = False
         self._lost_because = None
@@ -458,10 +456,9 @@ class Lock:
             renewal.renewer.unregister(self._renewal)
             self._renewal = None
         self._ttl_ms, self._depth, self._lost = ttl_ms, 1, False
-        self._owner = _current_owner() if self.reentrant or self.shared else None
-        if self.shared:
-            self._owner_thread = weakref.ref(threading.current_thread())
-            shared.note_hold(self)
+        self._owner = _current_owner()
+        self._owner_thread = weakref.ref(threading.current_thread())
+        shared.note_hold(self)
         self._lease_deadline = started + ttl_ms / 1000
         if self.auto_renew and self._renewal is None:
             self._renewal = renewal.renewer.register(self, ttl_ms / 1000 * RENEW_FRACTION)
@@ -553,9 +550,9 @@ class Lock:
             return 0.0
         return max(self._lease_deadline - time.monotonic(), 0.0)
 
-    def holds_shared_for(self, owner: tuple[int, int | None]) -> bool:
-        """Return True if this shared lock is held, by ``owner`` (a thread and task), with a
-        lease not known to have ended or a release waiting for a transaction."""
+    def holds_for(self, owner: tuple[int, int | None]) -> bool:
+        """Return True if this lock (either kind) is held, by ``owner`` (a thread and task),
+        with a lease not known to have ended or a release waiting for a transaction."""
         if self._owner != owner or self._owner_thread is None:
             return False
         thread = self._owner_thread()  # the owner's, not a new thread given its ident
@@ -584,7 +581,7 @@ class Lock:
         if self._renewal is not None:
             renewal.renewer.unregister(self._renewal)
             self._renewal = None
-        if self.shared:
+        if self._owner_thread is not None:
             shared.forget_hold(self)
         self.token = None
         self._backend = None
@@ -773,6 +770,11 @@ class _Attempts:
         self.ttl_ms = backend.lease_ms(ttl)  # also enforces the alias's MAX_TTL
         self.meta = holder_metadata(lock.purpose)
         self.deadline = math.inf if wait is None else time.monotonic() + wait
+        if lock.shared and shared.exclusive:  # a downgrade, if this thread holds it exclusively
+            owner = _current_owner()
+            backend.downgrade_from = shared.downgrade_from(  # type: ignore[attr-defined]
+                lock.kind, lock.using, lock.name, owner
+            )
         self.queue = wait != 0
         self.contended = False
         self.waited = False  # a wait_and_acquire call was made

@@ -28,23 +28,45 @@ SHARED_MARK = "~"
 # reads it first: empty, the upgrade check costs an exclusive acquire nothing more).
 holds: dict[tuple[str, str, str], weakref.WeakSet[Any]] = {}
 _holds_guard = threading.Lock()
+# The exclusive Lock objects of this process holding each (kind, alias, name): a shared
+# acquire by the same thread is a downgrade, granted at once (Lock.acquire reads it only for
+# shared locks).
+exclusive: dict[tuple[str, str, str], weakref.WeakSet[Any]] = {}
 if hasattr(os, "register_at_fork"):  # a forked child holds nothing of its parent's
     os.register_at_fork(after_in_child=holds.clear)
+    os.register_at_fork(after_in_child=exclusive.clear)
 
 
 def note_hold(lock: Any) -> None:
+    """Remember that ``lock`` (either kind) is held by this process."""
+    registry = holds if lock.shared else exclusive
     with _holds_guard:
-        holds.setdefault((lock.kind, lock.using, lock.name), weakref.WeakSet()).add(lock)
+        registry.setdefault((lock.kind, lock.using, lock.name), weakref.WeakSet()).add(lock)
 
 
 def forget_hold(lock: Any) -> None:
+    registry = holds if lock.shared else exclusive
     with _holds_guard:
         key = (lock.kind, lock.using, lock.name)
-        held = holds.get(key)
+        held = registry.get(key)
         if held is not None:
             held.discard(lock)
             if not held:
-                del holds[key]
+                del registry[key]
+
+
+def downgrade_from(kind: str, using: str, name: str, owner: tuple[int, int | None]) -> str:
+    """Return the token of the exclusive hold of ``name`` that ``owner`` (a thread and task,
+    or its thread outside any task) has, '' if none: a hold whose lease has not ended, or
+    whose release waits for a database transaction. The server grants the shared lock at once
+    only while that token holds the lock (see shared_acquire.lua)."""
+    with _holds_guard:
+        held = list(exclusive.get((kind, using, name), ()))
+    owners = {owner, (owner[0], None)}
+    for lock in held:
+        if any(lock.holds_for(other) for other in owners) and lock.token:
+            return str(lock.token)
+    return ""
 
 
 def refuse_upgrade(kind: str, using: str, name: str, owner: tuple[int, int | None]) -> None:
@@ -71,7 +93,7 @@ def _local_holds(kind: str, using: str, name: str, owner: tuple[int, int | None]
     # A coroutine run by a thread that holds the lock outside any task (asyncio.run from
     # sync code) is that thread too: it would wait for itself as well.
     owners = {owner, (owner[0], None)}
-    return [lock for lock in held if any(lock.holds_shared_for(other) for other in owners)]
+    return [lock for lock in held if any(lock.holds_for(other) for other in owners)]
 
 
 def _still_held(mine: list[Any], holders: tuple[LockInfo, ...]) -> bool:
@@ -105,18 +127,23 @@ class SharedHolds:
         self.max_block = backend.max_block
         self.lease_ms = backend.lease_ms
         self._token = ""
+        self.downgrade_from = ""  # this thread's exclusive token of the name (Lock.acquire)
 
     def try_acquire(
         self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None, patience_ms: int
     ) -> Attempt:
         self._token = token
-        return self.backend.shared_acquire(name, token, ttl_ms, meta, patience_ms)
+        return self.backend.shared_acquire(
+            name, token, ttl_ms, meta, patience_ms, self.downgrade_from
+        )
 
     async def atry_acquire(
         self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None, patience_ms: int
     ) -> Attempt:
         self._token = token
-        return await self.backend.ashared_acquire(name, token, ttl_ms, meta, patience_ms)
+        return await self.backend.ashared_acquire(
+            name, token, ttl_ms, meta, patience_ms, self.downgrade_from
+        )
 
     def wait_and_acquire(
         self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
