@@ -30,10 +30,10 @@ SAMPLE_PAIRS = 3  # pairs watched with MONITOR to learn which commands a library
 # The commands distlock's acquire and release scripts run for an uncontended pair, in order
 # (the clock, the look at the queue and readers (a lapsed lease, lapsed.lua), the fencing
 # token, the lock, the index; the token check, the delete, the index, the look at the queue
-# and readers (a handoff, a downgrade)), with constant values instead of the scripts' string work (the
-# lock's value is the holder's metadata alone, its largest part). The index's 1-in-10
-# pruning is left out. tests/tooling/test_benchmark_server_time.py checks that these are the
-# commands MONITOR sees the real scripts run.
+# and readers (a handoff, a downgrade)), with constant values instead of the scripts' string
+# work (the lock's value is the holder's metadata alone, its largest part). The index's
+# 1-in-10 pruning is left out. tests/tooling/test_benchmark_server_time.py checks that these
+# are the commands MONITOR sees the real scripts run.
 COMMANDS_ONLY = {
     "acquire": """
 redis.call('TIME')
