@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -77,7 +78,10 @@ def main(calls: int) -> None:
         )
         for kind in ("exclusive", "shared", "semaphore"):
             holder, contender = contenders(kind)
-            assert holder.acquire()
+            # Held by another thread: a reader of this one's would be a downgrade.
+            held = threading.Thread(target=holder.acquire)
+            held.start()
+            held.join()
             for mode in ("sync", "async"):
                 for wait in WAITS:
                     if mode == "sync":

@@ -15,6 +15,7 @@ import pytest
 
 import distlock
 from distlock.handler import locks
+from tests.support.lock_helpers import elsewhere
 
 pytestmark = pytest.mark.django_db(databases=[])
 
@@ -67,7 +68,7 @@ def test_a_wait_ends_on_time_at_the_default_hz(
     server = locks["default"].client
     server.config_set("hz", 10)
     holder, contender = held(kind)
-    assert holder.acquire()
+    assert elsewhere(holder.acquire)  # another thread's: this one's reader would downgrade
     try:
         found = overshoots(contender, asynchronous)
     finally:
@@ -83,9 +84,11 @@ def test_a_wait_ends_on_time_at_the_default_hz(
 def test_a_grant_that_lands_after_the_wait_is_handed_on(redis_backend: str) -> None:
     # pottery's test_enqueued: acquire(timeout=0.1) behind a holder that releases at about
     # 0.2 s is not granted at 0.196 s. Here: a waiter with wait=0.1 and a holder releasing
-    # at 0.2 s, with a second waiter queued behind the first that waits longer.
+    # at 0.2 s, with a second waiter queued behind the first that waits longer. (Whether the
+    # old client kept such a grant depended on when the server's timer fired: this one checks
+    # the outcome, test_a_wait_ends_on_time_at_the_default_hz the timing.)
     holder = distlock.lock("enqueued", ttl=30)
-    assert holder.acquire()
+    assert elsewhere(holder.acquire)
     outcome: dict[str, Any] = {}
 
     async def timed(lk: distlock.Lock, wait: float, began: float) -> tuple[bool, float]:
@@ -105,5 +108,6 @@ def test_a_grant_that_lands_after_the_wait_is_handed_on(redis_backend: str) -> N
 
     asyncio.run(scenario())
     granted, elapsed = outcome["short"]
-    assert not granted and elapsed < 0.2, outcome
+    assert not granted, outcome
+    assert elapsed < 1, outcome
     assert outcome["long"], "the lock went on to the next waiter"
