@@ -227,9 +227,12 @@ class Lock:
         self._acquired_ms = attempt.acquired_ms
         self._meta = attempts.meta
         self._depth = 1
-        self._owner = _current_owner()
+        self._owner = _current_owner()  # the downgrade, reentrancy and the upgrade check read it
         self._owner_thread = weakref.ref(threading.current_thread())
-        shared.note_hold(self)  # the upgrade refusal and the downgrade read them
+        if self.shared:
+            shared.note_hold(self)
+        else:
+            shared.note_exclusive(self, self._owner)
         self._lease_deadline = attempts.lease_started(attempt) + attempts.ttl_ms / 1000
         self._lost = self._releasing = False
         self._lost_because = None
@@ -458,7 +461,10 @@ class Lock:
         self._ttl_ms, self._depth, self._lost = ttl_ms, 1, False
         self._owner = _current_owner()
         self._owner_thread = weakref.ref(threading.current_thread())
-        shared.note_hold(self)
+        if self.shared:
+            shared.note_hold(self)
+        else:
+            shared.note_exclusive(self, self._owner)
         self._lease_deadline = started + ttl_ms / 1000
         if self.auto_renew and self._renewal is None:
             self._renewal = renewal.renewer.register(self, ttl_ms / 1000 * RENEW_FRACTION)
@@ -581,8 +587,10 @@ class Lock:
         if self._renewal is not None:
             renewal.renewer.unregister(self._renewal)
             self._renewal = None
-        if self._owner_thread is not None:
+        if self.shared:
             shared.forget_hold(self)
+        elif self._owner is not None:
+            shared.forget_exclusive(self, self._owner)
         self.token = None
         self._backend = None
         self._depth = 0

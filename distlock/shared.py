@@ -28,31 +28,41 @@ SHARED_MARK = "~"
 # reads it first: empty, the upgrade check costs an exclusive acquire nothing more).
 holds: dict[tuple[str, str, str], weakref.WeakSet[Any]] = {}
 _holds_guard = threading.Lock()
-# The exclusive Lock objects of this process holding each (kind, alias, name): a shared
-# acquire by the same thread is a downgrade, granted at once (Lock.acquire reads it only for
-# shared locks).
-exclusive: dict[tuple[str, str, str], weakref.WeakSet[Any]] = {}
+# The exclusive Lock object of this process holding each (kind, alias, name) for each owner
+# (a thread and task): a shared acquire by that owner is a downgrade, granted at once
+# (Lock.acquire reads it only for shared locks). A plain dict, each change one atomic step:
+# this is on every exclusive acquire's path.
+exclusive: dict[tuple[str, str, str, tuple[int, int | None]], weakref.ref[Any]] = {}
 if hasattr(os, "register_at_fork"):  # a forked child holds nothing of its parent's
     os.register_at_fork(after_in_child=holds.clear)
     os.register_at_fork(after_in_child=exclusive.clear)
 
 
 def note_hold(lock: Any) -> None:
-    """Remember that ``lock`` (either kind) is held by this process."""
-    registry = holds if lock.shared else exclusive
     with _holds_guard:
-        registry.setdefault((lock.kind, lock.using, lock.name), weakref.WeakSet()).add(lock)
+        holds.setdefault((lock.kind, lock.using, lock.name), weakref.WeakSet()).add(lock)
 
 
 def forget_hold(lock: Any) -> None:
-    registry = holds if lock.shared else exclusive
     with _holds_guard:
         key = (lock.kind, lock.using, lock.name)
-        held = registry.get(key)
+        held = holds.get(key)
         if held is not None:
             held.discard(lock)
             if not held:
-                del registry[key]
+                del holds[key]
+
+
+def note_exclusive(lock: Any, owner: tuple[int, int | None]) -> None:
+    """Remember that ``owner`` holds the exclusive ``lock``."""
+    exclusive[lock.kind, lock.using, lock.name, owner] = weakref.ref(lock)
+
+
+def forget_exclusive(lock: Any, owner: tuple[int, int | None]) -> None:
+    key = (lock.kind, lock.using, lock.name, owner)
+    held = exclusive.get(key)
+    if held is not None and held() in (lock, None):
+        exclusive.pop(key, None)
 
 
 def downgrade_from(kind: str, using: str, name: str, owner: tuple[int, int | None]) -> str:
@@ -60,11 +70,10 @@ def downgrade_from(kind: str, using: str, name: str, owner: tuple[int, int | Non
     or its thread outside any task) has, '' if none: a hold whose lease has not ended, or
     whose release waits for a database transaction. The server grants the shared lock at once
     only while that token holds the lock (see shared_acquire.lua)."""
-    with _holds_guard:
-        held = list(exclusive.get((kind, using, name), ()))
-    owners = {owner, (owner[0], None)}
-    for lock in held:
-        if any(lock.holds_for(other) for other in owners) and lock.token:
+    for other in (owner, (owner[0], None)):
+        held = exclusive.get((kind, using, name, other))
+        lock = held() if held is not None else None
+        if lock is not None and lock.token and lock.holds_for(other):
             return str(lock.token)
     return ""
 
