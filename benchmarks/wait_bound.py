@@ -57,6 +57,11 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def report(kind: str, mode: str, wait: float, late: list[float]) -> None:
+    figures = [quantile(late, q) for q in (0.5, 0.9, 0.99)] + [max(late)]
+    print(f"{kind:<10} {mode:<6} {wait:>5} " + " ".join(f"{value:>6.1f}" for value in figures))
+
+
 def main(calls: int) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.support.settings")
     import django
@@ -76,6 +81,15 @@ def main(calls: int) -> None:
             f"{'kind':<10} {'mode':<6} {'W s':>5} {'p50':>6} {'p90':>6} {'p99':>6} {'max':>6}",
             " (ms past W)",
         )
+        # What the machine alone gives: time.sleep(W)'s own lateness (a loaded machine's
+        # scheduler), the floor under every figure below.
+        for wait in WAITS:
+            late = []
+            for _ in range(calls):
+                began = time.monotonic()
+                time.sleep(wait)
+                late.append((time.monotonic() - began - wait) * 1000)
+            report("sleep", "sync", wait, late)
         for kind in ("exclusive", "shared", "semaphore"):
             holder, contender = contenders(kind)
             # Held by another thread: a reader of this one's would be a downgrade.
@@ -88,11 +102,7 @@ def main(calls: int) -> None:
                         late = timed(contender, wait, calls)
                     else:
                         late = asyncio.run(atimed(contender, wait, calls))
-                    figures = [quantile(late, q) for q in (0.5, 0.9, 0.99)] + [max(late)]
-                    print(
-                        f"{kind:<10} {mode:<6} {wait:>5} "
-                        + " ".join(f"{value:>6.1f}" for value in figures)
-                    )
+                    report(kind, mode, wait, late)
             holder.release()
     finally:
         server.stop()
