@@ -86,3 +86,48 @@ def test_a_newcomer_after_a_lapsed_lease_queues_behind_the_waiter(redis_backend:
     assert not newcomer.acquired
     claimed = backend.try_acquire("lapse", waiter, 5000, meta, None, 10_000)
     assert claimed.acquired
+
+
+def test_a_dead_waiter_at_the_head_is_skipped_within_the_grace(spawn) -> None:
+    # A holder and the first waiter both SIGKILLed: the lapsed lease is handed to the dead
+    # waiter (still registered), whose reservation ends after the grace; then the next live
+    # waiter gets it.
+    holder = spawn("hold", "dead-head", "1", "renewed")
+    read_line(holder, "held")
+    dead = spawn("waiter", "dead-head", "1")
+    read_line(dead, "ready")
+    deadline = time.monotonic() + 20
+    while (distlock.locks["default"].info("dead-head").waiters or 0) < 1:
+        assert time.monotonic() < deadline, "the doomed waiter never queued"
+        time.sleep(0.01)
+    granted: list[tuple[int, float]] = []
+
+    def wait_for_it(place: int) -> None:
+        lk = distlock.lock("dead-head", ttl=5, wait=20)
+        assert lk.acquire()
+        granted.append((place, time.monotonic()))
+        lk.release()
+
+    threads = []
+
+    def join(place: int) -> None:
+        threads.append(threading.Thread(target=wait_for_it, args=(place,)))
+        threads[-1].start()
+
+    # Both live waiters behind the doomed one (it counts as the first waiter).
+    for place in (1, 2):
+        join(place)
+        while (distlock.locks["default"].info("dead-head").waiters or 0) < place + 1:
+            assert time.monotonic() < deadline, f"waiter {place} never queued"
+            time.sleep(0.01)
+    os.kill(dead.pid, signal.SIGKILL)
+    info = distlock.locks["default"].info("dead-head")
+    os.kill(holder.pid, signal.SIGKILL)
+    lease_end = time.monotonic() + 1.0  # the renewed lease runs out a second after the kill
+    for thread in threads:
+        thread.join(timeout=30)
+    assert [place for place, _ in granted] == [1, 2]
+    late = granted[0][1] - lease_end
+    print(f"first live waiter granted {late:+.3f}s after the lease's end")
+    # The grace (0.25 s) for the dead waiter's reservation, plus a loaded machine's slack.
+    assert late < 0.25 + 0.5, info
