@@ -28,14 +28,16 @@ NAME = "server-time"
 SAMPLE_PAIRS = 3  # pairs watched with MONITOR to learn which commands a library sends
 
 # The commands distlock's acquire and release scripts run for an uncontended pair, in order
-# (the clock, the fencing token, the lock, the index; the token check, the delete, the index,
-# the look at the queue), with constant values instead of the scripts' string work (the
-# lock's value is the holder's metadata alone, its largest part). The index's 1-in-10
-# pruning is left out. tests/tooling/test_benchmark_server_time.py checks that these are the
-# commands MONITOR sees the real scripts run.
+# (the clock, the look at the queue and readers (a lapsed lease, lapsed.lua), the fencing
+# token, the lock, the index; the token check, the delete, the index, the look at the queue
+# and readers (a handoff, a downgrade)), with constant values instead of the scripts' string
+# work (the lock's value is the holder's metadata alone, its largest part). The index's
+# 1-in-10 pruning is left out. tests/tooling/test_benchmark_server_time.py checks that these
+# are the commands MONITOR sees the real scripts run.
 COMMANDS_ONLY = {
     "acquire": """
 redis.call('TIME')
+redis.call('EXISTS', KEYS[3], KEYS[3] .. '|readers')
 redis.call('SET', KEYS[2], '1795000000000000', 'GET')
 redis.call('SET', KEYS[1], ARGV[3], 'NX', 'PX', ARGV[2])
 redis.call('ZADD', KEYS[5], '1795000010000', ARGV[4])
@@ -45,7 +47,7 @@ return '1795000000000000 1795000000000'
 redis.call('GET', KEYS[1])
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[4], ARGV[2])
-redis.call('EXISTS', KEYS[2])
+redis.call('EXISTS', KEYS[2], KEYS[2] .. '|readers')
 return 1
 """,
 }

@@ -184,7 +184,7 @@ class Lock:
         began = metrics.now()
         try:
             if shared.holds and not self.shared:  # a process holding no shared lock skips it
-                shared.refuse_upgrade(self.kind, self.using, self.name, _current_owner())
+                await shared.arefuse_upgrade(self.kind, self.using, self.name, _current_owner())
             held = self._waiting_release()
             if held is not None and await self._atake_back(held):
                 return True
@@ -230,11 +230,12 @@ class Lock:
         self._acquired_ms = attempt.acquired_ms
         self._meta = attempts.meta
         self._depth = 1
-        if self.reentrant or self.shared:  # only these compare owners
-            self._owner = _current_owner()
+        self._owner = _current_owner()  # the downgrade, reentrancy and the upgrade check read it
+        self._owner_thread = weakref.ref(threading.current_thread())
         if self.shared:
-            self._owner_thread = weakref.ref(threading.current_thread())
             shared.note_hold(self)
+        else:
+            shared.note_exclusive(self, self._owner)
         self._lease_deadline = attempts.lease_started(attempt) + attempts.ttl_ms / 1000
         self._lost = self._releasing = False
         self._lost_because = None
@@ -462,10 +463,12 @@ class Lock:
             renewal.renewer.unregister(self._renewal)
             self._renewal = None
         self._ttl_ms, self._depth, self._lost = ttl_ms, 1, False
-        self._owner = _current_owner() if self.reentrant or self.shared else None
+        self._owner = _current_owner()
+        self._owner_thread = weakref.ref(threading.current_thread())
         if self.shared:
-            self._owner_thread = weakref.ref(threading.current_thread())
             shared.note_hold(self)
+        else:
+            shared.note_exclusive(self, self._owner)
         self._lease_deadline = started + ttl_ms / 1000
         if self.auto_renew and self._renewal is None:
             self._renewal = renewal.renewer.register(self, ttl_ms / 1000 * RENEW_FRACTION)
@@ -557,9 +560,9 @@ class Lock:
             return 0.0
         return max(self._lease_deadline - time.monotonic(), 0.0)
 
-    def holds_shared_for(self, owner: tuple[int, int | None]) -> bool:
-        """Return True if this shared lock is held, by ``owner`` (a thread and task), with a
-        lease not known to have ended or a release waiting for a transaction."""
+    def holds_for(self, owner: tuple[int, int | None]) -> bool:
+        """Return True if this lock (either kind) is held, by ``owner`` (a thread and task),
+        with a lease not known to have ended or a release waiting for a transaction."""
         if self._owner != owner or self._owner_thread is None:
             return False
         thread = self._owner_thread()  # the owner's, not a new thread given its ident
@@ -590,6 +593,8 @@ class Lock:
             self._renewal = None
         if self.shared:
             shared.forget_hold(self)
+        elif self._owner is not None:
+            shared.forget_exclusive(self, self._owner)
         self.token = None
         self._backend = None
         self._depth = 0
@@ -812,8 +817,14 @@ class _Attempts:
         self.ttl_ms = backend.lease_ms(ttl)  # also enforces the alias's MAX_TTL
         self.meta = holder_metadata(lock.purpose)
         self.deadline = math.inf if wait is None else time.monotonic() + wait
+        if lock.shared and shared.exclusive:  # a downgrade, if this thread holds it exclusively
+            owner = _current_owner()
+            backend.downgrade_from = shared.downgrade_from(  # type: ignore[attr-defined]
+                lock.kind, lock.using, lock.name, owner
+            )
         self.queue = wait != 0
         self.contended = False
+        self.waited = False  # a wait_and_acquire call was made
         self.started = 0.0
         self.began = began  # metrics.now() when acquire() was called (0.0: nothing recorded)
         # A moment of the server's clock and a local time before it: (monotonic, server ms).
@@ -827,6 +838,7 @@ class _Attempts:
     def waiting(self) -> tuple[str, str, int, str, int]:
         """Return the arguments of a wait_and_acquire call, after its timeout."""
         self.started = time.monotonic()
+        self.waited = True
         return self.lock.name, self.token, self.ttl_ms, self.meta, self._patience()
 
     def _patience(self) -> int:
@@ -878,7 +890,7 @@ class _Attempts:
             self._abandon()
             self.errored()
             raise
-        if attempt.acquired and self._outlived(attempt):
+        if attempt.acquired and (self._outlived(attempt) or self._late()):
             self._forget_maybe_granted()
             return TOO_LATE
         return attempt
@@ -890,10 +902,17 @@ class _Attempts:
             await self._aabandon()
             self.errored()
             raise
-        if attempt.acquired and self._outlived(attempt):
+        if attempt.acquired and (self._outlived(attempt) or self._late()):
             await self._aforget_maybe_granted()
             return TOO_LATE
         return attempt
+
+    def _late(self) -> bool:
+        """Return True if a grant that a wait brought came after the wait had ended: it is
+        handed on (released, so the next waiter gets it), never kept, so that acquire(wait=W)
+        means "held within W" on every backend and kind. (The first attempt's grant is kept
+        however long its reply took: wait=0 tries once.)"""
+        return self.waited and time.monotonic() > self.deadline
 
     def _outlived(self, attempt: Attempt) -> bool:
         """Return True if the grant arrived with no lease left to use: less than the drift

@@ -28,8 +28,14 @@ SHARED_MARK = "~"
 # reads it first: empty, the upgrade check costs an exclusive acquire nothing more).
 holds: dict[tuple[str, str, str], weakref.WeakSet[Any]] = {}
 _holds_guard = threading.Lock()
+# The exclusive Lock object of this process holding each (kind, alias, name) for each owner
+# (a thread and task): a shared acquire by that owner is a downgrade, granted at once
+# (Lock.acquire reads it only for shared locks). A plain dict, each change one atomic step:
+# this is on every exclusive acquire's path.
+exclusive: dict[tuple[str, str, str, tuple[int, int | None]], weakref.ref[Any]] = {}
 if hasattr(os, "register_at_fork"):  # a forked child holds nothing of its parent's
     os.register_at_fork(after_in_child=holds.clear)
+    os.register_at_fork(after_in_child=exclusive.clear)
 
 
 def note_hold(lock: Any) -> None:
@@ -47,23 +53,73 @@ def forget_hold(lock: Any) -> None:
                 del holds[key]
 
 
+def note_exclusive(lock: Any, owner: tuple[int, int | None]) -> None:
+    """Remember that ``owner`` holds the exclusive ``lock``."""
+    exclusive[lock.kind, lock.using, lock.name, owner] = weakref.ref(lock)
+
+
+def forget_exclusive(lock: Any, owner: tuple[int, int | None]) -> None:
+    key = (lock.kind, lock.using, lock.name, owner)
+    held = exclusive.get(key)
+    if held is not None and held() in (lock, None):
+        exclusive.pop(key, None)
+
+
+def downgrade_from(kind: str, using: str, name: str, owner: tuple[int, int | None]) -> str:
+    """Return the token of the exclusive hold of ``name`` that ``owner`` (a thread and task,
+    or its thread outside any task) has, '' if none: a hold whose lease has not ended, or
+    whose release waits for a database transaction. The server grants the shared lock at once
+    only while that token holds the lock (see shared_acquire.lua)."""
+    for other in (owner, (owner[0], None)):
+        held = exclusive.get((kind, using, name, other))
+        lock = held() if held is not None else None
+        if lock is not None and lock.token and lock.holds_for(other):
+            return str(lock.token)
+    return ""
+
+
 def refuse_upgrade(kind: str, using: str, name: str, owner: tuple[int, int | None]) -> None:
     """Raise SharedLockUpgrade if ``owner`` (a thread and task), or its thread outside any
-    task, holds the shared lock ``name`` of ``using``: a hold whose lease has not ended, or
-    whose release waits for a database transaction. (``kind``: a semaphore of the same name
-    is another thing.)"""
+    task, holds the shared lock ``name`` of ``using`` as the server sees it. (``kind``: a
+    semaphore of the same name is another thing.)"""
+    mine = _local_holds(kind, using, name, owner)
+    if mine and _still_held(mine, mine[0].backend.holders(name)):
+        raise _upgrade_error(name, using)
+
+
+async def arefuse_upgrade(kind: str, using: str, name: str, owner: tuple[int, int | None]) -> None:
+    """Async twin of refuse_upgrade()."""
+    mine = _local_holds(kind, using, name, owner)
+    if mine and _still_held(mine, await mine[0].backend.aholders(name)):
+        raise _upgrade_error(name, using)
+
+
+def _local_holds(kind: str, using: str, name: str, owner: tuple[int, int | None]) -> list[Any]:
+    """The shared Lock objects by which this process believes ``owner`` holds ``name``: a
+    lease not known to have ended, or a release waiting for a database transaction."""
     with _holds_guard:
         held = list(holds.get((kind, using, name), ()))
     # A coroutine run by a thread that holds the lock outside any task (asyncio.run from
     # sync code) is that thread too: it would wait for itself as well.
     owners = {owner, (owner[0], None)}
-    if any(lock.holds_shared_for(other) for lock in held for other in owners):
-        raise SharedLockUpgrade(
-            f"This thread holds the shared lock {name!r} (alias {using!r}) and asked for the "
-            "exclusive lock of the same name, which would wait for itself. Release the shared "
-            "lock first, then acquire the exclusive one (another writer may come in between).",
-            name=name,
-        )
+    return [lock for lock in held if any(lock.holds_for(other) for other in owners)]
+
+
+def _still_held(mine: list[Any], holders: tuple[LockInfo, ...]) -> bool:
+    """Whether the server still lists one of ``mine``: a hold force-released, run out or
+    lost does not make the upgrade wait for itself, so it is not refused. (The one round
+    trip is paid only on this path: a thread whose local record shows a shared hold.)"""
+    tokens = {holder.token for holder in holders}
+    return any(lock.token in tokens for lock in mine)
+
+
+def _upgrade_error(name: str, using: str) -> SharedLockUpgrade:
+    return SharedLockUpgrade(
+        f"This thread holds the shared lock {name!r} (alias {using!r}) and asked for the "
+        "exclusive lock of the same name, which would wait for itself. Release the shared "
+        "lock first, then acquire the exclusive one (another writer may come in between).",
+        name=name,
+    )
 
 
 class SharedHolds:
@@ -80,18 +136,23 @@ class SharedHolds:
         self.max_block = backend.max_block
         self.lease_ms = backend.lease_ms
         self._token = ""
+        self.downgrade_from = ""  # this thread's exclusive token of the name (Lock.acquire)
 
     def try_acquire(
         self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None, patience_ms: int
     ) -> Attempt:
         self._token = token
-        return self.backend.shared_acquire(name, token, ttl_ms, meta, patience_ms)
+        return self.backend.shared_acquire(
+            name, token, ttl_ms, meta, patience_ms, self.downgrade_from
+        )
 
     async def atry_acquire(
         self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None, patience_ms: int
     ) -> Attempt:
         self._token = token
-        return await self.backend.ashared_acquire(name, token, ttl_ms, meta, patience_ms)
+        return await self.backend.ashared_acquire(
+            name, token, ttl_ms, meta, patience_ms, self.downgrade_from
+        )
 
     def wait_and_acquire(
         self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
@@ -138,6 +199,12 @@ class SharedHolds:
         return self._pick(await self.backend.ashared_holders(name)) or await self.backend.ainfo(
             name
         )
+
+    def holders(self, name: str) -> tuple[LockInfo, ...]:
+        return tuple(self.backend.shared_holders(name))
+
+    async def aholders(self, name: str) -> tuple[LockInfo, ...]:
+        return tuple(await self.backend.ashared_holders(name))
 
     def _pick(self, holders: tuple[LockInfo, ...]) -> LockInfo | None:
         if not holders:

@@ -309,9 +309,18 @@ class BaseLockBackend:
         )
 
     def shared_acquire(
-        self, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+        self,
+        name: str,
+        token: str,
+        ttl_ms: int,
+        meta: str,
+        patience_ms: int,
+        downgrade_from: str = "",
     ) -> Attempt:
-        """Take a shared hold of ``name`` for ``token``, or queue it for ``patience_ms``."""
+        """Take a shared hold of ``name`` for ``token``, or queue it for ``patience_ms``.
+        ``downgrade_from``: the token of this thread's exclusive hold of ``name``, if it has
+        one: while that token holds the lock, the shared hold is granted at once (a downgrade),
+        and it stays when the exclusive hold is released, with no writer in between."""
         raise self.shared_locks_not_supported()
 
     def shared_wait_and_acquire(
@@ -357,10 +366,16 @@ class BaseLockBackend:
         return released
 
     async def ashared_acquire(
-        self, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+        self,
+        name: str,
+        token: str,
+        ttl_ms: int,
+        meta: str,
+        patience_ms: int,
+        downgrade_from: str = "",
     ) -> Attempt:
         acquire = sync_to_async(self.shared_acquire, thread_sensitive=False)
-        return await acquire(name, token, ttl_ms, meta, patience_ms)
+        return await acquire(name, token, ttl_ms, meta, patience_ms, downgrade_from)
 
     async def ashared_wait_and_acquire(
         self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int

@@ -335,7 +335,13 @@ class LocMemBackend(BaseLockBackend):
 
     # --- shared locks -----------------------------------------------------------------
     def shared_acquire(
-        self, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+        self,
+        name: str,
+        token: str,
+        ttl_ms: int,
+        meta: str,
+        patience_ms: int,
+        downgrade_from: str = "",
     ) -> Attempt:
         store = self._store
         with store.changed:
@@ -344,7 +350,10 @@ class LocMemBackend(BaseLockBackend):
             if mine is not None:
                 return Attempt(True, fencing_token=mine.fence, acquired_ms=mine.acquired_ms)
             entry = store.current(name)
-            if entry is not None or store.blocked(name, token, shared=True):
+            # A downgrade: the exclusive holder's own thread joins at once; the exclusive
+            # release leaves its shared hold (a writer then waits for it, as for any reader).
+            downgrade = entry is not None and bool(downgrade_from) and entry.token == downgrade_from
+            if not downgrade and (entry is not None or store.blocked(name, token, shared=True)):
                 store.note_waiter(name, token, meta, patience_ms)
                 store.enqueue(name, token, True, patience_ms)
                 wait = [entry] if entry is not None else list(readers.values())
@@ -423,9 +432,15 @@ class LocMemBackend(BaseLockBackend):
         return {name: holders for name, holders in found.items() if holders}
 
     async def ashared_acquire(
-        self, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+        self,
+        name: str,
+        token: str,
+        ttl_ms: int,
+        meta: str,
+        patience_ms: int,
+        downgrade_from: str = "",
     ) -> Attempt:
-        return self.shared_acquire(name, token, ttl_ms, meta, patience_ms)
+        return self.shared_acquire(name, token, ttl_ms, meta, patience_ms, downgrade_from)
 
     async def ashared_wait_and_acquire(
         self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int

@@ -20,7 +20,7 @@ from distlock.signals import (
     lock_lost,
     lock_released,
 )
-from tests.support.lock_helpers import handoff_delay, renewer_threads
+from tests.support.lock_helpers import elsewhere, handoff_delay, renewer_threads
 
 pytestmark = pytest.mark.django_db(databases=[])
 
@@ -485,7 +485,9 @@ def test_shared_holders_exclude_the_writer_or_the_backend_says_what_to_use(
     assert outcome == [False]  # another thread: this one holds shared (an upgrade)
     for lk in readers:
         lk.release()
-    assert writer.acquire() and not distlock.lock("rw", shared=True, wait=0).acquire()
+    assert writer.acquire()
+    # Another thread: this one, holding the exclusive lock, would be granted it (a downgrade).
+    assert not elsewhere(distlock.lock("rw", shared=True, wait=0).acquire)
     writer.release()
 
 

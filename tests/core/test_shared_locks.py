@@ -43,7 +43,8 @@ def test_many_readers_hold_at_once_and_a_writer_waits_for_all() -> None:
     assert not elsewhere(writer.acquire)  # the second reader still holds
     second.release()
     assert writer.acquire()
-    assert not reader().acquire()  # no reader while the writer holds
+    # No reader while the writer holds (another thread's: this one's would be a downgrade).
+    assert not elsewhere(reader().acquire)
     writer.release()
 
 
@@ -196,7 +197,7 @@ def test_with_decorator_copy_and_repr() -> None:
         copy.release()
     writer = distlock.lock("catalogue", ttl=5, wait=0)
     with writer, pytest.raises(LockNotAcquired) as caught:
-        reader().__enter__()
+        elsewhere(reader().__enter__)  # another thread: this one's would be a downgrade
     assert caught.value.holder is not None and not caught.value.holder.shared
 
 
@@ -265,7 +266,7 @@ async def test_a_shared_wait_cancelled_takes_no_hold() -> None:
     """Also where the wait blocks in a worker thread (django_redis, a Cluster's, locmem's),
     which goes on after the task is cancelled: what it takes then is given back."""
     writer = distlock.lock("catalogue", ttl=5, wait=0)
-    assert await writer.aacquire()
+    assert elsewhere(writer.acquire)  # another thread: this task's reader would downgrade
     waiting = reader(ttl=10, wait=5)
     with pytest.raises(asyncio.TimeoutError):
         await asyncio.wait_for(waiting.aacquire(), 0.2)  # cancelled while it waits

@@ -130,3 +130,27 @@ def test_fencing_tokens_are_ordered_across_a_thousand_mixed_grants(redis_backend
             assert token > highest
             highest_exclusive = token
         highest = max(highest, token)
+
+
+@pytest.mark.slow
+def test_a_thousand_mixed_operations_with_downgrades_keep_the_rule(
+    spawn: Spawn, redis_backend: str
+) -> None:
+    """Readers, writers and downgrading writers (exclusive, then shared while still held,
+    then the exclusive hold released): never a writer with anyone, checked atomically on the
+    server as each one enters; every downgrade granted at once."""
+    kinds = ["r", "r", "w", "d", "d"]  # 5 x 200 = 1,000 operations
+    workers = [spawn("operate", kind, "downgrades", "200", "1") for kind in kinds]
+    for process in workers:
+        read_line(process, "ready")
+    for process in workers:
+        process.stdin.write("go\n")
+        process.stdin.flush()
+    done = [json.loads(read_line(p, "operations").split(" ", 1)[1]) for p in workers]
+    for process in workers:
+        assert process.wait(timeout=120) == 0
+    assert sum(len(one) for one in done) == 1000
+    data = redis.Redis.from_url(redis_backend)
+    assert data.get("in:refused") is None, "a downgrade was not granted at once"
+    assert data.get("in:broken") is None, "a writer held together with someone"
+    print(f"max simultaneous readers {int(data.get('in:most') or 0)}")

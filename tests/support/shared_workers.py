@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 from tests.support.workers import say, setup
 
@@ -36,9 +37,10 @@ def _data() -> object:
 
 
 def operate(kind: str, name: str, iterations: str, work_ms: str) -> None:
-    """Take the lock (``kind`` "r": shared, "w": exclusive) ``iterations`` times, each held
-    ``work_ms``; print, as JSON, each operation's request, grant and release times (the
-    monotonic clock, one for every process of the machine) and fencing token."""
+    """Take the lock (``kind`` "r": shared, "w": exclusive, "d": exclusive, then downgraded
+    to shared) ``iterations`` times, each held ``work_ms``; print, as JSON, each operation's
+    request, grant and release times (the monotonic clock, one for every process of the
+    machine) and fencing token."""
     import distlock
 
     data = _data()
@@ -50,6 +52,12 @@ def operate(kind: str, name: str, iterations: str, work_ms: str) -> None:
     say("ready")
     sys.stdin.readline()  # start together
     operations = []
+    if kind == "d":
+        say(
+            "operations",
+            json.dumps([downgrade(name, data, enter, work_ms) for _ in range(int(iterations))]),
+        )
+        return
     for _ in range(int(iterations)):
         requested = time.monotonic()
         with distlock.lock(name, shared=shared, ttl=10) as lk:
@@ -60,6 +68,28 @@ def operate(kind: str, name: str, iterations: str, work_ms: str) -> None:
             released = time.monotonic()
         operations.append([requested, granted, released, lk.fencing_token])
     say("operations", json.dumps(operations))
+
+
+def downgrade(name: str, data: Any, enter: Any, work_ms: str) -> list[float]:
+    """Write under the exclusive lock, take the shared lock while holding it (granted at
+    once), release the exclusive one and read on: no writer may come in between."""
+    import distlock
+
+    requested = time.monotonic()
+    with distlock.lock(name, ttl=10) as writer:
+        granted = time.monotonic()
+        enter(keys=["in:"], args=["w"])
+        time.sleep(int(work_ms) / 1000)
+        data.decr("in:w")
+        reader = distlock.lock(name, shared=True, ttl=10, wait=0)
+        if not reader.acquire():
+            data.incr("in:refused")
+            return [requested, granted, time.monotonic(), writer.fencing_token or 0]
+        enter(keys=["in:"], args=["r"])
+    time.sleep(int(work_ms) / 1000)  # the exclusive hold released: still a reader
+    data.decr("in:r")
+    reader.release()
+    return [requested, granted, time.monotonic(), writer.fencing_token or 0]
 
 
 def hold_shared(name: str, ttl: str) -> None:

@@ -49,11 +49,12 @@ def counter(name: str, iterations: str) -> None:
     say("done")
 
 
-def hold(name: str, ttl: str) -> None:
-    """Acquire and hold until killed (a crashed holder)."""
+def hold(name: str, ttl: str, renewed: str = "") -> None:
+    """Acquire and hold until killed (a crashed holder); ``renewed`` "renewed": the lease is
+    renewed while the process lives, so it runs out ``ttl`` after the kill."""
     import distlock
 
-    lk = distlock.lock(name, ttl=float(ttl), wait=10)
+    lk = distlock.lock(name, ttl=float(ttl), wait=10, auto_renew=renewed == "renewed")
     assert lk.acquire()
     say("held", lk.fencing_token)
     time.sleep(3600)

@@ -248,7 +248,7 @@ class Attempt {
 
   args(waited) {
     const lock = this.lock;
-    return [this.token, this.ttlMs, lock.metadata, lock.name, this.patience(), waited ? "1" : "0"];
+    return [this.token, this.ttlMs, lock.metadata, lock.name, this.patience(), waited ? "1" : "0", HANDOFF_GRACE_MS];
   }
 
   async first() {

@@ -188,15 +188,28 @@ class ScriptedBackend(Runner, BaseLockBackend):
 
     # --- shared locks ---------------------------------------------------------------------
     def shared_acquire(
-        self, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+        self,
+        name: str,
+        token: str,
+        ttl_ms: int,
+        meta: str,
+        patience_ms: int,
+        downgrade_from: str = "",
     ) -> Attempt:
-        return self.run(shared.try_acquire(self, name, token, ttl_ms, meta, patience_ms))
+        steps = shared.try_acquire(self, name, token, ttl_ms, meta, patience_ms, downgrade_from)
+        return self.run(steps)
 
     async def ashared_acquire(
-        self, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
+        self,
+        name: str,
+        token: str,
+        ttl_ms: int,
+        meta: str,
+        patience_ms: int,
+        downgrade_from: str = "",
     ) -> Attempt:
         return await self.arun(
-            shared.try_acquire(self, name, token, ttl_ms, meta, patience_ms),
+            shared.try_acquire(self, name, token, ttl_ms, meta, patience_ms, downgrade_from),
             give_back=lambda: shared.release(self, name, token, False),
         )
 

@@ -62,7 +62,7 @@ def acquire_call(
     return Eval(
         ACQUIRE,
         [k.lock, k.fence, k.waiters, k.live, k.index],
-        [token, ttl_ms, meta, name, patience_ms, flag(waited)],
+        [token, ttl_ms, meta, name, patience_ms, flag(waited), HANDOFF_GRACE_MS],
         idempotent=True,
     )
 

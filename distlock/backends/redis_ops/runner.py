@@ -43,6 +43,11 @@ T = TypeVar("T")
 # The operation that gives back what an acquire may have taken (a release of its token).
 GiveBack = Callable[[], Steps[Any]] | None
 
+# How long after a BLPOP's timeout the client ends it itself (see Runner.blocking), and
+# what it pushes then: an element no release pushes ("1"), which lives WAKE_TTL_MS.
+UNBLOCK_SLACK = 0.001
+UNBLOCKED = "unblocked"
+WAKE_TTL_MS = 1000
 # What the client raises when a call's outcome is unknown. RedisClusterException (an
 # unreachable cluster, while the client is built) is not a RedisError.
 CLIENT_ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException)
@@ -212,47 +217,97 @@ class Runner:
                 await client.script_load(call.script.source)
         raise AssertionError("unreachable: the script was loaded")  # pragma: no cover
 
-    # --- Pop: BLPOP ---------------------------------------------------------------------
+    # --- Pop and PopThenEval: BLPOP (and a script), ended on time -----------------------
+    # A server ends a BLPOP's timeout on its own timer, which runs hz times a second (10 by
+    # default): a wait of 10 ms came back after up to 110 ms. So the client keeps its own
+    # time: when no reply has come UNBLOCK_SLACK after the timeout, it pushes an element to
+    # the list itself (from another connection of the pool), which ends the BLPOP at once,
+    # and whatever was pipelined behind it runs as after a timeout. The element, left over
+    # when the server's timer fired first after all, lives only WAKE_TTL_MS.
     def pop(self, step: Pop) -> str | None:
-        try:
-            popped = self.client.blpop([step.key], block_seconds(step.timeout))
-        except redis.exceptions.TimeoutError:
-            return None  # a late reply: no signal (see Pop)
-        return text(popped[1]) if popped else None
+        replies = self.blocking(self.client, step.key, step.timeout, [])
+        return popped(replies)
 
     async def apop(self, step: Pop, client: Any) -> str | None:
-        try:
-            popped = await client.blpop([step.key], block_seconds(step.timeout))
-        except redis.exceptions.TimeoutError:
-            return None
-        return text(popped[1]) if popped else None
+        replies = await self.ablocking(client, step.key, step.timeout, [])
+        return popped(replies)
 
-    # --- PopThenEval: BLPOP and a script, pipelined -------------------------------------
     def pop_then_eval(self, step: PopThenEval) -> list[Any] | None:
-        call = step.call
-        try:
-            pipe = self.node_client(call.keys[0]).pipeline(transaction=False)
-            pipe.blpop([step.wake], block_seconds(step.timeout))
-            pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
-            if step.confirm:
-                pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
-            replies: list[Any] = pipe.execute(raise_on_error=False)
-        except redis.exceptions.TimeoutError:
-            return None
-        return replies
+        node = self.node_client(step.call.keys[0])
+        return self.blocking(node, step.wake, step.timeout, self.after_pop(step))
 
     async def apop_then_eval(self, step: PopThenEval, client: Any) -> list[Any] | None:
-        call = step.call
+        return await self.ablocking(client, step.wake, step.timeout, self.after_pop(step))
+
+    def after_pop(self, step: PopThenEval) -> list[tuple[Any, ...]]:
+        """The commands pipelined behind the BLPOP of ``step``."""
+        commands = [step.call.command()]
+        if step.confirm:
+            commands.append(("WAIT", self.wait_replicas, self.wait_timeout_ms))
+        return commands
+
+    def blocking(
+        self, node: Any, key: str, timeout: float, behind: list[tuple[Any, ...]]
+    ) -> list[Any] | None:
+        """Send BLPOP ``key`` and the commands ``behind`` it on one connection of ``node``'s
+        pool; return their replies (errors among them as values), None when they came later
+        than the socket timeout."""
+        commands = [("BLPOP", key, block_seconds(timeout)), *behind]
+        pool = node.connection_pool
+        connection = pool.get_connection()
         try:
-            pipe = client.pipeline(transaction=False)
-            pipe.blpop([step.wake], block_seconds(step.timeout))
-            pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
-            if step.confirm:
-                pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
-            replies: list[Any] = await pipe.execute(raise_on_error=False)
+            connection.send_packed_command(connection.pack_commands(commands))
+            if not connection.can_read(timeout=timeout + UNBLOCK_SLACK):
+                self.unblock(node, key)
+            return [read_reply(connection) for _ in commands]
         except redis.exceptions.TimeoutError:
+            connection.disconnect()  # replies may still come: the connection is spoilt
             return None
-        return replies
+        except BaseException:
+            connection.disconnect()
+            raise
+        finally:
+            pool.release(connection)
+
+    async def ablocking(
+        self, client: Any, key: str, timeout: float, behind: list[tuple[Any, ...]]
+    ) -> list[Any] | None:
+        """Async twin of blocking()."""
+        commands = [("BLPOP", key, block_seconds(timeout)), *behind]
+        pool = client.connection_pool
+        connection = await pool.get_connection()
+        try:
+            await connection.send_packed_command(connection.pack_commands(commands))
+            first = asyncio.ensure_future(aread_reply(connection))
+            try:
+                done, _ = await asyncio.wait({first}, timeout=timeout + UNBLOCK_SLACK)
+                if not done:
+                    await self.aunblock(client, key)
+                replies = [await first]
+            except BaseException:
+                first.cancel()
+                raise
+            return replies + [await aread_reply(connection) for _ in behind]
+        except redis.exceptions.TimeoutError:
+            await connection.disconnect()
+            return None
+        except BaseException:
+            await connection.disconnect()
+            raise
+        finally:
+            await pool.release(connection)
+
+    def unblock(self, node: Any, key: str) -> None:
+        pipe = node.pipeline(transaction=False)
+        pipe.rpush(key, UNBLOCKED)
+        pipe.pexpire(key, WAKE_TTL_MS)
+        pipe.execute()
+
+    async def aunblock(self, client: Any, key: str) -> None:
+        pipe = client.pipeline(transaction=False)
+        pipe.rpush(key, UNBLOCKED)
+        pipe.pexpire(key, WAKE_TTL_MS)
+        await pipe.execute()
 
     # --- EvalMany: scripts pipelined, one round trip per server -------------------------
     def eval_many(self, step: EvalMany) -> list[Any]:
@@ -335,6 +390,30 @@ class Runner:
         except STALE_ROUTE:
             self.client.nodes_manager.initialize()
             return call()
+
+
+def popped(replies: list[Any] | None) -> str | None:
+    """The element a BLPOP popped, as a str; None for a late reply, no element in time, or
+    the client's own (Runner.blocking)."""
+    if replies is None or not replies[0]:
+        return None
+    element = text(replies[0][1])
+    return None if element == UNBLOCKED else element
+
+
+def read_reply(connection: Any) -> Any:
+    """Read one reply of a pipeline sent by hand; an error reply is returned, not raised."""
+    try:
+        return connection.read_response()
+    except redis.exceptions.ResponseError as exc:
+        return exc
+
+
+async def aread_reply(connection: Any) -> Any:
+    try:
+        return await connection.read_response()
+    except redis.exceptions.ResponseError as exc:
+        return exc
 
 
 # The steps a Cluster runs on one node's sync client (aexecute runs them in a thread).

@@ -32,14 +32,21 @@ INSPECT = load("shared_inspect")
 
 
 def acquire_call(
-    layout: KeyLayout, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int, waited: bool
+    layout: KeyLayout,
+    name: str,
+    token: str,
+    ttl_ms: int,
+    meta: str,
+    patience_ms: int,
+    waited: bool,
+    downgrade_from: str = "",
 ) -> Eval:
     k = layout.shared_keys_for(name)
     # Idempotent: sent again, it tells the token that already holds its place so.
     return Eval(
         ACQUIRE,
         [k.lock, k.fence, k.queue, k.live, k.index, k.readers, k.holders],
-        [token, ttl_ms, meta, name, patience_ms, flag(waited)],
+        [token, ttl_ms, meta, name, patience_ms, flag(waited), HANDOFF_GRACE_MS, downgrade_from],
         idempotent=True,
     )
 
@@ -51,10 +58,14 @@ def try_acquire(
     ttl_ms: int,
     meta: str,
     patience_ms: int,
+    downgrade_from: str = "",
     waited: bool = False,
 ) -> Steps[Attempt]:
-    """Take a shared hold for ``token``, or queue it for ``patience_ms``."""
-    call = acquire_call(scope.layout, name, token, ttl_ms, meta, patience_ms, waited)
+    """Take a shared hold for ``token``, or queue it for ``patience_ms``; at once while
+    ``downgrade_from`` (this thread's exclusive token) holds the lock."""
+    call = acquire_call(
+        scope.layout, name, token, ttl_ms, meta, patience_ms, waited, downgrade_from
+    )
     if not scope.wait_replicas:
         return attempt_from((yield call))
     reply, confirmed = yield Confirmed(call)
@@ -77,7 +88,7 @@ def wait_and_acquire(
         return Attempt(False)
     if any(isinstance(reply, Exception) for reply in replies):
         del replies  # no cycle through this frame (see detached.py)
-        attempt = yield from try_acquire(scope, name, token, ttl_ms, meta, patience_ms, True)
+        attempt = yield from try_acquire(scope, name, token, ttl_ms, meta, patience_ms, waited=True)
     elif scope.wait_replicas:
         attempt = yield from replicated(scope, name, token, replies[1], int(replies[2]))
     else:

@@ -16,6 +16,7 @@
 -- ARGV[4]  name      the lock's name
 -- ARGV[5]  patience  ms to stay registered as a waiter when the lock is held; 0: do not queue
 -- ARGV[6]  waited    '1' when this token may be queued already (it waited), else '0'
+-- ARGV[7]  grace     ms a waiter handed the lock has to claim it (250 when left out)
 -- Reply:   "FENCE ACQUIRED_MS" (a string: one costs the server less than a table) when
 --          acquired, also when this token already holds the lock (a retried call whose first
 --          reply was lost); {0, remaining lease ms, place in the queue (0 first, -1 not
@@ -27,8 +28,11 @@
 --          token for its patience (first registration keeps its arrival) and keeps the queue
 --          zsets alive at least that long; a token queued for the first time has its
 --          metadata in KEYS[3] .. '|about' (written on the waiting path only), dropped when
---          it leaves the queue.
+--          it leaves the queue. A free lock with waiters queued (its holder's lease ran out
+--          without a release) goes to the first live waiter first (lapsed.lua): a newcomer
+--          or a later waiter queues behind it.
 -- #include "include/clock.lua"
+-- #include "include/lapsed.lua"
 -- #include "include/new_hold.lua"
 if redis.call('SET', KEYS[1], held_value, 'NX', 'PX', ARGV[2]) then
   -- #include "include/index.lua"

@@ -15,8 +15,11 @@
 -- Reply:   0 when ARGV[1] does not hold the lock (a lock handed to a waiter, "=TOKEN", is
 --          held by nobody yet), 1 when released, 2 when one reentrant level was released and
 --          the lock is still held.
--- Effect:  the lock deleted and its name out of the index; if anyone is queued, the lock
---          handed to the longest waiter still registered (hand_over.lua).
+-- Effect:  the lock deleted and its name out of the index. If its holder's thread took
+--          shared places beside it (a downgrade), the lock goes to them at once, held shared
+--          (downgraded.lua; the bucket's shared index is KEYS[4] with its last word "held"
+--          read "shheld"). Else, if anyone is queued, the lock is handed to the longest waiter
+--          still registered (hand_over.lua).
 local value = redis.call('GET', KEYS[1])
 if not value or string.sub(value, 1, 1) == '=' then
   return 0
@@ -31,9 +34,13 @@ if ARGV[3] ~= '1' then
 end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[4], ARGV[2])
-if redis.call('EXISTS', KEYS[2]) == 1 then
+if redis.call('EXISTS', KEYS[2], KEYS[2] .. '|readers') > 0 then
   -- #include "include/now.lua"
   local grace = ARGV[4]
-  -- #include "include/hand_over.lua"
+  local shared_index = string.sub(KEYS[4], 1, -5) .. 'shheld'
+  -- #include "include/downgraded.lua"
+  if not downgraded and redis.call('EXISTS', KEYS[2]) == 1 then
+    -- #include "include/hand_over.lua"
+  end
 end
 return 1

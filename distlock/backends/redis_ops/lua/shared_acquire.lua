@@ -21,6 +21,10 @@
 -- ARGV[4]  name      the lock's name
 -- ARGV[5]  patience  ms to stay registered as a waiter when it must wait; 0: do not queue
 -- ARGV[6]  waited    '1' when this token may be queued already (it waited), else '0'
+-- ARGV[7]  grace     ms a waiter handed the lock has to claim it (250 when left out)
+-- ARGV[8]  downgrade the token of the acquirer's thread's own exclusive hold of the lock, or
+--                    '' (or left out): while that token holds the lock, the shared place is
+--                    granted at once (a downgrade; see release.lua for what its release does)
 -- Reply:   as acquire.lua's: "FENCE ACQUIRED_MS" when held (also when this token already
 --          holds it: a retried call), else {0, remaining ms of the lock's key, place in the
 --          queue (0 first, -1 not queued), server time ms}.
@@ -29,8 +33,11 @@
 --          it and no exclusive waiter still registered is queued ahead of it, anywhere in the
 --          queue (a queued writer keeps later readers out). Otherwise it queues as acquire.lua does (its metadata
 --          kept while it waits). Holders whose
---          lease ended are dropped first (shared_keys.lua).
+--          lease ended are dropped first (shared_keys.lua). While ARGV[8] holds the lock
+--          exclusively, the place is granted at once beside that hold (a downgrade). A free lock with waiters queued
+--          goes to the head of the queue first, as for acquire.lua (lapsed.lua).
 -- #include "include/clock.lua"
+-- #include "include/lapsed.lua"
 local lock_key, readers_key, rmeta_key, shared_index = KEYS[1], KEYS[6], KEYS[7], KEYS[5]
 local name = ARGV[4]
 local token = ARGV[1]
@@ -39,6 +46,16 @@ local value = redis.call('GET', lock_key)
 local may_join = false
 if not value then
   redis.call('DEL', readers_key, rmeta_key)
+  may_join = true
+elseif ARGV[8] and ARGV[8] ~= '' and string.sub(value, 1, #ARGV[8] + 1) == ARGV[8] .. ' ' then
+  -- A downgrade: the place is granted beside the exclusive hold, which keeps every other
+  -- acquirer out until its release turns the lock over to the readers (release.lua).
+  prune_readers()
+  local held = redis.call('HGET', rmeta_key, token)
+  if held and redis.call('ZSCORE', readers_key, token) then
+    local fence, acquired = string.match(held, '^(%S+) (%S+) ')
+    return fence .. ' ' .. acquired
+  end
   may_join = true
 elseif value == '=~' then
   prune_readers()

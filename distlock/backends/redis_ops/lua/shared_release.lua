@@ -19,7 +19,8 @@
 --          (hand_over.lua: an exclusive waiter, or the run of shared waiters there). Else the
 --          lock's key lives until the last remaining lease ends; if that is sooner than
 --          before, an exclusive waiter at the head of the queue is woken (its list gets an
---          element) so that it blocks again only until then, not until the old end.
+--          element) so that it blocks again only until then, not until the old end. A
+--          downgrade's place released while the exclusive hold lasts leaves that hold alone.
 -- #include "include/now.lua"
 local lock_key, readers_key, rmeta_key, shared_index = KEYS[1], KEYS[5], KEYS[6], KEYS[4]
 local name = ARGV[2]
@@ -32,6 +33,15 @@ if ARGV[3] ~= '1' then
       fence .. ' ' .. acquired .. ' ' .. renewals .. ' ' .. (tonumber(depth) - 1) .. ' ' .. meta)
     return 2
   end
+end
+if exclusive_held() then
+  -- A downgrade's place, released while its thread still holds the exclusive lock: that
+  -- hold keeps everyone else out, as before.
+  redis.call('ZREM', readers_key, ARGV[1])
+  redis.call('HDEL', rmeta_key, ARGV[1])
+  prune_readers()
+  settle_readers()
+  return 1
 end
 local old_end = now_ms + redis.call('PTTL', lock_key)
 redis.call('ZREM', readers_key, ARGV[1])

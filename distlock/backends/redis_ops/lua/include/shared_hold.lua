@@ -2,9 +2,12 @@
 --
 -- Needs:   lock_key, readers_key, rmeta_key (the script's keys) and now_ms (number).
 -- Sets:    held, its fields ("FENCE ACQUIRED_MS RENEWALS DEPTH METADATA").
--- Effect:  the script returns 0 when the lock is not held shared, or ARGV[1] holds no place
---          among the readers whose lease still runs.
-if redis.call('GET', lock_key) ~= '=~' then
+-- Effect:  the script returns 0 when the lock is reserved for an exclusive waiter, or
+--          ARGV[1] holds no place among the readers whose lease still runs. (A place held
+--          while the lock is held exclusively is a downgrade's: the exclusive holder's thread
+--          took it, see shared_acquire.lua.)
+local marker = redis.call('GET', lock_key)
+if marker and string.sub(marker, 1, 1) == '=' and marker ~= '=~' then
   return 0
 end
 local held = redis.call('HGET', rmeta_key, ARGV[1])

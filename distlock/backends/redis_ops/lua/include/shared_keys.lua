@@ -8,7 +8,10 @@
 --          lease ends (the readers zset and holder fields expire with it) and scores the
 --          name by that end in the shared index (on one call in 10, up to 32 names whose
 --          last lease ended without a release dropped from it, as index.lua does), and returns
---          that end (ms).
+--          that end (ms). While the lock is held exclusively (a downgrade: the exclusive
+--          holder's thread holds a shared place too), settle_readers() leaves the lock alone and
+--          only keeps the readers' keys until the last lease ends. exclusive_held() returns
+--          whether the lock's key holds an exclusive hold.
 -- Why:     a crashed reader's lease ends on the server's clock, without a release: every
 --          shared script prunes first, so only live holders count.
 local function prune_readers()
@@ -19,6 +22,10 @@ local function prune_readers()
     redis.call('HDEL', rmeta_key, unpack(chunk))
   end
 end
+local function exclusive_held()
+  local value = redis.call('GET', lock_key)
+  return value ~= false and string.sub(value, 1, 1) ~= '='
+end
 local function settle_readers()
   local top = redis.call('ZRANGE', readers_key, -1, -1, 'WITHSCORES')
   if #top == 0 then
@@ -26,6 +33,11 @@ local function settle_readers()
   end
   local last = tonumber(top[2])
   local until_ms = string.format('%.0f', last + 1)
+  if exclusive_held() then
+    redis.call('PEXPIREAT', readers_key, until_ms)
+    redis.call('PEXPIREAT', rmeta_key, until_ms)
+    return last
+  end
   redis.call('SET', lock_key, '=~', 'PXAT', until_ms)
   redis.call('PEXPIREAT', readers_key, until_ms)
   redis.call('PEXPIREAT', rmeta_key, until_ms)

@@ -1,0 +1,37 @@
+-- downgraded.lua (included; one server): when an exclusive hold ends, leave the lock to the
+-- shared places its holder's thread took beside it (a downgrade, see shared_acquire.lua).
+--
+-- Needs:   KEYS[1] the lock (gone now), KEYS[2] the queue, KEYS[3] the liveness zset, now_ms
+--          (number) and grace (ms). The readers zset and holders hash are KEYS[2] ..
+--          '|readers' and KEYS[2] .. '|rmeta' (as for shared_acquire.lua); shared_index, the
+--          bucket's shared index, or nil to leave it to the next shared script.
+-- Sets:    downgraded: true when live shared places were left.
+-- Effect:  places whose lease ended are dropped; if any is left, the lock holds the shared
+--          marker "=~" until the last of their leases ends (in the same step that ended the
+--          exclusive hold: no writer can come in between), the name is scored by that end in
+--          the shared index, and the shared waiters at the head of the queue, up to the first
+--          exclusive waiter, are woken to join them (wake_readers.lua). A queued writer stays
+--          queued behind them.
+local downgraded = false
+local readers_of = KEYS[2] .. '|readers'
+if redis.call('EXISTS', readers_of) == 1 then
+  local rmeta_of = KEYS[2] .. '|rmeta'
+  local ended = redis.call('ZRANGEBYSCORE', readers_of, '-inf', now_ms)
+  for first = 1, #ended, 1000 do
+    local chunk = {unpack(ended, first, math.min(first + 999, #ended))}
+    redis.call('ZREM', readers_of, unpack(chunk))
+    redis.call('HDEL', rmeta_of, unpack(chunk))
+  end
+  local top = redis.call('ZRANGE', readers_of, -1, -1, 'WITHSCORES')
+  if #top > 0 then
+    local until_ms = string.format('%.0f', tonumber(top[2]) + 1)
+    redis.call('SET', KEYS[1], '=~', 'PXAT', until_ms)
+    redis.call('PEXPIREAT', readers_of, until_ms)
+    redis.call('PEXPIREAT', rmeta_of, until_ms)
+    if shared_index then
+      redis.call('ZADD', shared_index, top[2], ARGV[2])
+    end
+    -- #include "wake_readers.lua"
+    downgraded = true
+  end
+end

@@ -1,0 +1,29 @@
+-- lapsed.lua (included; one server): a lock found free while waiters are queued for it goes
+-- to the first live waiter, not to whoever asks first; one whose exclusive lease ran out
+-- beside a downgrade's shared places goes to those.
+--
+-- Needs:   KEYS[1] the lock, KEYS[3] the queue, KEYS[4] the liveness zset (the acquire
+--          scripts' keys), now_ms (string, clock.lua) and ARGV[7] (grace, ms; 250 when an
+--          older client leaves it out).
+-- Effect:  only when the lock's key is gone and its queue (or its readers zset, KEYS[3] ..
+--          '|readers') exists: the holder's lease ran out without a release (it crashed, or
+--          stopped), since a release hands the lock on itself. Shared places a downgrade took
+--          beside that hold keep the lock, as its release would have left it
+--          (downgraded.lua; the shared index is left to the next shared script). Else the
+--          lock is handed to the head of the queue as a release would (hand_over.lua: dead
+--          waiters dropped, the first live one, or the run of shared waiters there, reserved
+--          the lock for grace ms and woken). The script then goes on as usual: the head
+--          claims its reservation, anyone else queues behind it.
+-- Why:     every waiter blocks until the lease's end on its own timer; without this, the
+--          one whose timer fired first took the lock, whatever its place in the queue. On
+--          the uncontended path it costs one EXISTS (no queue) and no round trip.
+if redis.call('EXISTS', KEYS[3], KEYS[3] .. '|readers') > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
+  local KEYS = {KEYS[1], KEYS[3], KEYS[4]}  -- the lock, the queue, the live zset, as below
+  local now_ms = tonumber(now_ms)
+  local grace = ARGV[7] or '250'
+  local shared_index = nil
+  -- #include "downgraded.lua"
+  if not downgraded and redis.call('EXISTS', KEYS[2]) == 1 then
+    -- #include "hand_over.lua"
+  end
+end
