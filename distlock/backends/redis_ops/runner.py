@@ -48,6 +48,11 @@ GiveBack = Callable[[], Steps[Any]] | None
 UNBLOCK_SLACK = 0.001
 UNBLOCKED = "unblocked"
 WAKE_TTL_MS = 1000
+# ConnectionPool.get_connection() took a command name before redis-py 5.3 and warns about
+# one since (DeprecationWarning): pass it only to the releases that need it.
+POOL_ARGS: tuple[str, ...] = (
+    () if tuple(int(part) for part in redis.__version__.split(".")[:2]) >= (5, 3) else ("BLPOP",)
+)
 # What the client raises when a call's outcome is unknown. RedisClusterException (an
 # unreachable cluster, while the client is built) is not a RedisError.
 CLIENT_ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException)
@@ -254,7 +259,7 @@ class Runner:
         than the socket timeout."""
         commands = [("BLPOP", key, block_seconds(timeout)), *behind]
         pool = node.connection_pool
-        connection = pool.get_connection()
+        connection = pool.get_connection(*POOL_ARGS)
         try:
             connection.send_packed_command(connection.pack_commands(commands))
             if not connection.can_read(timeout=timeout + UNBLOCK_SLACK):
@@ -275,7 +280,7 @@ class Runner:
         """Async twin of blocking()."""
         commands = [("BLPOP", key, block_seconds(timeout)), *behind]
         pool = client.connection_pool
-        connection = await pool.get_connection()
+        connection = await pool.get_connection(*POOL_ARGS)
         try:
             await connection.send_packed_command(connection.pack_commands(commands))
             first = asyncio.ensure_future(aread_reply(connection))
