@@ -16,20 +16,23 @@ managed by hand with ``set_autocommit(False)``, the connection's ``commit``, ``r
 ``close`` and ``set_autocommit``), after Django has done its work and whatever it raised:
 no ``on_commit`` callback, no garbage collector, no object identity. With no tie anywhere the
 wrappers cost one test of an empty dict. ``Atomic.__enter__`` notes the connections of the
-code's open outermost blocks in a context variable, which ``async_to_sync`` copies into the
-coroutine it runs: an async lock released there is tied to the calling thread's transaction.
+code's outermost blocks in a context variable: that is how a lock finds the transactions it
+is in without looking at every connection, and ``async_to_sync`` copies it into the
+coroutine it runs, so an async lock released there is tied to the calling thread's
+transaction.
 """
 
 from __future__ import annotations
 
 import contextvars
 import functools
+import itertools
 import logging
 import threading
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 logger = logging.getLogger("distlock")
@@ -46,7 +49,10 @@ def own_depth(conn: Any) -> int:
     TestCase wraps around a test do not count; they are always the outermost ones)."""
     if not conn.in_atomic_block:
         return 0
-    return sum(not block._from_testcase for block in conn.atomic_blocks)
+    blocks = conn.atomic_blocks
+    if not blocks or not blocks[0]._from_testcase:
+        return len(blocks)
+    return sum(not block._from_testcase for block in blocks)
 
 
 def _in_manual_transaction(conn: Any) -> bool:
@@ -62,19 +68,30 @@ def open_transactions() -> list[Any]:
 
 
 def transactions_here() -> list[tuple[Any, int]]:
-    """Return each transaction the running code is in, as (connection, own depth): this
-    thread's connections in atomic blocks of the code's own, or in a transaction managed by
-    hand (depth 0); in a coroutine that ``async_to_sync`` runs for a thread inside atomic
-    blocks, that thread's too."""
+    """Return each transaction the running code is in, as (connection, own depth): the
+    connections of its open atomic blocks (this thread's, and in a coroutine that
+    ``async_to_sync`` runs for a thread inside atomic blocks, that thread's), and this
+    thread's connections in a transaction managed by hand (depth 0).
+
+    Cheap when there is none (every acquire asks): the open blocks are read from a context
+    variable, and connections are looked at for a manual transaction only once this process
+    has turned autocommit off by hand.
+    """
+    entered = _entered.get()
+    if not entered and not _manual_seen:
+        return []
     found = []
-    for conn in connections.all(initialized_only=True):
-        depth = own_depth(conn)
-        if depth or _in_manual_transaction(conn):
-            found.append((conn, depth))
-    for conn in _entered.get():  # another thread's, waiting in async_to_sync for this code
-        depth = own_depth(conn)
-        if depth and all(conn is not other for other, _ in found):
-            found.append((conn, depth))
+    for conn, number in entered:
+        if conn.distlock_transaction == number:  # not an earlier transaction's
+            depth = own_depth(conn)
+            if depth:
+                found.append((conn, depth))
+    if _manual_seen:
+        found += [
+            (conn, 0)
+            for conn in connections.all(initialized_only=True)
+            if _in_manual_transaction(conn)
+        ]
     return found
 
 
@@ -210,10 +227,17 @@ def block_ended(conn: Any, depth: int, how: str) -> None:
 
 
 # --- seeing the ends: wrappers around Django's own methods -------------------------------
-# The connections of the code's outermost atomic blocks still open, for async_to_sync.
-_entered: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar(
+# The code's open outermost atomic blocks in this context, as (connection, transaction
+# number): async_to_sync copies them into the coroutine it runs, so an async lock there is
+# tied to the calling thread's transaction. An entry stays after its block ended (removing it
+# would cost every block's exit a look-up); the number tells a later transaction apart.
+_entered: contextvars.ContextVar[tuple[tuple[Any, int], ...]] = contextvars.ContextVar(
     "distlock_entered", default=()
 )
+_numbers = itertools.count(1)
+# Whether autocommit was ever turned off by hand in this process (set_autocommit(False), or
+# AUTOCOMMIT False): until then no connection needs a look for a manual transaction.
+_manual_seen = False
 
 
 def _outermost(block: Any, conn: Any) -> bool:
@@ -229,9 +253,15 @@ def _wrap_enter(enter: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(enter)
     def __enter__(self: Any) -> Any:
         result = enter(self)
-        conn = transaction.get_connection(self.using)
+        conn: Any = connections[self.using or DEFAULT_DB_ALIAS]
         if _outermost(self, conn):
-            _entered.set((*_entered.get(), conn))
+            number = conn.distlock_transaction = next(_numbers)
+            entered = _entered.get()
+            if len(entered) != 1 or entered[0][0] is not conn:  # not just this one's entry
+                entered = tuple(entry for entry in entered if entry[0] is not conn)
+                _entered.set((*entered, (conn, number)))
+            else:
+                _entered.set(((conn, number),))
         return result
 
     return __enter__
@@ -240,15 +270,11 @@ def _wrap_enter(enter: Callable[..., Any]) -> Callable[..., Any]:
 def _wrap_exit(exit_: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(exit_)
     def __exit__(self: Any, exc_type: Any, exc_value: Any, traceback: Any) -> Any:
-        if not _tied and not _entered.get():
+        if not _tied:  # no lock tied to any transaction (the common case)
             return exit_(self, exc_type, exc_value, traceback)
-        conn = transaction.get_connection(self.using)
+        conn = connections[self.using or DEFAULT_DB_ALIAS]
         if not _tied.get(conn):
-            try:
-                return exit_(self, exc_type, exc_value, traceback)
-            finally:
-                if _outermost(self, conn):
-                    _forget_entered(conn)
+            return exit_(self, exc_type, exc_value, traceback)
         outermost = _outermost(self, conn)
         depth = own_depth(conn)
         sid = conn.savepoint_ids[-1] if conn.savepoint_ids else None
@@ -256,8 +282,6 @@ def _wrap_exit(exit_: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return exit_(self, exc_type, exc_value, traceback)
         finally:
-            if outermost:
-                _forget_entered(conn)
             if self._from_testcase:  # a TestCase's block: the code's own have all ended
                 block_ended(conn, 0, END_ALL)
             elif outermost and not _in_manual_transaction(conn):
@@ -270,16 +294,8 @@ def _wrap_exit(exit_: Callable[..., Any]) -> Callable[..., Any]:
     return __exit__
 
 
-def _forget_entered(conn: Any) -> None:
-    entered = _entered.get()
-    if any(other is conn for other in entered):
-        _entered.set(tuple(other for other in entered if other is not conn))
-
-
 def _wrap_ending(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap a connection method that may end a transaction managed by hand."""
-
-    always = method.__name__ != "set_autocommit"  # which ends one only when turning it on
+    """Wrap ``commit``, ``rollback`` or ``close``: each ends a transaction managed by hand."""
 
     @functools.wraps(method)
     def ending(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -290,10 +306,32 @@ def _wrap_ending(method: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             # Inside Atomic.__exit__ (the outermost block's COMMIT and the hooks after it)
             # only ties outside atomic blocks end here; the block's own end when it returns.
-            if not self.in_atomic_block and (always or self.autocommit):
+            if not self.in_atomic_block:
                 block_ended(self, 0, END_MANUAL)
 
     return ending
+
+
+def _wrap_set_autocommit(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Turning autocommit on ends a transaction managed by hand; turning it off by hand
+    (Atomic.__enter__ forces a BEGIN, connect() applies AUTOCOMMIT) begins one."""
+
+    @functools.wraps(method)
+    def set_autocommit(
+        self: Any, autocommit: bool, force_begin_transaction_with_broken_autocommit: bool = False
+    ) -> Any:
+        global _manual_seen
+        if not autocommit and not force_begin_transaction_with_broken_autocommit:
+            _manual_seen = True
+        if not _tied:
+            return method(self, autocommit, force_begin_transaction_with_broken_autocommit)
+        try:
+            return method(self, autocommit, force_begin_transaction_with_broken_autocommit)
+        finally:
+            if autocommit and not self.in_atomic_block:
+                block_ended(self, 0, END_MANUAL)
+
+    return set_autocommit
 
 
 def install() -> None:
@@ -308,7 +346,7 @@ def install() -> None:
             (BaseDatabaseWrapper, "commit", _wrap_ending),
             (BaseDatabaseWrapper, "rollback", _wrap_ending),
             (BaseDatabaseWrapper, "close", _wrap_ending),
-            (BaseDatabaseWrapper, "set_autocommit", _wrap_ending),
+            (BaseDatabaseWrapper, "set_autocommit", _wrap_set_autocommit),
         ):
             wrapped = wrap(getattr(cls, name))
             wrapped.distlock_watches = True  # type: ignore[attr-defined]

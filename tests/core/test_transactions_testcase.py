@@ -91,9 +91,12 @@ class LocksInsideTestCase(TestCase):
             transaction.on_commit(second)
         self.assertEqual(callbacks, [first, second])
         self.assertTrue(free_within("tc:captured"))
-        with self.captureOnCommitCallbacks(execute=True) as callbacks:
-            with transaction.atomic(), distlock.lock("tc:executed", ttl=5):
-                transaction.on_commit(first)
+        with (
+            self.captureOnCommitCallbacks(execute=True) as callbacks,
+            transaction.atomic(),
+            distlock.lock("tc:executed", ttl=5),
+        ):
+            transaction.on_commit(first)
         self.assertEqual(callbacks, [first])
         self.assertEqual(ran, ["first"])
         self.assertFalse(is_held("tc:executed"))
