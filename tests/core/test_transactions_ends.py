@@ -71,6 +71,39 @@ def test_a_repeat_in_a_rolled_back_savepoint_keeps_the_first_take() -> None:
     assert free_within("batch:1")
 
 
+KINDS: dict[str, Any] = {
+    "lock": lambda name: distlock.lock(name, ttl=5, wait=0),
+    "shared": lambda name: distlock.lock(name, ttl=5, wait=0, shared=True),
+    "semaphore": lambda name: distlock.semaphore(name, 1, ttl=5, wait=0),
+}
+
+
+def kept_out(kind: str, name: str) -> bool:
+    """Return True if another thread is kept out of ``name`` (a writer, for a shared lock)."""
+    other = KINDS["lock" if kind == "shared" else kind]
+    return elsewhere(lambda: other(name).acquire()) is False
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_every_kind_is_tied_where_it_was_taken(kind: str) -> None:
+    make = KINDS[kind]
+    with transaction.atomic():
+        for declined in (False, True):  # taken, then taken back in a savepoint rolled back
+            try:
+                with transaction.atomic(), make("kinds"):
+                    if declined:
+                        raise Declined
+            except Declined:
+                pass
+        with pytest.raises(Declined), transaction.atomic():
+            with make("kinds:inner"):
+                pass
+            raise Declined
+        assert kept_out(kind, "kinds"), "freed while the first take was uncommitted"
+        assert not kept_out(kind, "kinds:inner"), "held after the savepoint that took it"
+    assert not kept_out(kind, "kinds")
+
+
 def test_a_batch_with_repeats_holds_every_order_until_the_commit() -> None:
     items = [1, 2, 1, 3, 2, 1]
     seen: set[int] = set()
