@@ -22,7 +22,7 @@ import pytest
 from tests.support.databases import DatabaseServer
 from tests.support.lock_helpers import free_within
 from tests.support.redis_server import RedisServer
-from tests.support.shop.load import Shop, serve_shop, shop_locks
+from tests.support.shop.load import SETTINGS, Shop, serve_shop, shop_env, shop_locks
 
 ORDERS = 150
 CLICKS = 3  # a double click plus a retry
@@ -85,6 +85,32 @@ def test_a_failing_on_commit_hook_in_a_locked_view_frees_its_locks_at_once(
             assert free_within(f"hook:{order}"), "the view's lock is still held"
             assert free_within(f"hook-inside:{order}"), "the lock released in the view"
         assert served.charges_per_order() == {1: 1, 2: 1}  # committed before the hook ran
+
+
+def test_every_end_of_a_transaction_frees_the_lock_within_100_ms(
+    real_database: DatabaseServer, redis_server: RedisServer
+) -> None:
+    """A connection killed by the server or closed inside the block, a failing on_commit
+    hook, a batch's rolled-back repeat (tests/support/shop/ends.py): the lock is held while
+    the transaction runs and free within 100 ms of its end."""
+    redis_server.flushall()
+    with serve_shop(real_database, redis_server.url, workers=0) as served:
+        env = {
+            **os.environ,
+            **shop_env(real_database, served.database, redis_server.url),
+            "DJANGO_SETTINGS_MODULE": SETTINGS,
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.support.shop.ends"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    expected = {"held": True, "freed": True}
+    assert report == dict.fromkeys(("killed", "closed", "hook-fails", "batch"), expected)
 
 
 def test_the_stock_is_never_oversold(shop: Shop) -> None:
