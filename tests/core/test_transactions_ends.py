@@ -170,6 +170,15 @@ def test_a_lock_taken_in_a_transaction_and_released_after_it_goes_at_once() -> N
     assert not is_held("after")
 
 
+def test_a_release_by_another_thread_waits_for_the_transaction_that_took_the_lock() -> None:
+    with transaction.atomic():
+        lk = distlock.lock("handed", ttl=5)
+        assert lk.acquire()
+        elsewhere(lk.release)  # a worker thread, in no transaction of its own
+        assert is_held("handed"), "freed while the transaction that took it was open"
+    assert free_within("handed")
+
+
 # --- however the transaction ends --------------------------------------------------------
 def test_a_failing_hook_with_its_exception_kept_frees_at_commit() -> None:
     kept: list[BaseException] = []
