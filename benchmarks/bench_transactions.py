@@ -11,6 +11,13 @@ servers' (tests/support/shop/slow_commit), as a commit that waits for a disk is.
     python benchmarks/bench_transactions.py [--quick] [--runs N]
 
 Writes benchmarks/results/transactions.json and prints the table.
+
+    python benchmarks/bench_transactions.py --bookkeeping
+
+measures, in this process (in-memory SQLite, the locmem backend: no server), what watching the
+transactions costs: the time added to each ``atomic()`` block by distlock's wrappers of
+``Atomic.__enter__``/``__exit__`` with no lock tied, and the release's own bookkeeping inside
+a transaction (a release that waits makes no round trip: all of its time is bookkeeping).
 """
 
 from __future__ import annotations
@@ -40,6 +47,10 @@ PATTERNS = {
     "@lock_view under ATOMIC_REQUESTS": ("pay-inside", "pay"),
     "atomic { lock { ... } }": ("pay-atomic", "pay-atomic"),
     "stock: atomic { lock { if units > 0: units -= 1 } }": ("buy", "buy"),
+    "batch: atomic { per item: atomic { lock { ... } } }, a repeat rolled back": (
+        "pay-batch",
+        "pay-batch",
+    ),
 }
 # For comparison, in the same runs: patterns that hold their lock until the transaction ends
 # by construction (python-redis-lock's row when it is installed: the bench extra).
@@ -155,11 +166,76 @@ def table(rows: list[dict[str, Any]], orders: int, units: int) -> str:
     return "\n".join(lines)
 
 
+def bookkeeping(rounds: int = 50000) -> dict[str, float]:
+    """Return microseconds per call of what watching transactions costs (see the docstring):
+    each wrapper's own time, around a do-nothing method in place of Django's, and a whole
+    release() inside a transaction (the best of 7 runs: the machine is shared)."""
+    import django
+    from django.conf import settings
+
+    settings.configure(
+        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+        INSTALLED_APPS=["distlock"],
+        DISTLOCK={"default": {"BACKEND": "distlock.backends.locmem.LocMemBackend"}},
+        USE_TZ=True,
+    )
+    django.setup()
+    from django.db import connection, transaction
+
+    import distlock
+    from distlock import transactions
+
+    def best(call: Any, times: int = rounds) -> float:
+        fastest = float("inf")
+        for _ in range(7):
+            started = time.perf_counter()
+            for _ in range(times):
+                call()
+            fastest = min(fastest, (time.perf_counter() - started) / times * 1e6)
+        return fastest
+
+    def nothing(*args: Any) -> None:
+        return None
+
+    block = transaction.atomic()
+    enter, exit_ = transactions._wrap_enter(nothing), transactions._wrap_exit(nothing)
+    base = best(lambda: nothing(block, None, None, None))
+    figures = {"Atomic.__exit__ with no lock tied": best(lambda: exit_(block, None, None, None))}
+    connection.ensure_connection()
+    with transaction.atomic():  # Atomic.__enter__ of an outermost block (the most work)
+        figures["Atomic.__enter__ (outermost block)"] = best(lambda: enter(block))
+    figures = {label: micros - base for label, micros in figures.items()}
+    figures["acquire outside any transaction (finding none)"] = best(transactions.transactions_here)
+    lk = distlock.lock("bookkeeping", ttl=60)
+    keep = distlock.lock("renewer-running", ttl=60, auto_renew=True)
+    keep.acquire()  # the renewer thread runs anyway (else each release would start it)
+
+    def release_in_transaction() -> float:
+        with transaction.atomic():
+            lk.acquire()
+            started = time.perf_counter()
+            lk.release()  # waits for the block: no round trip, bookkeeping only
+            return time.perf_counter() - started
+
+    spent = sorted(release_in_transaction() for _ in range(rounds // 10))
+    figures["release inside a transaction (median)"] = spent[len(spent) // 2] * 1e6
+    figures["release inside a transaction (10th percentile)"] = spent[len(spent) // 10] * 1e6
+    keep.release()
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="30 orders, 20 units, 1 run")
     parser.add_argument("--runs", type=int, default=None, help="runs of each case (default 3)")
+    parser.add_argument(
+        "--bookkeeping", action="store_true", help="the cost of watching transactions (us)"
+    )
     args = parser.parse_args(argv)
+    if args.bookkeeping:
+        for label, micros in bookkeeping().items():
+            print(f"{label}: {micros:.2f} us")
+        return 0
     orders, units = (30, 20) if args.quick else (150, 100)
     runs = args.runs or (1 if args.quick else 3)
     started = time.time()

@@ -8,3 +8,6 @@ class DistlockConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401 - registers the system checks
+        from .transactions import install
+
+        install()  # watch the ends of database transactions (idempotent)

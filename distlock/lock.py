@@ -32,11 +32,11 @@ from .names import validate_name
 from .signals import lock_acquired, lock_contended, lock_lost, lock_released
 from .tokens import new_token
 from .transactions import (
-    PendingRelease,
+    Hold,
     forget_waiting_release,
     note_waiting_release,
-    open_transactions,
     snapshot_isolation_aliases,
+    transactions_here,
     waiting_release,
 )
 from .validation import lease_milliseconds, seconds
@@ -126,7 +126,8 @@ class Lock:
         self._release_began = 0.0
         self._released_in_time = False  # a release went unanswered, sent while the lease ran
         self._renewal: int | None = None
-        self._pending: PendingRelease | None = None  # a release waiting for a transaction
+        self._hold: Hold | None = None  # this hold's ties to database transactions
+        self._pending: Hold | None = None  # the same, while its release waits for them
         self._mutex = threading.Lock()  # orders renewals against release
         self._held_since = 0.0  # metrics.now() at the grant, when metrics are recorded
 
@@ -242,6 +243,7 @@ class Lock:
         self._evictions_before = None
         if self.auto_renew:
             self._renewal = renewal.renewer.register(self, self._ttl_ms / 1000 * RENEW_FRACTION)
+        self._tie_to_transactions()
         if metrics.ENABLED:
             self._held_since = metrics.now()
             metrics.wait_ended(self, attempts.began, "acquired")
@@ -359,8 +361,9 @@ class Lock:
 
     # --- database transactions ----------------------------------------------------------
     def _wait_for_transactions(self) -> bool:
-        """If this thread is inside ``transaction.atomic()``, keep the lock held until the
-        transaction ends, its lease kept alive, and return True; else return False."""
+        """If this hold belongs to a database transaction (taken in one, or released inside
+        one), keep the lock held until that transaction or savepoint ends, its lease kept
+        alive, and return True; else return False."""
         if self._pending is not None:
             raise LockNotOwned(
                 f"{self.name!r} was released already: its release waits for the database "
@@ -369,17 +372,36 @@ class Lock:
             )
         if not self.hold_until_commit or self._depth > 1 or self._lost or self.token is None:
             return False
-        transactions = open_transactions()
+        transactions = transactions_here()
+        hold = self._hold
+        if hold is None and not transactions:
+            return False
         left = self.lease_left()
-        if not transactions or left <= 0:
+        if left <= 0:
+            return False
+        if hold is None:
+            hold = self._hold = Hold(self._release_after_transactions)
+        self._pending = hold  # before wait(): a tie may end in another thread meanwhile
+        if not hold.wait(transactions):
+            self._pending = None
             return False
         with self._mutex:
-            self._pending = PendingRelease(self._release_after_transactions, transactions)
             if self._renewal is None:  # keep the lease alive until the transaction ends
                 interval = min(self._ttl_ms / 1000 * RENEW_FRACTION, left / 2)
                 self._renewal = renewal.renewer.register(self, max(interval, 0.01))
         note_waiting_release(self._resource(), self)
         return True
+
+    def _tie_to_transactions(self) -> None:
+        """Tie this hold to the transactions and savepoints it is taken (or taken back) in:
+        their end, not the release, decides when the lock is freed (transactions.py)."""
+        if not self.hold_until_commit:
+            return
+        transactions = transactions_here()
+        if transactions:
+            if self._hold is None:
+                self._hold = Hold(self._release_after_transactions)
+            self._hold.tie(transactions)
 
     def _release_after_transactions(self) -> None:
         """Free the lock: every transaction its release waited for has ended."""
@@ -441,7 +463,7 @@ class Lock:
         """Cancel ``held``'s waiting release; return this lock's lease (ms), or None when the
         release has begun already."""
         pending = held._pending
-        if pending is None or not pending.cancel():
+        if pending is None or not pending.resume():
             return None
         with held._mutex:
             held._pending = None
@@ -458,6 +480,9 @@ class Lock:
             self.fencing_token, self._acquired_ms = held.fencing_token, held._acquired_ms
             self._meta = held._meta
             self._held_since, held._held_since = held._held_since, 0.0  # one hold, not two
+            self._hold, held._hold = held._hold, None  # its ties to transactions too
+            if self._hold is not None:
+                self._hold.finish = self._release_after_transactions
             held._forget()
         elif self._renewal is not None and not self.auto_renew:  # no more keep-alive
             renewal.renewer.unregister(self._renewal)
@@ -472,6 +497,7 @@ class Lock:
         self._lease_deadline = started + ttl_ms / 1000
         if self.auto_renew and self._renewal is None:
             self._renewal = renewal.renewer.register(self, ttl_ms / 1000 * RENEW_FRACTION)
+        self._tie_to_transactions()  # stacks: a tie made earlier keeps its shallower block
         return True
 
     def _warn_if_snapshot_predates(self) -> None:
@@ -585,9 +611,9 @@ class Lock:
             # A lease that ran out (or was lost) ended by its deadline at the latest.
             metrics.hold_ended(self, self._held_since, min(time.monotonic(), self._lease_deadline))
             self._held_since = 0.0
-        if self._pending is not None:
-            self._pending.cancel()
-            self._pending = None
+        if self._hold is not None:
+            self._hold.drop()
+            self._hold = self._pending = None
         if self._renewal is not None:
             renewal.renewer.unregister(self._renewal)
             self._renewal = None

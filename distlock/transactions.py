@@ -1,52 +1,98 @@
-"""Releases that wait for the database: a lock released inside ``transaction.atomic()`` is
-handed on only when that transaction has ended (docs/transactions.md).
+"""Releases that wait for the database: a lock taken in a transaction is released when the
+transaction or savepoint that took it ends (docs/transactions.md).
 
-Django runs an ``on_commit`` callback after COMMIT and drops it on ROLLBACK (of the whole
-transaction, or of a savepoint inside which it was registered, or when the connection is
-closed). A waiting release registers one callback per database alias whose connection is in
-an atomic block, and frees the lock once each of them has been either run or dropped. A
-dropped callback is noticed at once through ``weakref.finalize``: CPython frees an object as
-soon as its last reference goes, and nothing but Django's list of pending callbacks refers to
-it (nothing here may make it part of a reference cycle, or its end would wait for the garbage
-collector).
+PostgreSQL's transaction-level advisory locks are the model. Each hold of a lock is *tied*
+to the transactions it belongs to: at acquire, to the atomic block (transaction or savepoint)
+of each connection it was taken in; at a release inside a transaction, also to the outermost
+block of each connection not tied yet. A tie is a connection and the depth of the block
+among the code's own atomic blocks (Django's TestCase blocks never count). When a block
+ends, its ties end (the whole transaction ended, or a savepoint inside which the lock was
+taken rolled back) or move up to the enclosing block (a savepoint released: keeping a lock
+longer is always safe, freeing it early is the danger). A released hold is freed when its
+last tie has ended; taking it back in the same transaction stacks (the shallower tie stays).
 
-Django's ``TestCase`` wraps each test in atomic blocks that never commit; they do not count
-(Django marks them ``_from_testcase``, as it does for ``durable``). Inside them the code's own
-outermost block stands for the transaction: it ends by releasing a savepoint, which runs no
-callback, so the end of such a block is watched for by the renewer thread every
-``TEST_WATCH_INTERVAL`` seconds, and checked at once when the same thread asks for the lock
-again. A rollback of that block drops the callback as in production.
+The ends are seen directly, by wrapping Django's ``Atomic.__exit__`` (and, for transactions
+managed by hand with ``set_autocommit(False)``, the connection's ``commit``, ``rollback``,
+``close`` and ``set_autocommit``), after Django has done its work and whatever it raised:
+no ``on_commit`` callback, no garbage collector, no object identity. With no tie anywhere the
+wrappers cost one test of an empty dict. ``Atomic.__enter__`` notes the connections of the
+code's outermost blocks in a context variable: that is how a lock finds the transactions it
+is in without looking at every connection, and ``async_to_sync`` copies it into the
+coroutine it runs, so an async lock released there is tied to the calling thread's
+transaction.
 """
 
 from __future__ import annotations
 
+import contextvars
+import functools
+import itertools
 import logging
 import threading
-import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from django.db import connections
-
-from . import renewal
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 logger = logging.getLogger("distlock")
-TEST_WATCH_INTERVAL = 0.01
 # Isolation levels whose snapshot can predate the lock: a row read after acquiring may be
 # older than the previous holder's committed write.
 SNAPSHOT_LEVELS = frozenset({"repeatable read", "serializable"})
+# What a block's end does to the ties at its depth.
+END_ALL, END, MOVE_UP, END_MANUAL = "end all", "end", "move up", "end manual"
+
+
+# --- the transactions the running code is in ---------------------------------------------
+def own_depth(conn: Any) -> int:
+    """Return how many of the code's own atomic blocks ``conn`` is in (the blocks Django's
+    TestCase wraps around a test do not count; they are always the outermost ones)."""
+    if not conn.in_atomic_block:
+        return 0
+    blocks = conn.atomic_blocks
+    if not blocks or not blocks[0]._from_testcase:
+        return len(blocks)
+    return sum(not block._from_testcase for block in blocks)
+
+
+def _in_manual_transaction(conn: Any) -> bool:
+    """Autocommit turned off by hand (``set_autocommit(False)``, or ``AUTOCOMMIT: False``)
+    and no atomic block: the transaction ends at ``commit()`` or ``rollback()``."""
+    return conn.connection is not None and not conn.autocommit and not conn.in_atomic_block
 
 
 def open_transactions() -> list[Any]:
     """Return this thread's database connections that are inside an atomic block of the
     code's own (the blocks Django's TestCase wraps around a test do not count)."""
-    return [conn for conn in connections.all(initialized_only=True) if _own_blocks(conn)]
+    return [conn for conn in connections.all(initialized_only=True) if own_depth(conn)]
 
 
-def _own_blocks(conn: Any) -> list[Any]:
-    if not conn.in_atomic_block:
+def transactions_here() -> list[tuple[Any, int]]:
+    """Return each transaction the running code is in, as (connection, own depth): the
+    connections of its open atomic blocks (this thread's, and in a coroutine that
+    ``async_to_sync`` runs for a thread inside atomic blocks, that thread's), and this
+    thread's connections in a transaction managed by hand (depth 0).
+
+    Cheap when there is none (every acquire asks): the open blocks are read from a context
+    variable, and connections are looked at for a manual transaction only once this process
+    has turned autocommit off by hand.
+    """
+    entered = _entered.get()
+    if not entered and not _manual_seen:
         return []
-    return [block for block in conn.atomic_blocks if not getattr(block, "_from_testcase", False)]
+    found = []
+    for conn, number in entered:
+        if conn.distlock_transaction == number:  # not an earlier transaction's
+            depth = own_depth(conn)
+            if depth:
+                found.append((conn, depth))
+    if _manual_seen:
+        found += [
+            (conn, 0)
+            for conn in connections.all(initialized_only=True)
+            if _in_manual_transaction(conn)
+        ]
+    return found
 
 
 def snapshot_isolation_aliases() -> list[str]:
@@ -71,108 +117,243 @@ def _isolation(conn: Any) -> str:
     return str(name or "").replace("_", " ").lower()
 
 
-class PendingRelease:
-    """A release that waits until every transaction open when it was asked for has ended.
+# --- holds and their ties ----------------------------------------------------------------
+_guard = threading.Lock()
+# The holds tied to each connection's transaction. Strong references: a tie lasts as long as
+# its block, and a thread always leaves its blocks. Empty (the common case): the wrappers
+# return at once.
+_tied: dict[Any, set[Hold]] = {}
 
-    ``finish`` frees the lock; it is called once, from whichever thread ends the last
-    transaction (the committing one, or the renewer for a TestCase's savepoint).
+
+class Hold:
+    """One hold of a lock and its ties to the transactions it belongs to.
+
+    ``finish`` frees the lock; it is called once, after ``wait()``, from whichever thread
+    ends the last tie (the one leaving the block, or the releasing thread if none is left).
     """
 
-    def __init__(self, finish: Callable[[], None], transactions: list[Any]) -> None:
-        self._finish = finish
-        self._open = len(transactions)
-        self._settled = False  # finished or cancelled
-        self._guard = threading.Lock()
-        self._ends: list[weakref.finalize[Any, Any]] = []
-        self._watch: _SavepointWatch | None = None
-        for conn in transactions:
-            self._ends.append(self._end_of(conn))
+    def __init__(self, finish: Callable[[], None]) -> None:
+        self.finish = finish
+        self.ties: dict[Any, int] = {}  # connection -> own depth of the block it is tied to
+        self.waiting = False  # released: free the lock when the last tie ends
+        self.done = False  # freed or dropped
 
-    def _end_of(self, conn: Any) -> weakref.finalize[Any, Any]:
-        hook = _TransactionEnd()
-        end = weakref.finalize(hook, self._ended)
-        end.atexit = False
-        hook.end = end  # run (COMMIT) or dropped (ROLLBACK): either way ``end`` runs, once
-        conn.on_commit(hook, robust=True)
-        if getattr(conn.atomic_blocks[0], "_from_testcase", False):
-            if self._watch is None:
-                self._watch = _SavepointWatch()
-                self._watch.registration = renewal.renewer.register(
-                    self._watch, TEST_WATCH_INTERVAL
-                )
-            self._watch.add(conn, end)
-        return end
+    def tie(self, transactions: Iterable[tuple[Any, int]]) -> None:
+        """Tie this hold to the blocks it is taken (or taken back) in: a tie already made in
+        the same transaction keeps its shallower block, as PostgreSQL's locks stack."""
+        with _guard:
+            for conn, depth in transactions:
+                tied = self.ties.get(conn)
+                if tied is None or depth < tied:
+                    self._add(conn, depth)
 
-    def _ended(self) -> None:
-        with self._guard:
-            self._open -= 1
-            if self._open > 0 or self._settled:
-                return
-            self._settled = True
-        self._stop_watching()
+    def wait(self, transactions: Iterable[tuple[Any, int]]) -> bool:
+        """Mark the hold released inside ``transactions``: tie it to the outermost block of
+        each one it is not tied to yet. Return True if the release must wait for a tie to
+        end, False if the lock can be freed now."""
+        with _guard:
+            for conn, depth in transactions:
+                if conn not in self.ties:
+                    self._add(conn, min(depth, 1))
+            self.waiting = bool(self.ties) and not self.done
+            return self.waiting
+
+    def resume(self) -> bool:
+        """Take the hold back (the same code asks for the lock again): stop waiting. Return
+        False if the lock is being freed already."""
+        with _guard:
+            if self.done:
+                return False
+            self.waiting = False
+            return True
+
+    def drop(self) -> None:
+        """Forget every tie: the hold ended some other way (released, lost, taken over)."""
+        with _guard:
+            self.done = True
+            for conn in self.ties:
+                holds = _tied.get(conn)
+                if holds is not None:
+                    holds.discard(self)
+                    if not holds:
+                        del _tied[conn]
+            self.ties.clear()
+
+    def _add(self, conn: Any, depth: int) -> None:
+        self.ties[conn] = depth
+        _tied.setdefault(conn, set()).add(self)
+
+    def _untie(self, conn: Any) -> bool:
+        """Remove the tie to ``conn``; return True if the lock is to be freed now."""
+        del self.ties[conn]
+        if self.waiting and not self.ties and not self.done:
+            self.done = True
+            return True
+        return False
+
+    def run_finish(self) -> None:
         try:
-            self._finish()
+            self.finish()
         except Exception:  # called from Django's commit or rollback: never raise into it
             logger.exception("distlock: releasing a lock after its transaction ended failed")
 
-    def settle(self) -> None:
-        """Finish now if the watched TestCase blocks have ended (no need to wait for the
-        renewer's next look)."""
-        if self._watch is not None:
-            self._watch.look()
 
-    def cancel(self) -> bool:
-        """Stop waiting: the lock is taken back, still held. Return False if the release
-        has already begun."""
-        with self._guard:
-            if self._settled:
-                return False
-            self._settled = True
-        for end in self._ends:
-            end.detach()
-        self._stop_watching()
-        return True
-
-    def _stop_watching(self) -> None:
-        if self._watch is not None:
-            renewal.renewer.unregister(self._watch.registration)
-
-
-class _TransactionEnd:
-    """The callback a waiting release leaves with Django: called on COMMIT, dropped on
-    ROLLBACK. It holds nothing that refers back to it (see the module's docstring)."""
-
-    end: Callable[[], Any]
-
-    def __call__(self) -> None:
-        self.end()
+def block_ended(conn: Any, depth: int, how: str) -> None:
+    """Apply the end of ``conn``'s block at own ``depth`` to the ties: END_ALL (its
+    transaction ended), END (a savepoint rolled back: the ties made inside it end), MOVE_UP
+    (a savepoint released: they move to the enclosing block) or END_MANUAL (a transaction
+    managed by hand ended: the ties outside every atomic block end)."""
+    freed = []
+    with _guard:
+        holds = _tied.get(conn)
+        if not holds:
+            return
+        for hold in list(holds):
+            tied = hold.ties[conn]
+            if (
+                how == END_ALL
+                or (how == END and tied >= depth)
+                or (how == END_MANUAL and tied == 0)
+            ):
+                holds.discard(hold)
+                if hold._untie(conn):
+                    freed.append(hold)
+            elif tied >= depth:
+                hold.ties[conn] = depth - 1
+        if not holds:
+            del _tied[conn]
+    for hold in freed:
+        hold.run_finish()
 
 
-class _SavepointWatch:
-    """Inside a TestCase: end each waiting release when the code's own outermost atomic
-    block of its connection has been left (run by the renewer thread)."""
-
-    registration = -1
-
-    def __init__(self) -> None:
-        self._blocks: list[tuple[Any, Any, int, Callable[[], Any]]] = []
-
-    def add(self, conn: Any, end: Callable[[], Any]) -> None:
-        own = _own_blocks(conn)[0]
-        self._blocks.append((conn, own, conn.atomic_blocks.index(own), end))
-
-    def look(self) -> None:
-        for conn, block, index, end in list(self._blocks):
-            blocks = conn.atomic_blocks
-            if len(blocks) <= index or blocks[index] is not block:
-                end()
-
-    def _renew(self) -> float | None:
-        self.look()
-        return TEST_WATCH_INTERVAL
+# --- seeing the ends: wrappers around Django's own methods -------------------------------
+# The code's open outermost atomic blocks in this context, as (connection, transaction
+# number): async_to_sync copies them into the coroutine it runs, so an async lock there is
+# tied to the calling thread's transaction. An entry stays after its block ended (removing it
+# would cost every block's exit a look-up); the number tells a later transaction apart.
+_entered: contextvars.ContextVar[tuple[tuple[Any, int], ...]] = contextvars.ContextVar(
+    "distlock_entered", default=()
+)
+_numbers = itertools.count(1)
+# Whether autocommit was ever turned off by hand in this process (set_autocommit(False), or
+# AUTOCOMMIT False): until then no connection needs a look for a manual transaction.
+_manual_seen = False
 
 
-# --- the same thread asking again --------------------------------------------------------
+def _outermost(block: Any, conn: Any) -> bool:
+    """Return True if ``block``, the innermost of ``conn``'s atomic blocks, is the code's
+    own outermost one."""
+    if block._from_testcase:
+        return False
+    blocks = conn.atomic_blocks
+    return len(blocks) < 2 or blocks[-2]._from_testcase
+
+
+def _wrap_enter(enter: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(enter)
+    def __enter__(self: Any) -> Any:
+        result = enter(self)
+        conn: Any = connections[self.using or DEFAULT_DB_ALIAS]
+        if _outermost(self, conn):
+            number = conn.distlock_transaction = next(_numbers)
+            entered = _entered.get()
+            if len(entered) != 1 or entered[0][0] is not conn:  # not just this one's entry
+                entered = tuple(entry for entry in entered if entry[0] is not conn)
+                _entered.set((*entered, (conn, number)))
+            else:
+                _entered.set(((conn, number),))
+        return result
+
+    return __enter__
+
+
+def _wrap_exit(exit_: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(exit_)
+    def __exit__(self: Any, exc_type: Any, exc_value: Any, traceback: Any) -> Any:
+        if not _tied:  # no lock tied to any transaction (the common case)
+            return exit_(self, exc_type, exc_value, traceback)
+        conn = connections[self.using or DEFAULT_DB_ALIAS]
+        if not _tied.get(conn):
+            return exit_(self, exc_type, exc_value, traceback)
+        outermost = _outermost(self, conn)
+        depth = own_depth(conn)
+        sid = conn.savepoint_ids[-1] if conn.savepoint_ids else None
+        rolls_back = exc_type is not None or conn.needs_rollback
+        try:
+            return exit_(self, exc_type, exc_value, traceback)
+        finally:
+            if self._from_testcase:  # a TestCase's block: the code's own have all ended
+                block_ended(conn, 0, END_ALL)
+            elif outermost and not _in_manual_transaction(conn):
+                block_ended(conn, depth, END_ALL)  # committed, rolled back, closed, killed
+            elif rolls_back and sid is not None and not conn.needs_rollback:
+                block_ended(conn, depth, END)  # rolled back to its savepoint
+            else:
+                block_ended(conn, depth, MOVE_UP)
+
+    return __exit__
+
+
+def _wrap_ending(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap ``commit``, ``rollback`` or ``close``: each ends a transaction managed by hand."""
+
+    @functools.wraps(method)
+    def ending(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _tied:
+            return method(self, *args, **kwargs)
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            # Inside Atomic.__exit__ (the outermost block's COMMIT and the hooks after it)
+            # only ties outside atomic blocks end here; the block's own end when it returns.
+            if not self.in_atomic_block:
+                block_ended(self, 0, END_MANUAL)
+
+    return ending
+
+
+def _wrap_set_autocommit(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Turning autocommit on ends a transaction managed by hand; turning it off by hand
+    (Atomic.__enter__ forces a BEGIN, connect() applies AUTOCOMMIT) begins one."""
+
+    @functools.wraps(method)
+    def set_autocommit(
+        self: Any, autocommit: bool, force_begin_transaction_with_broken_autocommit: bool = False
+    ) -> Any:
+        global _manual_seen
+        if not autocommit and not force_begin_transaction_with_broken_autocommit:
+            _manual_seen = True
+        if not _tied:
+            return method(self, autocommit, force_begin_transaction_with_broken_autocommit)
+        try:
+            return method(self, autocommit, force_begin_transaction_with_broken_autocommit)
+        finally:
+            if autocommit and not self.in_atomic_block:
+                block_ended(self, 0, END_MANUAL)
+
+    return set_autocommit
+
+
+def install() -> None:
+    """Watch the ends of atomic blocks and of transactions managed by hand (once)."""
+    with _guard:
+        if getattr(transaction.Atomic.__exit__, "distlock_watches", False):
+            return
+        atomic = transaction.Atomic
+        for cls, name, wrap in (
+            (atomic, "__enter__", _wrap_enter),
+            (atomic, "__exit__", _wrap_exit),
+            (BaseDatabaseWrapper, "commit", _wrap_ending),
+            (BaseDatabaseWrapper, "rollback", _wrap_ending),
+            (BaseDatabaseWrapper, "close", _wrap_ending),
+            (BaseDatabaseWrapper, "set_autocommit", _wrap_set_autocommit),
+        ):
+            wrapped = wrap(getattr(cls, name))
+            wrapped.distlock_watches = True  # type: ignore[attr-defined]
+            setattr(cls, name, wrapped)
+
+
+# --- the same code asking again ----------------------------------------------------------
 _here = threading.local()
 
 
@@ -183,9 +364,6 @@ def waiting_release(key: Hashable) -> Any:
     lock = waiting.get(key)
     if lock is None:
         return None
-    pending = lock._pending
-    if pending is not None:
-        pending.settle()
     if lock._pending is None:  # released meanwhile
         waiting.pop(key, None)
         return None
@@ -197,7 +375,7 @@ def note_waiting_release(key: Hashable, lock: Any) -> None:
     if waiting is None:
         waiting = _here.waiting = {}
     for stale in [k for k, held in waiting.items() if held._pending is None]:
-        del waiting[stale]  # released by another thread (a TestCase's watch): forget here
+        del waiting[stale]  # freed from another thread: forget here
     waiting[key] = lock
 
 
@@ -205,3 +383,8 @@ def forget_waiting_release(key: Hashable, lock: Any) -> None:
     waiting = getattr(_here, "waiting", {})
     if waiting.get(key) is lock:
         del waiting[key]
+
+
+# Installed when distlock is imported, not only in DistlockConfig.ready(): a project that locks
+# without listing the app must still see its transactions end.
+install()

@@ -265,8 +265,7 @@ class ViewLock:
     ) -> Any:
         """Call a sync view under the lock, inside the request's transactions."""
         if request.method not in self.methods:
-            with transactions.opened():
-                return view(request, *args, **kwargs)
+            return transactions.run(view, request, *args, **kwargs)
         lock = self.lock_for(self.name_for(request, args, kwargs))
         try:
             acquired = lock.acquire()
@@ -274,14 +273,12 @@ class ViewLock:
             refusal = self._refuse_unavailable(request, lock, exc)
             if refusal is not None:
                 return refusal
-            with transactions.opened():
-                return view(request, *args, **kwargs)
+            return transactions.run(view, request, *args, **kwargs)
         if not acquired:
             return self.options.on_locked(request, self._contended(lock, lock.holder()))
         release = LockRelease(lock)
         try:
-            with transactions.opened():
-                response = view(request, *args, **kwargs)
+            response = transactions.run(view, request, *args, **kwargs)
         except BaseException:
             release.release()
             raise
@@ -363,8 +360,8 @@ def _decorate_class(cls: type, options: ViewLockOptions) -> type:
                 return dispatch(self, request, *args, **kwargs)
         if is_async:
             return dispatch(self, request, *args, **kwargs)
-        with transactions.opened():  # an unlocked method: the transaction Django would open
-            return dispatch(self, request, *args, **kwargs)
+        # an unlocked method: the transaction Django would open
+        return transactions.run(dispatch, self, request, *args, **kwargs)
 
     if not is_async:  # Django refuses ATOMIC_REQUESTS for async views: leave that to it
         locked_dispatch._non_atomic_requests = transactions  # type: ignore[attr-defined]

@@ -10,8 +10,7 @@ have: those with ``ATOMIC_REQUESTS`` that the view itself does not mark non-atom
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.db import connections, transaction
@@ -30,19 +29,30 @@ class RequestTransactions(set[str]):
     def __contains__(self, alias: object) -> bool:
         return True
 
-    def opened(self) -> contextlib.ExitStack:
-        """Open the request's transactions (enter the result with ``with``)."""
-        stack = contextlib.ExitStack()
+    def run(self, view: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call ``view`` inside the request's transactions.
+
+        Plain nested ``with`` blocks, not an ExitStack: an ExitStack keeps the exception it
+        passes on in its frame, a reference cycle that kept a failed request's traceback (and
+        all it refers to) alive until the garbage collector ran.
+        """
         already = {conn.alias for conn in open_transactions()}
         # Django wraps the view once per alias, in settings order: the last is outermost.
-        for alias, settings_dict in reversed(list(connections.settings.items())):
-            if (
-                settings_dict.get("ATOMIC_REQUESTS")
-                and not set.__contains__(self, alias)
-                and alias not in already
-            ):
-                stack.enter_context(transaction.atomic(using=alias))
-        return stack
+        aliases = [
+            alias
+            for alias, settings_dict in reversed(list(connections.settings.items()))
+            if settings_dict.get("ATOMIC_REQUESTS")
+            and not set.__contains__(self, alias)
+            and alias not in already
+        ]
+        return _inside(aliases, view, args, kwargs)
+
+
+def _inside(aliases: list[str], view: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    if not aliases:
+        return view(*args, **kwargs)
+    with transaction.atomic(using=aliases[0]):
+        return _inside(aliases[1:], view, args, kwargs)
 
 
 def request_transactions(view: Any) -> RequestTransactions:

@@ -75,15 +75,44 @@ class LocksInsideTestCase(TestCase):
             1 / 0  # noqa: B018
         self.assertFalse(is_held("tc:rollback"))
 
-    def test_capture_on_commit_callbacks_runs_the_release(self) -> None:
+    def test_capture_on_commit_callbacks_sees_only_the_users_callbacks(self) -> None:
+        ran: list[str] = []
+
+        def first() -> None:
+            ran.append("first")
+
+        def second() -> None:
+            ran.append("second")
+
+        with self.captureOnCommitCallbacks() as callbacks, transaction.atomic():
+            transaction.on_commit(first)
+            with distlock.lock("tc:captured", ttl=5):
+                pass
+            transaction.on_commit(second)
+        self.assertEqual(callbacks, [first, second])
+        self.assertTrue(free_within("tc:captured"))
         with (
             self.captureOnCommitCallbacks(execute=True) as callbacks,
             transaction.atomic(),
-            distlock.lock("tc:captured", ttl=5),
+            distlock.lock("tc:executed", ttl=5),
         ):
-            pass
-        self.assertEqual(len(callbacks), 1)
-        self.assertFalse(is_held("tc:captured"))
+            transaction.on_commit(first)
+        self.assertEqual(callbacks, [first])
+        self.assertEqual(ran, ["first"])
+        self.assertFalse(is_held("tc:executed"))
+
+    def test_a_decorated_atomic_function_called_in_a_loop_frees_each_lock(self) -> None:
+        # @transaction.atomic reuses one Atomic object for every call.
+        @transaction.atomic
+        def pay(order: int) -> bool:
+            earlier_free = order == 0 or free_within(f"tc:loop:{order - 1}")
+            with distlock.lock(f"tc:loop:{order}", ttl=30, wait=0):
+                pass
+            return earlier_free
+
+        for order in range(4):
+            self.assertTrue(pay(order), f"the lock of call {order - 1} was still held")
+        self.assertTrue(free_within("tc:loop:3"))
 
 
 @pytest.mark.django_db

@@ -104,15 +104,34 @@ def shop_env(
     }
 
 
+def shop_locks(redis_url: str) -> dict[str, Any]:
+    """The DISTLOCK setting that sees the shop's locks (for a test to look at them)."""
+    return {
+        "default": {
+            "BACKEND": "distlock.backends.redis.RedisBackend",
+            "LOCATION": redis_url,
+            "KEY_PREFIX": "shop",
+        }
+    }
+
+
 @contextlib.contextmanager
 def serve_shop(
-    database: DatabaseServer, redis_url: str, *, workers: int, hold_until_commit: bool = True
+    database: DatabaseServer,
+    redis_url: str,
+    *,
+    workers: int,
+    hold_until_commit: bool = True,
+    gc_disabled: bool = False,
 ) -> Iterator[Shop]:
     """A migrated database of its own on ``database``, served by ``workers`` gunicorn
-    workers (0: not served), dropped afterwards."""
+    workers (0: not served; ``gc_disabled``: with the garbage collector off in each), dropped
+    afterwards."""
     name = database.create_database()
     try:
         env = shop_env(database, name, redis_url, hold_until_commit)
+        if gc_disabled:
+            env["SHOP_GC_DISABLED"] = "1"
         subprocess.run(
             [sys.executable, "-m", "django", "migrate", "--noinput", "-v", "0"],
             env={**os.environ, **env, "DJANGO_SETTINGS_MODULE": SETTINGS},

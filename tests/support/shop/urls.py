@@ -11,4 +11,6 @@ urlpatterns = [
     path("pay-for-update/<int:order_id>", views.pay_for_update),
     path("pay-python-redis-lock/<int:order_id>", views.pay_python_redis_lock),
     path("buy", views.buy),
+    path("pay-batch/<int:order_id>", views.pay_batch),
+    path("pay-hook-fails/<int:order_id>", views.pay_hook_fails),
 ]

@@ -2,7 +2,12 @@
 
 * ``pay/N``: ``@lock_view`` under ``ATOMIC_REQUESTS``;
 * ``pay-atomic/N``: ``with transaction.atomic(): with distlock.lock(...)``;
-* ``buy``: a stock decrement, ``atomic { lock { if units > 0: units -= 1 } }``.
+* ``buy``: a stock decrement, ``atomic { lock { if units > 0: units -= 1 } }``;
+* ``pay-batch/N``: a batch under ``ATOMIC_REQUESTS`` that meets order N twice, one savepoint
+  per item, ``with atomic(): with distlock.lock(...)``; the repeat finds the order paid and
+  its savepoint rolls back (issue 31: that rollback freed the lock before the COMMIT);
+* ``pay-hook-fails/N``: ``@lock_view`` under ``ATOMIC_REQUESTS`` whose transaction has a
+  failing ``on_commit`` hook, with a lock taken and released inside the view.
 
 Each answers what it did and whether its request waited for the lock (``lock_contended``).
 ``SHOP_HOLD_UNTIL_COMMIT=0`` makes every lock release at once, as distlock did before
@@ -29,6 +34,7 @@ from distlock.signals import lock_contended
 from .models import Charge, Order, Product, Sale
 
 HOLD = os.environ.get("SHOP_HOLD_UNTIL_COMMIT", "1") == "1"
+BATCH_REPEATS = 2  # how often a batch meets its order
 CHARGE_SECONDS = float(os.environ.get("SHOP_CHARGE_SECONDS", "0.03"))
 _request = threading.local()
 
@@ -150,3 +156,46 @@ def buy(request: HttpRequest) -> JsonResponse:
         product.save(update_fields=["units"])
         Sale.objects.create(product=product)
     return JsonResponse({"result": "sold"})
+
+
+class AlreadyPaid(Exception):
+    """A batch item whose order is paid: its savepoint rolls back."""
+
+
+@csrf_exempt
+@require_POST
+def pay_batch(request: HttpRequest, order_id: int) -> JsonResponse:
+    """Charge a batch of items in the request's transaction (ATOMIC_REQUESTS), one savepoint
+    per item; the batch meets order ``order_id`` BATCH_REPEATS times."""
+    results = []
+    for _ in range(BATCH_REPEATS):
+        try:
+            with (
+                transaction.atomic(),
+                distlock.lock(f"pay:{order_id}", ttl=30, wait=10, hold_until_commit=HOLD),
+            ):
+                result = charge(order_id)
+                if result == "already paid":
+                    raise AlreadyPaid  # e.g. a refusal row written, then undone
+        except AlreadyPaid:
+            pass
+        results.append(result)
+    return JsonResponse({"result": results[0], "items": results})
+
+
+class HookFailed(Exception):
+    """Raised by an on_commit hook, out of the request's COMMIT."""
+
+
+def _failing_hook() -> None:
+    raise HookFailed("the on_commit hook failed")
+
+
+@csrf_exempt
+@require_POST
+@lock_view("hook:{order_id}", ttl=30, wait=0)
+def pay_hook_fails(request: HttpRequest, order_id: int) -> JsonResponse:
+    transaction.on_commit(_failing_hook)
+    with distlock.lock(f"hook-inside:{order_id}", ttl=30):
+        result = charge(order_id)
+    return JsonResponse({"result": result})
