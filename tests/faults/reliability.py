@@ -308,9 +308,10 @@ STATIC_SECTIONS = [
     "holder; but a server clock that steps back by more than the time since the last grant "
     "breaks that. Keep a crashed Redis down for the longest lease (the alias's MAX_TTL) or "
     "use fsync'ed persistence, as the Redis distributed-lock page advises.",
-    "- Redis 6.2 ends blocking-command timeouts on its `hz` tick: a waiter takes over a "
-    "crashed holder's lock up to 100 ms after the lease ends with the default `hz 10`, "
-    "about 10 ms with `hz 100` (both measured above).",
+    "- Redis ends blocking-command timeouts on its `hz` tick (up to 100 ms late with the "
+    "default `hz 10`); distlock's waiters end their own BLPOP 1 ms after its timeout, so a "
+    "crashed holder's lock is taken a few ms after its lease ends at either `hz` (the crash "
+    "rows above measure it at both).",
     "- One Redis server is one point of failure; failover and Redlock trade-offs are in "
     "docs/deployments.md.",
     "",
