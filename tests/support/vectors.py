@@ -44,7 +44,7 @@ NAMES = [
     "~tilde-start",
 ]
 # The longest names (1024 code points), under the first prefix only (they make the file big).
-LONG_NAMES = ["x" * 1024, "é" * 1023 + "🔒"]
+LONG_NAMES = ["x" * 1024, "é" * 1023 + "🔒", "🔒" * 1024]
 
 
 def lock_keys(layout: KeyLayout, name: str) -> dict[str, str]:
