@@ -8,6 +8,9 @@ which (1) made every waiter need two connections at once, so waiters that filled
 pool raised BackendUnavailable ("Too many connections") or, on a BlockingConnectionPool,
 stalled for the pool's whole timeout; and (2) on Redlock, whose waiters all block on one
 signal list, woke another waiter instead. The waiter now ends it on its own connection.
+
+A downgrade's shared place that outlived its exclusive lease (lapsed.lua) was in no index:
+listings (the admin, ``distlock list``) missed that shared hold.
 """
 
 from __future__ import annotations
@@ -207,3 +210,29 @@ def test_sync_waits_leave_the_pool_answering_right(settings: Any, redis_url: str
             pipe.set(f"probe:{i}", i)
         pipe.execute()
     assert [client.get(f"probe:{i}") for i in range(20)] == [str(i).encode() for i in range(20)]
+
+
+# --- defect: a downgrade that outlived a lapsed exclusive lease was listed nowhere ----------
+@pytest.mark.parametrize("newcomer_shared", [False, True], ids=["writer", "reader"])
+def test_a_downgrade_left_by_a_lapsed_lease_is_listed(
+    redis_backend: str, newcomer_shared: bool
+) -> None:
+    # The exclusive lease runs out (no release) beside its thread's shared place; the next
+    # acquire script turns the lock over to that place (lapsed.lua). Before: the shared hold
+    # was in no index, so backend.held_shared(), the admin and `distlock list` showed
+    # nothing for its whole lease, while info() named it.
+    exclusive = distlock.lock("lapsed-listed", ttl=0.3)
+    assert exclusive.acquire()
+    reader = distlock.lock("lapsed-listed", ttl=10, shared=True)
+    assert reader.acquire(wait=0)
+    time.sleep(0.5)
+    newcomer = distlock.lock("lapsed-listed", ttl=5, shared=newcomer_shared)
+    assert elsewhere(newcomer.acquire, 0) is newcomer_shared  # a writer stays out
+    backend = locks["default"]
+    try:
+        listed = backend.held_shared()
+        assert reader.token in {holder.token for holder in listed.get("lapsed-listed", ())}
+    finally:
+        reader.release()
+        if newcomer_shared:
+            elsewhere(newcomer.release)
