@@ -236,3 +236,28 @@ def test_a_downgrade_left_by_a_lapsed_lease_is_listed(
         reader.release()
         if newcomer_shared:
             elsewhere(newcomer.release)
+
+
+# --- defect: force_release(name, token) with a shared holder's token released nothing -------
+@pytest.mark.parametrize("kind", ["redis", "locmem"])
+def test_force_release_with_a_downgraded_readers_token_releases_that_hold(
+    settings: Any, redis_url: str, kind: str
+) -> None:
+    # backend.force_release(name, token) "releases only that token": code that read a
+    # holder's token from backend.info() (a shared holder's, once the exclusive hold it was
+    # downgraded from ended) got False and the hold stayed. The admin and the CLI call
+    # force_release_shared() themselves; code calling the backend did not know to.
+    use(settings, *distlock_settings(kind, redis_url))
+    exclusive = distlock.lock("operator", ttl=10)
+    assert exclusive.acquire()
+    reader = distlock.lock("operator", ttl=10, shared=True)
+    assert reader.acquire(wait=0)
+    exclusive.release()  # the lock is the reader's now
+    backend = locks["default"]
+    shown = backend.info("operator")
+    assert shown is not None and shown.token == reader.token
+    assert backend.force_release("operator", shown.token)
+    assert backend.info("operator") is None
+    writer = distlock.lock("operator", ttl=5)
+    assert elsewhere(writer.acquire, 0)
+    elsewhere(writer.release)
