@@ -10,7 +10,8 @@ stalled for the pool's whole timeout; and (2) on Redlock, whose waiters all bloc
 signal list, woke another waiter instead. The waiter now ends it on its own connection.
 
 A downgrade's shared place that outlived its exclusive lease (lapsed.lua) was in no index:
-listings (the admin, ``distlock list``) missed that shared hold.
+listings (the admin, ``distlock list``) missed that shared hold. And
+``backend.force_release(name, token)`` with a shared holder's token released nothing.
 """
 
 from __future__ import annotations
