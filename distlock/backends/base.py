@@ -213,6 +213,12 @@ class BaseLockBackend:
         """Release ``name`` whoever holds it (only ``token``, when given). Return True if
         something was released; waiters are handed the lock as after a normal release."""
         _check_token(token)
+        from ..shared import SHARED_MARK  # (distlock.shared imports this module)
+
+        if token is not None and token.startswith(SHARED_MARK):
+            # A shared holder's token, as info() shows once readers hold the lock: release
+            # that hold (release() knows exclusive holds only, and would answer "not held").
+            return self.force_release_shared(name, token)
         info = self.info(name)
         released = self.release(name, token or "", every_level=True) == 1
         if released:

@@ -44,10 +44,9 @@ T = TypeVar("T")
 GiveBack = Callable[[], Steps[Any]] | None
 
 # How long after a BLPOP's timeout the client ends it itself (see Runner.blocking), and
-# what it pushes then: an element no release pushes ("1"), which lives WAKE_TTL_MS.
+# how many nudges it sends at most, each after twice the wait of the one before.
 UNBLOCK_SLACK = 0.001
-UNBLOCKED = "unblocked"
-WAKE_TTL_MS = 1000
+MAX_NUDGES = 8
 # ConnectionPool.get_connection() took a command name before redis-py 5.3 and warns about
 # one since (DeprecationWarning): pass it only to the releases that need it.
 POOL_ARGS: tuple[str, ...] = (
@@ -224,11 +223,15 @@ class Runner:
 
     # --- Pop and PopThenEval: BLPOP (and a script), ended on time -----------------------
     # A server ends a BLPOP's timeout on its own timer, which runs hz times a second (10 by
-    # default): a wait of 10 ms came back after up to 110 ms. So the client keeps its own
-    # time: when no reply has come UNBLOCK_SLACK after the timeout, it pushes an element to
-    # the list itself (from another connection of the pool), which ends the BLPOP at once,
-    # and whatever was pipelined behind it runs as after a timeout. The element, left over
-    # when the server's timer fired first after all, lives only WAKE_TTL_MS.
+    # default): a wait of 10 ms came back after up to 110 ms. But it also checks blocked
+    # clients' timeouts each time it wakes for a command (Redis 6.0+, Valkey). So the
+    # client keeps its own time: when no reply has come UNBLOCK_SLACK after the timeout, it
+    # sends a PING on the blocked connection itself (a nudge), which wakes the server: the
+    # BLPOP, past its timeout, ends at once, whatever was pipelined behind it runs as after
+    # a timeout, and the PING's reply comes last. Nothing is pushed to any list, and no
+    # second connection is needed: a waiter holds one connection, as before (a pool bounded
+    # by max_connections would otherwise run out when waiters fill it; and Redlock's
+    # waiters share one signal list, where a pushed element would wake another waiter).
     def pop(self, step: Pop) -> str | None:
         replies = self.blocking(self.client, step.key, step.timeout, [])
         return popped(replies)
@@ -262,9 +265,15 @@ class Runner:
         connection = pool.get_connection(*POOL_ARGS)
         try:
             connection.send_packed_command(connection.pack_commands(commands))
-            if not connection.can_read(timeout=timeout + UNBLOCK_SLACK):
-                self.unblock(node, key)
-            return [read_reply(connection) for _ in commands]
+            nudges, wait = 0, timeout + UNBLOCK_SLACK
+            while nudges < MAX_NUDGES and not connection.can_read(timeout=wait):
+                nudge(connection)
+                nudges += 1
+                wait = UNBLOCK_SLACK * 2**nudges
+            replies = [read_reply(connection) for _ in commands]
+            for _ in range(nudges):
+                read_reply(connection)  # PONG
+            return replies
         except redis.exceptions.TimeoutError:
             connection.disconnect()  # replies may still come: the connection is spoilt
             return None
@@ -284,15 +293,20 @@ class Runner:
         try:
             await connection.send_packed_command(connection.pack_commands(commands))
             first = asyncio.ensure_future(aread_reply(connection))
+            nudges, wait = 0, timeout + UNBLOCK_SLACK
             try:
-                done, _ = await asyncio.wait({first}, timeout=timeout + UNBLOCK_SLACK)
-                if not done:
-                    await self.aunblock(client, key)
+                while nudges < MAX_NUDGES and not (await asyncio.wait({first}, timeout=wait))[0]:
+                    await anudge(connection)
+                    nudges += 1
+                    wait = UNBLOCK_SLACK * 2**nudges
                 replies = [await first]
             except BaseException:
                 first.cancel()
                 raise
-            return replies + [await aread_reply(connection) for _ in behind]
+            replies += [await aread_reply(connection) for _ in behind]
+            for _ in range(nudges):
+                await aread_reply(connection)  # PONG
+            return replies
         except redis.exceptions.TimeoutError:
             await connection.disconnect()
             return None
@@ -301,18 +315,6 @@ class Runner:
             raise
         finally:
             await pool.release(connection)
-
-    def unblock(self, node: Any, key: str) -> None:
-        pipe = node.pipeline(transaction=False)
-        pipe.rpush(key, UNBLOCKED)
-        pipe.pexpire(key, WAKE_TTL_MS)
-        pipe.execute()
-
-    async def aunblock(self, client: Any, key: str) -> None:
-        pipe = client.pipeline(transaction=False)
-        pipe.rpush(key, UNBLOCKED)
-        pipe.pexpire(key, WAKE_TTL_MS)
-        await pipe.execute()
 
     # --- EvalMany: scripts pipelined, one round trip per server -------------------------
     def eval_many(self, step: EvalMany) -> list[Any]:
@@ -398,12 +400,20 @@ class Runner:
 
 
 def popped(replies: list[Any] | None) -> str | None:
-    """The element a BLPOP popped, as a str; None for a late reply, no element in time, or
-    the client's own (Runner.blocking)."""
+    """The element a BLPOP popped, as a str; None for a late reply or no element in time."""
     if replies is None or not replies[0]:
         return None
-    element = text(replies[0][1])
-    return None if element == UNBLOCKED else element
+    return text(replies[0][1])
+
+
+def nudge(connection: Any) -> None:
+    """Send PING on ``connection``, blocked in a BLPOP past its timeout (Runner.blocking).
+    No health check: it would read a reply, and the BLPOP's is still to come."""
+    connection.send_packed_command(connection.pack_command("PING"), check_health=False)
+
+
+async def anudge(connection: Any) -> None:
+    await connection.send_packed_command(connection.pack_command("PING"), check_health=False)
 
 
 def read_reply(connection: Any) -> Any:

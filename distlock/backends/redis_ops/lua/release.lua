@@ -37,7 +37,7 @@ redis.call('ZREM', KEYS[4], ARGV[2])
 if redis.call('EXISTS', KEYS[2], KEYS[2] .. '|readers') > 0 then
   -- #include "include/now.lua"
   local grace = ARGV[4]
-  local shared_index = string.sub(KEYS[4], 1, -5) .. 'shheld'
+  local shared_index, lock_name = string.sub(KEYS[4], 1, -5) .. 'shheld', ARGV[2]
   -- #include "include/downgraded.lua"
   if not downgraded and redis.call('EXISTS', KEYS[2]) == 1 then
     -- #include "include/hand_over.lua"

@@ -4,7 +4,7 @@
 -- Needs:   KEYS[1] the lock (gone now), KEYS[2] the queue, KEYS[3] the liveness zset, now_ms
 --          (number) and grace (ms). The readers zset and holders hash are KEYS[2] ..
 --          '|readers' and KEYS[2] .. '|rmeta' (as for shared_acquire.lua); shared_index, the
---          bucket's shared index, or nil to leave it to the next shared script.
+--          bucket's shared index, and lock_name, the lock's name.
 -- Sets:    downgraded: true when live shared places were left.
 -- Effect:  places whose lease ended are dropped; if any is left, the lock holds the shared
 --          marker "=~" until the last of their leases ends (in the same step that ended the
@@ -28,9 +28,7 @@ if redis.call('EXISTS', readers_of) == 1 then
     redis.call('SET', KEYS[1], '=~', 'PXAT', until_ms)
     redis.call('PEXPIREAT', readers_of, until_ms)
     redis.call('PEXPIREAT', rmeta_of, until_ms)
-    if shared_index then
-      redis.call('ZADD', shared_index, top[2], ARGV[2])
-    end
+    redis.call('ZADD', shared_index, top[2], lock_name)
     -- #include "wake_readers.lua"
     downgraded = true
   end

@@ -2,14 +2,14 @@
 -- to the first live waiter, not to whoever asks first; one whose exclusive lease ran out
 -- beside a downgrade's shared places goes to those.
 --
--- Needs:   KEYS[1] the lock, KEYS[3] the queue, KEYS[4] the liveness zset (the acquire
---          scripts' keys), now_ms (string, clock.lua) and ARGV[7] (grace, ms; 250 when an
---          older client leaves it out).
+-- Needs:   KEYS[1] the lock, KEYS[3] the queue, KEYS[4] the liveness zset, KEYS[5] the
+--          bucket's index (the acquire scripts' keys), ARGV[4] the name, now_ms (string,
+--          clock.lua) and ARGV[7] (grace, ms; 250 when an older client leaves it out).
 -- Effect:  only when the lock's key is gone and its queue (or its readers zset, KEYS[3] ..
 --          '|readers') exists: the holder's lease ran out without a release (it crashed, or
 --          stopped), since a release hands the lock on itself. Shared places a downgrade took
 --          beside that hold keep the lock, as its release would have left it
---          (downgraded.lua; the shared index is left to the next shared script). Else the
+--          (downgraded.lua, which lists the name in the bucket's shared index). Else the
 --          lock is handed to the head of the queue as a release would (hand_over.lua: dead
 --          waiters dropped, the first live one, or the run of shared waiters there, reserved
 --          the lock for grace ms and woken). The script then goes on as usual: the head
@@ -18,10 +18,15 @@
 --          one whose timer fired first took the lock, whatever its place in the queue. On
 --          the uncontended path it costs one EXISTS (no queue) and no round trip.
 if redis.call('EXISTS', KEYS[3], KEYS[3] .. '|readers') > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
+  -- The bucket's shared index: shared_acquire.lua's KEYS[5]; acquire.lua's KEYS[5] is the
+  -- exclusive one, whose last word "held" reads "shheld" (as in release.lua).
+  local shared_index, lock_name = KEYS[5], ARGV[4]
+  if string.sub(shared_index, -7) ~= ':shheld' then
+    shared_index = string.sub(shared_index, 1, -5) .. 'shheld'
+  end
   local KEYS = {KEYS[1], KEYS[3], KEYS[4]}  -- the lock, the queue, the live zset, as below
   local now_ms = tonumber(now_ms)
   local grace = ARGV[7] or '250'
-  local shared_index = nil
   -- #include "downgraded.lua"
   if not downgraded and redis.call('EXISTS', KEYS[2]) == 1 then
     -- #include "hand_over.lua"
