@@ -41,6 +41,7 @@ logger = logging.getLogger("distlock")
 SNAPSHOT_LEVELS = frozenset({"repeatable read", "serializable"})
 # What a block's end does to the ties at its depth.
 END_ALL, END, MOVE_UP, END_MANUAL = "end all", "end", "move up", "end manual"
+COMMITTED = "committed"  # the outermost block's COMMIT, before its on_commit hooks run
 
 
 # --- the transactions the running code is in ---------------------------------------------
@@ -136,6 +137,9 @@ class Hold:
         self.finish = finish
         self.ties: dict[Any, int] = {}  # connection -> own depth of the block it is tied to
         self.waiting = False  # released: free the lock when the last tie ends
+        # How many on_commit hooks each tied connection had at the release: with none, the
+        # lock is freed at the COMMIT itself; else after those hooks (as documented).
+        self.hooks_before: dict[Any, int] = {}
         self.done = False  # freed or dropped
 
     def tie(self, transactions: Iterable[tuple[Any, int]]) -> None:
@@ -155,6 +159,7 @@ class Hold:
             for conn, depth in transactions:
                 if conn not in self.ties:
                     self._add(conn, min(depth, 1))
+            self.hooks_before = {conn: len(conn.run_on_commit) for conn in self.ties}
             self.waiting = bool(self.ties) and not self.done
             return self.waiting
 
@@ -178,6 +183,7 @@ class Hold:
                     if not holds:
                         del _tied[conn]
             self.ties.clear()
+            self.hooks_before.clear()
 
     def _add(self, conn: Any, depth: int) -> None:
         self.ties[conn] = depth
@@ -186,6 +192,7 @@ class Hold:
     def _untie(self, conn: Any) -> bool:
         """Remove the tie to ``conn``; return True if the lock is to be freed now."""
         del self.ties[conn]
+        self.hooks_before.pop(conn, None)
         if self.waiting and not self.ties and not self.done:
             self.done = True
             return True
@@ -201,8 +208,10 @@ class Hold:
 def block_ended(conn: Any, depth: int, how: str) -> None:
     """Apply the end of ``conn``'s block at own ``depth`` to the ties: END_ALL (its
     transaction ended), END (a savepoint rolled back: the ties made inside it end), MOVE_UP
-    (a savepoint released: they move to the enclosing block) or END_MANUAL (a transaction
-    managed by hand ended: the ties outside every atomic block end)."""
+    (a savepoint released: they move to the enclosing block), END_MANUAL (a transaction
+    managed by hand ended: the ties outside every atomic block end) or COMMITTED (the
+    outermost block committed: the ties of holds released before any on_commit hook end;
+    the others end with the block, once the hooks have run)."""
     freed = []
     with _guard:
         holds = _tied.get(conn)
@@ -210,7 +219,12 @@ def block_ended(conn: Any, depth: int, how: str) -> None:
             return
         for hold in list(holds):
             tied = hold.ties[conn]
-            if (
+            if how == COMMITTED:
+                if hold.waiting and hold.hooks_before.get(conn) == 0:
+                    holds.discard(hold)
+                    if hold._untie(conn):
+                        freed.append(hold)
+            elif (
                 how == END_ALL
                 or (how == END and tied >= depth)
                 or (how == END_MANUAL and tied == 0)
@@ -272,16 +286,20 @@ def _wrap_exit(exit_: Callable[..., Any]) -> Callable[..., Any]:
     def __exit__(self: Any, exc_type: Any, exc_value: Any, traceback: Any) -> Any:
         if not _tied:  # no lock tied to any transaction (the common case)
             return exit_(self, exc_type, exc_value, traceback)
-        conn = connections[self.using or DEFAULT_DB_ALIAS]
+        conn: Any = connections[self.using or DEFAULT_DB_ALIAS]
         if not _tied.get(conn):
             return exit_(self, exc_type, exc_value, traceback)
         outermost = _outermost(self, conn)
         depth = own_depth(conn)
         sid = conn.savepoint_ids[-1] if conn.savepoint_ids else None
         rolls_back = exc_type is not None or conn.needs_rollback
+        # Django's COMMIT (or ROLLBACK) of this block ends the ties of holds released before
+        # any on_commit hook: the lock is handed on right after COMMIT, as PostgreSQL's are.
+        conn.distlock_ending = outermost and not self._from_testcase
         try:
             return exit_(self, exc_type, exc_value, traceback)
         finally:
+            conn.distlock_ending = False
             if self._from_testcase:  # a TestCase's block: the code's own have all ended
                 block_ended(conn, 0, END_ALL)
             elif outermost and not _in_manual_transaction(conn):
@@ -295,7 +313,9 @@ def _wrap_exit(exit_: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _wrap_ending(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap ``commit``, ``rollback`` or ``close``: each ends a transaction managed by hand."""
+    """Wrap ``commit``, ``rollback`` or ``close``: each ends a transaction managed by hand,
+    or the outermost atomic block's transaction inside its ``Atomic.__exit__``."""
+    at_block_end = COMMITTED if method.__name__ == "commit" else END_ALL
 
     @functools.wraps(method)
     def ending(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -304,10 +324,12 @@ def _wrap_ending(method: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return method(self, *args, **kwargs)
         finally:
-            # Inside Atomic.__exit__ (the outermost block's COMMIT and the hooks after it)
-            # only ties outside atomic blocks end here; the block's own end when it returns.
+            # Atomic.__exit__ unsets in_atomic_block before the outermost block's COMMIT or
+            # ROLLBACK: that transaction is over before the on_commit hooks run. Otherwise
+            # it is a transaction managed by hand that ended.
             if not self.in_atomic_block:
-                block_ended(self, 0, END_MANUAL)
+                ending_block = getattr(self, "distlock_ending", False)
+                block_ended(self, 0, at_block_end if ending_block else END_MANUAL)
 
     return ending
 
@@ -359,15 +381,31 @@ _here = threading.local()
 
 def waiting_release(key: Hashable) -> Any:
     """Return this thread's lock named by ``key`` whose release waits for a transaction,
-    or None."""
+    or, failing that, one whose release waits for a transaction the running code is in
+    (async_to_sync runs a coroutine in another thread, inside the caller's transaction: a
+    release there, then a take-back here, or the reverse, must not wait for itself)."""
     waiting: dict[Hashable, Any] = getattr(_here, "waiting", {})
     lock = waiting.get(key)
-    if lock is None:
-        return None
-    if lock._pending is None:  # released meanwhile
+    if lock is not None and lock._pending is None:  # released meanwhile
         waiting.pop(key, None)
+        lock = None
+    return lock if lock is not None else _waiting_in_transactions_here(key)
+
+
+def _waiting_in_transactions_here(key: Hashable) -> Any:
+    """Return the lock named by ``key`` whose release waits for one of the transactions
+    the running code is in, or None (cheap: the holds tied to those connections only)."""
+    if not _tied:
         return None
-    return lock
+    for conn, _depth in transactions_here():
+        with _guard:  # another thread may end a tie meanwhile
+            holds = list(_tied.get(conn, ()))
+        for hold in holds:
+            lock = getattr(hold.finish, "__self__", None)  # the Lock whose hold it is
+            mine = lock is not None and lock._pending is hold and lock._resource() == key
+            if hold.waiting and mine:
+                return lock
+    return None
 
 
 def note_waiting_release(key: Hashable, lock: Any) -> None:
