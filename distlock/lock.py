@@ -829,6 +829,14 @@ class Lock:
 TOO_LATE = Attempt(False, holder_pttl_ms=0)
 
 
+def _waiting_in_this_transaction(lock: Lock) -> str:
+    """Return the token of the exclusive hold of ``lock``'s name whose release waits for a
+    transaction the running code is in, '' if none: released in another thread of that
+    transaction (async_to_sync), it is this code's own hold, to downgrade, never to wait for."""
+    held = waiting_release((lock.kind, lock.using, lock.name))
+    return str(held.token) if held is not None and held.token else ""
+
+
 class _Attempts:
     """The state of one acquire() call, shared by the sync and async loops."""
 
@@ -847,7 +855,7 @@ class _Attempts:
             owner = _current_owner()
             backend.downgrade_from = shared.downgrade_from(  # type: ignore[attr-defined]
                 lock.kind, lock.using, lock.name, owner
-            )
+            ) or _waiting_in_this_transaction(lock)
         self.queue = wait != 0
         self.contended = False
         self.waited = False  # a wait_and_acquire call was made

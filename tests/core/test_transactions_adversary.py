@@ -8,6 +8,7 @@ SQLite, where the database does not matter.
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -192,3 +193,28 @@ def test_an_on_commit_hook_finds_the_lock_free_for_others() -> None:
             pass
         transaction.on_commit(hand_on)
     assert seen == [True], "the lock was still held while the on_commit hooks ran"
+
+
+async def read_async(name: str) -> None:
+    async with distlock.lock(name, ttl=5, wait=2, shared=True):
+        pass
+
+
+def test_a_shared_lock_after_an_async_exclusive_release_is_answered_at_once() -> None:
+    with transaction.atomic():
+        async_to_sync(pay_async)("a2s:downgrade")
+        started = time.monotonic()
+        with distlock.lock("a2s:downgrade", ttl=5, wait=2, shared=True):  # a downgrade
+            pass
+        assert time.monotonic() - started < 1, "waited for its own release"
+    assert free_within("a2s:downgrade")
+
+
+def test_an_async_shared_lock_after_a_sync_exclusive_release_is_answered_at_once() -> None:
+    with transaction.atomic():
+        with distlock.lock("sync:downgrade:a2s", ttl=5, wait=1):
+            pass
+        started = time.monotonic()
+        async_to_sync(read_async)("sync:downgrade:a2s")  # a downgrade
+        assert time.monotonic() - started < 1, "waited for its own release"
+    assert free_within("sync:downgrade:a2s")
