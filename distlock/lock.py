@@ -403,8 +403,10 @@ class Lock:
                 self._hold = Hold(self._release_after_transactions)
             self._hold.tie(transactions)
 
-    def _release_after_transactions(self) -> None:
-        """Free the lock: every transaction its release waited for has ended."""
+    def _release_after_transactions(self, unreachable: set[str]) -> None:
+        """Free the lock: every transaction its release waited for has ended. ``unreachable``:
+        the aliases whose server an earlier release of the same block end could not reach
+        (not asked again: each try would hold up Django's COMMIT for a timeout)."""
         with self._mutex:
             self._pending = None
         forget_waiting_release(self._resource(), self)
@@ -412,10 +414,14 @@ class Lock:
             self._forget()  # the lost lease was reported when a renewal found it gone
             return
         try:
+            if self.using in unreachable:
+                raise BackendUnavailable(f"{self.using!r} did not answer a release just before")
             self._release_now()
         except LockNotOwned:  # the lease ended before the transaction did
             self._report_lost()
         except LockError as exc:
+            if isinstance(exc, BackendUnavailable):
+                unreachable.add(self.using)
             logger.warning(
                 "distlock: could not release %r after its transaction ended (%s); "
                 "it ends with its lease.",

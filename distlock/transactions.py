@@ -130,10 +130,12 @@ class Hold:
     """One hold of a lock and its ties to the transactions it belongs to.
 
     ``finish`` frees the lock; it is called once, after ``wait()``, from whichever thread
-    ends the last tie (the one leaving the block, or the releasing thread if none is left).
+    ends the last tie (the one leaving the block, or the releasing thread if none is left),
+    with the aliases found unreachable by the releases of the same block end (it adds to them):
+    a batch's locks do not each wait out a timeout inside Django's COMMIT.
     """
 
-    def __init__(self, finish: Callable[[], None]) -> None:
+    def __init__(self, finish: Callable[[set[str]], None]) -> None:
         self.finish = finish
         self.ties: dict[Any, int] = {}  # connection -> own depth of the block it is tied to
         self.waiting = False  # released: free the lock when the last tie ends
@@ -198,9 +200,9 @@ class Hold:
             return True
         return False
 
-    def run_finish(self) -> None:
+    def run_finish(self, unreachable: set[str]) -> None:
         try:
-            self.finish()
+            self.finish(unreachable)
         except Exception:  # called from Django's commit or rollback: never raise into it
             logger.exception("distlock: releasing a lock after its transaction ended failed")
 
@@ -236,8 +238,9 @@ def block_ended(conn: Any, depth: int, how: str) -> None:
                 hold.ties[conn] = depth - 1
         if not holds:
             del _tied[conn]
+    unreachable: set[str] = set()
     for hold in freed:
-        hold.run_finish()
+        hold.run_finish(unreachable)
 
 
 # --- seeing the ends: wrappers around Django's own methods -------------------------------

@@ -218,3 +218,29 @@ def test_an_async_shared_lock_after_a_sync_exclusive_release_is_answered_at_once
         async_to_sync(read_async)("sync:downgrade:a2s")  # a downgrade
         assert time.monotonic() - started < 1, "waited for its own release"
     assert free_within("sync:downgrade:a2s")
+
+
+def test_a_frozen_redis_at_the_commit_holds_up_django_once_not_once_per_lock(
+    private_redis: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A batch of 8 locks released in one transaction, Redis frozen (it accepts, never
+    answers) when it commits: the first release waits out its timeout, the others are left
+    to their leases at once instead of each holding up the COMMIT again."""
+    batch = [distlock.lock(f"frozen:{i}", ttl=30) for i in range(8)]
+    with caplog.at_level(logging.WARNING, logger="distlock"):
+        with transaction.atomic():
+            for lk in batch:
+                assert lk.acquire()
+                lk.release()
+            single = time.monotonic()
+            with pytest.raises(distlock.BackendUnavailable):
+                private_redis.pause()
+                distlock.lock("frozen:probe", ttl=30).acquire()  # one timeout, measured
+            single = time.monotonic() - single
+            started = time.monotonic()
+        took = time.monotonic() - started
+    private_redis.resume()
+    assert took < 2 * single, f"the COMMIT took {took:.1f}s, one timeout is {single:.1f}s"
+    assert all(lk._renewal is None and lk.token is None for lk in batch)
+    logged = " ".join(record.getMessage() for record in caplog.records)
+    assert all(f"frozen:{i}" in logged for i in range(8)), "each lock left to its lease is said"
