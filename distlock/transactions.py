@@ -13,7 +13,9 @@ last tie has ended; taking it back in the same transaction stacks (the shallower
 
 The ends are seen directly, by wrapping Django's ``Atomic.__exit__`` (and, for transactions
 managed by hand with ``set_autocommit(False)``, the connection's ``commit``, ``rollback``,
-``close`` and ``set_autocommit``), after Django has done its work and whatever it raised:
+``close`` and ``set_autocommit``), after Django has done its work and whatever it raised
+(a lock released before any ``on_commit`` hook is freed earlier: right after the COMMIT,
+when Django is about to run the hooks, through ``run_and_clear_commit_hooks``):
 no ``on_commit`` callback, no garbage collector, no object identity. With no tie anywhere the
 wrappers cost one test of an empty dict. ``Atomic.__enter__`` notes the connections of the
 code's outermost blocks in a context variable: that is how a lock finds the transactions it
@@ -41,7 +43,7 @@ logger = logging.getLogger("distlock")
 SNAPSHOT_LEVELS = frozenset({"repeatable read", "serializable"})
 # What a block's end does to the ties at its depth.
 END_ALL, END, MOVE_UP, END_MANUAL = "end all", "end", "move up", "end manual"
-COMMITTED = "committed"  # the outermost block's COMMIT, before its on_commit hooks run
+COMMITTED = "committed"  # the outermost block committed; its on_commit hooks run next
 
 
 # --- the transactions the running code is in ---------------------------------------------
@@ -296,8 +298,8 @@ def _wrap_exit(exit_: Callable[..., Any]) -> Callable[..., Any]:
         depth = own_depth(conn)
         sid = conn.savepoint_ids[-1] if conn.savepoint_ids else None
         rolls_back = exc_type is not None or conn.needs_rollback
-        # Django's COMMIT (or ROLLBACK) of this block ends the ties of holds released before
-        # any on_commit hook: the lock is handed on right after COMMIT, as PostgreSQL's are.
+        # Django's COMMIT of this block ends the ties of holds released before any on_commit
+        # hook (_wrap_commit_hooks): handed on right after COMMIT, as PostgreSQL's are.
         conn.distlock_ending = outermost and not self._from_testcase
         try:
             return exit_(self, exc_type, exc_value, traceback)
@@ -316,9 +318,7 @@ def _wrap_exit(exit_: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _wrap_ending(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap ``commit``, ``rollback`` or ``close``: each ends a transaction managed by hand,
-    or the outermost atomic block's transaction inside its ``Atomic.__exit__``."""
-    at_block_end = COMMITTED if method.__name__ == "commit" else END_ALL
+    """Wrap ``commit``, ``rollback`` or ``close``: each ends a transaction managed by hand."""
 
     @functools.wraps(method)
     def ending(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -327,14 +327,27 @@ def _wrap_ending(method: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return method(self, *args, **kwargs)
         finally:
-            # Atomic.__exit__ unsets in_atomic_block before the outermost block's COMMIT or
-            # ROLLBACK: that transaction is over before the on_commit hooks run. Otherwise
-            # it is a transaction managed by hand that ended.
+            # Inside Atomic.__exit__ (the outermost block's COMMIT and the hooks after it)
+            # only ties outside atomic blocks end here; the block's own end when it returns.
             if not self.in_atomic_block:
-                ending_block = getattr(self, "distlock_ending", False)
-                block_ended(self, 0, at_block_end if ending_block else END_MANUAL)
+                block_ended(self, 0, END_MANUAL)
 
     return ending
+
+
+def _wrap_commit_hooks(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap ``run_and_clear_commit_hooks``: in the outermost atomic block's ``__exit__`` it
+    runs once COMMIT succeeded and autocommit is back on, so the locks released before any
+    on_commit hook are freed there, before the hooks run (lock_released receivers run
+    outside any transaction, as after the block)."""
+
+    @functools.wraps(method)
+    def run_and_clear_commit_hooks(self: Any) -> Any:
+        if _tied and getattr(self, "distlock_ending", False):
+            block_ended(self, 0, COMMITTED)
+        return method(self)
+
+    return run_and_clear_commit_hooks
 
 
 def _wrap_set_autocommit(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -372,6 +385,7 @@ def install() -> None:
             (BaseDatabaseWrapper, "rollback", _wrap_ending),
             (BaseDatabaseWrapper, "close", _wrap_ending),
             (BaseDatabaseWrapper, "set_autocommit", _wrap_set_autocommit),
+            (BaseDatabaseWrapper, "run_and_clear_commit_hooks", _wrap_commit_hooks),
         ):
             wrapped = wrap(getattr(cls, name))
             wrapped.distlock_watches = True  # type: ignore[attr-defined]

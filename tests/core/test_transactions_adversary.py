@@ -17,6 +17,7 @@ from asgiref.sync import async_to_sync
 from django.db import connections, transaction
 
 import distlock
+from distlock.signals import lock_released
 from tests.support.lock_helpers import elsewhere, free_within, is_held
 
 pytestmark = [
@@ -244,3 +245,23 @@ def test_a_frozen_redis_at_the_commit_holds_up_django_once_not_once_per_lock(
     assert all(lk._renewal is None and lk.token is None for lk in batch)
     logged = " ".join(record.getMessage() for record in caplog.records)
     assert all(f"frozen:{i}" in logged for i in range(8)), "each lock left to its lease is said"
+
+
+def test_a_lock_released_receiver_freed_at_the_commit_runs_outside_any_transaction() -> None:
+    """Freed before the on_commit hooks, a lock's ``lock_released`` receivers still run with
+    autocommit on, as after the block: a receiver that queries is not inside a COMMIT."""
+    seen: list[bool] = []
+
+    def on_released(sender: Any, name: str, **kwargs: Any) -> None:
+        if name == "receiver":
+            seen.append(connections["default"].get_autocommit())
+
+    lock_released.connect(on_released)
+    try:
+        with transaction.atomic():
+            with distlock.lock("receiver", ttl=5):
+                pass
+            transaction.on_commit(lambda: seen.append(is_held("receiver")))
+    finally:
+        lock_released.disconnect(on_released)
+    assert seen == [True, False], "receiver inside the COMMIT, or freed after the hooks"
