@@ -403,8 +403,10 @@ class Lock:
                 self._hold = Hold(self._release_after_transactions)
             self._hold.tie(transactions)
 
-    def _release_after_transactions(self) -> None:
-        """Free the lock: every transaction its release waited for has ended."""
+    def _release_after_transactions(self, unreachable: set[str]) -> None:
+        """Free the lock: every transaction its release waited for has ended. ``unreachable``:
+        the aliases whose server an earlier release of the same block end could not reach
+        (not asked again: each try would hold up Django's COMMIT for a timeout)."""
         with self._mutex:
             self._pending = None
         forget_waiting_release(self._resource(), self)
@@ -412,10 +414,14 @@ class Lock:
             self._forget()  # the lost lease was reported when a renewal found it gone
             return
         try:
+            if self.using in unreachable:
+                raise BackendUnavailable(f"{self.using!r} did not answer a release just before")
             self._release_now()
         except LockNotOwned:  # the lease ended before the transaction did
             self._report_lost()
         except LockError as exc:
+            if isinstance(exc, BackendUnavailable):
+                unreachable.add(self.using)
             logger.warning(
                 "distlock: could not release %r after its transaction ended (%s); "
                 "it ends with its lease.",
@@ -829,6 +835,14 @@ class Lock:
 TOO_LATE = Attempt(False, holder_pttl_ms=0)
 
 
+def _waiting_in_this_transaction(lock: Lock) -> str:
+    """Return the token of the exclusive hold of ``lock``'s name whose release waits for a
+    transaction the running code is in, '' if none: released in another thread of that
+    transaction (async_to_sync), it is this code's own hold, to downgrade, never to wait for."""
+    held = waiting_release((lock.kind, lock.using, lock.name))
+    return str(held.token) if held is not None and held.token else ""
+
+
 class _Attempts:
     """The state of one acquire() call, shared by the sync and async loops."""
 
@@ -847,7 +861,7 @@ class _Attempts:
             owner = _current_owner()
             backend.downgrade_from = shared.downgrade_from(  # type: ignore[attr-defined]
                 lock.kind, lock.using, lock.name, owner
-            )
+            ) or _waiting_in_this_transaction(lock)
         self.queue = wait != 0
         self.contended = False
         self.waited = False  # a wait_and_acquire call was made

@@ -13,7 +13,9 @@ last tie has ended; taking it back in the same transaction stacks (the shallower
 
 The ends are seen directly, by wrapping Django's ``Atomic.__exit__`` (and, for transactions
 managed by hand with ``set_autocommit(False)``, the connection's ``commit``, ``rollback``,
-``close`` and ``set_autocommit``), after Django has done its work and whatever it raised:
+``close`` and ``set_autocommit``), after Django has done its work and whatever it raised
+(a lock released before any ``on_commit`` hook is freed earlier: right after the COMMIT,
+when Django is about to run the hooks, through ``run_and_clear_commit_hooks``):
 no ``on_commit`` callback, no garbage collector, no object identity. With no tie anywhere the
 wrappers cost one test of an empty dict. ``Atomic.__enter__`` notes the connections of the
 code's outermost blocks in a context variable: that is how a lock finds the transactions it
@@ -41,6 +43,7 @@ logger = logging.getLogger("distlock")
 SNAPSHOT_LEVELS = frozenset({"repeatable read", "serializable"})
 # What a block's end does to the ties at its depth.
 END_ALL, END, MOVE_UP, END_MANUAL = "end all", "end", "move up", "end manual"
+COMMITTED = "committed"  # the outermost block committed; its on_commit hooks run next
 
 
 # --- the transactions the running code is in ---------------------------------------------
@@ -129,13 +132,18 @@ class Hold:
     """One hold of a lock and its ties to the transactions it belongs to.
 
     ``finish`` frees the lock; it is called once, after ``wait()``, from whichever thread
-    ends the last tie (the one leaving the block, or the releasing thread if none is left).
+    ends the last tie (the one leaving the block, or the releasing thread if none is left),
+    with the aliases found unreachable by the releases of the same block end (it adds to them):
+    a batch's locks do not each wait out a timeout inside Django's COMMIT.
     """
 
-    def __init__(self, finish: Callable[[], None]) -> None:
+    def __init__(self, finish: Callable[[set[str]], None]) -> None:
         self.finish = finish
         self.ties: dict[Any, int] = {}  # connection -> own depth of the block it is tied to
         self.waiting = False  # released: free the lock when the last tie ends
+        # How many on_commit hooks each tied connection had at the release: with none, the
+        # lock is freed at the COMMIT itself; else after those hooks (as documented).
+        self.hooks_before: dict[Any, int] = {}
         self.done = False  # freed or dropped
 
     def tie(self, transactions: Iterable[tuple[Any, int]]) -> None:
@@ -155,6 +163,7 @@ class Hold:
             for conn, depth in transactions:
                 if conn not in self.ties:
                     self._add(conn, min(depth, 1))
+            self.hooks_before = {conn: len(conn.run_on_commit) for conn in self.ties}
             self.waiting = bool(self.ties) and not self.done
             return self.waiting
 
@@ -178,6 +187,7 @@ class Hold:
                     if not holds:
                         del _tied[conn]
             self.ties.clear()
+            self.hooks_before.clear()
 
     def _add(self, conn: Any, depth: int) -> None:
         self.ties[conn] = depth
@@ -186,14 +196,15 @@ class Hold:
     def _untie(self, conn: Any) -> bool:
         """Remove the tie to ``conn``; return True if the lock is to be freed now."""
         del self.ties[conn]
+        self.hooks_before.pop(conn, None)
         if self.waiting and not self.ties and not self.done:
             self.done = True
             return True
         return False
 
-    def run_finish(self) -> None:
+    def run_finish(self, unreachable: set[str]) -> None:
         try:
-            self.finish()
+            self.finish(unreachable)
         except Exception:  # called from Django's commit or rollback: never raise into it
             logger.exception("distlock: releasing a lock after its transaction ended failed")
 
@@ -201,8 +212,10 @@ class Hold:
 def block_ended(conn: Any, depth: int, how: str) -> None:
     """Apply the end of ``conn``'s block at own ``depth`` to the ties: END_ALL (its
     transaction ended), END (a savepoint rolled back: the ties made inside it end), MOVE_UP
-    (a savepoint released: they move to the enclosing block) or END_MANUAL (a transaction
-    managed by hand ended: the ties outside every atomic block end)."""
+    (a savepoint released: they move to the enclosing block), END_MANUAL (a transaction
+    managed by hand ended: the ties outside every atomic block end) or COMMITTED (the
+    outermost block committed: the ties of holds released before any on_commit hook end;
+    the others end with the block, once the hooks have run)."""
     freed = []
     with _guard:
         holds = _tied.get(conn)
@@ -210,7 +223,12 @@ def block_ended(conn: Any, depth: int, how: str) -> None:
             return
         for hold in list(holds):
             tied = hold.ties[conn]
-            if (
+            if how == COMMITTED:
+                if hold.waiting and hold.hooks_before.get(conn) == 0:
+                    holds.discard(hold)
+                    if hold._untie(conn):
+                        freed.append(hold)
+            elif (
                 how == END_ALL
                 or (how == END and tied >= depth)
                 or (how == END_MANUAL and tied == 0)
@@ -222,8 +240,9 @@ def block_ended(conn: Any, depth: int, how: str) -> None:
                 hold.ties[conn] = depth - 1
         if not holds:
             del _tied[conn]
+    unreachable: set[str] = set()
     for hold in freed:
-        hold.run_finish()
+        hold.run_finish(unreachable)
 
 
 # --- seeing the ends: wrappers around Django's own methods -------------------------------
@@ -272,16 +291,20 @@ def _wrap_exit(exit_: Callable[..., Any]) -> Callable[..., Any]:
     def __exit__(self: Any, exc_type: Any, exc_value: Any, traceback: Any) -> Any:
         if not _tied:  # no lock tied to any transaction (the common case)
             return exit_(self, exc_type, exc_value, traceback)
-        conn = connections[self.using or DEFAULT_DB_ALIAS]
+        conn: Any = connections[self.using or DEFAULT_DB_ALIAS]
         if not _tied.get(conn):
             return exit_(self, exc_type, exc_value, traceback)
         outermost = _outermost(self, conn)
         depth = own_depth(conn)
         sid = conn.savepoint_ids[-1] if conn.savepoint_ids else None
         rolls_back = exc_type is not None or conn.needs_rollback
+        # Django's COMMIT of this block ends the ties of holds released before any on_commit
+        # hook (_wrap_commit_hooks): handed on right after COMMIT, as PostgreSQL's are.
+        conn.distlock_ending = outermost and not self._from_testcase
         try:
             return exit_(self, exc_type, exc_value, traceback)
         finally:
+            conn.distlock_ending = False
             if self._from_testcase:  # a TestCase's block: the code's own have all ended
                 block_ended(conn, 0, END_ALL)
             elif outermost and not _in_manual_transaction(conn):
@@ -310,6 +333,21 @@ def _wrap_ending(method: Callable[..., Any]) -> Callable[..., Any]:
                 block_ended(self, 0, END_MANUAL)
 
     return ending
+
+
+def _wrap_commit_hooks(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap ``run_and_clear_commit_hooks``: in the outermost atomic block's ``__exit__`` it
+    runs once COMMIT succeeded and autocommit is back on, so the locks released before any
+    on_commit hook are freed there, before the hooks run (lock_released receivers run
+    outside any transaction, as after the block)."""
+
+    @functools.wraps(method)
+    def run_and_clear_commit_hooks(self: Any) -> Any:
+        if _tied and getattr(self, "distlock_ending", False):
+            block_ended(self, 0, COMMITTED)
+        return method(self)
+
+    return run_and_clear_commit_hooks
 
 
 def _wrap_set_autocommit(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -347,6 +385,7 @@ def install() -> None:
             (BaseDatabaseWrapper, "rollback", _wrap_ending),
             (BaseDatabaseWrapper, "close", _wrap_ending),
             (BaseDatabaseWrapper, "set_autocommit", _wrap_set_autocommit),
+            (BaseDatabaseWrapper, "run_and_clear_commit_hooks", _wrap_commit_hooks),
         ):
             wrapped = wrap(getattr(cls, name))
             wrapped.distlock_watches = True  # type: ignore[attr-defined]
@@ -359,15 +398,31 @@ _here = threading.local()
 
 def waiting_release(key: Hashable) -> Any:
     """Return this thread's lock named by ``key`` whose release waits for a transaction,
-    or None."""
+    or, failing that, one whose release waits for a transaction the running code is in
+    (async_to_sync runs a coroutine in another thread, inside the caller's transaction: a
+    release there, then a take-back here, or the reverse, must not wait for itself)."""
     waiting: dict[Hashable, Any] = getattr(_here, "waiting", {})
     lock = waiting.get(key)
-    if lock is None:
-        return None
-    if lock._pending is None:  # released meanwhile
+    if lock is not None and lock._pending is None:  # released meanwhile
         waiting.pop(key, None)
+        lock = None
+    return lock if lock is not None else _waiting_in_transactions_here(key)
+
+
+def _waiting_in_transactions_here(key: Hashable) -> Any:
+    """Return the lock named by ``key`` whose release waits for one of the transactions
+    the running code is in, or None (cheap: the holds tied to those connections only)."""
+    if not _tied:
         return None
-    return lock
+    for conn, _depth in transactions_here():
+        with _guard:  # another thread may end a tie meanwhile
+            holds = list(_tied.get(conn, ()))
+        for hold in holds:
+            lock = getattr(hold.finish, "__self__", None)  # the Lock whose hold it is
+            mine = lock is not None and lock._pending is hold and lock._resource() == key
+            if hold.waiting and mine:
+                return lock
+    return None
 
 
 def note_waiting_release(key: Hashable, lock: Any) -> None:
