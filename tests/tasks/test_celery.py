@@ -197,5 +197,5 @@ def test_operators_see_the_task_and_its_id(tasks: Any, workers: Workers, admin_c
     call_command("distlock", "list", "--json", stdout=out)
     assert [info["purpose"] for info in json.loads(out.getvalue())] == [holder.purpose]
     page = admin_client.get(reverse("admin:distlock_heldlock_changelist"))
-    assert holder.purpose in page.content.decode()
+    assert holder.purpose in page.content.decode().replace("<wbr>", "")  # wrap points
     result.get(timeout=30)
