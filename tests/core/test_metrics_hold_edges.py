@@ -128,7 +128,7 @@ def test_info_of_a_shared_lock_counts_every_waiter_beyond_the_list(
     try:
         out = io.StringIO()
         call_command("distlock", "info", "edge:count", stdout=out)
-        assert "Waiters:        2" in out.getvalue()
+        assert "waiters:        2" in out.getvalue()
         assert "... and 1 more" in out.getvalue()
     finally:
         reader.release()

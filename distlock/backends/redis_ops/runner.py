@@ -400,10 +400,18 @@ class Runner:
 
 
 def popped(replies: list[Any] | None) -> str | None:
-    """The element a BLPOP popped, as a str; None for a late reply or no element in time."""
-    if replies is None or not replies[0]:
+    """The element a BLPOP popped, as a str; None for a late reply or no element in time.
+    An error reply (read_reply returns it) is raised, as redis-py's blpop() raises it."""
+    if replies is None:
         return None
-    return text(replies[0][1])
+    reply = replies[0]
+    replies.clear()
+    if isinstance(reply, Exception):
+        try:
+            raise reply
+        finally:
+            del reply  # its traceback holds this frame: no cycle through the local
+    return text(reply[1]) if reply else None
 
 
 def nudge(connection: Any) -> None:
