@@ -30,7 +30,7 @@ from .exceptions import (
 from .info import LockInfo, from_milliseconds, holder_metadata
 from .names import validate_name
 from .signals import lock_acquired, lock_contended, lock_lost, lock_released
-from .tokens import new_token
+from .tokens import SHARED_MARK, new_token
 from .transactions import (
     Hold,
     forget_waiting_release,
@@ -852,7 +852,7 @@ class _Attempts:
         self.lock = lock
         self.backend = backend
         # 128 random bits: unguessable, never reused; a shared holder's marked for the scripts
-        self.token = shared.SHARED_MARK + new_token() if lock.shared else new_token()
+        self.token = SHARED_MARK + new_token() if lock.shared else new_token()
         ttl = lock.ttl if lock.ttl is not None else backend.default_timeout
         self.ttl_ms = backend.lease_ms(ttl)  # also enforces the alias's MAX_TTL
         self.meta = holder_metadata(lock.purpose)

@@ -20,10 +20,6 @@ from .backends.base import Attempt
 from .exceptions import SharedLockUpgrade
 from .info import LockInfo
 
-# What starts a shared holder's token: the scripts tell a shared waiter from an exclusive one
-# by it (backends/redis_ops/lua/include/hand_over.lua); never the start of a hex token.
-SHARED_MARK = "~"
-
 # The shared Lock objects of this process holding each (kind, alias, name) (Lock.acquire
 # reads it first: empty, the upgrade check costs an exclusive acquire nothing more).
 holds: dict[tuple[str, str, str], weakref.WeakSet[Any]] = {}

@@ -10,6 +10,10 @@ from __future__ import annotations
 import os
 import threading
 
+# What starts a shared holder's token: the scripts tell a shared waiter from an exclusive one
+# by it (backends/redis_ops/lua/include/hand_over.lua); never the start of a hex token.
+SHARED_MARK = "~"
+
 TOKEN_BYTES = 16
 BATCH_TOKENS = 256  # tokens per read of the random source
 

@@ -14,6 +14,7 @@ from ..exceptions import RenewalLimitReached, SemaphoresNotSupported, SharedLock
 from ..info import LockInfo, SemaphoreInfo, WaiterInfo
 from ..names import KeyLayout
 from ..signals import lock_force_released
+from ..tokens import SHARED_MARK
 from ..validation import lease_milliseconds
 from .settings import LIMIT_OPTIONS, Problems, parse_shared
 
@@ -213,7 +214,6 @@ class BaseLockBackend:
         """Release ``name`` whoever holds it (only ``token``, when given). Return True if
         something was released; waiters are handed the lock as after a normal release."""
         _check_token(token)
-        from ..shared import SHARED_MARK  # (distlock.shared imports this module)
 
         if token is not None and token.startswith(SHARED_MARK):
             # A shared holder's token, as info() shows once readers hold the lock: release
