@@ -219,26 +219,17 @@ class ViewLock:
     # --- naming -------------------------------------------------------------------------
     def lock_for(self, name: str) -> Lock:
         options = self.options
+        settings: dict[str, Any] = {
+            "ttl": options.ttl,
+            "wait": options.wait,
+            "using": options.using,
+            "purpose": self.purpose,
+            "hold_until_commit": options.hold_until_commit,
+            "metric_name": self.metric_name,
+        }
         if options.limit is not None:
-            return Semaphore(
-                name,
-                options.limit,
-                ttl=options.ttl,
-                wait=options.wait,
-                using=options.using,
-                purpose=self.purpose,
-                hold_until_commit=options.hold_until_commit,
-                metric_name=self.metric_name,
-            )
-        return Lock(
-            name,
-            ttl=options.ttl,
-            wait=options.wait,
-            using=options.using,
-            purpose=self.purpose,
-            hold_until_commit=options.hold_until_commit,
-            metric_name=self.metric_name,
-        )
+            return Semaphore(name, options.limit, **settings)
+        return Lock(name, **settings)
 
     def name_for(self, request: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         template = self.template
