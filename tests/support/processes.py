@@ -67,8 +67,8 @@ def child_env(
     ``python_path=False`` PYTHONPATH stays as it is: a child started in the clone's directory
     imports the clone anyway, and test_command_processes measured its commands exiting about
     a second later after a lost lock with any PYTHONPATH set (not yet explained)."""
-    # distlock_variables' keywords are listed again above (not taken as **kwargs) so that each
-    # call site is type-checked and a misspelt one fails, while **more stays free-form.
+    # distlock_variables' keywords are listed again above, not folded into **more, so that each
+    # is named, typed and documented at the one place a child's environment is built.
     env = {**os.environ}
     if python_path:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
