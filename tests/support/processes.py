@@ -1,7 +1,10 @@
-"""The processes a test starts: one way to start them (start_process, with the environment
-child_env builds), and one way to end them (end_processes: every one stopped, reaped and its
-pipes closed). The fault suite's fork server (tests/faults/zygote.py) is the one exception:
-it forks its children for speed, from a process started here."""
+"""The processes a test (or a benchmark) starts: one way to start them (start_process, and
+run_process for one run to its end; the ``processes`` fixture of tests/conftest.py is
+started_processes, which ends what it started), one place their environment is built
+(child_env, and distlock_variables for the DISTLOCK_TEST_* variables alone), and one way to
+end them (end_processes: every one stopped, reaped and its pipes closed). The fault suite's
+fork server (tests/faults/zygote.py) is the one exception: it forks its children for speed,
+from a process started here."""
 
 from __future__ import annotations
 
