@@ -7,7 +7,7 @@ SHELL := bash
 help:
 	@echo "make demo       run the demo project (scripts/demo; DEMO_PORT=8000)"
 	@echo "make test       ruff + the whole test suite (scripts/test; ARGS='-k name' for pytest)"
-	@echo "make quick      ruff + the contract on one backend and the surfaces, minutes (scripts/test-quick)"
+	@echo "make quick      ruff + the contract on one backend and the surfaces, ~30 s (scripts/test-quick)"
 	@echo "make legs       the oldest and a middle supported combination (scripts/test-legs)"
 	@echo "make lint       ruff check, ruff format --check and mypy (with and without otel)"
 	@echo "make format     ruff format + ruff check --fix"

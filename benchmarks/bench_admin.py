@@ -23,8 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the clone, for its imports
+from tests.support.paths import ROOT
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.support.settings")
 
 TARGET_SECONDS = 1.0

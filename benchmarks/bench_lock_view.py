@@ -29,11 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.support.live_server_process import LiveServerProcess  # noqa: E402
-from tests.support.redis_server import RedisServer  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the clone, for its imports
+from tests.support.live_server_process import LiveServerProcess
+from tests.support.paths import ROOT
+from tests.support.processes import distlock_variables
+from tests.support.redis_server import RedisServer
 
 RESULTS = ROOT / "benchmarks" / "results" / "lock_view.json"
 TARGET = 1.2
@@ -117,7 +117,7 @@ def main() -> int:
         LiveServerProcess(
             "tests.support.live_project.asgi:application",
             settings="tests.support.live_project.settings",
-            env={"DISTLOCK_TEST_URL": redis_server.url},
+            env=distlock_variables(url=redis_server.url),
             ready_path="/health/",
         ) as server,
     ):

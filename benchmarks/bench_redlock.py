@@ -32,10 +32,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.support.redis_server import RedisServer  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the clone, for its imports
+from tests.support.paths import ROOT
+from tests.support.redis_server import RedisServer
 
 RESULTS = ROOT / "benchmarks" / "results" / "redlock.json"
 TARGETS = {  # (nodes, other library): the largest allowed ratio of medians

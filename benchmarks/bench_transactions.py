@@ -32,12 +32,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.support.databases import DatabaseServer, MariaDBServer, PostgresServer  # noqa: E402
-from tests.support.redis_server import RedisServer  # noqa: E402
-from tests.support.shop.load import Shop, serve_shop  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the clone, for its imports
+from tests.support.databases import DatabaseServer, MariaDBServer, PostgresServer
+from tests.support.paths import ROOT
+from tests.support.redis_server import RedisServer
+from tests.support.shop.load import Shop, serve_shop
 
 RESULTS = ROOT / "benchmarks" / "results" / "transactions.json"
 # Each row of the table: its pattern as distlock ran it before hold_until_commit (the lock

@@ -30,6 +30,8 @@ from typing import Any
 
 import redis
 
+from tests.support.processes import start_process
+
 from . import anchors, cpu_load
 from .contention_analysis import fairness, time_budget
 from .harness import ROOT, Profile, log, median, paired_ratio, percentile
@@ -43,7 +45,7 @@ class Workers:
 
     def __init__(self, count: int, url: str) -> None:
         self.processes = [
-            subprocess.Popen(
+            start_process(
                 [sys.executable, "-m", "benchmarks.contention_worker", url],
                 cwd=ROOT,
                 stdin=subprocess.PIPE,

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
+
+from tests.support.processes import start_process
 
 # Pure Python, no I/O: runnable all the time, as a CPU-bound request or a report job is.
 BUSY_LOOP = "while True: pass"
@@ -30,7 +31,7 @@ def cores() -> int:
 @contextlib.contextmanager
 def busy_loops(count: int) -> Iterator[list[int]]:
     """Run ``count`` busy-loop processes while the block runs; yield their pids."""
-    processes = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(count)]
+    processes = [start_process([sys.executable, "-c", BUSY_LOOP]) for _ in range(count)]
     try:
         yield [process.pid for process in processes]
     finally:

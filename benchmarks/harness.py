@@ -18,7 +18,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
+from tests.support.processes import run_process
+
 RESULTS = ROOT / "benchmarks" / "results"
 KEY_PREFIX = "bench"
 
@@ -240,7 +242,7 @@ def _cpu_model() -> str:
 
 def _git_commit() -> str:
     try:
-        return subprocess.run(
+        return run_process(
             ["git", "rev-parse", "--short", "HEAD"],
             cwd=ROOT,
             text=True,

@@ -46,6 +46,7 @@ from urllib.parse import urlsplit
 
 import redis
 
+from tests.support.processes import start_process
 from tests.support.redis_server import RedisCluster, RedisServer, free_port, wait_until
 
 from . import anchors
@@ -98,7 +99,7 @@ class Proxies:
     """The delaying proxies' process: one proxy per port, all at the same delay."""
 
     def __init__(self, ports: list[int]) -> None:
-        self.process = subprocess.Popen(
+        self.process = start_process(
             [sys.executable, "-m", "benchmarks.latency_proxy", *map(str, ports)],
             cwd=ROOT,
             stdin=subprocess.PIPE,

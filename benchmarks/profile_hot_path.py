@@ -22,7 +22,6 @@ import collections
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,13 +29,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the clone, for its imports
 
-import redis  # noqa: E402
+import redis
 
-from benchmarks.harness import configure_distlock  # noqa: E402
-from tests.support.redis_server import RedisServer  # noqa: E402
+from benchmarks.harness import configure_distlock
+from tests.support.processes import run_process
+from tests.support.redis_server import RedisServer
 
 NAME = "profile:hot"
 
@@ -119,7 +118,7 @@ def py_spy_top(url: str, pairs: int, shown: int) -> list[tuple[float, str]]:
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     with tempfile.TemporaryDirectory() as folder:
         raw = Path(folder) / "samples.txt"
-        subprocess.run(
+        run_process(
             [
                 py_spy,
                 "record",

@@ -19,10 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # the package under test, tests.support.redis_server, benchmarks.*
-
-from benchmarks import (  # noqa: E402
+# the package under test, tests.support.redis_server, benchmarks.*
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import (
     contention,
     latency,
     listing,
@@ -33,8 +32,10 @@ from benchmarks import (  # noqa: E402
     targets,
     uncontended,
 )
-from benchmarks.harness import FULL, QUICK, RESULTS, Profile, configure_distlock, environment, log  # noqa: E402
-from tests.support.redis_server import RedisServer  # noqa: E402
+from benchmarks.harness import FULL, QUICK, RESULTS, Profile, configure_distlock, environment, log
+from tests.support.paths import ROOT
+from tests.support.processes import child_env, run_process
+from tests.support.redis_server import RedisServer
 
 SECTIONS: dict[str, Callable[[Profile, str], dict[str, Any]]] = {
     "uncontended": uncontended.run,
@@ -135,13 +136,9 @@ def _external(name: str, script: str, profile: Profile, started: float) -> dict[
     if profile is QUICK:
         command += EXTERNAL_QUICK_ARGUMENTS.get(name, ["--quick"])
     log(f"external {script}")
-    environment_variables = {
-        **os.environ,
-        "DISTLOCK_BENCH_PROFILE": profile.name,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
+    environment_variables = child_env(DISTLOCK_BENCH_PROFILE=profile.name)
     try:
-        finished = subprocess.run(
+        finished = run_process(
             command,
             cwd=ROOT,
             env=environment_variables,

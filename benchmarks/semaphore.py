@@ -35,10 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.harness import (  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the clone, for its imports
+from benchmarks.harness import (
     FULL,
     QUICK,
     RESULTS,
@@ -48,7 +46,8 @@ from benchmarks.harness import (  # noqa: E402
     paired_ratio,
     summary,
 )
-from tests.support.redis_server import RedisServer  # noqa: E402
+from tests.support.paths import ROOT
+from tests.support.redis_server import RedisServer
 
 OUTPUT = RESULTS / "semaphore.json"
 LIMIT, TTL = 3, 10

@@ -34,11 +34,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.harness import RESULTS, environment, log  # noqa: E402
-from tests.support.redis_server import RedisServer  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the clone, for its imports
+from benchmarks.harness import RESULTS, environment, log
+from tests.support.paths import ROOT
+from tests.support.redis_server import RedisServer
 
 OUTPUT = RESULTS / "shared.json"
 TTL = 10

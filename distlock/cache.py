@@ -61,8 +61,8 @@ from django.core.cache.backends.locmem import LocMemCache
 from django.db import connections
 
 from .exceptions import InvalidLockName
+from .keys import validate_name
 from .lock import Lock
-from .names import validate_name
 from .validation import seconds
 
 logger = logging.getLogger("distlock")

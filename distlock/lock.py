@@ -28,7 +28,7 @@ from .exceptions import (
     RenewalLimitReached,
 )
 from .info import LockInfo, from_milliseconds, holder_metadata
-from .names import validate_name
+from .keys import validate_name
 from .signals import lock_acquired, lock_contended, lock_lost, lock_released
 from .tokens import SHARED_MARK, new_token
 from .transactions import (

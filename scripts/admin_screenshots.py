@@ -11,23 +11,23 @@ Needs Debian's chromium (apt-get install -y chromium) or DISTLOCK_CHROMIUM.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the clone, for its imports
+from tests.support.processes import child_env, run_process
+
 TEST = "tests/admin/test_admin_kinds_browser.py"
 
 
 def main() -> int:
-    env = {**os.environ, "DISTLOCK_REQUIRE_BROWSER": "1"}
+    env = child_env(DISTLOCK_REQUIRE_BROWSER="1")
     if len(sys.argv) > 1:
         kept = Path(sys.argv[1]).resolve()
         kept.mkdir(parents=True, exist_ok=True)
         env["DISTLOCK_SCREENSHOT_DIR"] = str(kept)
     command = [sys.executable, "-m", "pytest", TEST, "-q", "-p", "no:cacheprovider"]
-    return subprocess.run(command, cwd=ROOT, env=env, check=False).returncode
+    return run_process(command, env, check=False).returncode
 
 
 if __name__ == "__main__":

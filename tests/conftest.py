@@ -14,6 +14,7 @@ import pytest
 
 from distlock.handler import locks
 from tests.support.configs import distlock_settings
+from tests.support.processes import Start, started_processes
 from tests.support.redis_server import RedisServer
 
 
@@ -33,6 +34,14 @@ BACKENDS = chosen(
 )
 # Backends whose locks live in a server that other processes share.
 SHARED_BACKENDS = chosen(["redis", "django_redis", "redlock3", "cluster"])
+
+
+@pytest.fixture
+def processes() -> Iterator[Start]:
+    """``start(command, env=None, **options)``: start a process the one way
+    (tests.support.processes.start_process, env from child_env); each is ended after the test."""
+    with started_processes() as start:
+        yield start
 
 
 @pytest.fixture(scope="session")

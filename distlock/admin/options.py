@@ -40,8 +40,8 @@ from ..backends.base import BaseLockBackend
 from ..exceptions import SemaphoresNotSupported, SharedLocksNotSupported
 from ..handler import locks
 from ..info import LockInfo
+from ..keys import MAX_NAME_LENGTH
 from ..models import HeldLock
-from ..names import MAX_NAME_LENGTH
 from .breadcrumbs import Crumb, breadcrumbs_context
 from .detail import KINDS, read_detail
 from .display import (

@@ -12,11 +12,11 @@ from asgiref.sync import sync_to_async
 from .. import metrics
 from ..exceptions import RenewalLimitReached, SemaphoresNotSupported, SharedLocksNotSupported
 from ..info import LockInfo, SemaphoreInfo, WaiterInfo
-from ..names import KeyLayout
+from ..keys import KeyLayout
 from ..signals import lock_force_released
 from ..tokens import SHARED_MARK
 from ..validation import lease_milliseconds
-from .settings import LIMIT_OPTIONS, Problems, parse_shared
+from .settings import LIMIT_OPTIONS, Problems, parse_common
 
 if TYPE_CHECKING:  # redis is not imported for LocMemBackend
     from .redis_ops.memory import MemoryReport
@@ -85,11 +85,11 @@ class BaseLockBackend:
 
         Subclasses extend it (calling super().configure() first) for their own settings.
         """
-        shared = parse_shared(self.alias, params, self.own_options, type(self).__name__, problems)
-        self.key_prefix = shared.key_prefix
-        self.default_timeout = shared.default_timeout
-        self.options = shared.options
-        self.max_ttl, self.max_renewals = shared.max_ttl, shared.max_renewals
+        common = parse_common(self.alias, params, self.own_options, type(self).__name__, problems)
+        self.key_prefix = common.key_prefix
+        self.default_timeout = common.default_timeout
+        self.options = common.options
+        self.max_ttl, self.max_renewals = common.max_ttl, common.max_renewals
         self.layout = KeyLayout(self.key_prefix)
 
     def lease_ms(self, ttl: float) -> int:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..info import LockInfo, SemaphoreInfo, WaiterInfo
-from ..names import validate_name
+from ..keys import validate_name
 from .base import HANDOFF_GRACE_MS, Attempt, BaseLockBackend, HeldEntry
 from .settings import Problems
 

@@ -37,7 +37,7 @@ import redis
 
 from ..exceptions import BackendUnavailable, InvalidLockBackendError
 from ..info import LockInfo
-from ..names import validate_name
+from ..keys import validate_name
 from .base import DRIFT_FACTOR, DRIFT_MS, Attempt, BaseLockBackend, HeldEntry
 from .redis import RedisBackend
 from .redis_ops import grants, listing, locks

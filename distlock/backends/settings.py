@@ -58,7 +58,7 @@ class Problems:
         )
 
 
-class SharedSettings(NamedTuple):
+class CommonSettings(NamedTuple):
     """What every backend reads from its alias's settings."""
 
     key_prefix: str
@@ -68,15 +68,16 @@ class SharedSettings(NamedTuple):
     max_renewals: int | None
 
 
-def parse_shared(
+def parse_common(
     alias: str,
     params: dict[str, Any],
     own_options: frozenset[str],
     backend: str,
     problems: Problems,
-) -> SharedSettings:
-    """Return the shared settings of ``alias`` (for a ``backend`` that understands the
-    upper-case ``own_options``); note every problem in ``problems``, with defaults instead."""
+) -> CommonSettings:
+    """Return the settings common to every backend of ``alias`` (for a ``backend`` that
+    understands the upper-case ``own_options``); note every problem in ``problems``, with
+    defaults instead."""
     unknown = set(params) - KNOWN_SETTINGS
     if unknown:
         problems.add(
@@ -99,7 +100,7 @@ def parse_shared(
     max_ttl, max_renewals = problems.parse(
         lambda: _parse_limits(alias, options, timeout), no_limits
     )
-    return SharedSettings(key_prefix, timeout, options, max_ttl, max_renewals)
+    return CommonSettings(key_prefix, timeout, options, max_ttl, max_renewals)
 
 
 def _parse_options(

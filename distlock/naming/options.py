@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..names import validate_name
+from ..keys import validate_name
 from .escaping import DIGEST_MARK, escape
 from .templates import compile_template
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from ..names import FORBIDDEN, MAX_NAME_LENGTH
+from ..keys import FORBIDDEN, MAX_NAME_LENGTH
 from .escaping import DIGEST_LENGTH, VALUE_CHARACTERS, digest, escape
 
 __all__ = ["Field", "NameTemplate", "compile_template"]

@@ -27,8 +27,8 @@ from ..lock import Lock
 from ..naming import compile_template
 from ..semaphore import Semaphore
 from ..validation import lease_milliseconds, seconds
-from .names import auser_value, callable_name, user_value
 from .release import LockRelease
+from .request_values import auser_value, callable_name, user_value
 from .responses import LockContended, LockServiceUnavailable
 from .transactions import RequestTransactions, request_transactions
 

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
 import distlock
-from tests.support.processes import child_env, end_processes, start_process
+from tests.support.processes import Start, child_env
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def holder(redis_backend: str) -> Iterator[subprocess.Popen]:
+def holder(redis_backend: str, processes: Start) -> subprocess.Popen:
     """Another process holding 'reports:nightly' until told to extend() (on its stdin)."""
-    process = start_process(
+    return processes(
         [
             sys.executable,
             "-m",
@@ -32,8 +31,6 @@ def holder(redis_backend: str) -> Iterator[subprocess.Popen]:
         stdout=subprocess.PIPE,
         text=True,
     )
-    yield process
-    end_processes([process])
 
 
 def said(process: subprocess.Popen) -> list[str]:

@@ -14,7 +14,7 @@ import pytest
 from distlock.backends.redis_ops import grants, listing, locks, semaphores, shared
 from distlock.backends.redis_ops.scripts import LOADED, LUA, expand, header
 from distlock.backends.redis_ops.steps import Eval, EvalMany, PopThenEval
-from distlock.names import KeyLayout
+from distlock.keys import KeyLayout
 
 FOLDER = Path(str(LUA))
 SCRIPTS = sorted(path.stem for path in FOLDER.glob("*.lua"))

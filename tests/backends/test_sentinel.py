@@ -17,7 +17,7 @@ from distlock import BackendUnavailable
 from distlock.backends.redis import RedisBackend
 from distlock.checks import check_settings
 from distlock.handler import locks
-from distlock.names import bucket_of
+from distlock.keys import bucket_of
 from tests.support.configs import SENTINEL_SERVICE, distlock_settings
 from tests.support.lock_helpers import Acknowledged, Holds
 from tests.support.redis_server import RedisSentinelGroup, RedisServer

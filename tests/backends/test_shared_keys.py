@@ -13,7 +13,7 @@ import redis
 import distlock
 from distlock import LockError, SharedLocksNotSupported
 from distlock.handler import locks
-from distlock.names import bucket_of
+from distlock.keys import bucket_of
 from tests.support.lock_helpers import contenders
 from tests.support.redis_server import RedisCluster, RedisServer
 

@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -26,6 +25,7 @@ from distlock.signals import lock_force_released
 from testproject.management.commands.send_digest import Command as SendDigest
 from tests.support.configs import distlock_settings
 from tests.support.paths import ROOT
+from tests.support.processes import child_env, run_process
 
 pytestmark = pytest.mark.django_db(databases=[])
 
@@ -279,7 +279,7 @@ print("alive")
 
 
 def test_a_pending_lost_signal_does_not_kill_the_process_after_the_run():
-    finished = subprocess.run(
+    finished = run_process(
         [sys.executable, "-c", PENDING_SIGNAL_SCRIPT],
         cwd=ROOT,
         capture_output=True,
@@ -520,14 +520,14 @@ ManagementUtility(["manage.py", "send_digest", "--seconds", "30"]).execute()
 
 
 def test_a_stop_signal_right_after_the_grant_releases_the_lock(redis_backend: str, tmp_path: Path):
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "testproject.settings",
-        "REDIS_URL": redis_backend,
-        "DISTLOCK_KEY_PREFIX": "test",
-        "DJANGO_DB_PATH": str(tmp_path / "db.sqlite3"),
-    }
-    finished = subprocess.run(
+    env = child_env(
+        settings="testproject.settings",
+        python_path=False,  # as the demo's manage.py runs (see child_env)
+        REDIS_URL=redis_backend,
+        DISTLOCK_KEY_PREFIX="test",
+        DJANGO_DB_PATH=str(tmp_path / "db.sqlite3"),
+    )
+    finished = run_process(
         [sys.executable, "-c", SIGNAL_AT_GRANT_SCRIPT],
         cwd=ROOT,
         env=env,

@@ -5,9 +5,7 @@ say that no lock is held. One alias's redis-server is killed while another keeps
 from __future__ import annotations
 
 import io
-import os
 import re
-import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +21,7 @@ from distlock.handler import locks
 from distlock.management.commands.distlock import UNKNOWN_EXIT_CODE
 from tests.support.configs import with_alias_down
 from tests.support.paths import ROOT
+from tests.support.processes import child_env, run_process
 from tests.support.redis_server import RedisServer
 
 CHANGELIST = "admin:distlock_heldlock_changelist"
@@ -48,8 +47,8 @@ def down(settings: Any, redis_url: str) -> Iterator[RedisServer]:
 def manage(redis_url: str, server: RedisServer, *arguments: str) -> tuple[int, str, str]:
     """Run ``manage.py distlock ARGUMENTS`` with the two aliases of ``down``; Django's common
     options (--settings, -v) come after the action, as an operator may type them."""
-    env = {**os.environ, "DISTLOCK_TEST_URL": redis_url, "DISTLOCK_TEST_DOWN_URL": server.url}
-    done = subprocess.run(
+    env = child_env(python_path=False, url=redis_url, down_url=server.url)
+    done = run_process(
         [
             sys.executable,
             "manage.py",

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.support.processes import start_process
+from tests.support.processes import child_env, start_process
 
 # How long past its own wait an answer may take before the client counts as hung.
 ANSWER_MARGIN = 15.0
@@ -32,7 +32,7 @@ class LineClient:
         self.label = label
         self.process = start_process(
             command,
-            {**os.environ, **env},
+            child_env(**env),
             cwd=cwd,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

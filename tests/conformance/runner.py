@@ -17,7 +17,7 @@ from typing import Any
 import redis
 
 from distlock.backends.redis_ops.scripts import LUA
-from distlock.names import KeyLayout
+from distlock.keys import KeyLayout
 from tests.support.paths import ROOT
 
 from .line_client import ClientFailed, LineClient

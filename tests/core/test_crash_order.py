@@ -16,6 +16,7 @@ import distlock
 from distlock.info import holder_metadata
 from distlock.tokens import new_token
 from tests.support.lock_helpers import queued_in_turn, read_line, spawner
+from tests.support.processes import child_env
 
 pytestmark = pytest.mark.django_db(databases=[])
 
@@ -25,7 +26,7 @@ WAITERS = 4
 
 @pytest.fixture
 def spawn(redis_backend: str) -> Iterator:
-    env = {**os.environ, "DISTLOCK_TEST_KIND": "redis", "DISTLOCK_TEST_URL": redis_backend}
+    env = child_env(kind="redis", url=redis_backend)
     with spawner("tests.support.workers", env) as start:
         yield start
 

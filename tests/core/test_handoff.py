@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ from distlock.backends.base import HANDOFF_GRACE_MS
 from distlock.handler import locks
 from tests.support.configs import distlock_settings
 from tests.support.lock_helpers import handoff_delay
-from tests.support.processes import child_env, end_processes, start_process
+from tests.support.processes import Start, child_env
 from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.django_db(databases=[])
@@ -44,23 +43,20 @@ def until(condition: Any, timeout: float = 10.0) -> None:
 
 
 @pytest.fixture
-def waiter_process(redis_backend: str) -> Iterator[Any]:
-    started: list[subprocess.Popen[str]] = []
+def waiter_process(redis_backend: str, processes: Start) -> Any:
     env = child_env(kind="redis", url=redis_backend, data_url=redis_backend)
 
     def start(name: str) -> subprocess.Popen[str]:
-        process = start_process(
+        process = processes(
             [sys.executable, "-m", "tests.support.workers", "waiter", name, "1"],
             env,
             stdout=subprocess.PIPE,
             text=True,
         )
-        started.append(process)
         assert process.stdout is not None and process.stdout.readline().strip() == "ready"
         return process
 
-    yield start
-    end_processes(started)
+    return start
 
 
 def test_a_waiter_killed_while_queued_delays_the_next_by_the_bound_at_most(

@@ -86,7 +86,7 @@ def test_an_index_that_shrinks_during_the_walk_yields_no_lock_twice(
     # Two buckets, far above the size Redis keeps compact (128 entries): ZSCAN pages through
     # their hash tables. When a table shrinks between two pages (most locks released), ZSCAN
     # returns some names again; the walk must not.
-    monkeypatch.setattr("distlock.names.BUCKETS", 2)
+    monkeypatch.setattr("distlock.keys.BUCKETS", 2)
     monkeypatch.setattr(listing, "SCAN_COUNT", 20)
     locks.reset()
     names = [f"held:{number}" for number in range(600)]

@@ -4,11 +4,9 @@ so it runs whether or not the package is installed here."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 
-from tests.support.paths import ROOT
+from tests.support.processes import child_env, run_process
 
 NO_OTEL = """
 import sys
@@ -42,9 +40,9 @@ print("ok")
 
 
 def test_without_opentelemetry_nothing_is_imported_and_locks_work() -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    done = subprocess.run(
+    done = run_process(
         [sys.executable, "-c", NO_OTEL], env=env, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr

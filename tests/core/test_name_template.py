@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distlock.names import MAX_NAME_LENGTH, validate_name
+from distlock.keys import MAX_NAME_LENGTH, validate_name
 from distlock.naming import DIGEST_MARK, fill_template, template_fields
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import distlock
 from distlock import InvalidLockName
-from distlock.names import BUCKETS, KeyLayout, encode_name, validate_name
+from distlock.keys import BUCKETS, KeyLayout, encode_name, validate_name
 
 printable = st.text(
     alphabet=st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), min_size=1, max_size=200

@@ -15,7 +15,7 @@ import redis
 
 import distlock
 from distlock.handler import locks
-from distlock.names import bucket_of
+from distlock.keys import bucket_of
 from tests.support.lock_helpers import elsewhere
 
 pytestmark = pytest.mark.django_db(databases=[])

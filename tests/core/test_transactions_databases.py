@@ -10,8 +10,6 @@ benchmarks/transactions.py, which measures the table of docs/transactions.md.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -21,6 +19,7 @@ import pytest
 
 from tests.support.databases import DatabaseServer
 from tests.support.lock_helpers import free_within
+from tests.support.processes import child_env, run_process
 from tests.support.redis_server import RedisServer
 from tests.support.shop.load import SETTINGS, Shop, serve_shop, shop_env, shop_locks
 
@@ -95,12 +94,12 @@ def test_every_end_of_a_transaction_frees_the_lock_within_100_ms(
     the transaction runs and free within 100 ms of its end."""
     redis_server.flushall()
     with serve_shop(real_database, redis_server.url, workers=0) as served:
-        env = {
-            **os.environ,
+        env = child_env(
+            python_path=False,
+            settings=SETTINGS,
             **shop_env(real_database, served.database, redis_server.url),
-            "DJANGO_SETTINGS_MODULE": SETTINGS,
-        }
-        done = subprocess.run(
+        )
+        done = run_process(
             [sys.executable, "-m", "tests.support.shop.ends"],
             env=env,
             capture_output=True,
@@ -126,14 +125,14 @@ def test_the_stock_is_never_oversold(shop: Shop) -> None:
 def isolation_run(
     database: DatabaseServer, redis_url: str, name: str, level: str, order: str
 ) -> dict[str, Any]:
-    env = {
-        **os.environ,
+    env = child_env(
+        python_path=False,
+        settings="tests.support.shop.settings",
+        url=redis_url,
+        SHOP_ISOLATION=level,
         **database.env(name=name),
-        "DISTLOCK_TEST_URL": redis_url,
-        "DJANGO_SETTINGS_MODULE": "tests.support.shop.settings",
-        "SHOP_ISOLATION": level,
-    }
-    done = subprocess.run(
+    )
+    done = run_process(
         [sys.executable, "-m", "tests.support.shop.isolation", order],
         env=env,
         capture_output=True,

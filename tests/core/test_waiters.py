@@ -12,7 +12,7 @@ import redis
 
 import distlock
 from distlock.info import holder_metadata
-from distlock.names import ABOUT_WAITERS
+from distlock.keys import ABOUT_WAITERS
 from tests.support.lock_helpers import queued_in_turn
 
 pytestmark = pytest.mark.django_db(databases=[])

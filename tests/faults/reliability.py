@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.paths import ROOT
+from tests.support.processes import child_env, run_process
 
 SUITE = ROOT / "tests" / "faults"
 NOT_A_SOAK_FIGURE = {"violations", "kills", "pauses", "worker_errors"}
@@ -41,17 +42,17 @@ def main(argv: list[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="distlock-reliability-") as directory:
         results, junit = Path(directory) / "results.jsonl", Path(directory) / "junit.xml"
-        env = {
-            **os.environ,
-            "DISTLOCK_FAULTS_SCALE": arguments.scale,
-            "DISTLOCK_RELIABILITY_RESULTS": str(results),
-        }
+        env = child_env(
+            python_path=False,
+            DISTLOCK_FAULTS_SCALE=arguments.scale,
+            DISTLOCK_RELIABILITY_RESULTS=str(results),
+        )
         command = shlex.split(os.environ.get("DISTLOCK_PYTEST", "")) or [
             sys.executable,
             "-m",
             "pytest",
         ]
-        status = subprocess.call(
+        status = run_process(
             [
                 *command,
                 str(SUITE.relative_to(ROOT)),
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             ],
             cwd=ROOT,
             env=env,
-        )
+        ).returncode
         entries = (
             [json.loads(line) for line in results.read_text().splitlines()]
             if results.exists()
@@ -257,7 +258,7 @@ def code_version() -> str:
     """The commit the suite ran on, saying so when the working tree had changes."""
 
     def git(*args: str) -> str:
-        return subprocess.run(
+        return run_process(
             ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10
         ).stdout.strip()
 
@@ -275,7 +276,7 @@ def redis_version() -> str:
     try:
         from tests.support.redis_server import find_redis_server
 
-        output = subprocess.run(
+        output = run_process(
             [find_redis_server(), "--version"], capture_output=True, text=True, timeout=10
         ).stdout
         return "redis-server " + output.split("v=")[1].split()[0]

@@ -2,6 +2,9 @@
 conditional on the fencing token, so a holder whose lease ended cannot overwrite the work of
 the holder after it, even when it wakes up convinced it still holds the lock."""
 
+# Its holders are forked by the zygote (tests/faults/conftest.py): these tests need its speed,
+# killing and replacing holders many times.
+
 from __future__ import annotations
 
 import json

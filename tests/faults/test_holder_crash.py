@@ -5,6 +5,9 @@ How soon after depends on the server: Redis 6.2 ends a blocking command's timeou
 waiter's BLPOP, which lasts until the holder's lease ends) on its periodic tick, ``hz`` times
 a second (10 by default), so waiters wake up to 100 ms late; with ``hz 100``, 10 ms."""
 
+# Its holders are forked by the zygote (tests/faults/conftest.py): these tests need its speed,
+# killing and replacing holders many times.
+
 from __future__ import annotations
 
 import random

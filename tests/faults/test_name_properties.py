@@ -17,7 +17,7 @@ import distlock
 from distlock import InvalidLockBackendError, InvalidLockName
 from distlock.backends.settings import _parse_prefix
 from distlock.handler import locks
-from distlock.names import MAX_NAME_LENGTH, KeyLayout, encode_name, validate_name
+from distlock.keys import MAX_NAME_LENGTH, KeyLayout, encode_name, validate_name
 
 # The documented rule: 1 to 1024 characters, none of them a control character (Cc), a lone
 # surrogate (Cs), or a line or paragraph separator (Zl, Zp).

@@ -3,6 +3,9 @@ killed and paused at random; zero overlapping critical sections, by fencing orde
 guarded resource and by the monotonic timestamps the processes recorded. 3,000 acquisitions
 in the normal run, 100,000 in the full one (scripts/reliability)."""
 
+# Its holders are forked by the zygote (tests/faults/conftest.py): these tests need its speed,
+# killing and replacing holders many times.
+
 from __future__ import annotations
 
 import shutil

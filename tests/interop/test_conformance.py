@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tests.support.node import Node
 from tests.support.paths import ROOT
+from tests.support.processes import run_process
 
 CHECKS = [
     "hello",
@@ -39,7 +40,7 @@ for line in sys.stdin:
 
 
 def conformance(*command: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return run_process(
         [sys.executable, "-m", "tests.conformance", "--rounds", "50", "--", *command],
         cwd=ROOT,
         capture_output=True,

@@ -16,6 +16,7 @@ import pytest
 
 from tests.interop.test_conformance import CHECKS, conformance
 from tests.support import vectors
+from tests.support.processes import run_process
 from tests.support.ruby import Ruby
 from tests.tooling.test_vectors import mutate
 
@@ -31,7 +32,7 @@ def test_the_ruby_client_passes_the_conformance_runner(ruby_client: Ruby) -> Non
 
 
 def check_with_ruby(ruby: Ruby, path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return run_process(
         [ruby.binary, str(ruby.client / "test_vectors.rb"), str(path)],
         capture_output=True,
         text=True,

@@ -44,7 +44,7 @@ class Fleet:
 
     def __init__(self, node: Node, kind: str, url: str, cluster_urls: list[str]) -> None:
         self.node, self.kind, self.url = node, kind, url
-        self.node_env = {**os.environ}
+        self.node_env = child_env()
         if kind == "cluster":
             self.node_env["DISTLOCK_NODE_CLUSTER"] = ",".join(cluster_urls)
         else:

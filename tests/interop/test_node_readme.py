@@ -6,7 +6,6 @@ Redis server; a Python holder of the same lock makes the first wait and give up.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -19,6 +18,7 @@ import pytest
 import distlock
 from tests.support.configs import distlock_settings
 from tests.support.node import CLIENT, ROOT, Node
+from tests.support.processes import child_env, run_process
 from tests.support.redis_server import RedisServer
 
 README = CLIENT / "README.md"
@@ -53,9 +53,9 @@ def project(node_client: Node, tmp_path_factory: pytest.TempPathFactory) -> Path
     folder.mkdir()
     npm = shutil.which("npm")
     assert npm is not None  # node_client checked
-    subprocess.run([npm, "init", "-y"], cwd=folder, check=True, capture_output=True, timeout=60)
+    run_process([npm, "init", "-y"], cwd=folder, check=True, capture_output=True, timeout=60)
     target = the_install_line().replace("/path/to/distlock", str(clone))
-    installed = subprocess.run(
+    installed = run_process(
         [npm, "install", target, "--no-audit", "--no-fund", "--prefer-offline"],
         cwd=folder,
         capture_output=True,
@@ -72,10 +72,10 @@ def run(
 ) -> subprocess.CompletedProcess[str]:
     script = project / name
     script.write_text(code)
-    return subprocess.run(
+    return run_process(
         [node.binary, str(script)],
         cwd=project,
-        env={**os.environ, "REDIS_URL": url},
+        env=child_env(REDIS_URL=url),
         capture_output=True,
         text=True,
         timeout=60,

@@ -8,7 +8,7 @@ at random on 127.0.0.1, tuned for speed, not durability (no fsync)::
 
     with PostgresServer() as server:       # initdb, postgres, a database and a login role
         server.django_settings()           # a DATABASES entry for Django
-        server.env()                       # {"DISTLOCK_TEST_DATABASES": JSON}, for processes
+        server.env()                       # {DATABASES_VARIABLE: JSON}, for processes
 
 * :class:`PostgresServer` -- the machine's binaries (``/usr/lib/postgresql/*/bin``, the
   newest; or ``DISTLOCK_POSTGRES_BIN``, a directory with ``initdb`` and ``postgres``).
@@ -49,6 +49,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from tests.support.processes import DATABASES_VARIABLE, distlock_variables
 from tests.support.redis_server import (
     HOST,
     _kill_process,
@@ -84,7 +85,7 @@ __all__ = [
 ]
 
 #: The environment variable that carries DATABASES (JSON) to the processes a test starts.
-DATABASES_ENV = "DISTLOCK_TEST_DATABASES"
+DATABASES_ENV = DATABASES_VARIABLE
 #: Set (CI), missing servers fail the tests that need them instead of skipping them.
 REQUIRE_ENV = "DISTLOCK_REQUIRE_DATABASES"
 #: Ports of servers the machine may run already: never ours.
@@ -114,7 +115,7 @@ def _copy(databases: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any
 def databases_env(databases: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     """``{DISTLOCK_TEST_DATABASES: JSON}``: environment that gives a process these
     DATABASES (``{"default": server.django_settings(), ...}``)."""
-    return {DATABASES_ENV: json.dumps(databases)}
+    return distlock_variables(databases=databases)
 
 
 def databases_from_env(environ: Mapping[str, str] = os.environ) -> dict[str, dict[str, Any]]:

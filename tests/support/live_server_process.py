@@ -7,12 +7,12 @@ configured through environment variables::
 
     with LiveServerProcess("tests.support.live_project.asgi:application",
                            settings="tests.support.live_project.settings",
-                           env={"DISTLOCK_TEST_URL": redis_url}) as server:
+                           env=distlock_variables(url=redis_url)) as server:
         urllib.request.urlopen(server.url + "/health/")
 
     with LiveServerProcess("tests.support.live_project.wsgi:application", server="gunicorn",
                            workers=3, settings="tests.support.live_project.settings",
-                           env={"DISTLOCK_TEST_URL": redis_url,
+                           env={**distlock_variables(url=redis_url),
                                 **postgres_server.env()}) as server:
         server.worker_pids()  # the three worker processes
 
@@ -23,7 +23,6 @@ is killed at exit and when the process that started it dies.
 from __future__ import annotations
 
 import http.client
-import os
 import signal
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tests.support.paths import ROOT
+from tests.support.processes import child_env, run_process
 from tests.support.redis_server import (
     HOST,
     _kill_process,
@@ -87,12 +87,7 @@ class LiveServerProcess(_Managed):
         self.ready_path = ready_path
         self.workers = workers
         self.preload = preload
-        self.env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": settings,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-            **(env or {}),
-        }
+        self.env = {**child_env(settings=settings), **(env or {})}
         self.directory = _temporary_directory(self, "distlock-http-")
         self.log_file = self.directory / "server.log"
         self.port = 0
@@ -267,9 +262,9 @@ def demo_project(redis_url: str, directory: Path) -> LiveServerProcess:
         "DJANGO_DB_PATH": str(directory / "db.sqlite3"),
         "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
     }
-    subprocess.run(
+    run_process(
         [sys.executable, "-m", "django", "migrate", "--noinput", "--verbosity", "0"],
-        env={**os.environ, **env, "DJANGO_SETTINGS_MODULE": "testproject.settings"},
+        {**child_env(settings="testproject.settings"), **env},
         check=True,
         timeout=120,
     )

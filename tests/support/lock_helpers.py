@@ -20,7 +20,7 @@ from distlock import BackendUnavailable
 from distlock.backends.redis_ops.backend import ScriptedBackend
 from distlock.handler import locks
 from distlock.info import holder_metadata
-from tests.support.processes import end_processes, start_process
+from tests.support.processes import started_processes
 
 
 def renewer_threads() -> int:
@@ -73,23 +73,18 @@ def spawner(
     """Yield ``start(*arguments)``, which runs ``python -m module *arguments`` with ``env``
     (child_env()) through start_process (stdout, and stdin if asked, piped as text); every
     process started is killed and reaped at the end."""
-    started: list[subprocess.Popen] = []
+    with started_processes() as start_one:
 
-    def start(*arguments: str) -> subprocess.Popen:
-        process = start_process(
-            [sys.executable, "-m", module, *arguments],
-            env,
-            stdout=subprocess.PIPE,
-            stdin=subprocess.PIPE if stdin else None,
-            text=True,
-        )
-        started.append(process)
-        return process
+        def start(*arguments: str) -> subprocess.Popen:
+            return start_one(
+                [sys.executable, "-m", module, *arguments],
+                env,
+                stdout=subprocess.PIPE,
+                stdin=subprocess.PIPE if stdin else None,
+                text=True,
+            )
 
-    try:
         yield start
-    finally:
-        end_processes(started)
 
 
 def read_line(process: subprocess.Popen, expected: str) -> str:

@@ -5,13 +5,13 @@ cache's writes that fill a server, and freeing them again."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import redis
 
+from tests.support.processes import run_process
 from tests.support.redis_server import RedisServer, find_redis_server
 
 FILLER = "cache:filler:"
@@ -24,7 +24,7 @@ def server_binaries() -> list[str]:
     found: dict[str, str] = {}
     for binary in (find_redis_server(), shutil.which("redis-server")):
         if binary:
-            version = subprocess.run(
+            version = run_process(
                 [binary, "--version"], capture_output=True, text=True, check=True
             ).stdout.split()[2]
             found.setdefault(version, binary)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import ROOT
+from tests.support.processes import run_process
 
 CLIENT = ROOT / "clients" / "node"
 REQUIRE_ENV = "DISTLOCK_REQUIRE_NODE"
@@ -45,7 +45,7 @@ def unavailable(reason: str) -> None:
 
 def install(client: Path, npm: str) -> None:
     """Install the client's dependencies as its lockfile pins them."""
-    result = subprocess.run(
+    result = run_process(
         [npm, "ci", "--prefer-offline", "--no-audit", "--no-fund"],
         cwd=client,
         capture_output=True,

@@ -49,7 +49,7 @@ import redis.cluster
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from tests.support.processes import start_process
+from tests.support.processes import run_process, start_process
 
 __all__ = [
     "HOST",
@@ -689,7 +689,7 @@ class RedisCluster(_Managed):
                 str(self.replicas),
                 "--cluster-yes",
             ]
-            result = subprocess.run(
+            result = run_process(
                 create,
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
@@ -746,7 +746,7 @@ class RedisCluster(_Managed):
 
     def _cli_cluster(self, arguments: list[str], timeout: float) -> None:
         command = [self.cli, "--cluster", *arguments]
-        result = subprocess.run(
+        result = run_process(
             command, stdin=subprocess.DEVNULL, capture_output=True, check=False, timeout=timeout
         )
         if result.returncode != 0:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.support.paths import ROOT
+from tests.support.processes import run_process
 
 CLIENT = ROOT / "clients" / "ruby"
 REQUIRE_ENV = "DISTLOCK_REQUIRE_RUBY"
@@ -42,9 +42,7 @@ def ruby_client() -> Ruby:
     if ruby is None:
         unavailable("ruby is not on PATH")
     assert ruby is not None
-    found = subprocess.run(
-        [ruby, "-e", "require 'redis'"], capture_output=True, text=True, timeout=60
-    )
+    found = run_process([ruby, "-e", "require 'redis'"], capture_output=True, text=True, timeout=60)
     if found.returncode != 0:
         unavailable(f"ruby cannot load redis-rb: {found.stderr.strip()[-500:]}")
     return Ruby(ruby, CLIENT)

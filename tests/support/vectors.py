@@ -22,7 +22,7 @@ from typing import Any
 from redis.crc import key_slot
 
 from distlock.backends.redis_ops.scripts import LUA, load
-from distlock.names import ABOUT_WAITERS, BUCKETS, LAYOUT_VERSION, KeyLayout, encode_name
+from distlock.keys import ABOUT_WAITERS, BUCKETS, LAYOUT_VERSION, KeyLayout, encode_name
 
 FILE = Path(str(LUA)) / "vectors.json"
 PREFIXES = ["distlock", "myproject:locks"]

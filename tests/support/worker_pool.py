@@ -23,7 +23,10 @@ P = TypeVar("P", bound="WorkerPool")
 class WorkerPool:
     """Start worker processes with ``spawn()``; subclasses say which in ``start()``."""
 
-    def __init__(self, server: RedisServer, directory: Path, settings_module: str) -> None:
+    def __init__(
+        self, server: RedisServer, directory: Path, settings_module: str, **env: str
+    ) -> None:
+        """``env``: more of child_env's keywords (tasks_db, other variables)."""
         base = server.url.rsplit("/", 1)[0]
         self.server = server
         self.directory = directory
@@ -31,8 +34,9 @@ class WorkerPool:
             kind="redis",
             url=f"{base}/0",
             data_url=f"{base}/2",
+            broker=f"{base}/1",
             settings=settings_module,
-            DISTLOCK_TEST_BROKER=f"{base}/1",
+            **env,
         )
         self.data = redis.Redis.from_url(self.env["DISTLOCK_TEST_DATA_URL"], decode_responses=True)
         self.processes: list[subprocess.Popen[bytes]] = []

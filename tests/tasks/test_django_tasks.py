@@ -4,7 +4,6 @@ backends in this process and with real ``db_worker`` processes of django-tasks-d
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 import distlock
 from tests.support.paths import ROOT
+from tests.support.processes import run_process
 from tests.support.redis_server import RedisServer
 from tests.support.worker_pool import WorkerPool, running
 
@@ -70,9 +70,13 @@ class DbWorkers(WorkerPool):
     """Two ``manage.py db_worker`` processes on one SQLite file."""
 
     def __init__(self, server: RedisServer, directory: Path) -> None:
-        super().__init__(server, directory, "tests.support.tasks_settings")
-        self.env["DISTLOCK_TEST_TASKS_DB"] = str(directory / "tasks.sqlite3")
-        self.env["DISTLOCK_FENCING_DB"] = str(directory / "fencing.sqlite3")
+        super().__init__(
+            server,
+            directory,
+            "tests.support.tasks_settings",
+            tasks_db=str(directory / "tasks.sqlite3"),
+            DISTLOCK_FENCING_DB=str(directory / "fencing.sqlite3"),
+        )
 
     def start(self) -> None:
         self.run("-m", "django", "migrate", "--verbosity", "0")
@@ -91,7 +95,7 @@ class DbWorkers(WorkerPool):
             )
 
     def run(self, *arguments: str) -> str:
-        done = subprocess.run(
+        done = run_process(
             [sys.executable, *arguments],
             cwd=ROOT,
             env=self.env,

@@ -27,11 +27,11 @@ from tests.support.databases import (
     DatabaseServer,
     MariaDBServer,
     PostgresServer,
-    databases_env,
     databases_from_env,
     django_connections,
 )
 from tests.support.live_server_process import LiveServerProcess
+from tests.support.processes import child_env, distlock_variables, run_process
 from tests.support.redis_server import RedisServer, wait_until
 
 # The SQL asking a server where its data directory is, per Django vendor.
@@ -207,10 +207,10 @@ def test_gunicorn_workers_are_processes_on_the_databases(
         preload=True,
         settings="tests.support.live_project.settings",
         ready_path="/health/",
-        env={
-            "DISTLOCK_TEST_URL": redis_server.url,
-            **databases_env({alias: server.django_settings() for alias, server in servers.items()}),
-        },
+        env=distlock_variables(
+            url=redis_server.url,
+            databases={alias: server.django_settings() for alias, server in servers.items()},
+        ),
     ) as server:
         worker_pids = server.worker_pids()
         assert len(worker_pids) == workers and server.pid not in worker_pids
@@ -244,16 +244,15 @@ def test_manage_py_check_is_clean_on_each_database(
 ) -> None:
     """distlock's unmanaged HeldLock model gives MySQL/MariaDB no reason to warn (mysql.W003
     for a unique CharField over 255 characters), as no project using distlock should see."""
-    import subprocess
     import sys
 
-    env = {
-        **os.environ,
+    env = child_env(
+        python_path=False,
+        settings="tests.support.shop.settings",
+        url=redis_server.url,
         **real_database.env(),
-        "DISTLOCK_TEST_URL": redis_server.url,
-        "DJANGO_SETTINGS_MODULE": "tests.support.shop.settings",
-    }
-    done = subprocess.run(
+    )
+    done = run_process(
         [sys.executable, "-m", "django", "check", "--database", "default"],
         env=env,
         capture_output=True,

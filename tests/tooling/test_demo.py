@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import ROOT
-from tests.support.processes import start_process
+from tests.support.processes import run_process, start_process
 from tests.support.redis_server import free_port
 
 pytestmark = pytest.mark.timeout(300)
@@ -122,7 +122,7 @@ def test_the_demo_stops_everything_it_started(demo: Demo, stop: signal.Signals) 
         for key, value in os.environ.items()
         if key not in {"REDIS_URL", "DJANGO_SETTINGS_MODULE"}
     }
-    shell = subprocess.run(
+    shell = run_process(
         [
             sys.executable,
             "manage.py",

@@ -17,7 +17,7 @@ CORE = [
     "backends",
     "exceptions",
     "info",
-    "names",
+    "keys",
     "validation",
     "tokens",
     "renewal",

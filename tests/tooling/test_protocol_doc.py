@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from distlock.names import LAYOUT_VERSION
+from distlock.keys import LAYOUT_VERSION
 from tests.support.protocol_doc import (
     DOCUMENT,
     FOLDER,

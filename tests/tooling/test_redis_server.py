@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 import textwrap
 import threading
@@ -19,6 +18,7 @@ import redis.sentinel
 
 from tests.support import redis_server as rs
 from tests.support.paths import ROOT
+from tests.support.processes import run_process
 from tests.support.redis_server import (
     RedisCluster,
     RedisSentinelGroup,
@@ -62,7 +62,7 @@ def _listening(port: int) -> bool:
 def test_binaries_are_found_and_runnable() -> None:
     for path in (find_redis_server(), find_redis_cli()):
         assert os.access(path, os.X_OK)
-        out = subprocess.run([path, "--version"], capture_output=True, check=True, timeout=10)
+        out = run_process([path, "--version"], capture_output=True, check=True, timeout=10)
         assert out.stdout
 
 
@@ -238,7 +238,7 @@ def test_atexit_kills_servers_the_test_forgot() -> None:
         server = RedisServer().start()
         print(server.pid, server.port, flush=True)
     """)
-    out = subprocess.run(
+    out = run_process(
         [sys.executable, "-c", script],
         cwd=ROOT,
         capture_output=True,

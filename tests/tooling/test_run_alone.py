@@ -4,12 +4,12 @@ Each is run in a pytest process of its own, as a developer would rerun a failing
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
 
 from tests.support.paths import ROOT
+from tests.support.processes import run_process
 
 # Every test that sets up only the "fencing" database (databases=["fencing"]).
 ALONE = [
@@ -20,7 +20,7 @@ ALONE = [
 
 @pytest.mark.parametrize("node_id", ALONE, ids=lambda node_id: node_id.rsplit("::", 1)[1][:40])
 def test_runs_alone_by_node_id(node_id: str) -> None:
-    done = subprocess.run(
+    done = run_process(
         [sys.executable, "-m", "pytest", node_id, "-q", "-p", "no:cacheprovider"],
         cwd=ROOT,
         capture_output=True,

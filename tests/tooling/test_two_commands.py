@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import ROOT
-from tests.support.processes import start_process
+from tests.support.processes import run_process, start_process
 from tests.support.redis_server import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -73,7 +73,7 @@ def clean_environment(folder: Path, *, compiler: bool) -> dict[str, str]:
 
 
 def found(env: dict[str, str], tool: str) -> str:
-    probe = subprocess.run(
+    probe = run_process(
         ["bash", "-c", f"command -v {tool} || true"],
         env=env,
         capture_output=True,
@@ -90,7 +90,7 @@ def fresh_clone(
     """The clone, the bare environment and the one with a compiler."""
     tmp_path = tmp_path_factory.mktemp("fresh")
     clone = tmp_path / "distlock"
-    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    run_process(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     assert not (clone / ".venv").exists()
     bare = clean_environment(tmp_path / "bare", compiler=False)
     with_cc = clean_environment(tmp_path / "with-cc", compiler=True)
@@ -175,7 +175,7 @@ def test_demo_then_tests_from_a_fresh_clone(fresh_clone) -> None:
     assert "stopping redis-server" in rest
 
     # No compiler: scripts/test says what to install, in one line, before installing anything.
-    told = subprocess.run(
+    told = run_process(
         ["scripts/test"], cwd=clone, env=env, capture_output=True, text=True, timeout=120
     )
     assert told.returncode == 1, told.stdout + told.stderr
@@ -183,7 +183,7 @@ def test_demo_then_tests_from_a_fresh_clone(fresh_clone) -> None:
     assert told.stderr.count("\n") == 1, told.stderr
     assert "apt-get install -y gcc make python3-dev" in told.stderr, told.stderr
 
-    tests = subprocess.run(
+    tests = run_process(
         [
             "scripts/test",
             "-q",
@@ -201,7 +201,7 @@ def test_demo_then_tests_from_a_fresh_clone(fresh_clone) -> None:
     assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-3000:]
     assert re.search(r"\d+ passed", tests.stdout), tests.stdout[-3000:]
     # The MariaDB driver the tests use is one Django's MySQL backend accepts.
-    driver = subprocess.run(
+    driver = run_process(
         [
             ".venv/bin/python",
             "-c",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 from tests.support import vectors
 from tests.support.node import Node
 from tests.support.paths import ROOT
+from tests.support.processes import child_env, run_process
 
 NODE_TEST = ROOT / "clients" / "node" / "test" / "vectors.test.mjs"
 
@@ -39,7 +39,7 @@ def test_every_script_file_has_its_sha1() -> None:
 
 
 def check_with_python(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return run_process(
         [sys.executable, "-m", "tests.support.vectors", "check", str(path)],
         cwd=ROOT,
         capture_output=True,
@@ -49,10 +49,10 @@ def check_with_python(path: Path) -> subprocess.CompletedProcess[str]:
 
 
 def check_with_node(node: Node, path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return run_process(
         [node.binary, "--test", str(NODE_TEST)],
         cwd=ROOT,
-        env={**os.environ, "DISTLOCK_VECTORS": str(path)},
+        env=child_env(DISTLOCK_VECTORS=str(path)),
         capture_output=True,
         text=True,
         timeout=120,
@@ -66,7 +66,7 @@ def test_the_node_client_derives_every_vector(node_client: Node) -> None:
 
 def test_the_node_clients_own_tests_pass(node_client: Node) -> None:
     # clients/node/test/: the vectors, and a KEY_PREFIX with braces refused
-    result = subprocess.run(
+    result = run_process(
         [node_client.binary, "--test", "test/"],
         cwd=node_client.client,
         capture_output=True,

@@ -18,6 +18,7 @@ import pytest
 import redis
 
 from tests.support.live_server_process import LiveServerProcess, demo_project
+from tests.support.processes import distlock_variables
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db(databases=[])
@@ -30,7 +31,7 @@ def server(redis_server: RedisServer) -> Iterator[LiveServerProcess]:
     with LiveServerProcess(
         "tests.support.live_project.asgi:application",
         settings="tests.support.live_project.settings",
-        env={"DISTLOCK_TEST_URL": redis_server.url},
+        env=distlock_variables(url=redis_server.url),
         ready_path="/health/",
     ) as live:
         yield live

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import distlock
 from distlock import lock_view
-from distlock.names import MAX_NAME_LENGTH, KeyLayout, validate_name
+from distlock.keys import MAX_NAME_LENGTH, KeyLayout, validate_name
 from distlock.naming import compile_template
 
 pytestmark = pytest.mark.django_db(databases=[])

@@ -1,4 +1,4 @@
-// How a lock's name becomes its Redis keys (docs/protocol.md, "Keys"; distlock/names.py).
+// How a lock's name becomes its Redis keys (docs/protocol.md, "Keys"; distlock/keys.py).
 export const LAYOUT_VERSION = 2;
 export const BUCKETS = 1024;
 export const MAX_NAME_LENGTH = 1024;

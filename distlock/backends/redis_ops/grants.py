@@ -8,7 +8,7 @@ locks.took_lock). Extend, inspect and listing are the one-server calls (.locks, 
 
 from __future__ import annotations
 
-from ...names import KeyLayout
+from ...keys import KeyLayout
 from ..base import HANDOFF_GRACE_MS
 from .scripts import load
 from .steps import Eval, Pop, Steps, flag

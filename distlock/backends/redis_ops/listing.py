@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...info import LockInfo
-from ...names import KeyLayout
+from ...keys import KeyLayout
 from ..base import HeldEntry
 from .locks import lock_info_from
 from .runner import REDIRECTS, STALE_ROUTE, Runner

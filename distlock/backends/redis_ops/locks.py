@@ -14,7 +14,7 @@ from typing import Any
 
 from ...exceptions import BackendUnavailable
 from ...info import LockInfo, WaiterInfo
-from ...names import ABOUT_WAITERS, KeyLayout, validate_name
+from ...keys import ABOUT_WAITERS, KeyLayout, validate_name
 from ..base import HANDOFF_GRACE_MS, Attempt
 from .scripts import load
 from .steps import Confirmed, Eval, PopThenEval, Scope, Steps, flag, text

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from ...info import LockInfo, SemaphoreInfo
-from ...names import validate_name
+from ...keys import validate_name
 from ..base import HANDOFF_GRACE_MS, Attempt
 from .scripts import load
 from .steps import Eval, EvalMany, PopThenEval, Scope, Steps, flag, text

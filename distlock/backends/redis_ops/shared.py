@@ -16,7 +16,7 @@ from typing import Any
 
 from ...exceptions import BackendUnavailable
 from ...info import LockInfo
-from ...names import KeyLayout, validate_name
+from ...keys import KeyLayout, validate_name
 from ..base import HANDOFF_GRACE_MS, Attempt
 from . import locks
 from .locks import attempt_from

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from ...exceptions import BackendUnavailable, RenewalLimitReached
-from ...names import KeyLayout
+from ...keys import KeyLayout
 from .scripts import Script
 
 T = TypeVar("T")

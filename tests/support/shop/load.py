@@ -6,8 +6,6 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -15,6 +13,7 @@ from typing import Any, NamedTuple
 
 from tests.support.databases import DatabaseServer
 from tests.support.live_server_process import LiveServerProcess
+from tests.support.processes import child_env, distlock_variables, run_process
 from tests.support.redis_server import HOST
 
 SETTINGS = "tests.support.shop.settings"
@@ -99,7 +98,7 @@ def shop_env(
 ) -> dict[str, str]:
     return {
         **database.env(name=name),
-        "DISTLOCK_TEST_URL": redis_url,
+        **distlock_variables(url=redis_url),
         "SHOP_HOLD_UNTIL_COMMIT": "1" if hold_until_commit else "0",
     }
 
@@ -132,9 +131,9 @@ def serve_shop(
         env = shop_env(database, name, redis_url, hold_until_commit)
         if gc_disabled:
             env["SHOP_GC_DISABLED"] = "1"
-        subprocess.run(
+        run_process(
             [sys.executable, "-m", "django", "migrate", "--noinput", "-v", "0"],
-            env={**os.environ, **env, "DJANGO_SETTINGS_MODULE": SETTINGS},
+            {**child_env(settings=SETTINGS), **env},
             check=True,
             timeout=180,
         )

@@ -10,7 +10,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from ..exceptions import InvalidLockName
-from ..names import validate_name
+from ..keys import validate_name
 from ..naming import digest, escape
 
 
