@@ -81,7 +81,7 @@ def layers(url: str) -> dict[str, Callable[[], object]]:
         backend.exclusive.try_acquire(
             Request(NAME, SCRIPT_TOKEN, SCRIPT_TTL_MS, meta, SCRIPT_PATIENCE_MS)
         )
-        backend.release(NAME, SCRIPT_TOKEN, every_level=True)  # as a Lock's last release
+        backend.exclusive.release(NAME, SCRIPT_TOKEN, every_level=True)  # as a Lock's last release
 
     def public_api() -> None:
         lock = distlock.lock(NAME, ttl=SCRIPT_TTL_MS / 1000)

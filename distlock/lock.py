@@ -143,7 +143,7 @@ class Lock:
         next acquire will use."""
         if self._backend is not None:
             return self._backend
-        return handler.locks[self.using].operations["shared" if self.shared else self.kind]
+        return handler.locks[self.using].of_kind("shared" if self.shared else self.kind)
 
     # --- acquire ------------------------------------------------------------------------
     def acquire(self, wait: float | None = _UNSET) -> bool:

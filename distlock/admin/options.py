@@ -304,7 +304,7 @@ class ReleaseRequest(NamedTuple):
 class OneHold:
     """What releasing one hold of a kind with several holders says and calls."""
 
-    kind: str  # which operations of the backend (BaseLockBackend.operations)
+    kind: str  # which operations of the backend (BaseLockBackend.of_kind)
     unsupported: type[Exception]
     title: str
     confirm: dict[str, bool]
@@ -556,7 +556,7 @@ class HeldLockAdmin(admin.ModelAdmin):
         form, alias, name, number, back = asked
         gone = kind.gone.format(name=name, alias=alias, number=number)
         try:
-            operations = locks[alias].operations[kind.kind]
+            operations = locks[alias].of_kind(kind.kind)
             if isinstance(operations, Unsupported):  # said as an alias that cannot be read
                 raise operations.error()
             holder = next((h for h in operations.inspect(name) if h.fencing_token == number), None)

@@ -4,8 +4,9 @@ release), the settings every backend shares, and one operations object per kind 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from asgiref.sync import sync_to_async
 
@@ -41,6 +42,9 @@ DRIFT_FACTOR = 0.01
 DRIFT_MS = 2
 # Locks read per batch (one round trip) while walking the held locks.
 HELD_BATCH = 2000
+# The kinds of hold, as a Lock (its ``kind``, "shared" for a shared hold) and the metrics'
+# distlock.kind name them.
+KINDS = ("lock", "shared", "semaphore")
 
 
 class BaseLockBackend:
@@ -49,7 +53,7 @@ class BaseLockBackend:
     distlock.backends.operations), and answer operators (``held``, ``info``,
     ``force_release``, ...).
 
-    Subclasses supply their operations (``make_operations``) and ``info``; the ``a``-prefixed
+    Subclasses supply their operations (``kind_classes``) and ``info``; the ``a``-prefixed
     async twins here run the sync ones in a worker thread unless a subclass has a native
     async client. A backend without semaphores or shared locks keeps Unsupported operations
     for them: acquiring raises SemaphoresNotSupported / SharedLocksNotSupported.
@@ -62,31 +66,57 @@ class BaseLockBackend:
     # Why a backend keeps no shared locks, for SharedLocksNotSupported's message.
     no_shared_locks = "it does not keep them"
 
-    exclusive: Operations
-    shared: Operations
-    semaphores: SemaphoreKind
+    # The operations class of each kind this backend keeps, by the word a Lock and the
+    # metrics name the kind with; a kind missing here is Unsupported.
+    kind_classes: ClassVar[dict[str, type[Operations]]] = {"lock": Operations}
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         self.alias = alias
+        # Weak: an operations object holds its backend (a Lock holding it keeps the backend),
+        # so the backend must not hold it back, or a backend let go would wait for the
+        # garbage collector to close its connections (see __del__).
+        self._kinds: dict[str, weakref.ref[Operations]] = {}
         problems = Problems()
         self.configure(params, problems)
         problems.raise_any()
-        self.exclusive, self.shared, self.semaphores = self.make_operations()
-        # By the word a Lock and the metrics name the kind with ("lock", "shared", ...).
-        self.operations: dict[str, Operations] = {ops.kind: ops for ops in self.kinds()}
 
-    def make_operations(self) -> tuple[Operations, Operations, SemaphoreKind]:
-        """Return this backend's operations of each kind: exclusive, shared, semaphores.
-        (Here the exclusive ones are abstract and the other kinds refused.)"""
-        return (
-            Operations(self),
-            Unsupported(self, "shared", self.shared_locks_not_supported),
-            UnsupportedSemaphores(self, "semaphore", self.semaphores_not_supported),
-        )
+    def of_kind(self, kind: str) -> Operations:
+        """Return this backend's operations of ``kind``: "lock", "shared" or "semaphore"."""
+        ref = self._kinds.get(kind)
+        operations = None if ref is None else ref()
+        if operations is None:
+            operations = self._make_operations(kind)
+            self._kinds[kind] = weakref.ref(operations)
+        return operations
 
-    def kinds(self) -> tuple[Operations, Operations, SemaphoreKind]:
+    def _make_operations(self, kind: str) -> Operations:
+        made = self.kind_classes.get(kind)
+        if made is not None:
+            return made(self)
+        if kind == "shared":
+            return Unsupported(self, kind, self.shared_locks_not_supported)
+        if kind == "semaphore":
+            return UnsupportedSemaphores(self, kind, self.semaphores_not_supported)
+        raise KeyError(f"{kind!r} is no kind of hold: one of {', '.join(KINDS)}.")
+
+    @property
+    def exclusive(self) -> Operations:
+        """The exclusive lock's operations."""
+        return self.of_kind("lock")
+
+    @property
+    def shared(self) -> Operations:
+        """The shared holds' operations (Unsupported where there are none)."""
+        return self.of_kind("shared")
+
+    @property
+    def semaphores(self) -> SemaphoreKind:
+        """The semaphores' operations (Unsupported where there are none)."""
+        return cast(SemaphoreKind, self.of_kind("semaphore"))
+
+    def kinds(self) -> tuple[Operations, ...]:
         """The operations of every kind, for a surface that shows or counts each."""
-        return self.exclusive, self.shared, self.semaphores
+        return tuple(map(self.of_kind, KINDS))
 
     def configure(self, params: dict[str, Any], problems: Problems) -> None:
         """Parse the settings; note every problem in ``problems`` rather than stop at the first.

@@ -30,7 +30,7 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
 import redis
@@ -39,14 +39,7 @@ from ..exceptions import BackendUnavailable, InvalidLockBackendError
 from ..info import LockInfo
 from ..names import validate_name
 from .base import DRIFT_FACTOR, DRIFT_MS, Attempt, BaseLockBackend, HeldEntry
-from .operations import (
-    ExclusiveKind,
-    Operations,
-    Request,
-    SemaphoreKind,
-    Unsupported,
-    UnsupportedSemaphores,
-)
+from .operations import ExclusiveKind, Operations, Request
 from .redis import RedisBackend
 from .redis_ops import grants, listing, locks
 from .redis_ops.fanout import Results, Skipped, afan_out, fan_out
@@ -123,6 +116,63 @@ class Sleep(NamedTuple):
     seconds: float
 
 
+class RedlockOperations(ExclusiveKind):
+    """The exclusive lock on a majority of the nodes: each operation is one of the
+    backend's generators (``_acquire``, ``_turn``, ...), driven by its ``run``/``arun``."""
+
+    backend: RedlockBackend
+
+    def try_acquire(self, request: Request, grant: str | None = None) -> Attempt:
+        return self.backend.run(self._acquire(request, grant))
+
+    async def atry_acquire(self, request: Request, grant: str | None = None) -> Attempt:
+        return await self.backend.arun(self._acquire(request, grant))
+
+    def _acquire(self, request: Request, grant: str | None) -> Steps[Attempt]:
+        name, token, ttl_ms, meta, patience_ms, _, _ = request
+        return self.backend._acquire(name, token, ttl_ms, meta, grant, patience_ms)
+
+    def acquire_when_free(self, request: Request, timeout: float) -> Attempt:
+        # Block on one node for a grant, then present it to every node.
+        grant = self.backend.run(self.backend._turn(request.name, timeout))
+        sent = time.monotonic()
+        return self.try_acquire(request, grant)._replace(sent=sent)
+
+    async def aacquire_when_free(self, request: Request, timeout: float) -> Attempt:
+        grant = await self.backend.arun(self.backend._turn(request.name, timeout))
+        sent = time.monotonic()
+        return (await self.atry_acquire(request, grant))._replace(sent=sent)
+
+    def leave(self, name: str, token: str) -> None:
+        self.backend.run(self.backend._leave(name, token))
+
+    async def aleave(self, name: str, token: str) -> None:
+        await self.backend.arun(self.backend._leave(name, token))
+
+    def release(self, name: str, token: str, *, every_level: bool = False) -> int:
+        return self.backend.run(self.backend._release(name, token, every_level))
+
+    async def arelease(self, name: str, token: str, *, every_level: bool = False) -> int:
+        return await self.backend.arun(self.backend._release(name, token, every_level))
+
+    def extend(
+        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
+    ) -> bool:
+        return self.backend.run(self.backend._extend(name, token, ttl_ms, renewal, reenter))
+
+    async def aextend(
+        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
+    ) -> bool:
+        return await self.backend.arun(self.backend._extend(name, token, ttl_ms, renewal, reenter))
+
+    def inspect(self, name: str) -> tuple[LockInfo, ...]:
+        info = self.backend.info(name)  # a majority's holder (no shared holds on Redlock)
+        return () if info is None else (info,)
+
+    def list(self, prefix: str = "") -> list[HeldEntry]:
+        return self.backend.held_entries(prefix)
+
+
 class RedlockBackend(BaseLockBackend):
     """Locks on a majority of independent Redis servers; LOCATION is the list of their URLs.
 
@@ -137,12 +187,8 @@ class RedlockBackend(BaseLockBackend):
     no_semaphores = NO_SEMAPHORES
     no_shared_locks = NO_SHARED_LOCKS
 
-    def make_operations(self) -> tuple[Operations, Operations, SemaphoreKind]:
-        return (
-            RedlockOperations(self),
-            Unsupported(self, "shared", self.shared_locks_not_supported),
-            UnsupportedSemaphores(self, "semaphore", self.semaphores_not_supported),
-        )
+    # Shared locks and semaphores: Unsupported (NO_SHARED_LOCKS, NO_SEMAPHORES say why).
+    kind_classes: ClassVar[dict[str, type[Operations]]] = {"lock": RedlockOperations}
 
     def configure(self, params: dict[str, Any], problems: Problems) -> None:
         super().configure(params, problems)
@@ -669,60 +715,3 @@ def _limit_reached(reply: Any) -> bool:
 
 def _always(results: Results) -> bool:
     return True
-
-
-class RedlockOperations(ExclusiveKind):
-    """The exclusive lock on a majority of the nodes: each operation is one of the
-    backend's generators (``_acquire``, ``_turn``, ...), driven by its ``run``/``arun``."""
-
-    backend: RedlockBackend
-
-    def try_acquire(self, request: Request, grant: str | None = None) -> Attempt:
-        return self.backend.run(self._acquire(request, grant))
-
-    async def atry_acquire(self, request: Request, grant: str | None = None) -> Attempt:
-        return await self.backend.arun(self._acquire(request, grant))
-
-    def _acquire(self, request: Request, grant: str | None) -> Steps[Attempt]:
-        name, token, ttl_ms, meta, patience_ms, _, _ = request
-        return self.backend._acquire(name, token, ttl_ms, meta, grant, patience_ms)
-
-    def acquire_when_free(self, request: Request, timeout: float) -> Attempt:
-        # Block on one node for a grant, then present it to every node.
-        grant = self.backend.run(self.backend._turn(request.name, timeout))
-        sent = time.monotonic()
-        return self.try_acquire(request, grant)._replace(sent=sent)
-
-    async def aacquire_when_free(self, request: Request, timeout: float) -> Attempt:
-        grant = await self.backend.arun(self.backend._turn(request.name, timeout))
-        sent = time.monotonic()
-        return (await self.atry_acquire(request, grant))._replace(sent=sent)
-
-    def leave(self, name: str, token: str) -> None:
-        self.backend.run(self.backend._leave(name, token))
-
-    async def aleave(self, name: str, token: str) -> None:
-        await self.backend.arun(self.backend._leave(name, token))
-
-    def release(self, name: str, token: str, *, every_level: bool = False) -> int:
-        return self.backend.run(self.backend._release(name, token, every_level))
-
-    async def arelease(self, name: str, token: str, *, every_level: bool = False) -> int:
-        return await self.backend.arun(self.backend._release(name, token, every_level))
-
-    def extend(
-        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
-    ) -> bool:
-        return self.backend.run(self.backend._extend(name, token, ttl_ms, renewal, reenter))
-
-    async def aextend(
-        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
-    ) -> bool:
-        return await self.backend.arun(self.backend._extend(name, token, ttl_ms, renewal, reenter))
-
-    def inspect(self, name: str) -> tuple[LockInfo, ...]:
-        info = self.backend.info(name)  # a majority's holder (no shared holds on Redlock)
-        return () if info is None else (info,)
-
-    def list(self, prefix: str = "") -> list[HeldEntry]:
-        return self.backend.held_entries(prefix)

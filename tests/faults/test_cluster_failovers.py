@@ -51,7 +51,7 @@ def try_each(backend: RedisBackend, names: list[str]) -> Counter[str]:
         try:
             if backend.exclusive.try_acquire(Request(name, token, 30_000, "{}", 0)).acquired:
                 outcomes["acquired"] += 1
-                backend.release(name, token)
+                backend.exclusive.release(name, token)
         except BackendUnavailable:
             outcomes["unavailable"] += 1
     return outcomes

@@ -125,7 +125,7 @@ def release_many(tokens: dict[str, str]) -> None:
         held.release_all(tokens)
         return
     for name, token in tokens.items():
-        backend.release(name, token)
+        backend.exclusive.release(name, token)
 
 
 @contextmanager
@@ -175,7 +175,7 @@ class Holds:
         time.sleep(0.01)
         held_until = time.monotonic()
         try:
-            backend.release(name, token)
+            backend.exclusive.release(name, token)
         except BackendUnavailable:
             held_until = asked + ttl  # the holder must assume it holds it until then
         self.intervals.append((client, held_from, held_until))

@@ -9,11 +9,12 @@ through one list per waiter. One operations object per kind: .exclusive, .shared
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from ...info import LockInfo, WaiterInfo
 from ...names import validate_name
 from ..base import BaseLockBackend
+from ..operations import Operations
 from ..settings import Problems
 from .exclusive import Locks
 from .semaphores import Semaphores
@@ -33,8 +34,11 @@ class LocMemBackend(BaseLockBackend):
         with stores_guard:
             self.store = stores.setdefault(f"{self.key_prefix}:{location}", Store())
 
-    def make_operations(self) -> tuple[Locks, SharedLocks, Semaphores]:
-        return Locks(self), SharedLocks(self), Semaphores(self)
+    kind_classes: ClassVar[dict[str, type[Operations]]] = {
+        "lock": Locks,
+        "shared": SharedLocks,
+        "semaphore": Semaphores,
+    }
 
     def info(self, name: str) -> LockInfo | None:
         # The exclusive holder, else the first shared holder to end (as on Redis).

@@ -10,10 +10,12 @@ loop), DjangoRedisBackend borrows a django-redis cache's. Each operation is one 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import ClassVar
 
 from ...exceptions import BackendUnavailable
 from ...info import LockInfo, WaiterInfo
 from ..base import BaseLockBackend, check_prefix
+from ..operations import Operations
 from . import listing, locks, shared
 from .kinds import LockOperations, SemaphoreOperations, SharedOperations
 from .runner import Runner
@@ -31,8 +33,11 @@ class ScriptedBackend(Runner, BaseLockBackend):
             name=name,
         )
 
-    def make_operations(self) -> tuple[LockOperations, SharedOperations, SemaphoreOperations]:
-        return LockOperations(self), SharedOperations(self), SemaphoreOperations(self)
+    kind_classes: ClassVar[dict[str, type[Operations]]] = {
+        "lock": LockOperations,
+        "shared": SharedOperations,
+        "semaphore": SemaphoreOperations,
+    }
 
     def info(self, name: str) -> LockInfo | None:
         # The exclusive holder, or one of the shared holders (shared.info).

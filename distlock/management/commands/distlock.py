@@ -311,9 +311,7 @@ class Command(BaseCommand):
         words = {"name": name, "alias": alias, "h": holder, "since": _when(holder.acquired_at)}
         # The exclusive kind through the contract's force_release, which routes a shared
         # holder's token (one that came to hold the name meanwhile) to the shared kind.
-        release = (
-            backend.force_release if kind == "lock" else backend.operations[kind].force_release
-        )
+        release = backend.force_release if kind == "lock" else backend.of_kind(kind).force_release
         if not _guarded(alias, release, name, holder.token):
             raise CommandError(texts.gone.format(**words), returncode=NOT_HELD_EXIT_CODE)
         logger.info("%s", texts.logged.format(**words))
