@@ -357,7 +357,8 @@ def test_the_last_release_frees_the_lock_even_if_the_server_counted_one_more_lev
     lk.acquire()
     backend = distlock.locks["default"]
     assert lk.token is not None
-    assert backend.exclusive.extend("re-lost", lk.token, 5000, reenter=True)  # the level that was lost
+    # The level that was lost:
+    assert backend.exclusive.extend("re-lost", lk.token, 5000, reenter=True)
     lk.release()
     assert backend.info("re-lost") is None
     assert distlock.lock("re-lost", ttl=5).acquire(wait=0)

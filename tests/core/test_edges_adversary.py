@@ -26,7 +26,6 @@ import pytest
 import redis
 
 import distlock
-from distlock.backends.redis_ops import grants
 from distlock.handler import locks
 from tests.support.configs import distlock_settings
 from tests.support.lock_helpers import elsewhere
@@ -151,14 +150,14 @@ def test_redlock_a_short_wait_ending_does_not_wake_a_longer_one(nodes: list[Any]
 
     def wait_long() -> None:
         began = time.monotonic()
-        assert backend.run(grants.wait_for_grant(backend.layout, "signal", 0.6)) is None
+        assert backend.run(backend._turn("signal", 0.6)) is None
         ended.append(time.monotonic() - began)
 
     thread = threading.Thread(target=wait_long)
     thread.start()
     time.sleep(0.2)
     try:
-        assert backend.run(grants.wait_for_grant(backend.layout, "signal", 0.05)) is None
+        assert backend.run(backend._turn("signal", 0.05)) is None
     finally:
         thread.join(10)
         holder.release()
