@@ -9,14 +9,11 @@ calls the object of its kind; the admin, the command and the metrics loop over t
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 from asgiref.sync import sync_to_async
 
 from ..info import LockInfo, SemaphoreInfo
-
-if TYPE_CHECKING:
-    from .base import BaseLockBackend
 
 
 class Attempt(NamedTuple):
@@ -89,6 +86,26 @@ def entry_of(name: str, holders: tuple[LockInfo, ...], waiters: int, limit: int 
     )
 
 
+class Backend(Protocol):
+    """What an operations object reads of its backend (a BaseLockBackend, which imports
+    this module: a protocol here, not an import back)."""
+
+    alias: str
+    default_timeout: float
+    max_block: float
+
+    @property
+    def signal_sender(self) -> type: ...
+
+    def lease_ms(self, ttl: float) -> int: ...
+
+    def info(self, name: str) -> LockInfo | None: ...
+
+    async def ainfo(self, name: str) -> LockInfo | None: ...
+
+    def _force_released(self, kind: str, name: str, info: LockInfo | None) -> None: ...
+
+
 class Operations:
     """The operations of one kind on one backend (``self.backend``).
 
@@ -101,7 +118,7 @@ class Operations:
     # Whose token force_release() needs, in its error ("" : None or "" means whoever holds).
     holder_token = ""
 
-    def __init__(self, backend: BaseLockBackend) -> None:
+    def __init__(self, backend: Backend) -> None:
         self.backend = backend
 
     def __repr__(self) -> str:
@@ -297,9 +314,7 @@ class Unsupported(Operations):
     what operators read finds nothing held, as nothing can be.
     """
 
-    def __init__(
-        self, backend: BaseLockBackend, kind: str, error_factory: Callable[[], Exception]
-    ) -> None:
+    def __init__(self, backend: Backend, kind: str, error_factory: Callable[[], Exception]) -> None:
         super().__init__(backend)
         self.kind = kind  # type: ignore[misc]  # per object: one class for every kind
         self.error = error_factory

@@ -5,19 +5,30 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from ..operations import AtOnce, Attempt, Request
+from ...exceptions import RenewalLimitReached
+from ..operations import AtOnce, Attempt, Backend, Operations, Request
 from .store import Held, Store
 
-if TYPE_CHECKING:
-    from . import LocMemBackend
+
+class Keeps(Backend, Protocol):
+    """What the in-memory operations read of a LocMemBackend (which imports them: a
+    protocol here, not an import back)."""
+
+    store: Store
+    max_renewals: int | None
+
+    @property
+    def exclusive(self) -> Operations: ...
+
+    def renewal_limit_reached(self, name: str) -> RenewalLimitReached: ...
 
 
 class InMemory(AtOnce):
     """Operations on the backend's in-memory store (``self.store``)."""
 
-    backend: LocMemBackend
+    backend: Keeps
 
     @property
     def store(self) -> Store:

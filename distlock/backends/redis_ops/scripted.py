@@ -8,20 +8,29 @@ part of it runs in a thread (see .threads).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 from ...info import LockInfo
-from ..operations import Attempt, HeldEntry, Operations, Request
-from .steps import Steps
+from ..operations import Attempt, Backend, HeldEntry, Operations, Request
+from .runner import GiveBack
+from .steps import Scope, Steps
 
-if TYPE_CHECKING:
-    from .backend import ScriptedBackend
+T = TypeVar("T")
+
+
+class Runs(Backend, Scope, Protocol):
+    """What a kind's generators run on: a ScriptedBackend (which imports the kinds: a
+    protocol here, not an import back)."""
+
+    def run(self, steps: Steps[T]) -> T: ...
+
+    async def arun(self, steps: Steps[T], give_back: GiveBack = None) -> T: ...
 
 
 class Scripted(Operations):
     """Run a kind's generators on ``self.backend`` (a ScriptedBackend)."""
 
-    backend: ScriptedBackend
+    backend: Runs
 
     # --- the kind's generators ------------------------------------------------------------
     def acquiring(self, request: Request) -> Steps[Attempt]:
