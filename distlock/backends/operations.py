@@ -276,6 +276,12 @@ class SemaphoreKind(Operations):
     async def adescribe(self, name: str) -> SemaphoreInfo | None:
         return await _in_thread(self.describe)(name)
 
+    def held_one(self, name: str) -> SemaphoreInfo | None:
+        """Return semaphore ``name`` if someone holds a permit, else None (what operators
+        are shown; None too where there are no semaphores)."""
+        info = self.describe(name)
+        return info if info is not None and info.holders else None
+
     def inspect(self, name: str) -> tuple[LockInfo, ...]:
         info = self.describe(name)
         return info.holders if info is not None else ()
@@ -365,6 +371,9 @@ class UnsupportedSemaphores(Unsupported, SemaphoreKind):
 
     def describe(self, name: str) -> SemaphoreInfo | None:
         raise self.error()
+
+    def held_one(self, name: str) -> SemaphoreInfo | None:
+        return None  # nothing is held
 
     async def adescribe(self, name: str) -> SemaphoreInfo | None:
         raise self.error()

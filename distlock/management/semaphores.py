@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..backends.base import BaseLockBackend
-from ..exceptions import SemaphoresNotSupported
 from ..info import LockInfo, SemaphoreInfo, shorten
 from .tables import aligned
 
@@ -22,15 +21,6 @@ def held_semaphores(backend: BaseLockBackend, prefix: str) -> list[SemaphoreInfo
         SemaphoreInfo(entry.name, entry.limit, entry.holders, entry.waiters, backend.alias)
         for entry in backend.semaphores.list(prefix)
     ]
-
-
-def semaphore_of(backend: BaseLockBackend, name: str) -> SemaphoreInfo | None:
-    """Return semaphore ``name`` of ``backend`` if someone holds a permit, else None."""
-    try:
-        info = backend.semaphores.describe(name)
-    except SemaphoresNotSupported:
-        return None
-    return info if info is not None and info.holders else None
 
 
 def semaphore_json(semaphores: list[SemaphoreInfo]) -> list[dict[str, Any]]:

@@ -372,7 +372,7 @@ def _semaphore_instead(backend: BaseLockBackend, name: str) -> SemaphoreInfo | N
     """Return the held semaphore ``name`` when no lock of that name is held, else None."""
     if _guarded(backend.alias, backend.info, name) is not None:
         return None
-    found: SemaphoreInfo | None = _guarded(backend.alias, semaphores.semaphore_of, backend, name)
+    found: SemaphoreInfo | None = _guarded(backend.alias, backend.semaphores.held_one, name)
     return found
 
 
