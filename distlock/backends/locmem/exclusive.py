@@ -55,8 +55,7 @@ class Locks(InMemory, ExclusiveKind):
             entry = store.current(name)
             if entry is None or (token and entry.token != token):
                 return 0
-            if entry.depth > 1 and not every_level:
-                entry.depth -= 1
+            if self.one_level(entry, every_level):
                 return 2
             del store.held[name]
             store.changed.notify_all()
@@ -67,9 +66,8 @@ class Locks(InMemory, ExclusiveKind):
     ) -> bool:
         with self.store.changed:
             entry = self.store.current(name)
-            if entry is None or entry.token != token:
-                return False
-            return self.extend_hold(entry, name, ttl_ms, renewal, reenter)
+            mine = entry if entry is not None and entry.token == token else None
+            return self.extend_hold(mine, name, ttl_ms, renewal, reenter)
 
     def inspect(self, name: str) -> tuple[LockInfo, ...]:
         validate_name(name)
@@ -77,21 +75,7 @@ class Locks(InMemory, ExclusiveKind):
             entry = self.store.current(name)
             if entry is None:
                 return ()
-            pttl_ms = max(round((entry.expires - time.monotonic()) * 1000), 0)
-            info = LockInfo.from_stored(
-                name=name,
-                token=entry.token,
-                fence=entry.fence,
-                meta_json=entry.meta,
-                acquired_ms=entry.acquired_ms,
-                now_ms=time.time_ns() // 1_000_000,
-                pttl_ms=pttl_ms,
-                renewals=entry.renewals,
-                depth=entry.depth,
-                alias=self.backend.alias,
-                waiters=len(self.store.registered(name)),
-            )
-            return (info,)
+            return (self.lock_info(name, entry.token, entry, len(self.store.registered(name))),)
 
     def list(self, prefix: str = "") -> list[HeldEntry]:
         store = self.store

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from ...info import LockInfo, SemaphoreInfo
+from ...info import SemaphoreInfo
 from ...names import validate_name
 from ..operations import Attempt, HeldEntry, Request, SemaphoreKind, entry_of
 from .inmemory import InMemory
@@ -82,14 +82,7 @@ class Semaphores(InMemory, SemaphoreKind):
                 return False
             semaphore.settle(time.monotonic())
             held = semaphore.holders.get(token)
-            if held is None:
-                return False
-            max_renewals = self.backend.max_renewals
-            if renewal and max_renewals is not None and held.renewals >= max_renewals:
-                raise self.backend.renewal_limit_reached(name)
-            held.expires = time.monotonic() + ttl_ms / 1000
-            held.renewals += renewal
-            return True
+            return self.extend_hold(held, name, ttl_ms, renewal, reenter)
 
     def describe(self, name: str) -> SemaphoreInfo | None:
         validate_name(name)
@@ -102,21 +95,8 @@ class Semaphores(InMemory, SemaphoreKind):
             if not (semaphore.holders or semaphore.queue):
                 return None
             waiting = len(semaphore.queue) + len(semaphore.reserved)
-            now_ms = time.time_ns() // 1_000_000
             holders = tuple(
-                LockInfo.from_stored(
-                    name=name,
-                    token=token,
-                    fence=held.fence,
-                    meta_json=held.meta,
-                    acquired_ms=held.acquired_ms,
-                    now_ms=now_ms,
-                    pttl_ms=round((held.expires - now) * 1000),
-                    renewals=held.renewals,
-                    depth=1,
-                    alias=self.backend.alias,
-                    waiters=waiting,
-                )
+                self.lock_info(name, token, held, waiting)
                 for token, held in sorted(semaphore.holders.items(), key=lambda i: i[1].expires)
             )
             return SemaphoreInfo(

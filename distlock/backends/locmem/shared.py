@@ -58,8 +58,7 @@ class SharedLocks(InMemory, SharedKind):
             held = store.current_readers(name).get(token)
             if held is None:
                 return 0
-            if held.depth > 1 and not every_level:
-                held.depth -= 1
+            if self.one_level(held, every_level):
                 return 2
             del store.readers[name][token]
             store.current_readers(name)  # drops the name when nobody is left
@@ -71,8 +70,6 @@ class SharedLocks(InMemory, SharedKind):
     ) -> bool:
         with self.store.changed:
             held = self.store.current_readers(name).get(token)
-            if held is None:
-                return False
             return self.extend_hold(held, name, ttl_ms, renewal, reenter)
 
     def inspect(self, name: str) -> tuple[LockInfo, ...]:
@@ -80,23 +77,8 @@ class SharedLocks(InMemory, SharedKind):
         with self.store.changed:
             holds = sorted(self.store.current_readers(name).values(), key=lambda h: h.expires)
             waiters = len(self.store.registered(name))
-            now, now_ms = time.monotonic(), time.time_ns() // 1_000_000
             return tuple(
-                LockInfo.from_stored(
-                    name=name,
-                    token=held.token,
-                    fence=held.fence,
-                    meta_json=held.meta,
-                    acquired_ms=held.acquired_ms,
-                    now_ms=now_ms,
-                    pttl_ms=round((held.expires - now) * 1000),
-                    renewals=held.renewals,
-                    depth=held.depth,
-                    alias=self.backend.alias,
-                    shared=True,
-                    waiters=waiters,
-                )
-                for held in holds
+                self.lock_info(name, held.token, held, waiters, shared=True) for held in holds
             )
 
     def list(self, prefix: str = "") -> list[HeldEntry]:
