@@ -65,6 +65,8 @@ class SharedLocks(InMemory, SharedKind):
             store.changed.notify_all()
             return 1
 
+    # release() and extend() have the shape of the exclusive kind's (exclusive.py): the same
+    # operations of one interface, each reading its own kind of hold.
     def extend(
         self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
     ) -> bool:

@@ -53,7 +53,8 @@ class LockOperations(Scripted, ExclusiveKind):
 
 
 class SharedOperations(Scripted, SharedKind):
-    """Shared holds of a lock (.shared)."""
+    """Shared holds of a lock (.shared). (Each kind names its generators under the same
+    method names: the shapes repeat because the interface is one.)"""
 
     def acquiring(self, request: Request) -> Steps[Attempt]:
         name, token, ttl_ms, meta, patience_ms, _, downgrade_from = request
