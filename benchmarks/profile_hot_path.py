@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the clone, fo
 import redis
 
 from benchmarks.harness import configure_distlock
+from distlock.backends.operations import Request
 from tests.support.processes import run_process
 from tests.support.redis_server import RedisServer
 
@@ -76,8 +77,10 @@ def layers(url: str) -> dict[str, Callable[[], object]]:
             backend.execute(call)
 
     def through_backend() -> None:
-        backend.try_acquire(NAME, SCRIPT_TOKEN, SCRIPT_TTL_MS, meta, None, SCRIPT_PATIENCE_MS)
-        backend.release(NAME, SCRIPT_TOKEN, every_level=True)  # as a Lock's last release
+        backend.exclusive.try_acquire(
+            Request(NAME, SCRIPT_TOKEN, SCRIPT_TTL_MS, meta, SCRIPT_PATIENCE_MS)
+        )
+        backend.exclusive.release(NAME, SCRIPT_TOKEN, every_level=True)  # as a Lock's last release
 
     def public_api() -> None:
         lock = distlock.lock(NAME, ttl=SCRIPT_TTL_MS / 1000)

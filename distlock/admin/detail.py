@@ -8,10 +8,8 @@ from dataclasses import dataclass, field
 
 from django.utils.safestring import SafeString
 
-from ..backends.base import BaseLockBackend
-from ..exceptions import SemaphoresNotSupported
 from ..handler import locks
-from ..info import LockInfo, SemaphoreInfo, WaiterInfo
+from ..info import LockInfo, WaiterInfo
 from .display import breakable, describe_holder, format_remaining
 from .semaphores import PermitRow, permit_rows
 
@@ -64,7 +62,7 @@ def read_detail(
     backend = locks[alias]
     info = backend.info(name) if kind != "semaphore" else None
     if info is None:
-        semaphore = _semaphore(backend, name) if kind in ("", "semaphore") else None
+        semaphore = backend.semaphores.held_one(name) if kind in ("", "semaphore") else None
         if semaphore is None:
             return LockDetail(alias, name)
         return LockDetail(
@@ -84,15 +82,7 @@ def read_detail(
         alias,
         name,
         "shared",
-        holders=permit_rows(backend.shared_holders(name), release_bases["shared"], filters),
+        holders=permit_rows(backend.shared.inspect(name), release_bases["shared"], filters),
         waiting=info.waiters,
         waiters=queued,
     )
-
-
-def _semaphore(backend: BaseLockBackend, name: str) -> SemaphoreInfo | None:
-    try:
-        semaphore = backend.semaphore_info(name)
-    except SemaphoresNotSupported:
-        return None
-    return semaphore if semaphore is not None and semaphore.holders else None

@@ -1,6 +1,6 @@
 """The held locks of every alias, searched, sorted and paginated without reading every lock.
 
-Backends list held names with their lease ends cheaply (``held_names``: a sorted index, no
+Backends list held names with their lease ends cheaply (``exclusive.list``: a sorted index, no
 scan of the keyspace); the full LockInfo is read only for the locks of the page shown
 (``info_many``: one round trip per alias). A backend that cannot be reached is reported,
 never raised, so one broken alias does not hide the locks of the others.
@@ -8,10 +8,11 @@ never raised, so one broken alias does not hide the locks of the others.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from ..backends.operations import HeldEntry
 from ..eviction import status_line
 from ..exceptions import BackendUnavailable, InvalidLockBackendError
 from ..handler import locks
@@ -78,17 +79,29 @@ def eviction_warnings(aliases: Iterable[str]) -> list[str]:
     return [line for line in lines if line]
 
 
+def held_of_kind(
+    aliases: Iterable[str], kind: str, prefix: str, unavailable: dict[str, str]
+) -> Iterator[tuple[str, HeldEntry]]:
+    """Yield each alias with each entry its ``kind`` lists (BaseLockBackend.of_kind) whose
+    name starts with ``prefix``, by alias then name: every kind's table is read this way (a
+    backend without the kind lists none). An alias that cannot be read is added to
+    ``unavailable``."""
+    for alias in aliases:
+        try:
+            held = locks[alias].of_kind(kind).list(prefix)
+        except ALIAS_ERRORS as exc:
+            unavailable[alias] = str(exc)
+            continue
+        for entry in held:
+            yield alias, entry
+
+
 def find_held(aliases: Iterable[str], prefix: str = "") -> HeldLocks:
     """Return the locks held in ``aliases`` whose name starts with ``prefix``, by alias then
     name."""
     found = HeldLocks()
-    for alias in aliases:
-        try:
-            held = locks[alias].held_names(prefix)
-        except ALIAS_ERRORS as exc:
-            found.unavailable[alias] = str(exc)
-            continue
-        found.names.extend(HeldName(alias, *entry) for entry in held)
+    for alias, entry in held_of_kind(aliases, "lock", prefix, found.unavailable):
+        found.names.append(HeldName(alias, *entry[:4]))
     return found
 
 

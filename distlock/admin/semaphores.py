@@ -11,11 +11,9 @@ from dataclasses import dataclass
 
 from django.utils.safestring import SafeString
 
-from ..exceptions import SemaphoresNotSupported
-from ..handler import locks
 from ..info import LockInfo, SemaphoreInfo
 from .display import breakable, describe_holder, detail_url, format_remaining, release_url
-from .listing import ALIAS_ERRORS, HeldName
+from .listing import HeldName, held_of_kind
 
 
 @dataclass(frozen=True)
@@ -83,21 +81,11 @@ def semaphore_rows(
     ``prefix``; ``bases`` are the URLs of the release and detail pages. An alias that cannot
     be read is added to ``unavailable``."""
     release_base, detail_base = bases
-    rows = []
-    for alias in aliases:
-        try:
-            held = locks[alias].held_semaphores(prefix)
-        except SemaphoresNotSupported:
-            continue  # a backend without semaphores holds none
-        except ALIAS_ERRORS as exc:
-            unavailable[alias] = str(exc)
-            continue
-        rows += [
-            SemaphoreRow(
-                info,
-                permit_rows(info.holders, release_base, filters),
-                detail_url(detail_base, alias, info.name, filters, kind="semaphore"),
-            )
-            for info in held
-        ]
-    return rows
+    return [
+        SemaphoreRow(
+            SemaphoreInfo(entry.name, entry.limit, entry.holders, entry.waiters, alias),
+            permit_rows(entry.holders, release_base, filters),
+            detail_url(detail_base, alias, entry.name, filters, kind="semaphore"),
+        )
+        for alias, entry in held_of_kind(aliases, "semaphore", prefix, unavailable)
+    ]

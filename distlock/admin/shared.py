@@ -11,10 +11,8 @@ from dataclasses import dataclass
 
 from django.utils.safestring import SafeString
 
-from ..exceptions import SharedLocksNotSupported
-from ..handler import locks
 from .display import breakable, detail_url
-from .listing import ALIAS_ERRORS, HeldName
+from .listing import HeldName, held_of_kind
 from .semaphores import PermitRow, held_name, permit_rows
 
 
@@ -47,23 +45,13 @@ def shared_rows(
     ``prefix``; ``bases`` are the URLs of the release and detail pages. An alias that cannot
     be read is added to ``unavailable``."""
     release_base, detail_base = bases
-    rows = []
-    for alias in aliases:
-        try:
-            held = locks[alias].held_shared(prefix)
-        except SharedLocksNotSupported:
-            continue  # a backend without shared locks holds none
-        except ALIAS_ERRORS as exc:
-            unavailable[alias] = str(exc)
-            continue
-        rows += [
-            SharedRow(
-                name,
-                alias,
-                permit_rows(holders, release_base, filters),
-                holders[0].waiters,
-                detail_url(detail_base, alias, name, filters, kind="shared"),
-            )
-            for name, holders in held.items()
-        ]
-    return rows
+    return [
+        SharedRow(
+            entry.name,
+            alias,
+            permit_rows(entry.holders, release_base, filters),
+            entry.holders[0].waiters,
+            detail_url(detail_base, alias, entry.name, filters, kind="shared"),
+        )
+        for alias, entry in held_of_kind(aliases, "shared", prefix, unavailable)
+    ]

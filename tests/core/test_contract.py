@@ -350,7 +350,7 @@ def test_auto_renew_reports_a_lost_lease() -> None:
 
 
 def test_auto_renew_sends_no_renewal_after_release() -> None:
-    backend = distlock.locks["default"]
+    backend = distlock.locks["default"].exclusive  # kept alive here: the lock gets this one
     calls = []
     original = backend.extend
 
@@ -358,7 +358,7 @@ def test_auto_renew_sends_no_renewal_after_release() -> None:
         calls.append(time.monotonic())
         return original(*args, **kwargs)
 
-    backend.extend = counting_extend
+    backend.extend = counting_extend  # type: ignore[method-assign]
     try:
         lk = distlock.lock("quiet", ttl=0.3, auto_renew=True)
         lk.acquire()

@@ -78,7 +78,7 @@ def test_a_release_after_commit_that_fails_still_records_the_hold(
         lock = distlock.lock("edge:tx-down", ttl=2)
         assert lock.acquire()
         lock.release()  # waits for the transaction
-        monkeypatch.setattr(distlock.locks["default"], "release", unreachable)
+        monkeypatch.setattr(distlock.locks["default"].exclusive, "release", unreachable)
     assert not lock.owned() or lock.token is None
     assert holds_recorded() == 1
 

@@ -48,7 +48,7 @@ def warm_up() -> None:
 
 def spy_on_releases(monkeypatch) -> list[str]:
     """Record the tokens the default alias's backend is asked to release."""
-    backend = locks["default"]
+    backend = locks["default"].exclusive  # kept by the patch: every Lock gets this one
     released: list[str] = []
     real = backend.release
 
