@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 import redis  # noqa: E402
 
 from benchmarks.harness import configure_distlock  # noqa: E402
+from distlock.backends.operations import Request  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 
 NAME = "profile:hot"
@@ -77,7 +78,9 @@ def layers(url: str) -> dict[str, Callable[[], object]]:
             backend.execute(call)
 
     def through_backend() -> None:
-        backend.try_acquire(NAME, SCRIPT_TOKEN, SCRIPT_TTL_MS, meta, None, SCRIPT_PATIENCE_MS)
+        backend.exclusive.try_acquire(
+            Request(NAME, SCRIPT_TOKEN, SCRIPT_TTL_MS, meta, SCRIPT_PATIENCE_MS)
+        )
         backend.release(NAME, SCRIPT_TOKEN, every_level=True)  # as a Lock's last release
 
     def public_api() -> None:

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from . import eviction, handler, metrics, renewal, shared
 from .backends.base import DRIFT_FACTOR, DRIFT_MS, HANDOFF_GRACE_MS, Attempt, BaseLockBackend
+from .backends.operations import Operations, Request
 from .exceptions import (
     BackendUnavailable,
     IsolationLevelWarning,
@@ -109,7 +110,7 @@ class Lock:
         self.metric_name = metric_name  # distlock.name in the metrics (distlock.metrics)
         self.token: str | None = None
         self.fencing_token: int | None = None
-        self._backend: BaseLockBackend | None = None
+        self._backend: Operations | None = None
         self._ttl_ms = 0
         self._acquired_ms = 0
         self._meta = ""
@@ -137,13 +138,12 @@ class Lock:
         return f"<Lock {self.name!r}{kind} using {self.using!r}: {state}>"
 
     @property
-    def backend(self) -> BaseLockBackend:
-        """The backend holding this lock, or the one the next acquire will use."""
+    def backend(self) -> Operations:
+        """The operations of this lock's kind on the backend holding it, or on the one the
+        next acquire will use."""
         if self._backend is not None:
             return self._backend
-        if self.shared:  # the shared-lock operations, seen as a lock's primitives
-            return shared.SharedHolds(handler.locks[self.using])  # type: ignore[return-value]
-        return handler.locks[self.using]
+        return handler.locks[self.using].operations["shared" if self.shared else self.kind]
 
     # --- acquire ------------------------------------------------------------------------
     # unasync: the async source of the sync code after it
@@ -160,7 +160,9 @@ class Lock:
             if self.token is not None:
                 if self.reentrant and await self._areenter(self._check_reentry()):
                     return True
-                if not self.reentrant and self._is_mine(await self.backend.ainfo(self.name)):
+                if not self.reentrant and self._is_mine(
+                    await self.backend.aholder(self.name, self.token)
+                ):
                     raise self._already_held_error()
                 self._forget()  # its hold ended on the server (force release, lease): anew
             self._warn_if_snapshot_predates()
@@ -169,15 +171,15 @@ class Lock:
             raise
         attempts = _Attempts(self, self.backend, self._wait_argument(wait), began)
         backend = attempts.backend
-        attempt = await attempts.aguarded(backend.atry_acquire, *attempts.request())
+        attempt = await attempts.aguarded(backend.atry_acquire, attempts.request())
         while not attempt.acquired:
             block = attempts.next_block(attempt)
             if block is None:
-                await attempts.agive_up(backend.aleave_queue)
+                await attempts.agive_up(backend.aleave)
                 return False
             # Wait to be handed the lock, and claim it, in one call (one round trip on one
             # server); the reply tells whether this object holds it now.
-            attempt = await attempts.aguarded(backend.await_and_acquire, block, *attempts.waiting())
+            attempt = await attempts.aguarded(backend.aacquire_when_free, attempts.waiting(), block)
         self._take(attempts, attempt)
         return True
 
@@ -195,7 +197,7 @@ class Lock:
             if self.token is not None:
                 if self.reentrant and self._reenter(self._check_reentry()):
                     return True
-                if not self.reentrant and self._is_mine(self.backend.info(self.name)):
+                if not self.reentrant and self._is_mine(self.backend.holder(self.name, self.token)):
                     raise self._already_held_error()
                 self._forget()  # its hold ended on the server (force release, lease): anew
             self._warn_if_snapshot_predates()
@@ -204,15 +206,15 @@ class Lock:
             raise
         attempts = _Attempts(self, self.backend, self._wait_argument(wait), began)
         backend = attempts.backend
-        attempt = attempts.guarded(backend.try_acquire, *attempts.request())
+        attempt = attempts.guarded(backend.try_acquire, attempts.request())
         while not attempt.acquired:
             block = attempts.next_block(attempt)
             if block is None:
-                attempts.give_up(backend.leave_queue)
+                attempts.give_up(backend.leave)
                 return False
             # Wait to be handed the lock, and claim it, in one call (one round trip on one
             # server); the reply tells whether this object holds it now.
-            attempt = attempts.guarded(backend.wait_and_acquire, block, *attempts.waiting())
+            attempt = attempts.guarded(backend.acquire_when_free, attempts.waiting(), block)
         self._take(attempts, attempt)
         return True
 
@@ -273,7 +275,7 @@ class Lock:
             name=self.name,
         )
 
-    def _check_reentry(self) -> BaseLockBackend:
+    def _check_reentry(self) -> Operations:
         if self._owner != _current_owner():
             raise LockError(
                 f"{self.name!r} is held through this Lock object by another thread or task; "
@@ -286,7 +288,7 @@ class Lock:
         return self._backend
 
     # unasync: the async source of the sync code after it
-    async def _areenter(self, backend: BaseLockBackend) -> bool:
+    async def _areenter(self, backend: Operations) -> bool:
         """Enter once more; return False if the hold has ended on the server."""
         started = time.monotonic()
         extended = await backend.aextend(self.name, self.token or "", self._ttl_ms, reenter=True)
@@ -295,7 +297,7 @@ class Lock:
         return extended
 
     # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
-    def _reenter(self, backend: BaseLockBackend) -> bool:
+    def _reenter(self, backend: Operations) -> bool:
         """Enter once more; return False if the hold has ended on the server."""
         started = time.monotonic()
         extended = backend.extend(self.name, self.token or "", self._ttl_ms, reenter=True)
@@ -356,7 +358,7 @@ class Lock:
 
     # unasync: end
 
-    def _begin_release(self) -> tuple[BaseLockBackend, str, bool]:
+    def _begin_release(self) -> tuple[Operations, str, bool]:
         with self._mutex:
             backend, token = self._holding()
             final = self._depth <= 1
@@ -603,20 +605,22 @@ class Lock:
     # unasync: the async source of the sync code after it
     async def alocked(self) -> bool:
         """Return True if anyone holds the lock."""
-        return await self.backend.ainfo(self.name) is not None
+        return await self.backend.aholder(self.name, self.token) is not None
 
     async def aowned(self) -> bool:
         """Return True if this object holds the lock, as the server sees it."""
-        return self.token is not None and self._is_mine(await self.backend.ainfo(self.name))
+        return self.token is not None and self._is_mine(
+            await self.backend.aholder(self.name, self.token)
+        )
 
     # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def locked(self) -> bool:
         """Return True if anyone holds the lock."""
-        return self.backend.info(self.name) is not None
+        return self.backend.holder(self.name, self.token) is not None
 
     def owned(self) -> bool:
         """Return True if this object holds the lock, as the server sees it."""
-        return self.token is not None and self._is_mine(self.backend.info(self.name))
+        return self.token is not None and self._is_mine(self.backend.holder(self.name, self.token))
 
     # unasync: end
 
@@ -624,7 +628,7 @@ class Lock:
         """Return the seconds left on this object's lease, or None if it does not hold it."""
         if self.token is None:
             return None
-        info = self.backend.info(self.name)
+        info = self.backend.holder(self.name, self.token)
         return info.ttl_remaining if info is not None and self._is_mine(info) else None
 
     def lease_left(self) -> float:
@@ -652,7 +656,7 @@ class Lock:
     def _is_mine(self, info: LockInfo | None) -> bool:
         return info is not None and info.token == self.token
 
-    def _holding(self) -> tuple[BaseLockBackend, str]:
+    def _holding(self) -> tuple[Operations, str]:
         if self._lost:
             self._forget()
             raise self._lost_error()
@@ -747,7 +751,7 @@ class Lock:
     def _read_evictions(self, read: Callable[[BaseLockBackend], T]) -> T | None:
         """Return ``read(backend)`` (a read of the servers' memory reports); None when the
         backend cannot say."""
-        store = getattr(self._backend, "backend", self._backend)  # under a shared/permit view
+        store = getattr(self._backend, "backend", None)  # the backend behind its kind
         if store is None:
             return None
         try:
@@ -825,7 +829,7 @@ class Lock:
         the lock is free: that is what acquire() does, atomically.
         """
         try:
-            return await self.backend.ainfo(self.name)
+            return await self.backend.aholder(self.name, self.token)
         except LockError:
             return None
 
@@ -845,7 +849,7 @@ class Lock:
         the lock is free: that is what acquire() does, atomically.
         """
         try:
-            return self.backend.info(self.name)
+            return self.backend.holder(self.name, self.token)
         except LockError:
             return None
 
@@ -902,9 +906,7 @@ def _waiting_in_this_transaction(lock: Lock) -> str:
 class _Attempts:
     """The state of one acquire() call, shared by the sync and async loops."""
 
-    def __init__(
-        self, lock: Lock, backend: BaseLockBackend, wait: float | None, began: float
-    ) -> None:
+    def __init__(self, lock: Lock, backend: Operations, wait: float | None, began: float) -> None:
         self.lock = lock
         self.backend = backend
         # 128 random bits: unguessable, never reused; a shared holder's marked for the scripts
@@ -913,29 +915,35 @@ class _Attempts:
         self.ttl_ms = backend.lease_ms(ttl)  # also enforces the alias's MAX_TTL
         self.meta = holder_metadata(lock.purpose)
         self.deadline = math.inf if wait is None else time.monotonic() + wait
+        self.limit: int = getattr(lock, "limit", 1)  # a Semaphore's
+        self.downgrade_from = ""
         if lock.shared and shared.exclusive:  # a downgrade, if this thread holds it exclusively
             owner = _current_owner()
-            backend.downgrade_from = shared.downgrade_from(  # type: ignore[attr-defined]
+            self.downgrade_from = shared.downgrade_from(
                 lock.kind, lock.using, lock.name, owner
             ) or _waiting_in_this_transaction(lock)
         self.queue = wait != 0
         self.contended = False
-        self.waited = False  # a wait_and_acquire call was made
+        self.waited = False  # an acquire_when_free call was made
         self.started = 0.0
         self.began = began  # metrics.now() when acquire() was called (0.0: nothing recorded)
         # A moment of the server's clock and a local time before it: (monotonic, server ms).
         self.clock: tuple[float, int] | None = None
 
-    def request(self) -> tuple[str, str, int, str, str | None, int]:
-        """Return the arguments of the first try_acquire call (no grant yet)."""
+    def request(self) -> Request:
+        """Return the request of the first try_acquire call (no grant yet)."""
         self.started = time.monotonic()
-        return self.lock.name, self.token, self.ttl_ms, self.meta, None, self._patience()
+        return self._request()
 
-    def waiting(self) -> tuple[str, str, int, str, int]:
-        """Return the arguments of a wait_and_acquire call, after its timeout."""
+    def waiting(self) -> Request:
+        """Return the request of an acquire_when_free call (its timeout goes beside it)."""
         self.started = time.monotonic()
         self.waited = True
-        return self.lock.name, self.token, self.ttl_ms, self.meta, self._patience()
+        return self._request()
+
+    def _request(self) -> Request:
+        name, token, ttl_ms, meta = self.lock.name, self.token, self.ttl_ms, self.meta
+        return Request(name, token, ttl_ms, meta, self._patience(), self.limit, self.downgrade_from)
 
     def _patience(self) -> int:
         """How long (ms) the server keeps this waiter registered: until the next call can
@@ -1020,7 +1028,7 @@ class _Attempts:
         with contextlib.suppress(LockError):
             await self.backend.arelease(self.lock.name, self.token)
             if self.queue:
-                await self.backend.aleave_queue(self.lock.name, self.token)
+                await self.backend.aleave(self.lock.name, self.token)
 
     async def _aforget_maybe_granted(self) -> None:
         # The server may have granted the lock before the reply was lost: free it if it can
@@ -1061,7 +1069,7 @@ class _Attempts:
         with contextlib.suppress(LockError):
             self.backend.release(self.lock.name, self.token)
             if self.queue:
-                self.backend.leave_queue(self.lock.name, self.token)
+                self.backend.leave(self.lock.name, self.token)
 
     def _forget_maybe_granted(self) -> None:
         # The server may have granted the lock before the reply was lost: free it if it can

@@ -1,7 +1,7 @@
 """Semaphores: up to ``limit`` holders of one name at once, each with its own lease and token.
 
 A :class:`Semaphore` is a :class:`distlock.Lock` whose backend calls go to the semaphore
-operations of the same backend (through :class:`Permits`), so acquiring with ``wait``,
+operations of the same backend (``backend.semaphores``, its ``kind``), so acquiring with ``wait``,
 release and extend by token, ``auto_renew`` with lost-lease notification, signals, ``with``/
 ``async with`` and the decorator all behave as they do for locks.
 """
@@ -12,104 +12,16 @@ from collections.abc import Callable
 from typing import Any
 
 from . import handler
-from .backends.base import Attempt, BaseLockBackend
+from .backends.operations import SemaphoreKind
 from .exceptions import LockError, SemaphoreFull
-from .info import LockInfo, SemaphoreInfo
+from .info import SemaphoreInfo
 from .lock import Lock
 
 
-def semaphore_backend(using: str) -> BaseLockBackend:
-    """Return the backend of alias ``using`` (its semaphore operations raise
+def semaphore_backend(using: str) -> SemaphoreKind:
+    """Return the semaphore operations of alias ``using`` (they raise
     SemaphoresNotSupported when it has none)."""
-    return handler.locks[using]
-
-
-class Permits:
-    """One acquire's view of a semaphore as the primitives a Lock's acquire loop calls.
-
-    Made afresh for each acquire (and kept while the permit is held): it remembers the token
-    of the attempt, so that info() shows this holder's own permit.
-    """
-
-    def __init__(self, backend: Any, limit: int) -> None:
-        self.backend = backend
-        self.limit = limit
-        self.signal_sender = type(backend)
-        self.default_timeout = backend.default_timeout
-        self.max_block = backend.max_block
-        self.lease_ms = backend.lease_ms
-        self._token = ""  # of the latest attempt: the holder's, once a permit is held
-
-    def try_acquire(
-        self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None, patience_ms: int
-    ) -> Attempt:
-        self._token = token
-        return self.backend.semaphore_acquire(name, self.limit, token, ttl_ms, meta, patience_ms)
-
-    async def atry_acquire(
-        self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None, patience_ms: int
-    ) -> Attempt:
-        self._token = token
-        return await self.backend.asemaphore_acquire(
-            name, self.limit, token, ttl_ms, meta, patience_ms
-        )
-
-    def wait_and_acquire(
-        self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
-    ) -> Attempt:
-        return self.backend.semaphore_wait_and_acquire(
-            timeout, name, self.limit, token, ttl_ms, meta, patience_ms
-        )
-
-    async def await_and_acquire(
-        self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
-    ) -> Attempt:
-        return await self.backend.asemaphore_wait_and_acquire(
-            timeout, name, self.limit, token, ttl_ms, meta, patience_ms
-        )
-
-    def leave_queue(self, name: str, token: str) -> None:
-        self.backend.semaphore_leave(name, token)
-
-    async def aleave_queue(self, name: str, token: str) -> None:
-        await self.backend.asemaphore_leave(name, token)
-
-    def release(self, name: str, token: str, *, every_level: bool = False) -> int:
-        return self.backend.semaphore_release(name, token)
-
-    async def arelease(self, name: str, token: str, *, every_level: bool = False) -> int:
-        return await self.backend.asemaphore_release(name, token)
-
-    def extend(
-        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
-    ) -> bool:
-        return self._extended(
-            name, self.backend.semaphore_extend(name, token, ttl_ms, renewal=renewal)
-        )
-
-    async def aextend(
-        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
-    ) -> bool:
-        outcome = await self.backend.asemaphore_extend(name, token, ttl_ms, renewal=renewal)
-        return self._extended(name, outcome)
-
-    def _extended(self, name: str, outcome: int) -> bool:
-        if outcome == 2:
-            raise self.backend.renewal_limit_reached(name)
-        return outcome == 1
-
-    def info(self, name: str) -> LockInfo | None:
-        """Return this holder's permit if it holds one, else the permit that ends first."""
-        return self._pick(self.backend.semaphore_info(name))
-
-    async def ainfo(self, name: str) -> LockInfo | None:
-        return self._pick(await self.backend.asemaphore_info(name))
-
-    def _pick(self, info: SemaphoreInfo | None) -> LockInfo | None:
-        if info is None or not info.holders:
-            return None
-        mine = [holder for holder in info.holders if holder.token == self._token]
-        return (mine or list(info.holders))[0]
+    return handler.locks[using].semaphores
 
 
 class Semaphore(Lock):
@@ -157,12 +69,6 @@ class Semaphore(Lock):
         state = f"holds permit {self.fencing_token}" if self.token else "holds no permit"
         return f"<Semaphore {self.name!r} limit {self.limit} using {self.using!r}: {state}>"
 
-    @property
-    def backend(self) -> Any:  # Permits: the primitives a Lock calls, on the semaphore
-        if self._backend is not None:
-            return self._backend
-        return Permits(semaphore_backend(self.using), self.limit)
-
     def _already_held_error(self) -> LockError:
         return LockError(
             f"This Semaphore object already holds a permit of {self.name!r}: release it "
@@ -177,13 +83,13 @@ class Semaphore(Lock):
     async def alocked(self) -> bool:
         """Return True if no permit is free right now (all ``limit`` are held)."""
         backend = semaphore_backend(self.using)
-        return self._full(await backend.asemaphore_info(self.name))
+        return self._full(await backend.adescribe(self.name))
 
     # As a Lock's, but the error speaks of permits.
     async def __aenter__(self) -> Semaphore:
         if not await self.aacquire():
             try:
-                info = await semaphore_backend(self.using).asemaphore_info(self.name)
+                info = await semaphore_backend(self.using).adescribe(self.name)
             except LockError:
                 info = None
             raise self._full_error(info)
@@ -193,13 +99,13 @@ class Semaphore(Lock):
     def locked(self) -> bool:
         """Return True if no permit is free right now (all ``limit`` are held)."""
         backend = semaphore_backend(self.using)
-        return self._full(backend.semaphore_info(self.name))
+        return self._full(backend.describe(self.name))
 
     # As a Lock's, but the error speaks of permits.
     def __enter__(self) -> Semaphore:
         if not self.acquire():
             try:
-                info = semaphore_backend(self.using).semaphore_info(self.name)
+                info = semaphore_backend(self.using).describe(self.name)
             except LockError:
                 info = None
             raise self._full_error(info)
@@ -219,7 +125,7 @@ class Semaphore(Lock):
 
     def holders(self) -> SemaphoreInfo | None:
         """Return the semaphore's holders and waiters, or None if nobody holds or waits."""
-        return semaphore_backend(self.using).semaphore_info(self.name)
+        return semaphore_backend(self.using).describe(self.name)
 
     def copy(self, **changes: Any) -> Semaphore:
         """Return a new Semaphore holding nothing, with the same settings (and ``changes``)."""

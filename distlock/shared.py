@@ -1,7 +1,7 @@
 """Shared holds of a lock (``distlock.lock(name, shared=True)``): many readers or one writer.
 
-A shared Lock's backend calls go, through :class:`SharedHolds`, to the shared-lock
-operations of the same backend (as a Semaphore's go through its Permits), so waiting, release
+A shared Lock's backend calls go to the shared-lock operations of the same backend
+(``backend.shared``, as a Semaphore's go to ``backend.semaphores``), so waiting, release
 and extend by token, ``auto_renew`` with lost-lease notification, reentrancy, signals,
 ``with``/``async with``, the decorator and ``hold_until_commit`` behave as they do for an
 exclusive lock. This module also remembers which threads and tasks hold a shared lock, so
@@ -16,7 +16,6 @@ import threading
 import weakref
 from typing import Any
 
-from .backends.base import Attempt
 from .exceptions import SharedLockUpgrade
 from .info import LockInfo
 
@@ -80,7 +79,7 @@ async def arefuse_upgrade(kind: str, using: str, name: str, owner: tuple[int, in
     task, holds the shared lock ``name`` of ``using`` as the server sees it. (``kind``: a
     semaphore of the same name is another thing.)"""
     mine = _local_holds(kind, using, name, owner)
-    if mine and _still_held(mine, await mine[0].backend.aholders(name)):
+    if mine and _still_held(mine, await mine[0].backend.ainspect(name)):
         raise _upgrade_error(name, using)
 
 
@@ -90,7 +89,7 @@ def refuse_upgrade(kind: str, using: str, name: str, owner: tuple[int, int | Non
     task, holds the shared lock ``name`` of ``using`` as the server sees it. (``kind``: a
     semaphore of the same name is another thing.)"""
     mine = _local_holds(kind, using, name, owner)
-    if mine and _still_held(mine, mine[0].backend.holders(name)):
+    if mine and _still_held(mine, mine[0].backend.inspect(name)):
         raise _upgrade_error(name, using)
 
 
@@ -123,94 +122,3 @@ def _upgrade_error(name: str, using: str) -> SharedLockUpgrade:
         "lock first, then acquire the exclusive one (another writer may come in between).",
         name=name,
     )
-
-
-class SharedHolds:
-    """One shared Lock's view of its backend as the primitives a Lock's acquire loop calls.
-
-    Made afresh for each acquire (and kept while held): it remembers the token of the
-    attempt, so that info() shows this holder's own hold.
-    """
-
-    def __init__(self, backend: Any) -> None:
-        self.backend = backend
-        self.signal_sender = type(backend)
-        self.default_timeout = backend.default_timeout
-        self.max_block = backend.max_block
-        self.lease_ms = backend.lease_ms
-        self._token = ""
-        self.downgrade_from = ""  # this thread's exclusive token of the name (Lock.acquire)
-
-    def try_acquire(
-        self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None, patience_ms: int
-    ) -> Attempt:
-        self._token = token
-        return self.backend.shared_acquire(
-            name, token, ttl_ms, meta, patience_ms, self.downgrade_from
-        )
-
-    async def atry_acquire(
-        self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None, patience_ms: int
-    ) -> Attempt:
-        self._token = token
-        return await self.backend.ashared_acquire(
-            name, token, ttl_ms, meta, patience_ms, self.downgrade_from
-        )
-
-    def wait_and_acquire(
-        self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
-    ) -> Attempt:
-        return self.backend.shared_wait_and_acquire(timeout, name, token, ttl_ms, meta, patience_ms)
-
-    async def await_and_acquire(
-        self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
-    ) -> Attempt:
-        return await self.backend.ashared_wait_and_acquire(
-            timeout, name, token, ttl_ms, meta, patience_ms
-        )
-
-    def leave_queue(self, name: str, token: str) -> None:
-        self.backend.shared_leave(name, token)
-
-    async def aleave_queue(self, name: str, token: str) -> None:
-        await self.backend.ashared_leave(name, token)
-
-    def release(self, name: str, token: str, *, every_level: bool = False) -> int:
-        return self.backend.shared_release(name, token, every_level=every_level)
-
-    async def arelease(self, name: str, token: str, *, every_level: bool = False) -> int:
-        return await self.backend.ashared_release(name, token, every_level=every_level)
-
-    def extend(
-        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
-    ) -> bool:
-        return self.backend.shared_extend(name, token, ttl_ms, renewal=renewal, reenter=reenter)
-
-    async def aextend(
-        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
-    ) -> bool:
-        return await self.backend.ashared_extend(
-            name, token, ttl_ms, renewal=renewal, reenter=reenter
-        )
-
-    def info(self, name: str) -> LockInfo | None:
-        """Return this holder's hold if it has one, else another shared holder's, else the
-        exclusive holder (who keeps this acquire out), else None."""
-        return self._pick(self.backend.shared_holders(name)) or self.backend.info(name)
-
-    async def ainfo(self, name: str) -> LockInfo | None:
-        return self._pick(await self.backend.ashared_holders(name)) or await self.backend.ainfo(
-            name
-        )
-
-    def holders(self, name: str) -> tuple[LockInfo, ...]:
-        return tuple(self.backend.shared_holders(name))
-
-    async def aholders(self, name: str) -> tuple[LockInfo, ...]:
-        return tuple(await self.backend.ashared_holders(name))
-
-    def _pick(self, holders: tuple[LockInfo, ...]) -> LockInfo | None:
-        if not holders:
-            return None
-        mine = [holder for holder in holders if holder.token == self._token]
-        return (mine or list(holders))[0]

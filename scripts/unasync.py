@@ -65,13 +65,12 @@ RENAMES = {
     "agive_up": "give_up",
     # distlock.shared
     "arefuse_upgrade": "refuse_upgrade",
-    # the backends' calls the lock makes (BaseLockBackend and the kinds' adapters)
+    # the operations of a kind that the lock calls (distlock.backends.operations)
     "atry_acquire": "try_acquire",
-    "await_and_acquire": "wait_and_acquire",
-    "aleave_queue": "leave_queue",
-    "ainfo": "info",
-    "aholders": "holders",
-    "asemaphore_info": "semaphore_info",
+    "aacquire_when_free": "acquire_when_free",
+    "aleave": "leave",
+    "ainspect": "inspect",
+    "adescribe": "describe",
 }
 REFUSED = {"asyncio"}
 # Python 3.12's f-string tokens (-1: none before 3.12, where an f-string is one STRING token).

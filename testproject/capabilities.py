@@ -75,7 +75,7 @@ def shared(request: HttpRequest) -> HttpResponse:
                 lock.release()
             message = f"Prices updated under the exclusive lock (fencing token {token})."
         else:  # the reader keeps its hold until its lease ends, to be seen in the admin
-            readers = len(distlock.locks["default"].shared_holders(PRICE_LIST))
+            readers = len(distlock.locks["default"].shared.inspect(PRICE_LIST))
             message = (
                 f"You read the price list, holding a shared lock for {READ_SECONDS} s. "
                 f"Readers now: {readers}."
@@ -87,7 +87,7 @@ def shared(request: HttpRequest) -> HttpResponse:
 
 def _refused(request: HttpRequest, update: bool) -> HttpResponse:
     if update:
-        readers = len(distlock.locks["default"].shared_holders(PRICE_LIST))
+        readers = len(distlock.locks["default"].shared.inspect(PRICE_LIST))
         message = (
             f"Update refused: {readers} reader(s) hold the price list (shared). An update "
             "needs the lock alone: it waits until every reader is done."
@@ -99,7 +99,7 @@ def _refused(request: HttpRequest, update: bool) -> HttpResponse:
 
 def _shared_page(request: HttpRequest, status: int = 200, **context: Any) -> HttpResponse:
     try:
-        holders = distlock.locks["default"].shared_holders(PRICE_LIST)
+        holders = distlock.locks["default"].shared.inspect(PRICE_LIST)
     except distlock.BackendUnavailable:
         return _unavailable(request, "shared.html", holders=(), read_seconds=READ_SECONDS)
     return _render(

@@ -84,7 +84,7 @@ def read_detail(
         alias,
         name,
         "shared",
-        holders=permit_rows(backend.shared_holders(name), release_bases["shared"], filters),
+        holders=permit_rows(backend.shared.inspect(name), release_bases["shared"], filters),
         waiting=info.waiters,
         waiters=queued,
     )
@@ -92,7 +92,7 @@ def read_detail(
 
 def _semaphore(backend: BaseLockBackend, name: str) -> SemaphoreInfo | None:
     try:
-        semaphore = backend.semaphore_info(name)
+        semaphore = backend.semaphores.describe(name)
     except SemaphoresNotSupported:
         return None
     return semaphore if semaphore is not None and semaphore.holders else None

@@ -1,6 +1,6 @@
 """The held locks of every alias, searched, sorted and paginated without reading every lock.
 
-Backends list held names with their lease ends cheaply (``held_names``: a sorted index, no
+Backends list held names with their lease ends cheaply (``exclusive.list``: a sorted index, no
 scan of the keyspace); the full LockInfo is read only for the locks of the page shown
 (``info_many``: one round trip per alias). A backend that cannot be reached is reported,
 never raised, so one broken alias does not hide the locks of the others.
@@ -84,11 +84,11 @@ def find_held(aliases: Iterable[str], prefix: str = "") -> HeldLocks:
     found = HeldLocks()
     for alias in aliases:
         try:
-            held = locks[alias].held_names(prefix)
+            held = locks[alias].exclusive.list(prefix)
         except ALIAS_ERRORS as exc:
             found.unavailable[alias] = str(exc)
             continue
-        found.names.extend(HeldName(alias, *entry) for entry in held)
+        found.names.extend(HeldName(alias, *entry[:4]) for entry in held)
     return found
 
 

@@ -12,7 +12,6 @@ POST only if that same hold still has the lock.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import urlencode
@@ -36,7 +35,7 @@ from django.utils.safestring import SafeString
 from django.utils.text import capfirst
 from django.utils.translation import gettext
 
-from ..backends.base import BaseLockBackend
+from ..backends.operations import Unsupported
 from ..exceptions import SemaphoresNotSupported, SharedLocksNotSupported
 from ..handler import locks
 from ..info import LockInfo
@@ -305,8 +304,7 @@ class ReleaseRequest(NamedTuple):
 class OneHold:
     """What releasing one hold of a kind with several holders says and calls."""
 
-    holders: Callable[[BaseLockBackend, str], Sequence[LockInfo]]
-    release: Callable[[BaseLockBackend, str, str], bool]
+    kind: str  # which operations of the backend (BaseLockBackend.operations)
     unsupported: type[Exception]
     title: str
     confirm: dict[str, bool]
@@ -316,14 +314,8 @@ class OneHold:
     success: str  # .format(number, name, alias, who)
 
 
-def _permits(backend: BaseLockBackend, name: str) -> Sequence[LockInfo]:
-    info = backend.semaphore_info(name)
-    return info.holders if info is not None else ()
-
-
 PERMIT = OneHold(
-    holders=_permits,
-    release=lambda backend, name, token: backend.force_release_permit(name, token),
+    kind="semaphore",
     unsupported=SemaphoresNotSupported,
     title="Free a permit of a semaphore",
     confirm={"permit": True},
@@ -339,8 +331,7 @@ PERMIT = OneHold(
     success="Freed permit {number} of the semaphore “{name}” (alias {alias}) held by {who}.",
 )
 SHARED_HOLD = OneHold(
-    holders=lambda backend, name: backend.shared_holders(name),
-    release=lambda backend, name, token: backend.force_release_shared(name, token),
+    kind="shared",
     unsupported=SharedLocksNotSupported,
     title="Release a shared hold",
     confirm={"shared": True},
@@ -565,16 +556,16 @@ class HeldLockAdmin(admin.ModelAdmin):
         form, alias, name, number, back = asked
         gone = kind.gone.format(name=name, alias=alias, number=number)
         try:
-            backend = locks[alias]
-            holder = next(
-                (h for h in kind.holders(backend, name) if h.fencing_token == number), None
-            )
+            operations = locks[alias].operations[kind.kind]
+            if isinstance(operations, Unsupported):  # said as an alias that cannot be read
+                raise operations.error()
+            holder = next((h for h in operations.inspect(name) if h.fencing_token == number), None)
             if holder is None:
                 messages.warning(request, gone)
                 return HttpResponseRedirect(back)
             if request.method != "POST":
                 return self._confirm(request, form, holder, back, title=kind.title, **kind.confirm)
-            released = kind.release(backend, name, holder.token)
+            released = operations.force_release(name, holder.token)
         except (*ALIAS_ERRORS, kind.unsupported) as exc:
             messages.error(
                 request, f"Nothing was {kind.done}: alias {alias!r} cannot be read. {exc}"

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from django.utils.safestring import SafeString
 
-from ..exceptions import SemaphoresNotSupported
 from ..handler import locks
 from ..info import LockInfo, SemaphoreInfo
 from .display import breakable, describe_holder, detail_url, format_remaining, release_url
@@ -86,18 +85,16 @@ def semaphore_rows(
     rows = []
     for alias in aliases:
         try:
-            held = locks[alias].held_semaphores(prefix)
-        except SemaphoresNotSupported:
-            continue  # a backend without semaphores holds none
+            held = locks[alias].semaphores.list(prefix)  # none where there are no semaphores
         except ALIAS_ERRORS as exc:
             unavailable[alias] = str(exc)
             continue
         rows += [
             SemaphoreRow(
-                info,
-                permit_rows(info.holders, release_base, filters),
-                detail_url(detail_base, alias, info.name, filters, kind="semaphore"),
+                SemaphoreInfo(entry.name, entry.limit, entry.holders, entry.waiters, alias),
+                permit_rows(entry.holders, release_base, filters),
+                detail_url(detail_base, alias, entry.name, filters, kind="semaphore"),
             )
-            for info in held
+            for entry in held
         ]
     return rows

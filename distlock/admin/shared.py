@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from django.utils.safestring import SafeString
 
-from ..exceptions import SharedLocksNotSupported
 from ..handler import locks
 from .display import breakable, detail_url
 from .listing import ALIAS_ERRORS, HeldName
@@ -50,20 +49,18 @@ def shared_rows(
     rows = []
     for alias in aliases:
         try:
-            held = locks[alias].held_shared(prefix)
-        except SharedLocksNotSupported:
-            continue  # a backend without shared locks holds none
+            held = locks[alias].shared.list(prefix)  # none where there are no shared locks
         except ALIAS_ERRORS as exc:
             unavailable[alias] = str(exc)
             continue
         rows += [
             SharedRow(
-                name,
+                entry.name,
                 alias,
-                permit_rows(holders, release_base, filters),
-                holders[0].waiters,
-                detail_url(detail_base, alias, name, filters, kind="shared"),
+                permit_rows(entry.holders, release_base, filters),
+                entry.holders[0].waiters,
+                detail_url(detail_base, alias, entry.name, filters, kind="shared"),
             )
-            for name, holders in held.items()
+            for entry in held
         ]
     return rows

@@ -1,21 +1,29 @@
-"""The backend contract: the operations every lock store implements (and, for a store without
-semaphores, the ones it refuses), with their async twins."""
+"""The backend contract: what every lock store offers operators (introspection, force
+release), the settings every backend shares, and one operations object per kind of hold
+(distlock.backends.operations): ``exclusive``, ``shared`` and ``semaphores``."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
 from .. import metrics
 from ..exceptions import RenewalLimitReached, SemaphoresNotSupported, SharedLocksNotSupported
-from ..info import LockInfo, SemaphoreInfo, WaiterInfo
+from ..info import LockInfo, WaiterInfo
 from ..names import KeyLayout
 from ..signals import lock_force_released
 from ..tokens import SHARED_MARK
 from ..validation import lease_milliseconds
+from .operations import (
+    Attempt,  # noqa: F401  # re-exported: distlock.backends.base.Attempt
+    HeldEntry,  # noqa: F401  # re-exported: distlock.backends.base.HeldEntry
+    Operations,
+    SemaphoreKind,
+    Unsupported,
+    UnsupportedSemaphores,
+)
 from .settings import LIMIT_OPTIONS, Problems, parse_shared
 
 if TYPE_CHECKING:  # redis is not imported for LocMemBackend
@@ -35,36 +43,16 @@ DRIFT_MS = 2
 HELD_BATCH = 2000
 
 
-class Attempt(NamedTuple):
-    """What one acquire attempt found. (A NamedTuple: one is built per acquire, and a frozen
-    dataclass's __init__ costs several times more.)"""
-
-    acquired: bool
-    fencing_token: int = 0
-    acquired_ms: int = 0  # server time of the acquisition
-    holder_pttl_ms: int = 0  # when not acquired: the holder's remaining lease
-    place: int = -1  # when not acquired: the place in the queue (0 first), -1 not queued
-    server_ms: int = 0  # when not acquired: the server's clock, if it told
-    sent: float = 0.0  # time.monotonic() when the request that acquired was sent, if known
-
-
-class HeldEntry(NamedTuple):
-    """One held lock as a backend's index knows it: enough to list, sort and page through
-    held locks without reading each one."""
-
-    name: str
-    lease_end: float  # POSIX timestamp
-    acquired: float  # POSIX timestamp; 0.0 when the index does not know it
-    waiters: int = 0  # how many are queued for it (what LockInfo.waiters says)
-
-
 class BaseLockBackend:
-    """Parse the settings every backend shares (distlock.backends.settings) and define the
-    operations locks and semaphores rely on.
+    """Parse the settings every backend shares (distlock.backends.settings), keep one
+    operations object per kind (``exclusive``, ``shared``, ``semaphores``: see
+    distlock.backends.operations), and answer operators (``held``, ``info``,
+    ``force_release``, ...).
 
-    Subclasses implement the primitives; the ``a``-prefixed async twins run the sync ones in
-    a worker thread unless a subclass has a native async client. A backend without
-    semaphores leaves their operations as they are here: they raise SemaphoresNotSupported.
+    Subclasses supply their operations (``make_operations``) and ``info``; the ``a``-prefixed
+    async twins here run the sync ones in a worker thread unless a subclass has a native
+    async client. A backend without semaphores or shared locks keeps Unsupported operations
+    for them: acquiring raises SemaphoresNotSupported / SharedLocksNotSupported.
     """
 
     # Option names (upper case) this backend understands besides the client's own.
@@ -74,11 +62,31 @@ class BaseLockBackend:
     # Why a backend keeps no shared locks, for SharedLocksNotSupported's message.
     no_shared_locks = "it does not keep them"
 
+    exclusive: Operations
+    shared: Operations
+    semaphores: SemaphoreKind
+
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         self.alias = alias
         problems = Problems()
         self.configure(params, problems)
         problems.raise_any()
+        self.exclusive, self.shared, self.semaphores = self.make_operations()
+        # By the word a Lock and the metrics name the kind with ("lock", "shared", ...).
+        self.operations: dict[str, Operations] = {ops.kind: ops for ops in self.kinds()}
+
+    def make_operations(self) -> tuple[Operations, Operations, SemaphoreKind]:
+        """Return this backend's operations of each kind: exclusive, shared, semaphores.
+        (Here the exclusive ones are abstract and the other kinds refused.)"""
+        return (
+            Operations(self),
+            Unsupported(self, "shared", self.shared_locks_not_supported),
+            UnsupportedSemaphores(self, "semaphore", self.semaphores_not_supported),
+        )
+
+    def kinds(self) -> tuple[Operations, Operations, SemaphoreKind]:
+        """The operations of every kind, for a surface that shows or counts each."""
+        return self.exclusive, self.shared, self.semaphores
 
     def configure(self, params: dict[str, Any], problems: Problems) -> None:
         """Parse the settings; note every problem in ``problems`` rather than stop at the first.
@@ -111,6 +119,23 @@ class BaseLockBackend:
             name=name,
         )
 
+    def semaphores_not_supported(self) -> SemaphoresNotSupported:
+        """The error of every semaphore operation on a backend that has none."""
+        return SemaphoresNotSupported(
+            f"DISTLOCK[{self.alias!r}] uses {type(self).__name__}, which has no semaphores: "
+            f"{self.no_semaphores}. Add an alias with distlock.backends.redis.RedisBackend "
+            "(one server, Sentinel or Cluster) and pass using=<that alias>.",
+        )
+
+    def shared_locks_not_supported(self) -> SharedLocksNotSupported:
+        """The error of every shared-lock operation on a backend that has none."""
+        return SharedLocksNotSupported(
+            f"DISTLOCK[{self.alias!r}] uses {type(self).__name__}, which has no shared locks: "
+            f"{self.no_shared_locks}. Add an alias with distlock.backends.redis.RedisBackend "
+            "(one server, Sentinel or Cluster) and pass using=<that alias>, or take the "
+            "exclusive lock (shared=False).",
+        )
+
     # How long one blocking wait may last (a blocking read must end before the socket times out).
     max_block = FALLBACK_RETRY
 
@@ -119,56 +144,11 @@ class BaseLockBackend:
         """The sender of the signals about this backend's locks (distlock.signals)."""
         return type(self)
 
-    # --- primitives -------------------------------------------------------------------
-    def try_acquire(
-        self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None, patience_ms: int
-    ) -> Attempt:
-        raise NotImplementedError(
-            "subclasses of BaseLockBackend must provide a try_acquire() method"
-        )
-
-    def wait_for_turn(self, name: str, timeout: float) -> str | None:
-        """Block until the lock may be free or ``timeout`` passes; return a grant if handed one."""
-        raise NotImplementedError(
-            "subclasses of BaseLockBackend must provide a wait_for_turn() method"
-        )
-
-    def wait_and_acquire(
-        self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
-    ) -> Attempt:
-        """Wait up to ``timeout`` for the lock to be handed over or freed, then try to acquire
-        it (with the grant the wait brought, if any). A backend that can do both in one round
-        trip does."""
-        grant = self.wait_for_turn(name, timeout)
-        sent = time.monotonic()
-        return self.try_acquire(name, token, ttl_ms, meta, grant, patience_ms)._replace(sent=sent)
-
-    def leave_queue(self, name: str, token: str) -> None:
-        raise NotImplementedError(
-            "subclasses of BaseLockBackend must provide a leave_queue() method"
-        )
-
-    def release(self, name: str, token: str, *, every_level: bool = False) -> int:
-        """Return 0 if ``token`` does not hold ``name``, 1 if released, 2 if one reentrant
-        level was. ``every_level``: release every reentrant level at once (the holder's last
-        level, or an operator's force release); ``token`` "" releases whoever holds it."""
-        raise NotImplementedError("subclasses of BaseLockBackend must provide a release() method")
-
-    def extend(
-        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
-    ) -> bool:
-        raise NotImplementedError("subclasses of BaseLockBackend must provide an extend() method")
-
+    # --- introspection (docs: CONTRACT "Introspection") -----------------------------------
     def info(self, name: str) -> LockInfo | None:
-        """Return the LockInfo of ``name`` if it is held, else None."""
+        """Return the LockInfo of ``name`` if it is held (exclusively, or else by its first
+        shared holder to end), else None."""
         raise NotImplementedError("subclasses of BaseLockBackend must provide an info() method")
-
-    def held_names(self, prefix: str = "") -> list[HeldEntry]:
-        """Return the index entry of every held lock whose name starts with ``prefix``, by
-        name."""
-        raise NotImplementedError(
-            "subclasses of BaseLockBackend must provide a held_names() method"
-        )
 
     def info_many(self, names: list[str]) -> list[LockInfo]:
         """Return the LockInfo of each name still held, in order."""
@@ -179,12 +159,11 @@ class BaseLockBackend:
         does not keep who waits (only how many: LockInfo.waiters)."""
         return None
 
-    # --- operators ----------------------------------------------------------------------
     def held(self, prefix: str = "", limit: int = 100, offset: int = 0) -> list[LockInfo]:
         """Return the held locks whose name starts with ``prefix``, sorted by name."""
         check_prefix(prefix)
         _check_page(limit, offset)
-        names = [entry.name for entry in self.held_names(prefix)[offset : offset + limit]]
+        names = [entry.name for entry in self.exclusive.list(prefix)[offset : offset + limit]]
         return self.info_many(names)
 
     def iter_held(self, prefix: str = "") -> Iterator[LockInfo]:
@@ -192,11 +171,11 @@ class BaseLockBackend:
         particular order. A lock held for the whole walk is yielded exactly once, however
         many others come and go meanwhile, at a cost of about one read per held lock.
 
-        This default reads the index once (``held_names``: each name lives in one place,
+        This default reads the index once (``exclusive.list``: each name lives in one place,
         read once) and the locks in batches.
         """
         check_prefix(prefix)
-        return self._read_in_batches([entry.name for entry in self.held_names(prefix)])
+        return self._read_in_batches([entry.name for entry in self.exclusive.list(prefix)])
 
     def _read_in_batches(self, names: list[str]) -> Iterator[LockInfo]:
         for start in range(0, len(names), HELD_BATCH):
@@ -205,7 +184,7 @@ class BaseLockBackend:
     def count(self, prefix: str = "") -> int:
         """Return how many locks whose name starts with ``prefix`` are held."""
         check_prefix(prefix)
-        return len(self.held_names(prefix))
+        return len(self.exclusive.list(prefix))
 
     def locked(self, name: str) -> bool:
         return self.info(name) is not None
@@ -214,20 +193,15 @@ class BaseLockBackend:
         """Release ``name`` whoever holds it (only ``token``, when given). Return True if
         something was released; waiters are handed the lock as after a normal release."""
         _check_token(token)
-
         if token is not None and token.startswith(SHARED_MARK):
             # A shared holder's token, as info() shows once readers hold the lock: release
-            # that hold (release() knows exclusive holds only, and would answer "not held").
-            return self.force_release_shared(name, token)
-        info = self.info(name)
-        released = self.release(name, token or "", every_level=True) == 1
-        if released:
-            self._force_released("lock", name, info)
-        return released
+            # that hold (the exclusive kind knows exclusive holds only: "not held").
+            return self.shared.force_release(name, token)
+        return self.exclusive.force_release(name, token or "")
 
     def _force_released(self, kind: str, name: str, info: LockInfo | None) -> None:
-        """Tell of a force release, whoever asked for it (the admin, the CLI, code): counted
-        here once, and sent as ``lock_force_released``."""
+        """Tell of a force release, whoever asked for it (the admin, the CLI, code) and of
+        whichever kind: counted here once, and sent as ``lock_force_released``."""
         if metrics.ENABLED:
             metrics.force_released(self.alias, kind, name)
         lock_force_released.send(type(self), name=name, alias=self.alias, info=info)
@@ -236,174 +210,6 @@ class BaseLockBackend:
         """Return what each Redis server keeping this alias's locks says of its memory
         (maxmemory, maxmemory-policy, keys evicted); empty for a store that is no server."""
         return []
-
-    # --- semaphores (distlock.semaphore) ---------------------------------------------
-    def semaphores_not_supported(self) -> SemaphoresNotSupported:
-        """The error of every semaphore operation on a backend that has none."""
-        return SemaphoresNotSupported(
-            f"DISTLOCK[{self.alias!r}] uses {type(self).__name__}, which has no semaphores: "
-            f"{self.no_semaphores}. Add an alias with distlock.backends.redis.RedisBackend "
-            "(one server, Sentinel or Cluster) and pass using=<that alias>.",
-        )
-
-    def semaphore_acquire(
-        self, name: str, limit: int, token: str, ttl_ms: int, meta: str, patience_ms: int
-    ) -> Attempt:
-        """Take a permit of ``name`` (at most ``limit`` holders) for ``token``, or queue it
-        for ``patience_ms``."""
-        raise self.semaphores_not_supported()
-
-    def semaphore_wait_and_acquire(
-        self,
-        timeout: float,
-        name: str,
-        limit: int,
-        token: str,
-        ttl_ms: int,
-        meta: str,
-        patience_ms: int,
-    ) -> Attempt:
-        """Wait up to ``timeout`` for a permit to be handed to ``token``, then try to take
-        it, as wait_and_acquire() does for a lock."""
-        raise self.semaphores_not_supported()
-
-    def semaphore_leave(self, name: str, token: str) -> None:
-        """Stop waiting (a permit handed to ``token`` meanwhile passes on)."""
-        raise self.semaphores_not_supported()
-
-    def semaphore_release(self, name: str, token: str) -> int:
-        """Give back ``token``'s permit; return 1 if it held one, else 0."""
-        raise self.semaphores_not_supported()
-
-    def semaphore_extend(self, name: str, token: str, ttl_ms: int, *, renewal: bool) -> int:
-        """Return 1 if extended, 0 if ``token`` holds no permit, 2 at MAX_RENEWALS."""
-        raise self.semaphores_not_supported()
-
-    def semaphore_info(self, name: str) -> SemaphoreInfo | None:
-        """Return the holders of semaphore ``name``, or None if nobody holds or waits."""
-        raise self.semaphores_not_supported()
-
-    def held_semaphores(self, prefix: str = "") -> list[SemaphoreInfo]:
-        """Return every held semaphore whose name starts with ``prefix``, by name."""
-        raise self.semaphores_not_supported()
-
-    def force_release_permit(self, name: str, token: str) -> bool:
-        """Free the permit ``token`` holds (an operator's call); return True if it did.
-
-        Sends ``lock_force_released`` with the holder's LockInfo, as force_release() does.
-        """
-        if not isinstance(token, str) or not token:
-            raise ValueError(f"token must be a permit holder's token, not {token!r}.")
-        info = self.semaphore_info(name)
-        holder = next((h for h in info.holders if h.token == token), None) if info else None
-        released = self.semaphore_release(name, token) == 1
-        if released:
-            self._force_released("semaphore", name, holder)
-        return released
-
-    # --- shared locks (distlock.lock(shared=True)) --------------------------------------
-    # The same operations as a lock's, for a shared hold of the lock of the same name: a
-    # shared acquire waits while an exclusive holder holds, and an exclusive one while any
-    # shared holder does; both kinds wait in one queue, first come first served.
-    def shared_locks_not_supported(self) -> SharedLocksNotSupported:
-        """The error of every shared-lock operation on a backend that has none."""
-        return SharedLocksNotSupported(
-            f"DISTLOCK[{self.alias!r}] uses {type(self).__name__}, which has no shared locks: "
-            f"{self.no_shared_locks}. Add an alias with distlock.backends.redis.RedisBackend "
-            "(one server, Sentinel or Cluster) and pass using=<that alias>, or take the "
-            "exclusive lock (shared=False).",
-        )
-
-    def shared_acquire(
-        self,
-        name: str,
-        token: str,
-        ttl_ms: int,
-        meta: str,
-        patience_ms: int,
-        downgrade_from: str = "",
-    ) -> Attempt:
-        """Take a shared hold of ``name`` for ``token``, or queue it for ``patience_ms``.
-        ``downgrade_from``: the token of this thread's exclusive hold of ``name``, if it has
-        one: while that token holds the lock, the shared hold is granted at once (a downgrade),
-        and it stays when the exclusive hold is released, with no writer in between."""
-        raise self.shared_locks_not_supported()
-
-    def shared_wait_and_acquire(
-        self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
-    ) -> Attempt:
-        """Wait up to ``timeout`` for a release to let ``token`` in, then take the shared
-        hold, as wait_and_acquire() does for an exclusive one."""
-        raise self.shared_locks_not_supported()
-
-    def shared_leave(self, name: str, token: str) -> None:
-        """Stop waiting (a place reserved for ``token`` meanwhile is given back)."""
-        raise self.shared_locks_not_supported()
-
-    def shared_release(self, name: str, token: str, *, every_level: bool = False) -> int:
-        """Release ``token``'s shared hold: 0 if it holds none, 1 if released, 2 if one
-        reentrant level was."""
-        raise self.shared_locks_not_supported()
-
-    def shared_extend(
-        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
-    ) -> bool:
-        """Set ``token``'s shared lease to ``ttl_ms`` from now; False if it holds none."""
-        raise self.shared_locks_not_supported()
-
-    def shared_holders(self, name: str) -> tuple[LockInfo, ...]:
-        """Return the shared holders of ``name``, first lease to end first (empty: none)."""
-        raise self.shared_locks_not_supported()
-
-    def held_shared(self, prefix: str = "") -> dict[str, tuple[LockInfo, ...]]:
-        """Return the holders of every shared-held lock whose name starts with ``prefix``,
-        by name."""
-        raise self.shared_locks_not_supported()
-
-    def force_release_shared(self, name: str, token: str) -> bool:
-        """Release the shared hold ``token`` has (an operator's call); return True if it
-        did. Sends ``lock_force_released`` with the holder's LockInfo."""
-        if not isinstance(token, str) or not token:
-            raise ValueError(f"token must be a shared holder's token, not {token!r}.")
-        holder = next((h for h in self.shared_holders(name) if h.token == token), None)
-        released = self.shared_release(name, token, every_level=True) == 1
-        if released:
-            self._force_released("shared", name, holder)
-        return released
-
-    async def ashared_acquire(
-        self,
-        name: str,
-        token: str,
-        ttl_ms: int,
-        meta: str,
-        patience_ms: int,
-        downgrade_from: str = "",
-    ) -> Attempt:
-        acquire = sync_to_async(self.shared_acquire, thread_sensitive=False)
-        return await acquire(name, token, ttl_ms, meta, patience_ms, downgrade_from)
-
-    async def ashared_wait_and_acquire(
-        self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
-    ) -> Attempt:
-        wait = sync_to_async(self.shared_wait_and_acquire, thread_sensitive=False)
-        return await wait(timeout, name, token, ttl_ms, meta, patience_ms)
-
-    async def ashared_leave(self, name: str, token: str) -> None:
-        await sync_to_async(self.shared_leave, thread_sensitive=False)(name, token)
-
-    async def ashared_release(self, name: str, token: str, *, every_level: bool = False) -> int:
-        release = sync_to_async(self.shared_release, thread_sensitive=False)
-        return await release(name, token, every_level=every_level)
-
-    async def ashared_extend(
-        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
-    ) -> bool:
-        extend = sync_to_async(self.shared_extend, thread_sensitive=False)
-        return await extend(name, token, ttl_ms, renewal=renewal, reenter=reenter)
-
-    async def ashared_holders(self, name: str) -> tuple[LockInfo, ...]:
-        return await sync_to_async(self.shared_holders, thread_sensitive=False)(name)
 
     def close(self) -> None:
         """Close connections this backend opened."""
@@ -420,33 +226,6 @@ class BaseLockBackend:
             pass
 
     # --- async twins --------------------------------------------------------------------
-    async def atry_acquire(self, *args: Any) -> Attempt:
-        return await sync_to_async(self.try_acquire, thread_sensitive=False)(*args)
-
-    async def await_for_turn(self, name: str, timeout: float) -> str | None:
-        return await sync_to_async(self.wait_for_turn, thread_sensitive=False)(name, timeout)
-
-    async def await_and_acquire(
-        self, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
-    ) -> Attempt:
-        grant = await self.await_for_turn(name, timeout)
-        sent = time.monotonic()
-        attempt = await self.atry_acquire(name, token, ttl_ms, meta, grant, patience_ms)
-        return attempt._replace(sent=sent)
-
-    async def aleave_queue(self, name: str, token: str) -> None:
-        await sync_to_async(self.leave_queue, thread_sensitive=False)(name, token)
-
-    async def arelease(self, name: str, token: str, *, every_level: bool = False) -> int:
-        release = sync_to_async(self.release, thread_sensitive=False)
-        return await release(name, token, every_level=every_level)
-
-    async def aextend(
-        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
-    ) -> bool:
-        extend = sync_to_async(self.extend, thread_sensitive=False)
-        return await extend(name, token, ttl_ms, renewal=renewal, reenter=reenter)
-
     async def ainfo(self, name: str) -> LockInfo | None:
         return await sync_to_async(self.info, thread_sensitive=False)(name)
 
@@ -455,38 +234,6 @@ class BaseLockBackend:
 
     async def aforce_release(self, name: str, token: str | None = None) -> bool:
         return await sync_to_async(self.force_release, thread_sensitive=False)(name, token)
-
-    async def asemaphore_acquire(
-        self, name: str, limit: int, token: str, ttl_ms: int, meta: str, patience_ms: int
-    ) -> Attempt:
-        acquire = sync_to_async(self.semaphore_acquire, thread_sensitive=False)
-        return await acquire(name, limit, token, ttl_ms, meta, patience_ms)
-
-    async def asemaphore_wait_and_acquire(
-        self,
-        timeout: float,
-        name: str,
-        limit: int,
-        token: str,
-        ttl_ms: int,
-        meta: str,
-        patience_ms: int,
-    ) -> Attempt:
-        wait = sync_to_async(self.semaphore_wait_and_acquire, thread_sensitive=False)
-        return await wait(timeout, name, limit, token, ttl_ms, meta, patience_ms)
-
-    async def asemaphore_leave(self, name: str, token: str) -> None:
-        await sync_to_async(self.semaphore_leave, thread_sensitive=False)(name, token)
-
-    async def asemaphore_release(self, name: str, token: str) -> int:
-        return await sync_to_async(self.semaphore_release, thread_sensitive=False)(name, token)
-
-    async def asemaphore_extend(self, name: str, token: str, ttl_ms: int, *, renewal: bool) -> int:
-        extend = sync_to_async(self.semaphore_extend, thread_sensitive=False)
-        return await extend(name, token, ttl_ms, renewal=renewal)
-
-    async def asemaphore_info(self, name: str) -> SemaphoreInfo | None:
-        return await sync_to_async(self.semaphore_info, thread_sensitive=False)(name)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} alias={self.alias!r} prefix={self.key_prefix!r}>"

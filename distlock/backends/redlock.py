@@ -39,6 +39,14 @@ from ..exceptions import BackendUnavailable, InvalidLockBackendError
 from ..info import LockInfo
 from ..names import validate_name
 from .base import DRIFT_FACTOR, DRIFT_MS, Attempt, BaseLockBackend, HeldEntry
+from .operations import (
+    ExclusiveKind,
+    Operations,
+    Request,
+    SemaphoreKind,
+    Unsupported,
+    UnsupportedSemaphores,
+)
 from .redis import RedisBackend
 from .redis_ops import grants, listing, locks
 from .redis_ops.fanout import Results, Skipped, afan_out, fan_out
@@ -128,6 +136,13 @@ class RedlockBackend(BaseLockBackend):
     own_options = BaseLockBackend.own_options | {"DRIFT_FACTOR"}
     no_semaphores = NO_SEMAPHORES
     no_shared_locks = NO_SHARED_LOCKS
+
+    def make_operations(self) -> tuple[Operations, Operations, SemaphoreKind]:
+        return (
+            RedlockOperations(self),
+            Unsupported(self, "shared", self.shared_locks_not_supported),
+            UnsupportedSemaphores(self, "semaphore", self.semaphores_not_supported),
+        )
 
     def configure(self, params: dict[str, Any], problems: Problems) -> None:
         super().configure(params, problems)
@@ -393,16 +408,6 @@ class RedlockBackend(BaseLockBackend):
     # A waiter handed the lock is woken by the first node the release reached; the other
     # nodes may still show the releasing holder for a moment. A grant that got some nodes but
     # not a majority is so tried again, shortly, before the waiter waits again.
-    def try_acquire(
-        self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None, patience_ms: int
-    ) -> Attempt:
-        return self.run(self._acquire(name, token, ttl_ms, meta, grant, patience_ms))
-
-    async def atry_acquire(
-        self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None, patience_ms: int
-    ) -> Attempt:
-        return await self.arun(self._acquire(name, token, ttl_ms, meta, grant, patience_ms))
-
     def _acquire(
         self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None, patience_ms: int
     ) -> Steps[Attempt]:
@@ -467,12 +472,6 @@ class RedlockBackend(BaseLockBackend):
         leases = sorted(max(int(results[i][0][1]), 1) for i in refused)
         return Attempt(False, holder_pttl_ms=leases[self.quorum - 1]), undo, None
 
-    def wait_for_turn(self, name: str, timeout: float) -> str | None:
-        return self.run(self._turn(name, timeout))
-
-    async def await_for_turn(self, name: str, timeout: float) -> str | None:
-        return await self.arun(self._turn(name, timeout))
-
     def _turn(self, name: str, timeout: float) -> Steps[str | None]:
         """Block on the home node until a release pushes a grant (see grants)."""
         home = self._home()
@@ -486,22 +485,10 @@ class RedlockBackend(BaseLockBackend):
         """The node waiters block on: the first one up, so that all of them queue there."""
         return next((i for i, up in enumerate(self._up()) if up), 0)
 
-    def leave_queue(self, name: str, token: str) -> None:
-        self.run(self._leave(name, token))
-
-    async def aleave_queue(self, name: str, token: str) -> None:
-        await self.arun(self._leave(name, token))
-
     def _leave(self, name: str, token: str) -> Steps[None]:
         yield Ask([grants.leave_call(self.layout, name, token)], _always)
 
     # --- release and extend -----------------------------------------------------------
-    def release(self, name: str, token: str, *, every_level: bool = False) -> int:
-        return self.run(self._release(name, token, every_level))
-
-    async def arelease(self, name: str, token: str, *, every_level: bool = False) -> int:
-        return await self.arun(self._release(name, token, every_level))
-
     def _release(self, name: str, token: str, every_level: bool) -> Steps[int]:
         # One grant, valid on every node; and the nodes the lock was not held on (a bare
         # majority held it) hand it to the waiters too, so no newcomer can take them first.
@@ -521,16 +508,6 @@ class RedlockBackend(BaseLockBackend):
             # Maybe held still: raise, so that the Lock keeps its token and can retry.
             raise self._unavailable("release", name, released, results)
         return 0
-
-    def extend(
-        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
-    ) -> bool:
-        return self.run(self._extend(name, token, ttl_ms, renewal, reenter))
-
-    async def aextend(
-        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
-    ) -> bool:
-        return await self.arun(self._extend(name, token, ttl_ms, renewal, reenter))
 
     def _extend(
         self, name: str, token: str, ttl_ms: int, renewal: bool, reenter: bool
@@ -601,7 +578,8 @@ class RedlockBackend(BaseLockBackend):
             return _UNKNOWN
         return None
 
-    def held_names(self, prefix: str = "") -> list[HeldEntry]:
+    def held_entries(self, prefix: str) -> list[HeldEntry]:
+        """The index entries of the locks a majority holds (RedlockOperations.list)."""
         results = self._ask(
             Ask(listing.held_names_calls(self.layout, "wait"), self._answered_by_quorum)
         )
@@ -691,3 +669,60 @@ def _limit_reached(reply: Any) -> bool:
 
 def _always(results: Results) -> bool:
     return True
+
+
+class RedlockOperations(ExclusiveKind):
+    """The exclusive lock on a majority of the nodes: each operation is one of the
+    backend's generators (``_acquire``, ``_turn``, ...), driven by its ``run``/``arun``."""
+
+    backend: RedlockBackend
+
+    def try_acquire(self, request: Request, grant: str | None = None) -> Attempt:
+        return self.backend.run(self._acquire(request, grant))
+
+    async def atry_acquire(self, request: Request, grant: str | None = None) -> Attempt:
+        return await self.backend.arun(self._acquire(request, grant))
+
+    def _acquire(self, request: Request, grant: str | None) -> Steps[Attempt]:
+        name, token, ttl_ms, meta, patience_ms, _, _ = request
+        return self.backend._acquire(name, token, ttl_ms, meta, grant, patience_ms)
+
+    def acquire_when_free(self, request: Request, timeout: float) -> Attempt:
+        # Block on one node for a grant, then present it to every node.
+        grant = self.backend.run(self.backend._turn(request.name, timeout))
+        sent = time.monotonic()
+        return self.try_acquire(request, grant)._replace(sent=sent)
+
+    async def aacquire_when_free(self, request: Request, timeout: float) -> Attempt:
+        grant = await self.backend.arun(self.backend._turn(request.name, timeout))
+        sent = time.monotonic()
+        return (await self.atry_acquire(request, grant))._replace(sent=sent)
+
+    def leave(self, name: str, token: str) -> None:
+        self.backend.run(self.backend._leave(name, token))
+
+    async def aleave(self, name: str, token: str) -> None:
+        await self.backend.arun(self.backend._leave(name, token))
+
+    def release(self, name: str, token: str, *, every_level: bool = False) -> int:
+        return self.backend.run(self.backend._release(name, token, every_level))
+
+    async def arelease(self, name: str, token: str, *, every_level: bool = False) -> int:
+        return await self.backend.arun(self.backend._release(name, token, every_level))
+
+    def extend(
+        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
+    ) -> bool:
+        return self.backend.run(self.backend._extend(name, token, ttl_ms, renewal, reenter))
+
+    async def aextend(
+        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
+    ) -> bool:
+        return await self.backend.arun(self.backend._extend(name, token, ttl_ms, renewal, reenter))
+
+    def inspect(self, name: str) -> tuple[LockInfo, ...]:
+        info = self.backend.info(name)  # a majority's holder (no shared holds on Redlock)
+        return () if info is None else (info,)
+
+    def list(self, prefix: str = "") -> list[HeldEntry]:
+        return self.backend.held_entries(prefix)

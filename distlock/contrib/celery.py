@@ -174,9 +174,9 @@ class LockedTask(celery.Task):
             purpose=self._purpose(task_id, " (queued)"),
         )
         backend = queued.backend
-        running = backend.info(name)
+        running = backend.holder(name)
         if running is not None or not queued.acquire():
-            raise TaskAlreadyQueued(name, holder=running or backend.info(queued.name))
+            raise TaskAlreadyQueued(name, holder=running or backend.holder(queued.name))
         options["headers"] = {**headers, QUEUED_HEADER: queued.token}
         try:
             return super().apply_async(args, kwargs, task_id=task_id, **options)

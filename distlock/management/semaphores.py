@@ -16,27 +16,21 @@ from .tables import aligned
 
 
 def held_semaphores(backend: BaseLockBackend, prefix: str) -> list[SemaphoreInfo]:
-    """Return the held semaphores of ``backend`` whose name starts with ``prefix``."""
-    try:
-        return backend.held_semaphores(prefix)
-    except SemaphoresNotSupported:
-        return []
+    """Return the held semaphores of ``backend`` whose name starts with ``prefix`` (none
+    where there are no semaphores)."""
+    return [
+        SemaphoreInfo(entry.name, entry.limit, entry.holders, entry.waiters, backend.alias)
+        for entry in backend.semaphores.list(prefix)
+    ]
 
 
 def semaphore_of(backend: BaseLockBackend, name: str) -> SemaphoreInfo | None:
     """Return semaphore ``name`` of ``backend`` if someone holds a permit, else None."""
     try:
-        info = backend.semaphore_info(name)
+        info = backend.semaphores.describe(name)
     except SemaphoresNotSupported:
         return None
     return info if info is not None and info.holders else None
-
-
-def free_permit(backend: BaseLockBackend, name: str, token: str) -> bool:
-    """Free the permit ``token`` holds of semaphore ``name`` (found by semaphore_of(), so
-    the backend has semaphores); return True if it did."""
-    freed: bool = backend.force_release_permit(name, token)  # counted by the backend
-    return freed
 
 
 def semaphore_json(semaphores: list[SemaphoreInfo]) -> list[dict[str, Any]]:

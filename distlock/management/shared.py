@@ -2,7 +2,7 @@
 holders in ``info``, and ``release NAME --token T`` releasing one shared hold.
 
 Kept apart from the command so that it only calls in here: a backend without shared locks
-(RedlockBackend) simply has none to show.
+(RedlockBackend) simply has none to show (its ``shared`` operations list none).
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..backends.base import BaseLockBackend
-from ..exceptions import SharedLocksNotSupported
 from ..info import LockInfo, shorten
 from .tables import aligned
 
@@ -20,18 +19,13 @@ Held = dict[str, tuple[LockInfo, ...]]  # lock name -> its shared holders
 def held_shared(backend: BaseLockBackend, prefix: str) -> Held:
     """Return the shared holders of every lock of ``backend`` whose name starts with
     ``prefix``, by name."""
-    try:
-        return backend.held_shared(prefix)
-    except SharedLocksNotSupported:
-        return {}
+    return {entry.name: entry.holders for entry in backend.shared.list(prefix)}
 
 
 def shared_holders(backend: BaseLockBackend, name: str) -> tuple[LockInfo, ...]:
-    """Return the shared holders of lock ``name`` of ``backend`` (empty if none)."""
-    try:
-        return backend.shared_holders(name)
-    except SharedLocksNotSupported:
-        return ()
+    """Return the shared holders of lock ``name`` of ``backend`` (empty if none, or where
+    there are no shared locks)."""
+    return backend.shared.inspect(name)
 
 
 def shared_json(held: list[Held]) -> list[dict[str, Any]]:

@@ -70,7 +70,7 @@ def every_kind(redis_backend: str, waiting: Waiting) -> Iterator[dict[str, list[
     extra = distlock.semaphore("exports", 3, ttl=60, purpose="one export too many")
     waiting.join(
         lambda: extra.acquire(wait=30) and extra.release(),
-        lambda: backend.semaphore_info("exports").waiting == 1,
+        lambda: backend.semaphores.describe("exports").waiting == 1,
     )
     yield {"lock": [lock], "shared": readers, "semaphore": permits}
     for held in [lock, *readers, *permits]:

@@ -123,7 +123,7 @@ def scene(settings: Any, redis_backend: str) -> Iterator[Scene]:
         made.held.append(permit)
     made.queue(
         distlock.semaphore("exports:pdf", 2, ttl=300, purpose="celery task export 2"),
-        lambda: backend.semaphore_info("exports:pdf").waiting == 1,
+        lambda: backend.semaphores.describe("exports:pdf").waiting == 1,
     )
     yield made
     for held in made.held:

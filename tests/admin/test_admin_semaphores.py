@@ -68,7 +68,7 @@ def test_semaphores_that_cannot_be_read_mark_the_alias_unavailable(
     def unreachable(prefix: str = "") -> None:
         raise distlock.BackendUnavailable("Redis at the test server did not answer.")
 
-    monkeypatch.setattr(distlock.locks["default"], "held_semaphores", unreachable)
+    monkeypatch.setattr(distlock.locks["default"].semaphores, "list", unreachable)
     response = admin_client.get(reverse(CHANGELIST))
     assert response.context["cl"].semaphores == []
     assert "default" in response.context["cl"].not_counted

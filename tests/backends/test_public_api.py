@@ -371,13 +371,13 @@ def test_an_acquire_cut_short_after_the_grant_gives_the_lock_back(
     server granted the lock and before acquire() returned: the lock must not stay held until
     its lease ends by a holder that never knew it held it."""
     backend = locks["default"]
-    grant = backend.try_acquire
+    grant = backend.exclusive.try_acquire
 
     def grant_then_interrupt(*args: Any) -> Any:
         grant(*args)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(backend, "try_acquire", grant_then_interrupt)
+    monkeypatch.setattr(backend.exclusive, "try_acquire", grant_then_interrupt)
     lk = distlock.lock("cut-short", ttl=30)
     with pytest.raises(KeyboardInterrupt):
         lk.acquire()
@@ -390,13 +390,13 @@ async def test_an_async_acquire_cancelled_after_the_grant_gives_the_lock_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     backend = locks["default"]
-    grant = backend.atry_acquire
+    grant = backend.exclusive.atry_acquire
 
     async def grant_then_cancel(*args: Any) -> Any:
         await grant(*args)
         raise asyncio.CancelledError
 
-    monkeypatch.setattr(backend, "atry_acquire", grant_then_cancel)
+    monkeypatch.setattr(backend.exclusive, "atry_acquire", grant_then_cancel)
     lk = distlock.lock("cut-short-async", ttl=30)
     with pytest.raises(asyncio.CancelledError):
         await lk.aacquire()

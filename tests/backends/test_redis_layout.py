@@ -56,7 +56,7 @@ def test_the_index_knows_when_each_lock_was_acquired(data) -> None:
     second = distlock.lock("since:second", ttl=5)
     second.acquire()
     first.extend(ttl=60)
-    entries = {entry.name: entry for entry in locks["default"].held_names("since:")}
+    entries = {entry.name: entry for entry in locks["default"].exclusive.list("since:")}
     for lk in (first, second):
         info = lk.backend.info(lk.name)
         assert entries[lk.name].acquired == info.acquired_at.timestamp()
@@ -169,14 +169,14 @@ def test_released_lock_is_handed_to_the_waiter_not_to_a_newcomer(data) -> None:
 
 def test_a_grant_that_arrives_after_its_lease_ended_is_given_back(data, monkeypatch) -> None:
     backend = locks["default"]
-    original = backend.try_acquire
+    original = backend.exclusive.try_acquire
 
     def slow_reply(*args):
         attempt = original(*args)
         time.sleep(0.15)  # the reply is late: the 0.1 s lease is over on the client's clock
         return attempt
 
-    monkeypatch.setattr(backend, "try_acquire", slow_reply)
+    monkeypatch.setattr(backend.exclusive, "try_acquire", slow_reply)
     lk = distlock.lock("late", ttl=0.1)
     assert lk.acquire(wait=0) is False
     assert lk.token is None

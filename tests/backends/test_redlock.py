@@ -15,6 +15,7 @@ import pytest
 
 import distlock
 from distlock import BackendUnavailable, LockNotAcquired
+from distlock.backends.operations import Request
 from distlock.backends.redlock import BACKOFF, GRACE
 from distlock.checks import check_settings
 from distlock.handler import locks
@@ -373,10 +374,10 @@ def test_a_split_vote_retries_after_a_random_jitter_and_keeps_nothing(
     # random pause, so that contenders do not split again in step.
     backend = locks["default"]
     for node, token in zip(backend.nodes[:2], ("a" * 32, "b" * 32), strict=True):
-        node.try_acquire("split", token, 30_000, "{}", None, 0)
+        node.exclusive.try_acquire(Request("split", token, 30_000, "{}", 0))
     pauses = set()
     for _ in range(10):
-        attempt = backend.try_acquire("split", "c" * 32, 30_000, "{}", None, 0)
+        attempt = backend.exclusive.try_acquire(Request("split", "c" * 32, 30_000, "{}", 0))
         assert not attempt.acquired
         assert 5 <= attempt.holder_pttl_ms <= 50
         pauses.add(attempt.holder_pttl_ms)

@@ -23,6 +23,7 @@ import pytest
 import redis
 
 import distlock
+from distlock.backends.redis_ops import grants
 from distlock.backends.redis_ops.detached import detached
 from distlock.exceptions import BackendUnavailable
 from distlock.handler import locks
@@ -96,7 +97,9 @@ def test_an_error_reply_leaves_no_cycle(settings, redis_url, no_collector) -> No
     backend = locks["default"]
     redis.Redis.from_url(redis_url).set(backend.layout.keys_for("cycles").signal, "x")
     with pytest.raises(BackendUnavailable, match="WRONGTYPE"):
-        backend.wait_for_turn("cycles", 0.01)  # BLPOP answers with an error
+        backend.run(
+            grants.wait_for_grant(backend.layout, "cycles", 0.01)
+        )  # BLPOP answers with an error
     del backend
     let_go_and_check_freed()
 

@@ -12,6 +12,7 @@ import redis
 
 import distlock
 from distlock import LockError, SharedLocksNotSupported
+from distlock.backends.operations import Request
 from distlock.handler import locks
 from distlock.names import bucket_of
 from tests.support.lock_helpers import contenders
@@ -88,7 +89,7 @@ def test_cluster_keeps_every_key_of_a_shared_lock_in_one_slot(
         assert lk.acquire()
     writer = distlock.lock(names[0], ttl=5, wait=0)
     assert not threading_result(writer.acquire)
-    assert sorted(locks["default"].held_shared("price-list:")) == sorted(names)
+    assert [e.name for e in locks["default"].shared.list("price-list:")] == sorted(names)
     for lk in held:
         lk.release()
     assert threading_result(writer.acquire)
@@ -109,8 +110,7 @@ def test_redlock_refuses_shared_locks_naming_what_to_use(nodes: list[RedisServer
         distlock.lock("catalogue", shared=True).acquire()
     assert isinstance(caught.value, LockError)
     assert "exclusive lock" in str(caught.value)
-    with pytest.raises(SharedLocksNotSupported):
-        locks["default"].held_shared()
+    assert locks["default"].shared.list() == []  # none can be held: none is listed
 
 
 def test_a_writer_giving_up_wakes_the_readers_it_kept_out(data) -> None:
@@ -123,13 +123,13 @@ def test_a_writer_giving_up_wakes_the_readers_it_kept_out(data) -> None:
         thread.start()
         queued()
     backend = locks["default"]
-    kept_out = backend.shared_acquire("catalogue", "~waiter", 5000, "{}", 5000)
+    kept_out = backend.shared.try_acquire(Request("catalogue", "~waiter", 5000, "{}", 5000))
     assert not kept_out.acquired and kept_out.place == 1
     wake = f"{backend.layout.shared_keys_for('catalogue').queue}:~waiter"
     assert data.llen(wake) == 0
     thread.join(5)
     assert outcome == [False]
     assert data.llen(wake) == 1  # its BLPOP returns now, not at the holder's lease end
-    assert backend.shared_acquire("catalogue", "~waiter", 5000, "{}", 5000).acquired
-    assert backend.shared_release("catalogue", "~waiter") == 1
+    assert backend.shared.try_acquire(Request("catalogue", "~waiter", 5000, "{}", 5000)).acquired
+    assert backend.shared.release("catalogue", "~waiter") == 1
     holder.release()

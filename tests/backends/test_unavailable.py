@@ -10,6 +10,7 @@ import pytest
 
 import distlock
 from distlock import BackendUnavailable
+from distlock.backends.redis_ops import grants
 from distlock.handler import locks
 from tests.support.configs import SOCKET_TIMEOUT, distlock_settings
 from tests.support.redis_server import RedisServer
@@ -101,20 +102,28 @@ def test_a_late_wakeup_is_no_signal_but_a_dead_server_still_fails(private_redis)
     # timeout makes the reply late on purpose.
     backend = locks["default"]
     distlock.lock("late-wakeup", ttl=30).acquire()
-    assert backend.wait_for_turn("late-wakeup", SOCKET_TIMEOUT * 1.5) is None
+    assert (
+        backend.run(grants.wait_for_grant(backend.layout, "late-wakeup", SOCKET_TIMEOUT * 1.5))
+        is None
+    )
     assert distlock.lock("late-wakeup").acquire(wait=0) is False  # the server still answers
     private_redis.stop()
     with pytest.raises(BackendUnavailable):
-        backend.wait_for_turn("late-wakeup", 0.1)
+        backend.run(grants.wait_for_grant(backend.layout, "late-wakeup", 0.1))
 
 
 async def test_a_late_wakeup_is_no_signal_in_async_code_either(private_redis) -> None:
     backend = locks["default"]
     await distlock.lock("late-wakeup-async", ttl=30).aacquire()
-    assert await backend.await_for_turn("late-wakeup-async", SOCKET_TIMEOUT * 1.5) is None
+    assert (
+        await backend.arun(
+            grants.wait_for_grant(backend.layout, "late-wakeup-async", SOCKET_TIMEOUT * 1.5)
+        )
+        is None
+    )
     private_redis.stop()
     with pytest.raises(BackendUnavailable):
-        await backend.await_for_turn("late-wakeup-async", 0.1)
+        await backend.arun(grants.wait_for_grant(backend.layout, "late-wakeup-async", 0.1))
 
 
 # --- a pooled connection dropped between calls: resent only when that is safe -----------------

@@ -167,8 +167,8 @@ def test_semaphores_that_cannot_be_read_show_nothing(
     def unreachable(*args: Any) -> None:
         raise distlock.BackendUnavailable("Redis at the test server did not answer.")
 
-    for read in ("held_semaphores", "semaphore_info"):
-        monkeypatch.setattr(backend, read, unreachable)
+    for read in ("list", "describe"):
+        monkeypatch.setattr(backend.semaphores, read, unreachable)
     out = io.StringIO()
     with pytest.raises(CommandError, match=r"^DISTLOCK\['default'\]: Redis at the test") as raised:
         call_command("distlock", *action, stdout=out)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 import distlock
+from distlock.backends.operations import Request
 from distlock.info import holder_metadata
 from distlock.tokens import new_token
 from tests.support.lock_helpers import queued_in_turn, read_line, spawner
@@ -78,13 +79,13 @@ def test_a_newcomer_after_a_lapsed_lease_queues_behind_the_waiter(redis_backend:
     # reserved for the waiter, who claims it.
     backend = distlock.locks["default"]
     meta = holder_metadata(None)
-    assert backend.try_acquire("lapse", new_token(), 100, meta, None, 0).acquired
+    assert backend.exclusive.try_acquire(Request("lapse", new_token(), 100, meta, 0)).acquired
     waiter = new_token()
-    assert not backend.try_acquire("lapse", waiter, 5000, meta, None, 10_000).acquired
+    assert not backend.exclusive.try_acquire(Request("lapse", waiter, 5000, meta, 10_000)).acquired
     time.sleep(0.15)  # the holder's lease has run out: nobody released
-    newcomer = backend.try_acquire("lapse", new_token(), 5000, meta, None, 0)
+    newcomer = backend.exclusive.try_acquire(Request("lapse", new_token(), 5000, meta, 0))
     assert not newcomer.acquired
-    claimed = backend.try_acquire("lapse", waiter, 5000, meta, None, 10_000)
+    claimed = backend.exclusive.try_acquire(Request("lapse", waiter, 5000, meta, 10_000))
     assert claimed.acquired
 
 

@@ -42,7 +42,7 @@ def test_a_downgrade_while_the_exclusive_release_waits_for_commit() -> None:
         began = time.monotonic()
         assert reader.acquire(), "the same thread waited for its own exclusive hold"
         assert time.monotonic() - began < 1
-    assert reader.token in {h.token for h in locks["default"].shared_holders("ledger")}
+    assert reader.token in {h.token for h in locks["default"].shared.inspect("ledger")}
     time.sleep(0.2)
     assert order == [], "a writer came in between the COMMIT and the shared hold"
     reader.release()

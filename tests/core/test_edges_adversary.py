@@ -26,6 +26,7 @@ import pytest
 import redis
 
 import distlock
+from distlock.backends.redis_ops import grants
 from distlock.handler import locks
 from tests.support.configs import distlock_settings
 from tests.support.lock_helpers import elsewhere
@@ -150,14 +151,14 @@ def test_redlock_a_short_wait_ending_does_not_wake_a_longer_one(nodes: list[Any]
 
     def wait_long() -> None:
         began = time.monotonic()
-        assert backend.wait_for_turn("signal", 0.6) is None
+        assert backend.run(grants.wait_for_grant(backend.layout, "signal", 0.6)) is None
         ended.append(time.monotonic() - began)
 
     thread = threading.Thread(target=wait_long)
     thread.start()
     time.sleep(0.2)
     try:
-        assert backend.wait_for_turn("signal", 0.05) is None
+        assert backend.run(grants.wait_for_grant(backend.layout, "signal", 0.05)) is None
     finally:
         thread.join(10)
         holder.release()
@@ -220,7 +221,7 @@ def test_a_downgrade_left_by_a_lapsed_lease_is_listed(
 ) -> None:
     # The exclusive lease runs out (no release) beside its thread's shared place; the next
     # acquire script turns the lock over to that place (lapsed.lua). Before: the shared hold
-    # was in no index, so backend.held_shared(), the admin and `distlock list` showed
+    # was in no index, so backend.shared.list(), the admin and `distlock list` showed
     # nothing for its whole lease, while info() named it.
     exclusive = distlock.lock("lapsed-listed", ttl=0.3)
     assert exclusive.acquire()
@@ -231,7 +232,7 @@ def test_a_downgrade_left_by_a_lapsed_lease_is_listed(
     assert elsewhere(newcomer.acquire, 0) is newcomer_shared  # a writer stays out
     backend = locks["default"]
     try:
-        listed = backend.held_shared()
+        listed = {entry.name: entry.holders for entry in backend.shared.list()}
         assert reader.token in {holder.token for holder in listed.get("lapsed-listed", ())}
     finally:
         reader.release()
@@ -247,7 +248,7 @@ def test_force_release_with_a_downgraded_readers_token_releases_that_hold(
     # backend.force_release(name, token) "releases only that token": code that read a
     # holder's token from backend.info() (a shared holder's, once the exclusive hold it was
     # downgraded from ended) got False and the hold stayed. The admin and the CLI call
-    # force_release_shared() themselves; code calling the backend did not know to.
+    # shared.force_release() themselves; code calling the backend did not know to.
     use(settings, *distlock_settings(kind, redis_url))
     exclusive = distlock.lock("operator", ttl=10)
     assert exclusive.acquire()

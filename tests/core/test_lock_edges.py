@@ -29,7 +29,7 @@ def kind(request: pytest.FixtureRequest, settings: Any, redis_url: str) -> str:
 def test_a_force_released_shared_hold_does_not_refuse_the_upgrade() -> None:
     mine = distlock.lock("upgrade", shared=True, ttl=6)
     assert mine.acquire()
-    assert locks["default"].force_release_shared("upgrade", mine.token or "")
+    assert locks["default"].shared.force_release("upgrade", mine.token or "")
     writer = distlock.lock("upgrade", ttl=5, wait=0)
     assert writer.acquire()  # the server has no holder: granted, not SharedLockUpgrade
     writer.release()
@@ -38,7 +38,7 @@ def test_a_force_released_shared_hold_does_not_refuse_the_upgrade() -> None:
 async def test_async_a_force_released_shared_hold_does_not_refuse_the_upgrade() -> None:
     mine = distlock.lock("upgrade", shared=True, ttl=6)
     assert await mine.aacquire()
-    assert locks["default"].force_release_shared("upgrade", mine.token or "")
+    assert locks["default"].shared.force_release("upgrade", mine.token or "")
     writer = distlock.lock("upgrade", ttl=5, wait=0)
     assert await writer.aacquire()
     await writer.arelease()
@@ -85,7 +85,7 @@ def test_a_downgrade_is_granted_at_once_and_no_writer_comes_in_between() -> None
     exclusive.release()
     time.sleep(0.3)
     assert not granted, "a writer came in between the exclusive release and the reader"
-    assert reader.token in {h.token for h in locks["default"].shared_holders("downgrade")}
+    assert reader.token in {h.token for h in locks["default"].shared.inspect("downgrade")}
     released = time.monotonic()
     reader.release()
     thread.join(timeout=10)

@@ -140,7 +140,7 @@ def test_a_grant_with_less_lease_left_than_the_drift_allowance_is_given_back(
     with less than 1% of the lease + 2 ms left (here about 1 ms of a 0.1 s lease) gives the
     grant back and reports the lock as not acquired."""
     backend = locks["default"]
-    real = backend.try_acquire
+    real = backend.exclusive.try_acquire
 
     def slow_reply(*args, **kwargs):
         sent = time.monotonic()
@@ -149,7 +149,7 @@ def test_a_grant_with_less_lease_left_than_the_drift_allowance_is_given_back(
         time.sleep(max(0.099 - (time.monotonic() - sent), 0))
         return attempt
 
-    monkeypatch.setattr(backend, "try_acquire", slow_reply)
+    monkeypatch.setattr(backend.exclusive, "try_acquire", slow_reply)
     late = distlock.lock("late-grant", ttl=0.1)
     assert late.acquire(wait=0) is False
     monkeypatch.undo()

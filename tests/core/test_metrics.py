@@ -139,8 +139,8 @@ def test_a_force_release_by_code_is_counted_once_for_each_kind() -> None:
     assert held.acquire() and reader.acquire() and permit.acquire()
     collect()
     assert backend.force_release("invoice:9")
-    assert backend.force_release_shared("prices:eu", reader.token)
-    assert backend.force_release_permit("pool:a", permit.token)
+    assert backend.shared.force_release("prices:eu", reader.token)
+    assert backend.semaphores.force_release("pool:a", permit.token)
     assert not backend.force_release("invoice:9")  # nothing held: nothing counted
     found = sorted(
         (p.attributes["distlock.kind"], p.attributes["distlock.name"], p.total)

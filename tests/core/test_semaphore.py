@@ -180,7 +180,7 @@ def test_auto_renew_and_lost_permit() -> None:
         fragile = distlock.semaphore("renew", 2, ttl=0.6, auto_renew=True, on_lost=callbacks.append)
         fragile.acquire()
         backend = distlock.locks["default"]
-        assert backend.force_release_permit("renew", fragile.token)
+        assert backend.semaphores.force_release("renew", fragile.token)
         deadline = time.monotonic() + 2
         while not callbacks and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -205,17 +205,17 @@ def test_force_release_frees_one_permit_and_signals() -> None:
     backend = distlock.locks["default"]
     lock_force_released.connect(receiver)
     try:
-        assert backend.force_release_permit("ops", permits[0].token)
-        assert not backend.force_release_permit("ops", permits[0].token)
+        assert backend.semaphores.force_release("ops", permits[0].token)
+        assert not backend.semaphores.force_release("ops", permits[0].token)
     finally:
         lock_force_released.disconnect(receiver)
     [(sender, kwargs)] = received
     assert sender is type(backend) and kwargs["info"].token == permits[0].token
-    [only] = backend.held_semaphores("op")
+    [only] = backend.semaphores.list("op")
     assert only.name == "ops" and [h.token for h in only.holders] == [permits[1].token]
-    assert backend.held_semaphores("nope") == []
+    assert backend.semaphores.list("nope") == []
     permits[1].release()
-    assert backend.held_semaphores() == []
+    assert backend.semaphores.list() == []
 
 
 def test_async() -> None:
@@ -261,7 +261,7 @@ def test_a_force_released_permit_holder_acquires_again() -> None:
     permit = distlock.semaphore("forced-permit", 2, ttl=5, wait=0)
     assert permit.acquire()
     backend: Any = distlock.locks["default"]
-    assert backend.force_release_permit("forced-permit", permit.token)
+    assert backend.semaphores.force_release("forced-permit", permit.token)
     assert not permit.owned()
     assert permit.acquire() and permit.owned()
     with pytest.raises(LockError, match="already holds a permit"):

@@ -14,6 +14,7 @@ import pytest
 import redis
 
 import distlock
+from distlock.backends.operations import Request
 from distlock.handler import locks
 from distlock.names import bucket_of
 from tests.support.lock_helpers import elsewhere
@@ -146,8 +147,8 @@ def test_a_writer_that_died_queued_lets_the_readers_behind_it_in_together(
     holder = distlock.lock("run", ttl=10, wait=0)
     assert holder.acquire()
     # The dead writer: queued once for 2 s (what a live waiter's patience is), then nothing.
-    dead = backend.try_acquire(
-        "run", new_token(), 5000, '{"host":"x","pid":1,"thread":"t","purpose":""}', None, 2000
+    dead = backend.exclusive.try_acquire(
+        Request("run", new_token(), 5000, '{"host":"x","pid":1,"thread":"t","purpose":""}', 2000)
     )
     assert not dead.acquired
     got: dict[int, float] = {}
@@ -183,12 +184,14 @@ def test_a_newcomer_reader_stays_behind_a_writer_queued_after_many_readers(
     first = distlock.lock("wide", shared=True, ttl=10, wait=0)
     assert first.acquire()
     w1 = new_token()
-    assert not backend.try_acquire("wide", w1, 5000, meta, None, 5000).acquired
+    assert not backend.exclusive.try_acquire(Request("wide", w1, 5000, meta, 5000)).acquired
     for _ in range(64):  # readers queued behind the writer w1 (live registrations)
-        assert not backend.shared_acquire("wide", "~" + new_token(), 5000, meta, 5000).acquired
+        assert not backend.shared.try_acquire(
+            Request("wide", "~" + new_token(), 5000, meta, 5000)
+        ).acquired
     w2 = new_token()
-    assert not backend.try_acquire("wide", w2, 5000, meta, None, 5000).acquired
-    backend.leave_queue("wide", w1)  # w1 gives up: the 64 readers are woken, w2 still waits
+    assert not backend.exclusive.try_acquire(Request("wide", w2, 5000, meta, 5000)).acquired
+    backend.exclusive.leave("wide", w1)  # w1 gives up: the 64 readers are woken, w2 still waits
     late = distlock.lock("wide", shared=True, ttl=10, wait=0)
     got = late.acquire()
     if got:
@@ -381,7 +384,9 @@ def test_dead_reserved_readers_cost_the_writer_behind_them_at_most_two_graces(
     holder = distlock.lock("probe2", ttl=10, wait=0)
     assert holder.acquire()
     for _ in range(3):  # three readers that die while queued
-        assert not backend.shared_acquire("probe2", "~" + new_token(), 5000, meta, 2000).acquired
+        assert not backend.shared.try_acquire(
+            Request("probe2", "~" + new_token(), 5000, meta, 2000)
+        ).acquired
     got: list[float] = []
 
     def write() -> None:

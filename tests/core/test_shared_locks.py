@@ -51,7 +51,7 @@ def test_many_readers_hold_at_once_and_a_writer_waits_for_all() -> None:
 def test_lock_info_lists_each_holder_as_shared() -> None:
     first, second = reader(purpose="one"), reader(purpose="two")
     assert first.acquire() and second.acquire()
-    holders = locks["default"].shared_holders("catalogue")
+    holders = locks["default"].shared.inspect("catalogue")
     assert {h.purpose for h in holders} == {"one", "two"}
     assert all(h.shared for h in holders)
     assert {h.token for h in holders} == {first.token, second.token}
@@ -59,7 +59,7 @@ def test_lock_info_lists_each_holder_as_shared() -> None:
     assert mine is not None and mine.token == first.token and mine.shared
     first.release()
     second.release()
-    assert locks["default"].shared_holders("catalogue") == ()
+    assert locks["default"].shared.inspect("catalogue") == ()
 
 
 def test_a_queued_writer_keeps_later_readers_out() -> None:
@@ -145,7 +145,7 @@ def test_auto_renew_keeps_a_shared_lease_and_reports_its_loss() -> None:
     assert lk.acquire()
     time.sleep(0.6)
     assert lk.owned() and not lost
-    locks["default"].force_release_shared("catalogue", lk.token or "")
+    locks["default"].shared.force_release("catalogue", lk.token or "")
     deadline = time.monotonic() + 2
     while not lost and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -157,12 +157,12 @@ def test_auto_renew_keeps_a_shared_lease_and_reports_its_loss() -> None:
 def test_reentrant_reader_reenters_its_own_kind() -> None:
     lk = reader(reentrant=True)
     assert lk.acquire() and lk.acquire()
-    holders = locks["default"].shared_holders("catalogue")
+    holders = locks["default"].shared.inspect("catalogue")
     assert [h.depth for h in holders] == [2]
     lk.release()
-    assert locks["default"].shared_holders("catalogue")
+    assert locks["default"].shared.inspect("catalogue")
     lk.release()
-    assert locks["default"].shared_holders("catalogue") == ()
+    assert locks["default"].shared.inspect("catalogue") == ()
 
 
 def test_asking_for_the_exclusive_lock_while_holding_the_shared_one_raises_at_once() -> None:
@@ -187,7 +187,7 @@ def test_with_decorator_copy_and_repr() -> None:
 
     @lk
     def job() -> list[Any]:
-        return locks["default"].shared_holders("catalogue")  # type: ignore[return-value]
+        return locks["default"].shared.inspect("catalogue")  # type: ignore[return-value]
 
     assert len(job()) == 1
     with lk:

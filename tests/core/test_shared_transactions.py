@@ -26,7 +26,7 @@ def lock_backend(request: pytest.FixtureRequest, settings: Any, redis_url: str) 
 
 
 def holders() -> list[str]:
-    return [h.token for h in locks["default"].shared_holders("prices")]
+    return [h.token for h in locks["default"].shared.inspect("prices")]
 
 
 def test_a_shared_release_inside_atomic_waits_for_commit() -> None:

@@ -11,6 +11,7 @@ import pytest
 import redis
 
 import distlock
+from distlock.backends.operations import Request
 from distlock.info import holder_metadata
 from distlock.names import ABOUT_WAITERS
 from tests.support.lock_helpers import queued_in_turn
@@ -41,7 +42,7 @@ def test_waiters_are_counted_and_listed_first_come_first(backend_kind: str) -> N
     )
 
     assert backend.info("reports:daily").waiters == 3
-    [listed] = [entry for entry in backend.held_names() if entry.name == "reports:daily"]
+    [listed] = [entry for entry in backend.exclusive.list() if entry.name == "reports:daily"]
     assert listed.waiters == 3
     assert [info.waiters for info in backend.info_many(["reports:daily"])] == [3]
     waiters = backend.waiters("reports:daily")
@@ -83,20 +84,20 @@ def test_the_waiters_metadata_is_stored_on_the_waiting_path_only(
         assert not client.exists(about)  # nobody waited: nothing written
         meta = holder_metadata("gave up")
         # A waiter whose registration lapses (it died): no longer listed nor counted.
-        backend.try_acquire("pay:1", "lapsing", 10_000, meta, None, 100)
+        backend.exclusive.try_acquire(Request("pay:1", "lapsing", 10_000, meta, 100))
         assert [w.purpose for w in backend.waiters("pay:1")] == ["gave up"]
         assert client.hexists(about, "lapsing")
         time.sleep(0.2)
         assert backend.waiters("pay:1") == []
         assert backend.info("pay:1").waiters == 0
         # One that leaves takes its metadata with it.
-        backend.try_acquire("pay:1", "leaving", 10_000, meta, None, 10_000)
-        backend.leave_queue("pay:1", "leaving")
+        backend.exclusive.try_acquire(Request("pay:1", "leaving", 10_000, meta, 10_000))
+        backend.exclusive.leave("pay:1", "leaving")
         assert not client.hexists(about, "leaving")
-        backend.try_acquire("pay:1", "claiming", 10_000, meta, None, 10_000)
+        backend.exclusive.try_acquire(Request("pay:1", "claiming", 10_000, meta, 10_000))
     # Released: handed to the first waiter still registered ("lapsing" is dropped on the
     # way), which claims it.
-    assert backend.try_acquire("pay:1", "claiming", 10_000, meta, None, 0).acquired
+    assert backend.exclusive.try_acquire(Request("pay:1", "claiming", 10_000, meta, 0)).acquired
     assert not client.exists(about)
 
 
@@ -128,7 +129,7 @@ def test_a_shared_lock_counts_and_lists_its_waiters(backend_kind: str) -> None:
 
     threads = queued_in_turn("prices", 2, join)
 
-    [holder] = backend.shared_holders("prices")
+    [holder] = backend.shared.inspect("prices")
     assert holder.waiters == 2
     assert [w.purpose for w in backend.waiters("prices")] == ["writer", "reader"]
     reader.release()

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from distlock import BackendUnavailable
+from distlock.backends.operations import Request
 from distlock.backends.redis import RedisBackend
 from distlock.handler import locks
 from tests.support.cluster_load import ClusterLoad
@@ -48,7 +49,7 @@ def try_each(backend: RedisBackend, names: list[str]) -> Counter[str]:
     for name in names:
         token = uuid.uuid4().hex
         try:
-            if backend.try_acquire(name, token, 30_000, "{}", None, 0).acquired:
+            if backend.exclusive.try_acquire(Request(name, token, 30_000, "{}", 0)).acquired:
                 outcomes["acquired"] += 1
                 backend.release(name, token)
         except BackendUnavailable:

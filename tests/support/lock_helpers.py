@@ -17,6 +17,7 @@ from typing import Any
 import distlock
 from benchmarks import held
 from distlock import BackendUnavailable
+from distlock.backends.operations import Request
 from distlock.backends.redis_ops.backend import ScriptedBackend
 from distlock.handler import locks
 from distlock.info import holder_metadata
@@ -110,7 +111,9 @@ def hold_many(names: list[str], ttl: float) -> dict[str, str]:
     meta = holder_metadata(None)
     tokens = {name: os.urandom(16).hex() for name in names}
     for name, token in tokens.items():
-        if not backend.try_acquire(name, token, round(ttl * 1000), meta, None, 0).acquired:
+        if not backend.exclusive.try_acquire(
+            Request(name, token, round(ttl * 1000), meta, 0)
+        ).acquired:
             raise RuntimeError(f"{name!r} was meant to be free")
     return tokens
 
@@ -160,7 +163,9 @@ class Holds:
         token = uuid.uuid4().hex
         asked = time.monotonic()
         try:
-            attempt = backend.try_acquire(name, token, round(ttl * 1000), "{}", None, 0)
+            attempt = backend.exclusive.try_acquire(
+                Request(name, token, round(ttl * 1000), "{}", 0)
+            )
         except BackendUnavailable:
             self.unavailable[client] += 1
             return
@@ -202,7 +207,9 @@ class Acknowledged:
                 return
             name, token = f"acked:{number}", uuid.uuid4().hex
             try:
-                if self.backend.try_acquire(name, token, 60_000, "{}", None, 0).acquired:
+                if self.backend.exclusive.try_acquire(
+                    Request(name, token, 60_000, "{}", 0)
+                ).acquired:
                     self.tokens[name] = token
             except BackendUnavailable:
                 self.refused += 1

@@ -36,9 +36,6 @@ unasync = load_unasync()
 MARKED = unasync.marked_files()
 # Async code written without a generated twin, and why.
 HAND_WRITTEN = {
-    # The kinds' adapters: they go, with the backends' per-kind operations objects.
-    "Permits": "an adapter of the backend calls, replaced by the per-kind operations objects",
-    "SharedHolds": "an adapter of the backend calls, replaced by the per-kind operations objects",
     # The decorator picks the colour of the function it wraps, in one method.
     "async_inner": "the decorator's wrapper of a coroutine function, beside the sync one",
 }
@@ -120,14 +117,14 @@ def test_keywords_go_and_names_are_renamed() -> None:
         "async def aacquire(self) -> bool:\n"
         "    async with self.guard:\n"
         "        async for item in self.items():\n"
-        "            await self.backend.ainfo(item)\n"
+        "            await self.backend.aleave(item)\n"
         "    return await self._atake_back(self)\n"
     )
     assert unasync.unasync(source) == (
         "def acquire(self) -> bool:\n"
         "    with self.guard:\n"
         "        for item in self.items():\n"
-        "            self.backend.info(item)\n"
+        "            self.backend.leave(item)\n"
         "    return self._take_back(self)\n"
     )
 

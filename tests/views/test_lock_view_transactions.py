@@ -29,7 +29,7 @@ seen: list[dict[str, Any]] = []
 def look(where: str, name: str) -> None:
     conn = connections["default"]
     backend: Any = locks["default"]
-    info = backend.semaphore_info(name) if name.startswith("limited") else backend.info(name)
+    info = backend.semaphores.describe(name) if name.startswith("limited") else backend.info(name)
     seen.append({"where": where, "atomic": conn.in_atomic_block, "held": info is not None})
 
 

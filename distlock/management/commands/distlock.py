@@ -38,6 +38,7 @@ from ...handler import DEFAULT_ALIAS, locks
 from ...info import LockInfo, SemaphoreInfo, WaiterInfo, shorten
 from .. import semaphores, shared, waiters
 from ..lead import add_lead_parser, lead
+from ..releasing import RELEASE_TEXTS
 from ..tables import aligned
 
 logger = logging.getLogger("distlock")
@@ -261,31 +262,9 @@ class Command(BaseCommand):
                 "with `distlock info NAME`. Nothing was released.",
                 returncode=NOT_HELD_EXIT_CODE,
             )
-        if not yes:
-            self._confirm(info, options.get("stdin") or sys.stdin)
         # Only the token that was shown: if the lock changed hands meanwhile, the new holder
         # keeps it.
-        released = _guarded(using, backend.force_release, name, info.token)
-        if not released:
-            raise CommandError(
-                f"The lock {name!r} was released or its holder changed before it could be "
-                "force-released. Nothing was released.",
-                returncode=NOT_HELD_EXIT_CODE,
-            )
-        logger.info(
-            "distlock: force-released %r (alias %r, token %s, fencing token %s, held by %s pid "
-            "%s) with manage.py distlock release",
-            name,
-            using,
-            info.token,
-            info.fencing_token,
-            info.host,
-            info.pid,
-        )
-        self.stdout.write(
-            f"Released the lock {name!r} (alias {using!r}), held by {info.host} pid {info.pid} "
-            f"since {_when(info.acquired_at)}, fencing token {info.fencing_token}."
-        )
+        self._release_hold(backend, "lock", name, info, yes, options)
 
     def _release_permit(
         self,
@@ -298,26 +277,7 @@ class Command(BaseCommand):
         holder = semaphores.permit_of(semaphore, token)
         if isinstance(holder, str):
             raise CommandError(holder, returncode=NOT_HELD_EXIT_CODE)
-        if not yes:
-            self._confirm(holder, options.get("stdin") or sys.stdin)
-        if not _guarded(backend.alias, semaphores.free_permit, backend, holder.name, holder.token):
-            raise CommandError(
-                f"The permit of {holder.name!r} was released or expired before it could be freed.",
-                returncode=NOT_HELD_EXIT_CODE,
-            )
-        logger.info(
-            "distlock: freed a permit of the semaphore %r (alias %r, token %s, held by "
-            "%s pid %s) with manage.py distlock release",
-            holder.name,
-            backend.alias,
-            holder.token,
-            holder.host,
-            holder.pid,
-        )
-        self.stdout.write(
-            f"Freed the permit of the semaphore {holder.name!r} (alias "
-            f"{backend.alias!r}) held by {holder.host} pid {holder.pid}."
-        )
+        self._release_hold(backend, "semaphore", holder.name, holder, yes, options)
 
     def _release_shared(
         self,
@@ -331,27 +291,33 @@ class Command(BaseCommand):
         holder = shared.holder_of(name, holders, token)
         if isinstance(holder, str):
             raise CommandError(holder, returncode=NOT_HELD_EXIT_CODE)
+        self._release_hold(backend, "shared", name, holder, yes, options)
+
+    def _release_hold(
+        self,
+        backend: BaseLockBackend,
+        kind: str,
+        name: str,
+        holder: LockInfo,
+        yes: bool,
+        options: dict[str, Any],
+    ) -> None:
+        """Release ``holder``'s hold of ``name`` (of ``kind``), once confirmed; the backend
+        counts it and sends lock_force_released."""
         if not yes:
             self._confirm(holder, options.get("stdin") or sys.stdin)
-        if not _guarded(backend.alias, backend.force_release_shared, name, holder.token):
-            raise CommandError(
-                f"The shared hold of {name!r} was released or expired before it could be released.",
-                returncode=NOT_HELD_EXIT_CODE,
-            )
-        logger.info(
-            "distlock: released a shared hold of %r (alias %r, token %s, fencing token %s, "
-            "held by %s pid %s) with manage.py distlock release",
-            name,
-            backend.alias,
-            holder.token,
-            holder.fencing_token,
-            holder.host,
-            holder.pid,
+        texts = RELEASE_TEXTS[kind]
+        alias = backend.alias
+        words = {"name": name, "alias": alias, "h": holder, "since": _when(holder.acquired_at)}
+        # The exclusive kind through the contract's force_release, which routes a shared
+        # holder's token (one that came to hold the name meanwhile) to the shared kind.
+        release = (
+            backend.force_release if kind == "lock" else backend.operations[kind].force_release
         )
-        self.stdout.write(
-            f"Released the shared hold of {name!r} (alias {backend.alias!r}) held by "
-            f"{holder.host} pid {holder.pid}, fencing token {holder.fencing_token}."
-        )
+        if not _guarded(alias, release, name, holder.token):
+            raise CommandError(texts.gone.format(**words), returncode=NOT_HELD_EXIT_CODE)
+        logger.info("%s", texts.logged.format(**words))
+        self.stdout.write(texts.done.format(**words))
 
     def _confirm(self, info: LockInfo, stdin: Any) -> None:
         if not (hasattr(stdin, "isatty") and stdin.isatty()):

@@ -1,0 +1,129 @@
+"""The operations objects of the three kinds on one Redis server (or Cluster): each names
+its generators in .locks, .shared, .semaphores and .listing, which .scripted runs."""
+
+from __future__ import annotations
+
+from ...info import LockInfo, SemaphoreInfo
+from ...names import validate_name
+from ..base import check_prefix
+from ..operations import (
+    Attempt,
+    ExclusiveKind,
+    HeldEntry,
+    Request,
+    SemaphoreKind,
+    SharedKind,
+    entry_of,
+)
+from . import listing, locks, semaphores, shared
+from .scripted import Scripted
+from .steps import Steps
+
+
+class LockOperations(Scripted, ExclusiveKind):
+    """The exclusive lock (.locks)."""
+
+    def acquiring(self, request: Request) -> Steps[Attempt]:
+        name, token, ttl_ms, meta, patience_ms, _, _ = request
+        return locks.try_acquire(self.backend, name, token, ttl_ms, meta, patience_ms)
+
+    def acquiring_when_free(self, request: Request, timeout: float) -> Steps[Attempt]:
+        name, token, ttl_ms, meta, patience_ms, _, _ = request
+        return locks.wait_and_acquire(self.backend, timeout, name, token, ttl_ms, meta, patience_ms)
+
+    def leaving(self, name: str, token: str) -> Steps[None]:
+        return locks.leave_queue(self.backend, name, token)
+
+    def releasing(self, name: str, token: str, every_level: bool) -> Steps[int]:
+        return locks.release(self.backend, name, token, every_level)
+
+    def extending(
+        self, name: str, token: str, ttl_ms: int, renewal: bool, reenter: bool
+    ) -> Steps[bool]:
+        return locks.extend(self.backend, name, token, ttl_ms, renewal, reenter)
+
+    def inspecting(self, name: str) -> Steps[tuple[LockInfo, ...]]:
+        validate_name(name)
+        reply = yield locks.inspect_call(self.backend.layout, name)
+        info = locks.lock_info_from(self.backend.alias, name, reply)
+        return () if info is None else (info,)
+
+    def listing(self, prefix: str) -> Steps[list[HeldEntry]]:
+        return listing.held_names(self.backend, prefix)
+
+
+class SharedOperations(Scripted, SharedKind):
+    """Shared holds of a lock (.shared)."""
+
+    def acquiring(self, request: Request) -> Steps[Attempt]:
+        name, token, ttl_ms, meta, patience_ms, _, downgrade_from = request
+        return shared.try_acquire(
+            self.backend, name, token, ttl_ms, meta, patience_ms, downgrade_from
+        )
+
+    def acquiring_when_free(self, request: Request, timeout: float) -> Steps[Attempt]:
+        name, token, ttl_ms, meta, patience_ms, _, _ = request
+        return shared.wait_and_acquire(
+            self.backend, timeout, name, token, ttl_ms, meta, patience_ms
+        )
+
+    def leaving(self, name: str, token: str) -> Steps[None]:
+        return shared.leave(self.backend, name, token)
+
+    def releasing(self, name: str, token: str, every_level: bool) -> Steps[int]:
+        return shared.release(self.backend, name, token, every_level)
+
+    def extending(
+        self, name: str, token: str, ttl_ms: int, renewal: bool, reenter: bool
+    ) -> Steps[bool]:
+        return shared.extend(self.backend, name, token, ttl_ms, renewal, reenter)
+
+    def inspecting(self, name: str) -> Steps[tuple[LockInfo, ...]]:
+        return shared.holders(self.backend, name)
+
+    def listing(self, prefix: str) -> Steps[list[HeldEntry]]:
+        check_prefix(prefix)
+        held = yield from shared.held_shared(self.backend, prefix)
+        return [entry_of(name, holders, holders[0].waiters or 0) for name, holders in held.items()]
+
+
+class SemaphoreOperations(Scripted, SemaphoreKind):
+    """A semaphore's permits (.semaphores)."""
+
+    def acquiring(self, request: Request) -> Steps[Attempt]:
+        name, token, ttl_ms, meta, patience_ms, limit, _ = request
+        return semaphores.acquire(self.backend, name, limit, token, ttl_ms, meta, patience_ms)
+
+    def acquiring_when_free(self, request: Request, timeout: float) -> Steps[Attempt]:
+        name, token, ttl_ms, meta, patience_ms, limit, _ = request
+        return semaphores.wait_and_acquire(
+            self.backend, timeout, name, limit, token, ttl_ms, meta, patience_ms
+        )
+
+    def leaving(self, name: str, token: str) -> Steps[None]:
+        return semaphores.leave(self.backend, name, token)
+
+    def releasing(self, name: str, token: str, every_level: bool) -> Steps[int]:
+        return semaphores.release(self.backend, name, token)  # a permit has one level
+
+    def extending(
+        self, name: str, token: str, ttl_ms: int, renewal: bool, reenter: bool
+    ) -> Steps[bool]:
+        outcome = yield from semaphores.extend(self.backend, name, token, ttl_ms, renewal)
+        if outcome == 2:
+            raise self.backend.renewal_limit_reached(name)
+        return outcome == 1
+
+    def inspecting(self, name: str) -> Steps[tuple[LockInfo, ...]]:
+        info = yield from semaphores.info(self.backend, name)
+        return info.holders if info is not None else ()
+
+    def describe(self, name: str) -> SemaphoreInfo | None:
+        return self.backend.run(semaphores.info(self.backend, name))
+
+    async def adescribe(self, name: str) -> SemaphoreInfo | None:
+        return await self.backend.arun(semaphores.info(self.backend, name))
+
+    def listing(self, prefix: str) -> Steps[list[HeldEntry]]:
+        held = yield from semaphores.held_semaphores(self.backend, prefix)
+        return [entry_of(i.name, i.holders, i.waiting, i.limit) for i in held]
