@@ -2,7 +2,7 @@
 SHELL := bash
 .DEFAULT_GOAL := help
 
-.PHONY: help demo test quick legs lint format bench profile reliability clean distclean
+.PHONY: help demo test quick legs lint format generate bench profile reliability clean distclean
 
 help:
 	@echo "make demo       run the demo project (scripts/demo; DEMO_PORT=8000)"
@@ -11,6 +11,7 @@ help:
 	@echo "make legs       the oldest and a middle supported combination (scripts/test-legs)"
 	@echo "make lint       ruff check, ruff format --check and mypy (with and without otel)"
 	@echo "make format     ruff format + ruff check --fix"
+	@echo "make generate   write the sync twins of the async methods (scripts/unasync.py)"
 	@echo "make bench      run the benchmarks (benchmarks/run.py)"
 	@echo "make profile    where an acquire+release spends its time (benchmarks/profile_hot_path.py)"
 	@echo "make reliability  the fault suite in full, then docs/RELIABILITY.md (scripts/reliability)"
@@ -35,6 +36,9 @@ lint:
 
 format:
 	source scripts/_venv.sh && "$$VENV/bin/ruff" format . && "$$VENV/bin/ruff" check --fix .
+
+generate:
+	source scripts/_venv.sh && "$$PY" scripts/unasync.py
 
 bench:
 	DISTLOCK_EXTRAS=test,hiredis,django-redis,bench source scripts/_venv.sh && \

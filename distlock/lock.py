@@ -13,7 +13,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from . import eviction, handler, metrics, renewal, shared
@@ -146,6 +146,44 @@ class Lock:
         return handler.locks[self.using].of_kind("shared" if self.shared else self.kind)
 
     # --- acquire ------------------------------------------------------------------------
+    # unasync: the async source of the sync code after it
+    async def aacquire(self, wait: float | None = _UNSET) -> bool:
+        """Acquire the lock, waiting up to ``wait`` seconds; return True if acquired."""
+        began = metrics.now()
+        try:
+            if shared.holds and not self.shared:  # a process holding no shared lock skips it
+                await shared.arefuse_upgrade(self.kind, self.using, self.name, _current_owner())
+            held = self._waiting_release()
+            if held is not None and await self._atake_back(held):
+                return True
+            self._forget_an_ended_lease()
+            if self.token is not None:
+                if self.reentrant and await self._areenter(self._check_reentry()):
+                    return True
+                if not self.reentrant and self._is_mine(
+                    await self.backend.aholder(self.name, self.token)
+                ):
+                    raise self._already_held_error()
+                self._forget()  # its hold ended on the server (force release, lease): anew
+            self._warn_if_snapshot_predates()
+        except LockError:  # before the first attempt: a wait that ended in an error
+            self._record_error(began)
+            raise
+        attempts = _Attempts(self, self.backend, self._wait_argument(wait), began)
+        backend = attempts.backend
+        attempt = await attempts.aguarded(backend.atry_acquire, attempts.request())
+        while not attempt.acquired:
+            block = attempts.next_block(attempt)
+            if block is None:
+                await attempts.agive_up(backend.aleave)
+                return False
+            # Wait to be handed the lock, and claim it, in one call (one round trip on one
+            # server); the reply tells whether this object holds it now.
+            attempt = await attempts.aguarded(backend.aacquire_when_free, attempts.waiting(), block)
+        self._take(attempts, attempt)
+        return True
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def acquire(self, wait: float | None = _UNSET) -> bool:
         """Acquire the lock, waiting up to ``wait`` seconds; return True if acquired."""
         began = metrics.now()
@@ -180,38 +218,7 @@ class Lock:
         self._take(attempts, attempt)
         return True
 
-    async def aacquire(self, wait: float | None = _UNSET) -> bool:
-        """Async twin of acquire()."""
-        began = metrics.now()
-        try:
-            if shared.holds and not self.shared:  # a process holding no shared lock skips it
-                await shared.arefuse_upgrade(self.kind, self.using, self.name, _current_owner())
-            held = self._waiting_release()
-            if held is not None and await self._atake_back(held):
-                return True
-            self._forget_an_ended_lease()
-            if self.token is not None:
-                if self.reentrant and await self._areenter(self._check_reentry()):
-                    return True
-                if not self.reentrant and self._is_mine(
-                    await self.backend.aholder(self.name, self.token)
-                ):
-                    raise self._already_held_error()
-                self._forget()
-        except LockError:  # before the first attempt: a wait that ended in an error
-            self._record_error(began)
-            raise
-        attempts = _Attempts(self, self.backend, self._wait_argument(wait), began)
-        backend = attempts.backend
-        attempt = await attempts.aguarded(backend.atry_acquire, attempts.request())
-        while not attempt.acquired:
-            block = attempts.next_block(attempt)
-            if block is None:
-                await attempts.agive_up(backend.aleave)
-                return False
-            attempt = await attempts.aguarded(backend.aacquire_when_free, attempts.waiting(), block)
-        self._take(attempts, attempt)
-        return True
+    # unasync: end
 
     def _record_error(self, began: float) -> None:
         """Record a LockError raised before the first attempt (an upgrade refused, the
@@ -280,6 +287,16 @@ class Lock:
         assert self._backend is not None
         return self._backend
 
+    # unasync: the async source of the sync code after it
+    async def _areenter(self, backend: Operations) -> bool:
+        """Enter once more; return False if the hold has ended on the server."""
+        started = time.monotonic()
+        extended = await backend.aextend(self.name, self.token or "", self._ttl_ms, reenter=True)
+        if extended:
+            self._after_extend(extended, started, reentered=True)
+        return extended
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def _reenter(self, backend: Operations) -> bool:
         """Enter once more; return False if the hold has ended on the server."""
         started = time.monotonic()
@@ -288,14 +305,34 @@ class Lock:
             self._after_extend(extended, started, reentered=True)
         return extended
 
-    async def _areenter(self, backend: Operations) -> bool:
-        started = time.monotonic()
-        extended = await backend.aextend(self.name, self.token or "", self._ttl_ms, reenter=True)
-        if extended:
-            self._after_extend(extended, started, reentered=True)
-        return extended
+    # unasync: end
 
     # --- release ------------------------------------------------------------------------
+    # unasync: the async source of the sync code after it
+    async def arelease(self) -> None:
+        """Release the lock (one level of a reentrant hold).
+
+        Raise LockNotOwned if this object does not hold it (any more), LockLost if automatic
+        renewal found the lease gone. If the server cannot be reached, raise
+        BackendUnavailable and keep the token, so release() can be called again.
+
+        Inside a database transaction (``hold_until_commit``), the lock stays held, its lease
+        kept alive, until the transaction ends: see docs/transactions.md.
+        """
+        if self._wait_for_transactions():
+            return
+        await self._arelease_now()
+
+    async def _arelease_now(self) -> None:
+        backend, token, final = self._begin_release()
+        try:
+            outcome = await backend.arelease(self.name, token, every_level=final)
+        except BaseException:
+            self._abort_release(final)
+            raise
+        self._end_release(outcome)
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def release(self) -> None:
         """Release the lock (one level of a reentrant hold).
 
@@ -319,17 +356,7 @@ class Lock:
             raise
         self._end_release(outcome)
 
-    async def arelease(self) -> None:
-        """Async twin of release()."""
-        if self._wait_for_transactions():
-            return
-        backend, token, final = self._begin_release()
-        try:
-            outcome = await backend.arelease(self.name, token, every_level=final)
-        except BaseException:
-            self._abort_release(final)
-            raise
-        self._end_release(outcome)
+    # unasync: end
 
     def _begin_release(self) -> tuple[Operations, str, bool]:
         with self._mutex:
@@ -440,6 +467,23 @@ class Lock:
         # A shared hold is not the exclusive lock: a transaction takes back only its own kind.
         return "shared" if self.shared else self.kind, self.using, self.name
 
+    # unasync: the async source of the sync code after it
+    async def _atake_back(self, held: Lock) -> bool:
+        """Hold again, at once, the lock whose release waits for this thread's transaction
+        (an order met twice in one transaction), as the database's own locks stack within a
+        session. Return False if that hold has ended meanwhile."""
+        ttl_ms = self._stop_waiting(held)
+        if ttl_ms is None:
+            return False
+        started = time.monotonic()
+        try:
+            extended = await held.backend.aextend(self.name, held.token or "", ttl_ms)
+        except BaseException:
+            held._forget()
+            raise
+        return self._adopt(held, extended, started, ttl_ms)
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def _take_back(self, held: Lock) -> bool:
         """Hold again, at once, the lock whose release waits for this thread's transaction
         (an order met twice in one transaction), as the database's own locks stack within a
@@ -455,17 +499,7 @@ class Lock:
             raise
         return self._adopt(held, extended, started, ttl_ms)
 
-    async def _atake_back(self, held: Lock) -> bool:
-        ttl_ms = self._stop_waiting(held)
-        if ttl_ms is None:
-            return False
-        started = time.monotonic()
-        try:
-            extended = await held.backend.aextend(self.name, held.token or "", ttl_ms)
-        except BaseException:
-            held._forget()
-            raise
-        return self._adopt(held, extended, started, ttl_ms)
+    # unasync: end
 
     def _stop_waiting(self, held: Lock) -> int | None:
         """Cancel ``held``'s waiting release; return this lock's lease (ms), or None when the
@@ -526,6 +560,20 @@ class Lock:
             )
 
     # --- extend -------------------------------------------------------------------------
+    # unasync: the async source of the sync code after it
+    async def aextend(self, ttl: float | None = None) -> None:
+        """Set the lease back to ``ttl`` (default: the lock's ttl) seconds from now.
+
+        Raise RenewalLimitReached (the lock stays held) once the alias's MAX_RENEWALS is used.
+        """
+        ttl_ms = self._extend_ttl(ttl)
+        backend, token = self._holding()
+        started = time.monotonic()
+        # renewal=True: an explicit extend counts against MAX_RENEWALS like an auto-renewal.
+        extended = await backend.aextend(self.name, token, ttl_ms, renewal=True)
+        self._after_extend(extended, started, ttl_ms=ttl_ms)
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def extend(self, ttl: float | None = None) -> None:
         """Set the lease back to ``ttl`` (default: the lock's ttl) seconds from now.
 
@@ -538,13 +586,7 @@ class Lock:
         extended = backend.extend(self.name, token, ttl_ms, renewal=True)
         self._after_extend(extended, started, ttl_ms=ttl_ms)
 
-    async def aextend(self, ttl: float | None = None) -> None:
-        """Async twin of extend()."""
-        ttl_ms = self._extend_ttl(ttl)
-        backend, token = self._holding()
-        started = time.monotonic()
-        extended = await backend.aextend(self.name, token, ttl_ms, renewal=True)
-        self._after_extend(extended, started, ttl_ms=ttl_ms)
+    # unasync: end
 
     def _extend_ttl(self, ttl: float | None) -> int:
         value = seconds("ttl", ttl, allow_none=True)
@@ -560,21 +602,27 @@ class Lock:
         self._depth += reentered
 
     # --- state --------------------------------------------------------------------------
+    # unasync: the async source of the sync code after it
+    async def alocked(self) -> bool:
+        """Return True if anyone holds the lock."""
+        return await self.backend.aholder(self.name, self.token) is not None
+
+    async def aowned(self) -> bool:
+        """Return True if this object holds the lock, as the server sees it."""
+        return self.token is not None and self._is_mine(
+            await self.backend.aholder(self.name, self.token)
+        )
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def locked(self) -> bool:
         """Return True if anyone holds the lock."""
         return self.backend.holder(self.name, self.token) is not None
-
-    async def alocked(self) -> bool:
-        return await self.backend.aholder(self.name, self.token) is not None
 
     def owned(self) -> bool:
         """Return True if this object holds the lock, as the server sees it."""
         return self.token is not None and self._is_mine(self.backend.holder(self.name, self.token))
 
-    async def aowned(self) -> bool:
-        return self.token is not None and self._is_mine(
-            await self.backend.aholder(self.name, self.token)
-        )
+    # unasync: end
 
     def ttl_remaining(self) -> float | None:
         """Return the seconds left on this object's lease, or None if it does not hold it."""
@@ -765,14 +813,7 @@ class Lock:
         )
 
     # --- with, async with, decorator ----------------------------------------------------
-    def __enter__(self) -> Lock:
-        if not self.acquire():
-            raise LockNotAcquired(self.name, holder=self.holder(), wait=self.wait)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.release()
-
+    # unasync: the async source of the sync code after it
     async def __aenter__(self) -> Lock:
         if not await self.aacquire():
             raise LockNotAcquired(self.name, holder=await self.aholder(), wait=self.wait)
@@ -780,6 +821,26 @@ class Lock:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.arelease()
+
+    async def aholder(self) -> LockInfo | None:
+        """Return who holds this lock now, or None if nobody does or the server cannot say.
+
+        For messages that name the holder (a contended lock); never decide with it whether
+        the lock is free: that is what acquire() does, atomically.
+        """
+        try:
+            return await self.backend.aholder(self.name, self.token)
+        except LockError:
+            return None
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
+    def __enter__(self) -> Lock:
+        if not self.acquire():
+            raise LockNotAcquired(self.name, holder=self.holder(), wait=self.wait)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
 
     def holder(self) -> LockInfo | None:
         """Return who holds this lock now, or None if nobody does or the server cannot say.
@@ -792,12 +853,7 @@ class Lock:
         except LockError:
             return None
 
-    async def aholder(self) -> LockInfo | None:
-        """Async twin of holder()."""
-        try:
-            return await self.backend.aholder(self.name, self.token)
-        except LockError:
-            return None
+    # unasync: end
 
     def __call__(self, func: F) -> F:
         """Decorate ``func`` so that each call holds its own copy of this lock."""
@@ -928,6 +984,66 @@ class _Attempts:
             block = min(block, HANDOFF_GRACE_MS / 1000)
         return block
 
+    def _late(self) -> bool:
+        """Return True if a grant that a wait brought came after the wait had ended: it is
+        handed on (released, so the next waiter gets it), never kept, so that acquire(wait=W)
+        means "held within W" on every backend and kind. (The first attempt's grant is kept
+        however long its reply took: wait=0 tries once.)"""
+        return self.waited and time.monotonic() > self.deadline
+
+    def _outlived(self, attempt: Attempt) -> bool:
+        """Return True if the grant arrived with no lease left to use: less than the drift
+        allowance (DRIFT_FACTOR of the lease + DRIFT_MS), so that acquire() never returns
+        True for a lease that ends as it returns."""
+        allowance = (self.ttl_ms * DRIFT_FACTOR + DRIFT_MS) / 1000
+        return time.monotonic() + allowance >= self.lease_started(attempt) + self.ttl_ms / 1000
+
+    def errored(self) -> None:
+        if metrics.ENABLED:
+            metrics.wait_ended(self.lock, self.began, "error")
+
+    # unasync: the async source of the sync code after it
+    async def aguarded(self, call: Callable[..., Awaitable[Attempt]], *args: Any) -> Attempt:
+        """Return ``call(*args)``. When it does not return (the server did not answer, or a
+        signal, KeyboardInterrupt or task cancellation cut the wait short), the server may
+        have granted the lock all the same: give it back before the error goes on."""
+        try:
+            attempt = await call(*args)
+        except BaseException:
+            await self._aabandon()
+            self.errored()
+            raise
+        if attempt.acquired and (self._outlived(attempt) or self._late()):
+            await self._aforget_maybe_granted()
+            return TOO_LATE
+        return attempt
+
+    async def _aabandon(self) -> None:
+        """An acquire that ends in an error: give back what the server may have granted, and
+        leave the queue, where a release may have reserved the lock for this token (release
+        answers 0 for a reservation and leaves it; leave_queue hands it on at once rather than
+        after the grace). Only when the server answered the release: an unreachable server
+        costs no second wait, and the registration ends on its own (docs/protocol.md, "The
+        error path")."""
+        with contextlib.suppress(LockError):
+            await self.backend.arelease(self.lock.name, self.token)
+            if self.queue:
+                await self.backend.aleave(self.lock.name, self.token)
+
+    async def _aforget_maybe_granted(self) -> None:
+        # The server may have granted the lock before the reply was lost: free it if it can
+        # be reached; otherwise the lease ends it. Never report it as acquired.
+        with contextlib.suppress(LockError):
+            await self.backend.arelease(self.lock.name, self.token)
+
+    async def agive_up(self, leave: Callable[[str, str], Awaitable[None]]) -> None:
+        if metrics.ENABLED:
+            metrics.wait_ended(self.lock, self.began, "not_acquired")
+        if self.queue:
+            with contextlib.suppress(LockError):  # the registration expires on its own
+                await leave(self.lock.name, self.token)
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def guarded(self, call: Callable[..., Attempt], *args: Any) -> Attempt:
         """Return ``call(*args)``. When it does not return (the server did not answer, or a
         signal, KeyboardInterrupt or task cancellation cut the wait short), the server may
@@ -943,36 +1059,6 @@ class _Attempts:
             return TOO_LATE
         return attempt
 
-    async def aguarded(self, call: Callable[..., Any], *args: Any) -> Attempt:
-        try:
-            attempt = await call(*args)
-        except BaseException:  # as guarded()
-            await self._aabandon()
-            self.errored()
-            raise
-        if attempt.acquired and (self._outlived(attempt) or self._late()):
-            await self._aforget_maybe_granted()
-            return TOO_LATE
-        return attempt
-
-    def _late(self) -> bool:
-        """Return True if a grant that a wait brought came after the wait had ended: it is
-        handed on (released, so the next waiter gets it), never kept, so that acquire(wait=W)
-        means "held within W" on every backend and kind. (The first attempt's grant is kept
-        however long its reply took: wait=0 tries once.)"""
-        return self.waited and time.monotonic() > self.deadline
-
-    def _outlived(self, attempt: Attempt) -> bool:
-        """Return True if the grant arrived with no lease left to use: less than the drift
-        allowance (DRIFT_FACTOR of the lease + DRIFT_MS), so that acquire() never returns
-        True for a lease that ends as it returns."""
-        allowance = (self.ttl_ms * DRIFT_FACTOR + DRIFT_MS) / 1000
-        return time.monotonic() + allowance >= self.lease_started(attempt) + self.ttl_ms / 1000
-
-    async def _aforget_maybe_granted(self) -> None:
-        with contextlib.suppress(LockError):
-            await self.backend.arelease(self.lock.name, self.token)
-
     def _abandon(self) -> None:
         """An acquire that ends in an error: give back what the server may have granted, and
         leave the queue, where a release may have reserved the lock for this token (release
@@ -985,21 +1071,11 @@ class _Attempts:
             if self.queue:
                 self.backend.leave(self.lock.name, self.token)
 
-    async def _aabandon(self) -> None:
-        with contextlib.suppress(LockError):
-            await self.backend.arelease(self.lock.name, self.token)
-            if self.queue:
-                await self.backend.aleave(self.lock.name, self.token)
-
     def _forget_maybe_granted(self) -> None:
         # The server may have granted the lock before the reply was lost: free it if it can
         # be reached; otherwise the lease ends it. Never report it as acquired.
         with contextlib.suppress(LockError):
             self.backend.release(self.lock.name, self.token)
-
-    def errored(self) -> None:
-        if metrics.ENABLED:
-            metrics.wait_ended(self.lock, self.began, "error")
 
     def give_up(self, leave: Callable[[str, str], None]) -> None:
         if metrics.ENABLED:
@@ -1008,12 +1084,7 @@ class _Attempts:
             with contextlib.suppress(LockError):  # the registration expires on its own
                 leave(self.lock.name, self.token)
 
-    async def agive_up(self, leave: Callable[[str, str], Any]) -> None:
-        if metrics.ENABLED:
-            metrics.wait_ended(self.lock, self.began, "not_acquired")
-        if self.queue:
-            with contextlib.suppress(LockError):
-                await leave(self.lock.name, self.token)
+    # unasync: end
 
 
 def _sender(backend: Any) -> type:

@@ -76,27 +76,16 @@ class Semaphore(Lock):
             name=self.name,
         )
 
-    def locked(self) -> bool:
-        """Return True if no permit is free right now (all ``limit`` are held)."""
-        return self._full(semaphore_backend(self.using).describe(self.name))
-
-    async def alocked(self) -> bool:
-        backend = semaphore_backend(self.using)
-        return self._full(await backend.adescribe(self.name))
-
     def _full(self, info: SemaphoreInfo | None) -> bool:
         return info is not None and len(info.holders) >= self.limit
 
-    # As a Lock's, but the error speaks of permits.
-    def __enter__(self) -> Semaphore:
-        if not self.acquire():
-            try:
-                info = self.holders()
-            except LockError:
-                info = None
-            raise self._full_error(info)
-        return self
+    # unasync: the async source of the sync code after it
+    async def alocked(self) -> bool:
+        """Return True if no permit is free right now (all ``limit`` are held)."""
+        backend = semaphore_backend(self.using)
+        return self._full(await backend.adescribe(self.name))
 
+    # As a Lock's, but the error speaks of permits.
     async def __aenter__(self) -> Semaphore:
         if not await self.aacquire():
             try:
@@ -105,6 +94,24 @@ class Semaphore(Lock):
                 info = None
             raise self._full_error(info)
         return self
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
+    def locked(self) -> bool:
+        """Return True if no permit is free right now (all ``limit`` are held)."""
+        backend = semaphore_backend(self.using)
+        return self._full(backend.describe(self.name))
+
+    # As a Lock's, but the error speaks of permits.
+    def __enter__(self) -> Semaphore:
+        if not self.acquire():
+            try:
+                info = semaphore_backend(self.using).describe(self.name)
+            except LockError:
+                info = None
+            raise self._full_error(info)
+        return self
+
+    # unasync: end
 
     def _full_error(self, info: SemaphoreInfo | None) -> SemaphoreFull:
         holders = info.holders if info is not None else ()

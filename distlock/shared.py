@@ -73,6 +73,17 @@ def downgrade_from(kind: str, using: str, name: str, owner: tuple[int, int | Non
     return ""
 
 
+# unasync: the async source of the sync code after it
+async def arefuse_upgrade(kind: str, using: str, name: str, owner: tuple[int, int | None]) -> None:
+    """Raise SharedLockUpgrade if ``owner`` (a thread and task), or its thread outside any
+    task, holds the shared lock ``name`` of ``using`` as the server sees it. (``kind``: a
+    semaphore of the same name is another thing.)"""
+    mine = _local_holds(kind, using, name, owner)
+    if mine and _still_held(mine, await mine[0].backend.ainspect(name)):
+        raise _upgrade_error(name, using)
+
+
+# Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
 def refuse_upgrade(kind: str, using: str, name: str, owner: tuple[int, int | None]) -> None:
     """Raise SharedLockUpgrade if ``owner`` (a thread and task), or its thread outside any
     task, holds the shared lock ``name`` of ``using`` as the server sees it. (``kind``: a
@@ -82,11 +93,7 @@ def refuse_upgrade(kind: str, using: str, name: str, owner: tuple[int, int | Non
         raise _upgrade_error(name, using)
 
 
-async def arefuse_upgrade(kind: str, using: str, name: str, owner: tuple[int, int | None]) -> None:
-    """Async twin of refuse_upgrade()."""
-    mine = _local_holds(kind, using, name, owner)
-    if mine and _still_held(mine, await mine[0].backend.ainspect(name)):
-        raise _upgrade_error(name, using)
+# unasync: end
 
 
 def _local_holds(kind: str, using: str, name: str, owner: tuple[int, int | None]) -> list[Any]:
