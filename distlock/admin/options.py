@@ -61,8 +61,8 @@ from .listing import (
     read_infos,
     sort_held,
 )
-from .semaphores import SemaphoreRow, semaphore_rows
-from .shared import SharedRow, shared_rows
+from .semaphores import SemaphoreRow, kind_rows, semaphore_row
+from .shared import SharedRow, shared_row
 
 PER_PAGE = 100
 # The detail page's title by kind ("": nothing of that name is held any more).
@@ -131,10 +131,11 @@ class HeldLockList:
         filters = urlencode(self.params)
         held = find_held(self.aliases, self.query)
         self.unavailable.update(held.unavailable)
+        where = (self.aliases, self.query)
         bases = (model_admin.url("release_permit"), self.detail_base)
-        semaphores = semaphore_rows(self.aliases, self.query, bases, filters, self.unavailable)
+        semaphores = kind_rows("semaphore", semaphore_row, *where, bases, filters, self.unavailable)
         bases = (model_admin.url("release_shared"), self.detail_base)
-        shared = shared_rows(self.aliases, self.query, bases, filters, self.unavailable)
+        shared = kind_rows("shared", shared_row, *where, bases, filters, self.unavailable)
         self.counts = Counter(
             entry.alias for entry in [*held.names, *(row.held for row in semaphores + shared)]
         )
@@ -239,6 +240,11 @@ class HeldLockList:
             return unknown
         matching = f" whose name starts with “{self.query}”" if self.query else ""
         return f"No lock{matching} is held in {', '.join(self.answered)}. {unknown}"
+
+    @property
+    def filter_groups(self) -> list[tuple[str, str, list[Choice]]]:
+        """The sidebar's filters: each one's data-filter-title, its summary and its choices."""
+        return [("alias", "By alias", self.alias_choices), ("order", "Order", self.order_choices)]
 
     @property
     def order_choices(self) -> list[Choice]:
