@@ -1109,6 +1109,10 @@ def _current_owner() -> tuple[int, int | None]:
     return threading.get_ident(), None if task is None else id(task)
 
 
+# lock() repeats Lock.__init__'s parameters on purpose: both signatures are public API
+# (tests/tooling/test_public_api.py) and spelled out for help() and IDEs, so neither may become
+# ``**kwargs``. (The other runs `duplicates` pairs in this file are the sync twins that
+# scripts/unasync.py generates from the async source.)
 def lock(
     name: str,
     *,

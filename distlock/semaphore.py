@@ -132,6 +132,8 @@ class Semaphore(Lock):
         return Semaphore(name, limit, **{**self._settings(), **changes})
 
 
+# semaphore() repeats Semaphore.__init__'s parameters on purpose, as lock() does Lock's: both
+# signatures are public API, spelled out for help() and IDEs (tests/tooling/test_public_api.py).
 def semaphore(
     name: str,
     limit: int,
