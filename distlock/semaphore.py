@@ -132,8 +132,9 @@ class Semaphore(Lock):
         return Semaphore(name, limit, **{**self._settings(), **changes})
 
 
-# semaphore() repeats Semaphore.__init__'s parameters on purpose, as lock() does Lock's: both
-# signatures are public API, spelled out for help() and IDEs (tests/tooling/test_public_api.py).
+# semaphore() repeats Semaphore.__init__'s parameters, and passes each on as __init__ passes
+# them to Lock's, on purpose: the signatures are public API, spelled out for help() and IDEs
+# (tests/tooling/test_public_api.py), so neither may become ``**kwargs``.
 def semaphore(
     name: str,
     limit: int,
