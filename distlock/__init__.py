@@ -6,6 +6,8 @@ with distlock.lock("reports:daily", ttl=60, wait=5) as lk:
     ...
 """
 
+# The exceptions, re-exported as distlock.<Name>. lock.py imports the ones it raises under the
+# same names, so the two import lists overlap (`duplicates` pairs them): names, not logic.
 from .exceptions import (
     BackendUnavailable,
     FencedUpdateRejected,

@@ -117,7 +117,7 @@ def get_or_set(key: str, build: Callable[[], T], timeout: float, **options: Unpa
     already hides the rebuild). ``cache``/``version``: the Django cache and key version;
     ``using``: the DISTLOCK alias of the lock.
     """
-    plan = _Plan(key, build, timeout, **options)
+    plan = _Plan(key, build, timeout, options)
     _warn_if_per_process(plan.cache_alias, plan.cache)
     state, value = plan.judge(plan.read())
     if state == MISSING:
@@ -136,7 +136,7 @@ async def aget_or_set(
     **options: Unpack[Options],
 ) -> T:
     """Async twin of get_or_set(); ``build`` may be a plain or a coroutine function."""
-    plan = _Plan(key, build, timeout, **options)
+    plan = _Plan(key, build, timeout, options)
     _warn_if_per_process(plan.cache_alias, plan.cache)
     state, value = plan.judge(await plan.aread())
     if state == MISSING:
@@ -152,35 +152,32 @@ class _Plan:
     """One get_or_set call: its checked arguments, its cache and its lock."""
 
     def __init__(
-        self,
-        key: str,
-        build: Callable[[], Any],
-        timeout: float,
-        *,
-        cache: str = "default",
-        lock_ttl: float = DEFAULT_LOCK_TTL,
-        stale: float | None = None,
-        wait: float | None = None,
-        early: float | None = None,
-        using: str = "default",
-        version: int | None = None,
+        self, key: str, build: Callable[[], Any], timeout: float, options: Options
     ) -> None:
+        unknown = sorted(set(options) - Options.__optional_keys__)
+        if unknown:
+            raise TypeError(
+                f"get_or_set() takes no option {unknown[0]!r}: its options are "
+                f"{', '.join(sorted(Options.__optional_keys__))}."
+            )
         if not isinstance(key, str) or not key:
             raise TypeError(f"key must be a non-empty str, not {key!r}.")
         if not callable(build):
             raise TypeError(f"build must be a callable returning the value, not {build!r}.")
-        self.key, self.build, self.version = key, build, version
+        self.key, self.build, self.version = key, build, options.get("version")
         # Without allow_none, seconds() returns a float or raises.
         self.timeout = cast(float, seconds("timeout", timeout))
+        stale = options.get("stale")
         self.stale = seconds("stale", stale, allow_none=True, allow_zero=True) or 0.0
-        self.lock_ttl = cast(float, seconds("lock_ttl", lock_ttl))
-        self.wait = seconds("wait", wait, allow_none=True, allow_zero=True)
+        self.lock_ttl = cast(float, seconds("lock_ttl", options.get("lock_ttl", DEFAULT_LOCK_TTL)))
+        self.wait = seconds("wait", options.get("wait"), allow_none=True, allow_zero=True)
         if self.wait is None:
             self.wait = self.lock_ttl
-        beta = seconds("early", early, allow_none=True, allow_zero=True)
+        beta = seconds("early", options.get("early"), allow_none=True, allow_zero=True)
         self.beta = (0.0 if self.stale else 1.0) if beta is None else beta
+        cache = options.get("cache", "default")
         self.cache = caches[cache]
-        self.cache_alias, self.using = cache, using
+        self.cache_alias, self.using = cache, options.get("using", "default")
         self._lock: Lock | None = None
         self.judged_until: float | None = None  # the freshness of the entry judge() saw
 

@@ -60,6 +60,24 @@ class Lock:
     """
 
     kind = "lock"  # what the name names: a lock and a semaphore of one name are unrelated
+    # What acquiring again through the object that holds it says (.format(name=...)).
+    # The settings copy() carries over: the keyword arguments of __init__.
+    _copied: tuple[str, ...] = (
+        "ttl",
+        "wait",
+        "auto_renew",
+        "reentrant",
+        "on_lost",
+        "using",
+        "purpose",
+        "hold_until_commit",
+        "shared",
+        "metric_name",
+    )
+    _already_held = (
+        "This Lock object already holds {name!r}. Release it first, make it with "
+        "reentrant=True, or use another Lock object."
+    )
 
     def __init__(
         self,
@@ -269,11 +287,7 @@ class Lock:
             self._forget()
 
     def _already_held_error(self) -> LockError:
-        return LockError(
-            f"This Lock object already holds {self.name!r}. Release it first, make it with "
-            "reentrant=True, or use another Lock object.",
-            name=self.name,
-        )
+        return LockError(self._already_held.format(name=self.name), name=self.name)
 
     def _check_reentry(self) -> Operations:
         if self._owner != _current_owner():
@@ -876,19 +890,11 @@ class Lock:
 
     def copy(self, **changes: Any) -> Lock:
         """Return a new, unheld Lock with the same settings (and ``changes``)."""
-        settings = {
-            "ttl": self.ttl,
-            "wait": self.wait,
-            "auto_renew": self.auto_renew,
-            "reentrant": self.reentrant,
-            "on_lost": self.on_lost,
-            "using": self.using,
-            "purpose": self.purpose,
-            "hold_until_commit": self.hold_until_commit,
-            "shared": self.shared,
-            "metric_name": self.metric_name,
-        }
-        return Lock(changes.pop("name", self.name), **{**settings, **changes})
+        return Lock(changes.pop("name", self.name), **{**self._settings(), **changes})
+
+    def _settings(self) -> dict[str, Any]:
+        """The keyword arguments that make an object like this one (for copy())."""
+        return {name: getattr(self, name) for name in self._copied}
 
 
 # An acquire whose reply came too late to leave any lease: treated as not acquired.
@@ -1103,6 +1109,10 @@ def _current_owner() -> tuple[int, int | None]:
     return threading.get_ident(), None if task is None else id(task)
 
 
+# lock() repeats Lock.__init__'s parameters on purpose: both signatures are public API
+# (tests/tooling/test_public_api.py) and spelled out for help() and IDEs, so neither may become
+# ``**kwargs``. (The other runs `duplicates` pairs in this file are the sync twins that
+# scripts/unasync.py generates from the async source.)
 def lock(
     name: str,
     *,

@@ -33,6 +33,11 @@ class Semaphore(Lock):
     """
 
     kind = "semaphore"
+    _copied = tuple(name for name in Lock._copied if name not in ("reentrant", "shared"))
+    _already_held = (
+        "This Semaphore object already holds a permit of {name!r}: release it first, or use "
+        "another Semaphore object (one per concurrent holder)."
+    )
 
     def __init__(
         self,
@@ -68,13 +73,6 @@ class Semaphore(Lock):
     def __repr__(self) -> str:
         state = f"holds permit {self.fencing_token}" if self.token else "holds no permit"
         return f"<Semaphore {self.name!r} limit {self.limit} using {self.using!r}: {state}>"
-
-    def _already_held_error(self) -> LockError:
-        return LockError(
-            f"This Semaphore object already holds a permit of {self.name!r}: release it "
-            "first, or use another Semaphore object (one per concurrent holder).",
-            name=self.name,
-        )
 
     def _full(self, info: SemaphoreInfo | None) -> bool:
         return info is not None and len(info.holders) >= self.limit
@@ -129,21 +127,14 @@ class Semaphore(Lock):
 
     def copy(self, **changes: Any) -> Semaphore:
         """Return a new Semaphore holding nothing, with the same settings (and ``changes``)."""
-        settings = {
-            "ttl": self.ttl,
-            "wait": self.wait,
-            "auto_renew": self.auto_renew,
-            "on_lost": self.on_lost,
-            "using": self.using,
-            "purpose": self.purpose,
-            "hold_until_commit": self.hold_until_commit,
-            "metric_name": self.metric_name,
-        }
         name = changes.pop("name", self.name)
         limit = changes.pop("limit", self.limit)
-        return Semaphore(name, limit, **{**settings, **changes})
+        return Semaphore(name, limit, **{**self._settings(), **changes})
 
 
+# semaphore() repeats Semaphore.__init__'s parameters, and passes each on as __init__ passes
+# them to Lock's, on purpose: the signatures are public API, spelled out for help() and IDEs
+# (tests/tooling/test_public_api.py), so neither may become ``**kwargs``.
 def semaphore(
     name: str,
     limit: int,

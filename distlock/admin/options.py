@@ -61,8 +61,8 @@ from .listing import (
     read_infos,
     sort_held,
 )
-from .semaphores import SemaphoreRow, semaphore_rows
-from .shared import SharedRow, shared_rows
+from .semaphores import SemaphoreRow, kind_rows, semaphore_row
+from .shared import SharedRow, shared_row
 
 PER_PAGE = 100
 # The detail page's title by kind ("": nothing of that name is held any more).
@@ -131,10 +131,11 @@ class HeldLockList:
         filters = urlencode(self.params)
         held = find_held(self.aliases, self.query)
         self.unavailable.update(held.unavailable)
+        where = (self.aliases, self.query)
         bases = (model_admin.url("release_permit"), self.detail_base)
-        semaphores = semaphore_rows(self.aliases, self.query, bases, filters, self.unavailable)
+        semaphores = kind_rows("semaphore", semaphore_row, *where, bases, filters, self.unavailable)
         bases = (model_admin.url("release_shared"), self.detail_base)
-        shared = shared_rows(self.aliases, self.query, bases, filters, self.unavailable)
+        shared = kind_rows("shared", shared_row, *where, bases, filters, self.unavailable)
         self.counts = Counter(
             entry.alias for entry in [*held.names, *(row.held for row in semaphores + shared)]
         )
@@ -241,6 +242,11 @@ class HeldLockList:
         return f"No lock{matching} is held in {', '.join(self.answered)}. {unknown}"
 
     @property
+    def filter_groups(self) -> list[tuple[str, str, list[Choice]]]:
+        """The sidebar's filters: each one's data-filter-title, its summary and its choices."""
+        return [("alias", "By alias", self.alias_choices), ("order", "Order", self.order_choices)]
+
+    @property
     def order_choices(self) -> list[Choice]:
         current = self.order or DEFAULT_ORDER
         return [
@@ -314,6 +320,8 @@ class OneHold:
     success: str  # .format(number, name, alias, who)
 
 
+# PERMIT and SHARED_HOLD stay alike in shape (duplicates pairs them): each is one kind's
+# record of OneHold, its own words for the same fields; the logic they feed is written once.
 PERMIT = OneHold(
     kind="semaphore",
     unsupported=SemaphoresNotSupported,
@@ -378,32 +386,16 @@ class HeldLockAdmin(admin.ModelAdmin):
     # --- urls -----------------------------------------------------------------------------
     def get_urls(self) -> list[URLPattern]:
         # Only these: there are no rows in a table to add, change, delete or list history.
+        views = (
+            ("", self.changelist_view, "changelist"),
+            ("release/", self.release_view, "release"),
+            ("lock/", self.detail_view, "detail"),
+            ("release-permit/", self.release_permit_view, "release_permit"),
+            ("release-shared/", self.release_shared_view, "release_shared"),
+        )
         return [
-            path(
-                "",
-                self.admin_site.admin_view(self.changelist_view),
-                name=self.url_name("changelist"),
-            ),
-            path(
-                "release/",
-                self.admin_site.admin_view(self.release_view),
-                name=self.url_name("release"),
-            ),
-            path(
-                "lock/",
-                self.admin_site.admin_view(self.detail_view),
-                name=self.url_name("detail"),
-            ),
-            path(
-                "release-permit/",
-                self.admin_site.admin_view(self.release_permit_view),
-                name=self.url_name("release_permit"),
-            ),
-            path(
-                "release-shared/",
-                self.admin_site.admin_view(self.release_shared_view),
-                name=self.url_name("release_shared"),
-            ),
+            path(route, self.admin_site.admin_view(view), name=self.url_name(url_name))
+            for route, view, url_name in views
         ]
 
     def url_name(self, view: str) -> str:
@@ -493,7 +485,7 @@ class HeldLockAdmin(admin.ModelAdmin):
         asked = self.release_request(request)
         if isinstance(asked, HttpResponse):
             return asked
-        form, alias, name, fencing_token, back = asked
+        _, alias, name, fencing_token, back = asked
         try:
             backend = locks[alias]
             info = backend.info(name)
@@ -501,7 +493,7 @@ class HeldLockAdmin(admin.ModelAdmin):
                 messages.warning(request, changed_message(alias, name, fencing_token, info))
                 return HttpResponseRedirect(back)
             if request.method != "POST":
-                return self._confirm(request, form, info, back)
+                return self._confirm(request, asked, info)
             # Only the token of the hold confirmed: if the lock changed hands since info(),
             # this releases nothing.
             released = backend.force_release(name, token=info.token)
@@ -553,7 +545,7 @@ class HeldLockAdmin(admin.ModelAdmin):
         asked = self.release_request(request)
         if isinstance(asked, HttpResponse):
             return asked
-        form, alias, name, number, back = asked
+        _, alias, name, number, back = asked
         gone = kind.gone.format(name=name, alias=alias, number=number)
         try:
             operations = locks[alias].of_kind(kind.kind)
@@ -564,7 +556,7 @@ class HeldLockAdmin(admin.ModelAdmin):
                 messages.warning(request, gone)
                 return HttpResponseRedirect(back)
             if request.method != "POST":
-                return self._confirm(request, form, holder, back, title=kind.title, **kind.confirm)
+                return self._confirm(request, asked, holder, kind)
             released = operations.force_release(name, holder.token)
         except (*ALIAS_ERRORS, kind.unsupported) as exc:
             messages.error(
@@ -589,26 +581,25 @@ class HeldLockAdmin(admin.ModelAdmin):
     def _confirm(
         self,
         request: HttpRequest,
-        form: ReleaseForm,
+        asked: ReleaseRequest,
         info: LockInfo,
-        back: str,
-        *,
-        title: str = "Force release a held lock",
-        permit: bool = False,
-        shared: bool = False,
+        kind: OneHold | None = None,
     ) -> HttpResponse:
+        """The confirmation page of a release: of the whole lock, or (``kind``) of one hold."""
+        confirm = kind.confirm if kind is not None else {}
+        title = kind.title if kind is not None else "Force release a held lock"
         context = {
             **self.admin_site.each_context(request),
-            **self.breadcrumbs(back, Crumb("Force release", None)),
+            **self.breadcrumbs(asked.back, Crumb("Force release", None)),
             "title": title,
             "opts": self.opts,
             "lock": info,
-            "permit": permit,
-            "shared": shared,
+            "permit": confirm.get("permit", False),
+            "shared": confirm.get("shared", False),
             "holder": describe_holder(info),
             "expires_in": format_remaining(info.ttl_remaining),
-            "form": form,
-            "changelist_url": back,
+            "form": asked.form,
+            "changelist_url": asked.back,
             "filters": list_filters(request.GET.get(FILTERS, "")),
         }
         request.current_app = self.admin_site.name

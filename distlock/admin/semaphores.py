@@ -7,10 +7,13 @@ holder's token never leaves the server.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from django.utils.safestring import SafeString
 
+from ..backends.operations import HeldEntry
 from ..info import LockInfo, SemaphoreInfo
 from .display import breakable, describe_holder, detail_url, format_remaining, release_url
 from .listing import HeldName, held_of_kind
@@ -35,6 +38,34 @@ def permit_rows(holders: tuple[LockInfo, ...], release_base: str, filters: str) 
             release_url=release_url(release_base, holder, filters),
         )
         for holder in holders
+    ]
+
+
+Row = TypeVar("Row")
+
+
+def kind_rows(
+    kind: str,
+    row: Callable[[str, HeldEntry, list[PermitRow], str], Row],
+    aliases: list[str],
+    prefix: str,
+    bases: tuple[str, str],
+    filters: str,
+    unavailable: dict[str, str],
+) -> list[Row]:
+    """Return a row for every held name of ``kind`` (a kind with several holders: semaphores,
+    shared locks) of ``aliases`` that starts with ``prefix``, made by ``row(alias, entry,
+    holders, detail URL)``; ``bases`` are the URLs of the release and detail pages. An alias
+    that cannot be read is added to ``unavailable``."""
+    release_base, detail_base = bases
+    return [
+        row(
+            alias,
+            entry,
+            permit_rows(entry.holders, release_base, filters),
+            detail_url(detail_base, alias, entry.name, filters, kind=kind),
+        )
+        for alias, entry in held_of_kind(aliases, kind, prefix, unavailable)
     ]
 
 
@@ -66,26 +97,16 @@ class SemaphoreRow:
         return breakable(self.info.name)
 
     @property
+    def holders(self) -> list[PermitRow]:
+        """The permits, under the name a shared lock's row gives its holds (the template's)."""
+        return self.permits
+
+    @property
     def held(self) -> HeldName:
         return held_name(self.info.alias, self.info.name, self.info.holders, self.info.waiting)
 
 
-def semaphore_rows(
-    aliases: list[str],
-    prefix: str,
-    bases: tuple[str, str],
-    filters: str,
-    unavailable: dict[str, str],
-) -> list[SemaphoreRow]:
-    """Return a row for every held semaphore of ``aliases`` whose name starts with
-    ``prefix``; ``bases`` are the URLs of the release and detail pages. An alias that cannot
-    be read is added to ``unavailable``."""
-    release_base, detail_base = bases
-    return [
-        SemaphoreRow(
-            SemaphoreInfo(entry.name, entry.limit, entry.holders, entry.waiters, alias),
-            permit_rows(entry.holders, release_base, filters),
-            detail_url(detail_base, alias, entry.name, filters, kind="semaphore"),
-        )
-        for alias, entry in held_of_kind(aliases, "semaphore", prefix, unavailable)
-    ]
+def semaphore_row(alias: str, entry: HeldEntry, permits: list[PermitRow], url: str) -> SemaphoreRow:
+    """The row of one held semaphore (kind_rows)."""
+    info = SemaphoreInfo(entry.name, entry.limit, entry.holders, entry.waiters, alias)
+    return SemaphoreRow(info, permits, url)

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 from django.utils.safestring import SafeString
 
-from .display import breakable, detail_url
-from .listing import HeldName, held_of_kind
-from .semaphores import PermitRow, held_name, permit_rows
+from ..backends.operations import HeldEntry
+from .display import breakable
+from .listing import HeldName
+from .semaphores import PermitRow, held_name
 
 
 @dataclass(frozen=True)
@@ -34,24 +35,6 @@ class SharedRow:
         return held_name(self.alias, self.name, infos, self.waiters or 0)
 
 
-def shared_rows(
-    aliases: list[str],
-    prefix: str,
-    bases: tuple[str, str],
-    filters: str,
-    unavailable: dict[str, str],
-) -> list[SharedRow]:
-    """Return a row for every shared-held lock of ``aliases`` whose name starts with
-    ``prefix``; ``bases`` are the URLs of the release and detail pages. An alias that cannot
-    be read is added to ``unavailable``."""
-    release_base, detail_base = bases
-    return [
-        SharedRow(
-            entry.name,
-            alias,
-            permit_rows(entry.holders, release_base, filters),
-            entry.holders[0].waiters,
-            detail_url(detail_base, alias, entry.name, filters, kind="shared"),
-        )
-        for alias, entry in held_of_kind(aliases, "shared", prefix, unavailable)
-    ]
+def shared_row(alias: str, entry: HeldEntry, holders: list[PermitRow], url: str) -> SharedRow:
+    """The row of one lock held shared (semaphores.kind_rows)."""
+    return SharedRow(entry.name, alias, holders, entry.holders[0].waiters, url)

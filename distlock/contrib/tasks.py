@@ -85,40 +85,29 @@ def locked(
     return decorate
 
 
+@dataclasses.dataclass(frozen=True)
 class _LockedRun:
     """Run one task function under its lock; called by the worker with the task context."""
 
-    def __init__(
-        self,
-        task: Task,
-        namer: TaskLockName,
-        ttl: float | None,
-        on_duplicate: str,
-        retry_after: float,
-        using: str,
-        hold_until_commit: bool,
-    ) -> None:
-        self.func = task.func
-        self.takes_context = task.takes_context
-        self.label = task.module_path
-        self.namer = namer
-        self.ttl = ttl
-        self.on_duplicate = on_duplicate
-        self.retry_after = retry_after
-        self.using = using
-        self.hold_until_commit = hold_until_commit
+    task: Task  # as it was decorated: its function, before the wrapper replaces it
+    namer: TaskLockName
+    ttl: float | None
+    on_duplicate: str
+    retry_after: float
+    using: str
+    hold_until_commit: bool
 
     def wrapper(self) -> Callable[..., Any]:
-        if inspect.iscoroutinefunction(self.func):
+        if inspect.iscoroutinefunction(self.task.func):
 
             async def arun(context: TaskContext, *args: Any, **kwargs: Any) -> Any:
                 lock = self._lock(context, args, kwargs)
                 if not await lock.aacquire():
                     return self._duplicate(lock, context, args, kwargs)
                 try:
-                    return await self.func(*self._arguments(context, args), **kwargs)
+                    return await self.task.func(*self._arguments(context, args), **kwargs)
                 finally:
-                    await arelease_quietly(lock, self.label, context.task_result.id)
+                    await arelease_quietly(lock, self.task.module_path, context.task_result.id)
 
             return self._dress(arun)
 
@@ -127,19 +116,19 @@ class _LockedRun:
             if not lock.acquire():
                 return self._duplicate(lock, context, args, kwargs)
             try:
-                return self.func(*self._arguments(context, args), **kwargs)
+                return self.task.func(*self._arguments(context, args), **kwargs)
             finally:
-                release_quietly(lock, self.label, context.task_result.id)
+                release_quietly(lock, self.task.module_path, context.task_result.id)
 
         return self._dress(run)
 
     def _dress(self, run: Callable[..., Any]) -> Callable[..., Any]:
         """Give ``run`` the task function's name (the worker imports the task by it) and a
         signature with ``context`` first (the framework checks it)."""
-        functools.update_wrapper(run, self.func)
-        signature = inspect.signature(self.func)
+        functools.update_wrapper(run, self.task.func)
+        signature = inspect.signature(self.task.func)
         parameters = list(signature.parameters.values())
-        if not self.takes_context:
+        if not self.task.takes_context:
             parameters.insert(
                 0, inspect.Parameter("context", inspect.Parameter.POSITIONAL_OR_KEYWORD)
             )
@@ -147,11 +136,11 @@ class _LockedRun:
         return run
 
     def _arguments(self, context: TaskContext, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        return (context, *args) if self.takes_context else args
+        return (context, *args) if self.task.takes_context else args
 
     def _lock(self, context: TaskContext, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Lock:
         name = self.namer.render(self._arguments(context, args), kwargs)
-        purpose = f"django task {self.label}[{context.task_result.id}]"
+        purpose = f"django task {self.task.module_path}[{context.task_result.id}]"
         return Lock(
             name,
             ttl=self.ttl,
@@ -166,7 +155,7 @@ class _LockedRun:
     def _duplicate(
         self, lock: Lock, context: TaskContext, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> dict[str, Any]:
-        result = skipped(lock, self.label, context.task_result.id, holder_text(lock))
+        result = skipped(lock, self.task.module_path, context.task_result.id, holder_text(lock))
         if self.on_duplicate == "retry":
             task = context.task_result.task
             later = timezone.now() + timedelta(seconds=self.retry_after)

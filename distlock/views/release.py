@@ -112,6 +112,9 @@ class _ReleasingContent:
         self._release.release()
 
 
+# Alike in shape to _ReleasingContent, on purpose: one class cannot be both a sync and an async
+# iterator that Django streams (it picks the protocol by what the content has), and a generator
+# would not release the lock when closed before its first item.
 class _AsyncReleasingContent:
     """Async twin of _ReleasingContent, for async iterators (served under ASGI)."""
 
