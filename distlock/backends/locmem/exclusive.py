@@ -13,21 +13,20 @@ from .store import pttl, wait_for_turn
 
 
 class Locks(InMemory, ExclusiveKind):
-    def try_acquire(self, request: Request, grant: str | None = None) -> Attempt:
+    def take(self, request: Request) -> Attempt:
         name, token, ttl_ms, meta, patience_ms, _, _ = request
         store = self.store
-        with store.changed:
-            entry = store.current(name)
-            if entry is not None and entry.token == token:
-                return Attempt(True, fencing_token=entry.fence, acquired_ms=entry.acquired_ms)
-            readers = store.current_readers(name)
-            if entry is not None or readers or store.blocked(name, token, shared=False):
-                # Every waiter queues, whatever kind holds now: a reader arriving later
-                # must not pass it (first come, first served across kinds).
-                store.enqueue(name, token, False, meta, patience_ms)
-                return Attempt(False, holder_pttl_ms=pttl([entry] if entry else readers.values()))
-            held = store.held[name] = store.admit(name, token, meta, ttl_ms)
-            return Attempt(True, fencing_token=held.fence, acquired_ms=held.acquired_ms)
+        entry = store.current(name)
+        if entry is not None and entry.token == token:
+            return Attempt(True, fencing_token=entry.fence, acquired_ms=entry.acquired_ms)
+        readers = store.current_readers(name)
+        if entry is not None or readers or store.blocked(name, token, shared=False):
+            # Every waiter queues, whatever kind holds now: a reader arriving later
+            # must not pass it (first come, first served across kinds).
+            store.enqueue(name, token, False, meta, patience_ms)
+            return Attempt(False, holder_pttl_ms=pttl([entry] if entry else readers.values()))
+        held = store.held[name] = store.admit(name, token, meta, ttl_ms)
+        return Attempt(True, fencing_token=held.fence, acquired_ms=held.acquired_ms)
 
     def wait_turn(self, request: Request, timeout: float) -> None:
         wait_for_turn(self.store, request.name, request.token, False, timeout)

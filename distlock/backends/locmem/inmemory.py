@@ -35,6 +35,15 @@ class InMemory(AtOnce):
     def store(self) -> Store:
         return self.backend.store
 
+    def try_acquire(self, request: Request, grant: str | None = None) -> Attempt:
+        with self.store.changed:
+            return self.take(request)
+
+    def take(self, request: Request) -> Attempt:
+        """Take a hold for ``request.token``, or queue it, by the rules of the kind's
+        scripts (the store's condition held: one attempt is one step, as a script is)."""
+        raise NotImplementedError
+
     def wait_turn(self, request: Request, timeout: float) -> None:
         """Block until ``request.token`` may be let in, or ``timeout`` passes."""
         raise NotImplementedError

@@ -11,27 +11,24 @@ from .store import pttl, wait_for_turn
 
 
 class SharedLocks(InMemory, SharedKind):
-    def try_acquire(self, request: Request, grant: str | None = None) -> Attempt:
+    def take(self, request: Request) -> Attempt:
         name, token, ttl_ms, meta, patience_ms, _, downgrade_from = request
         store = self.store
-        with store.changed:
-            readers = store.current_readers(name)
-            mine = readers.get(token)
-            if mine is not None:
-                return Attempt(True, fencing_token=mine.fence, acquired_ms=mine.acquired_ms)
-            entry = store.current(name)
-            # A downgrade: the exclusive holder's own thread joins at once; the exclusive
-            # release leaves its shared hold (a writer then waits for it, as for any reader).
-            downgrade = entry is not None and bool(downgrade_from) and entry.token == downgrade_from
-            if not downgrade and (entry is not None or store.blocked(name, token, shared=True)):
-                store.enqueue(name, token, True, meta, patience_ms)
-                wait = [entry] if entry is not None else list(readers.values())
-                return Attempt(False, holder_pttl_ms=pttl(wait))
-            held = store.readers.setdefault(name, {})[token] = store.admit(
-                name, token, meta, ttl_ms
-            )
-            store.changed.notify_all()  # shared waiters behind it may come in too
-            return Attempt(True, fencing_token=held.fence, acquired_ms=held.acquired_ms)
+        readers = store.current_readers(name)
+        mine = readers.get(token)
+        if mine is not None:
+            return Attempt(True, fencing_token=mine.fence, acquired_ms=mine.acquired_ms)
+        entry = store.current(name)
+        # A downgrade: the exclusive holder's own thread joins at once; the exclusive
+        # release leaves its shared hold (a writer then waits for it, as for any reader).
+        downgrade = entry is not None and bool(downgrade_from) and entry.token == downgrade_from
+        if not downgrade and (entry is not None or store.blocked(name, token, shared=True)):
+            store.enqueue(name, token, True, meta, patience_ms)
+            wait = [entry] if entry is not None else list(readers.values())
+            return Attempt(False, holder_pttl_ms=pttl(wait))
+        held = store.readers.setdefault(name, {})[token] = store.admit(name, token, meta, ttl_ms)
+        store.changed.notify_all()  # shared waiters behind it may come in too
+        return Attempt(True, fencing_token=held.fence, acquired_ms=held.acquired_ms)
 
     def wait_turn(self, request: Request, timeout: float) -> None:
         wait_for_turn(self.store, request.name, request.token, True, timeout)
