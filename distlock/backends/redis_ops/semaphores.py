@@ -16,6 +16,8 @@ from ..operations import Request
 from .scripts import load
 from .steps import Eval, EvalMany, PopThenEval, Scope, Steps, flag, text
 
+# The scripts this module runs. The list has the shape of .locks's (and .shared's, .grants'),
+# and stays: each module names the scripts it runs where its reader looks (scripts.py).
 ACQUIRE = load("semaphore_acquire")
 RELEASE = load("semaphore_release")
 EXTEND = load("semaphore_extend")
