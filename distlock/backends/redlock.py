@@ -129,8 +129,7 @@ class RedlockOperations(ExclusiveKind):
         return await self.backend.arun(self._acquire(request, grant))
 
     def _acquire(self, request: Request, grant: str | None) -> Steps[Attempt]:
-        name, token, ttl_ms, meta, patience_ms, _, _ = request
-        return self.backend._acquire(name, token, ttl_ms, meta, grant, patience_ms)
+        return self.backend._acquire(request, grant)
 
     def acquire_when_free(self, request: Request, timeout: float) -> Attempt:
         # Block on one node for a grant, then present it to every node.
@@ -454,10 +453,9 @@ class RedlockBackend(BaseLockBackend):
     # A waiter handed the lock is woken by the first node the release reached; the other
     # nodes may still show the releasing holder for a moment. A grant that got some nodes but
     # not a majority is so tried again, shortly, before the waiter waits again.
-    def _acquire(
-        self, name: str, token: str, ttl_ms: int, meta: str, grant: str | None, patience_ms: int
-    ) -> Steps[Attempt]:
-        call = grants.acquire_call(self.layout, name, token, ttl_ms, meta, grant, patience_ms)
+    def _acquire(self, request: Request, grant: str | None) -> Steps[Attempt]:
+        name, token, ttl_ms, _, patience_ms, _, _ = request
+        call = grants.acquire_call(self.layout, request, grant)
         for retry in range(GRANT_RETRIES + 1):
             started = time.monotonic()
             results = yield Ask([call], self._acquire_decided)

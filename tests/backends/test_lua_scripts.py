@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from distlock.backends.operations import Request
 from distlock.backends.redis_ops import grants, listing, locks, semaphores, shared
 from distlock.backends.redis_ops.scripts import LOADED, LUA, expand, header
 from distlock.backends.redis_ops.steps import Eval, EvalMany, PopThenEval
@@ -71,31 +72,33 @@ def every_call() -> list[Eval]:
     layout = KeyLayout("test")
     scope: Any = SimpleNamespace(alias="default", layout=layout, max_renewals=3, wait_replicas=0)
     found: list[Eval] = [
-        locks.acquire_call(layout, "n", "t", 1000, "{}", 0),
+        locks.acquire_call(layout, Request("n", "t", 1000, "{}", 0)),
         locks.release_call(layout, "n", "t", every_level=True),
-        first_step(locks.leave_queue(scope, "n", "t")),
+        locks.leave_call(layout, "n", "t"),
         locks.extend_call(layout, "n", "t", 1000, True, False, 3),
         locks.inspect_call(layout, "n"),
         first_step(locks.waiters(scope, "n")),
         *[call for _, call in listing.inspect_many_calls(layout, ["n", "m"])],
         listing.held_names_calls(layout)[0],
-        grants.acquire_call(layout, "n", "t", 1000, "{}", None, 0),
+        grants.acquire_call(layout, Request("n", "t", 1000, "{}", 0), None),
         grants.release_call(layout, "n", "t", False, suffix="s", vacant=True),
         grants.leave_call(layout, "n", "t"),
         grants.undo_call(layout, "n", "t", 0),
-        semaphores.acquire_call(scope, "n", 2, "t", 1000, "{}", 0),
+        semaphores.acquire_call(scope, Request("n", "t", 1000, "{}", 0, limit=2)),
         semaphores.release_call(scope, "n", "t"),
         first_step(semaphores.leave(scope, "n", "t")),
         first_step(semaphores.extend(scope, "n", "t", 1000, True)),
         semaphores.inspect_call(scope, "n"),
         first_step(semaphores.held_semaphores(scope, "")).calls[0],
-        shared.acquire_call(layout, "n", "~t", 1000, "{}", 0, False),
+        shared.acquire_call(layout, Request("n", "~t", 1000, "{}", 0)),
         shared.release_call(layout, "n", "~t", every_level=True),
-        first_step(shared.leave(scope, "n", "~t")),
-        shared.extend_call(layout, "n", "~t", 1000, True, False, 3),
+        shared.leave_call(layout, "n", "~t"),
+        locks.extend_call(layout, "n", "~t", 1000, True, False, 3, shared.SHARED),
         shared.inspect_call(layout, "n"),
     ]
-    waited = first_step(locks.wait_and_acquire(scope, 1.0, "n", "t", 1000, "{}", 0))
+    waited = first_step(
+        locks.wait_and_acquire(scope, locks.EXCLUSIVE, Request("n", "t", 1000, "{}", 0), 1.0)
+    )
     assert isinstance(waited, PopThenEval)
     found.append(waited.call)
     listed = first_step(listing.held_names(scope, ""))

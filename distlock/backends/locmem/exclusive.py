@@ -9,35 +9,24 @@ from ...info import LockInfo
 from ...keys import validate_name
 from ..operations import Attempt, ExclusiveKind, HeldEntry, Request
 from .inmemory import InMemory
-from .store import Held, pttl, wait_for_turn
+from .store import pttl, wait_for_turn
 
 
 class Locks(InMemory, ExclusiveKind):
-    def try_acquire(self, request: Request, grant: str | None = None) -> Attempt:
+    def take(self, request: Request) -> Attempt:
         name, token, ttl_ms, meta, patience_ms, _, _ = request
         store = self.store
-        with store.changed:
-            entry = store.current(name)
-            if entry is not None and entry.token == token:
-                return Attempt(True, fencing_token=entry.fence, acquired_ms=entry.acquired_ms)
-            readers = store.current_readers(name)
-            if entry is not None or readers or store.blocked(name, token, shared=False):
-                # Every waiter queues, whatever kind holds now: a reader arriving later
-                # must not pass it (first come, first served across kinds).
-                store.note_waiter(name, token, meta, patience_ms)
-                store.enqueue(name, token, False, patience_ms)
-                return Attempt(False, holder_pttl_ms=pttl([entry] if entry else readers.values()))
-            store.dequeue(name, token)
-            store.forget_waiter(name, token)
-            fence, acquired_ms = store.next_fence(name)
-            store.held[name] = Held(
-                token=token,
-                fence=fence,
-                meta=meta,
-                acquired_ms=acquired_ms,
-                expires=time.monotonic() + ttl_ms / 1000,
-            )
-            return Attempt(True, fencing_token=fence, acquired_ms=acquired_ms)
+        entry = store.current(name)
+        if entry is not None and entry.token == token:
+            return Attempt(True, fencing_token=entry.fence, acquired_ms=entry.acquired_ms)
+        readers = store.current_readers(name)
+        if entry is not None or readers or store.blocked(name, token, shared=False):
+            # Every waiter queues, whatever kind holds now: a reader arriving later
+            # must not pass it (first come, first served across kinds).
+            store.enqueue(name, token, False, meta, patience_ms)
+            return Attempt(False, holder_pttl_ms=pttl([entry] if entry else readers.values()))
+        held = store.held[name] = store.admit(name, token, meta, ttl_ms)
+        return Attempt(True, fencing_token=held.fence, acquired_ms=held.acquired_ms)
 
     def wait_turn(self, request: Request, timeout: float) -> None:
         wait_for_turn(self.store, request.name, request.token, False, timeout)
@@ -46,20 +35,14 @@ class Locks(InMemory, ExclusiveKind):
         """Leave the queue of ``name`` (either kind's: they wait in one)."""
         with self.store.changed:
             self.store.dequeue(name, token)
-            self.store.forget_waiter(name, token)
             self.store.changed.notify_all()
 
     def release(self, name: str, token: str, *, every_level: bool = False) -> int:
-        store = self.store
-        with store.changed:
-            entry = store.current(name)
-            if entry is None or (token and entry.token != token):
-                return 0
-            if self.one_level(entry, every_level):
-                return 2
-            del store.held[name]
-            store.changed.notify_all()
-            return 1
+        with self.store.changed:
+            entry = self.store.current(name)
+            if entry is not None and token and entry.token != token:
+                entry = None  # another token's ("" releases whoever holds)
+            return self.release_hold(name, entry, every_level, shared=False)
 
     def extend(
         self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False

@@ -35,6 +35,15 @@ class InMemory(AtOnce):
     def store(self) -> Store:
         return self.backend.store
 
+    def try_acquire(self, request: Request, grant: str | None = None) -> Attempt:
+        with self.store.changed:
+            return self.take(request)
+
+    def take(self, request: Request) -> Attempt:
+        """Take a hold for ``request.token``, or queue it, by the rules of the kind's
+        scripts (the store's condition held: one attempt is one step, as a script is)."""
+        raise NotImplementedError
+
     def wait_turn(self, request: Request, timeout: float) -> None:
         """Block until ``request.token`` may be let in, or ``timeout`` passes."""
         raise NotImplementedError
@@ -69,14 +78,17 @@ class InMemory(AtOnce):
             held.depth += reenter
         return True
 
-    @staticmethod
-    def one_level(held: Held, every_level: bool) -> bool:
-        """Release one reentrant level of ``held`` if it has more than one and not every
-        level goes; return True if it did (the hold stays)."""
+    def release_hold(self, name: str, held: Held | None, every_level: bool, shared: bool) -> int:
+        """Release a lock's hold of either kind (the store's condition held), as release.lua
+        and shared_release.lua do: 0 when the token holds none (``held`` None), 2 when one
+        reentrant level of several went (not ``every_level``), else 1."""
+        if held is None:
+            return 0
         if held.depth > 1 and not every_level:
             held.depth -= 1
-            return True
-        return False
+            return 2
+        self.store.drop(name, held.token, shared)
+        return 1
 
     def lock_info(
         self, name: str, token: str, held: Held | Permit, waiters: int, shared: bool = False

@@ -22,29 +22,28 @@ class Semaphores(InMemory, SemaphoreKind):
             self.semaphores.pop(name, None)
         self.store.changed.notify_all()
 
-    def try_acquire(self, request: Request, grant: str | None = None) -> Attempt:
+    def take(self, request: Request) -> Attempt:
         name, token, ttl_ms, meta, patience_ms, limit, _ = request
-        with self.store.changed:
-            semaphore = self.semaphores.setdefault(name, Semaphore())
-            semaphore.limit = limit
-            now = time.monotonic()
-            semaphore.settle(now)
-            held = semaphore.holders.get(token)
-            if held is not None:
-                return Attempt(True, fencing_token=held.fence, acquired_ms=held.acquired_ms)
-            reserved = semaphore.reserved.pop(token, None) is not None
-            if not reserved and len(semaphore.holders) + len(semaphore.reserved) >= limit:
-                if patience_ms > 0:  # a token already queued keeps its place
-                    semaphore.queue[token] = now + patience_ms / 1000
-                wait_ms = semaphore.next_free_ms(now)
-                self._tidy(name, semaphore)
-                return Attempt(False, holder_pttl_ms=wait_ms)
-            now_us = time.time_ns() // 1000
-            semaphore.fence = fence = max(now_us, semaphore.fence + 1)
-            semaphore.queue.pop(token, None)
-            semaphore.holders[token] = Permit(meta, now_us // 1000, fence, now + ttl_ms / 1000)
-            self.store.changed.notify_all()  # a grown limit may have reserved permits
-            return Attempt(True, fencing_token=fence, acquired_ms=now_us // 1000)
+        semaphore = self.semaphores.setdefault(name, Semaphore())
+        semaphore.limit = limit
+        now = time.monotonic()
+        semaphore.settle(now)
+        held = semaphore.holders.get(token)
+        if held is not None:
+            return Attempt(True, fencing_token=held.fence, acquired_ms=held.acquired_ms)
+        reserved = semaphore.reserved.pop(token, None) is not None
+        if not reserved and len(semaphore.holders) + len(semaphore.reserved) >= limit:
+            if patience_ms > 0:  # a token already queued keeps its place
+                semaphore.queue[token] = now + patience_ms / 1000
+            wait_ms = semaphore.next_free_ms(now)
+            self._tidy(name, semaphore)
+            return Attempt(False, holder_pttl_ms=wait_ms)
+        now_us = time.time_ns() // 1000
+        semaphore.fence = fence = max(now_us, semaphore.fence + 1)
+        semaphore.queue.pop(token, None)
+        semaphore.holders[token] = Permit(meta, now_us // 1000, fence, now + ttl_ms / 1000)
+        self.store.changed.notify_all()  # a grown limit may have reserved permits
+        return Attempt(True, fencing_token=fence, acquired_ms=now_us // 1000)
 
     def wait_turn(self, request: Request, timeout: float) -> None:
         """Wait until a permit is reserved for the token (or ``timeout`` passes)."""

@@ -3,41 +3,32 @@ siblings: one queue per lock for both kinds, first come first served."""
 
 from __future__ import annotations
 
-import time
-
 from ...info import LockInfo
 from ...keys import validate_name
 from ..operations import Attempt, HeldEntry, Request, SharedKind, entry_of
 from .inmemory import InMemory
-from .store import Held, pttl, wait_for_turn
+from .store import pttl, wait_for_turn
 
 
 class SharedLocks(InMemory, SharedKind):
-    def try_acquire(self, request: Request, grant: str | None = None) -> Attempt:
+    def take(self, request: Request) -> Attempt:
         name, token, ttl_ms, meta, patience_ms, _, downgrade_from = request
         store = self.store
-        with store.changed:
-            readers = store.current_readers(name)
-            mine = readers.get(token)
-            if mine is not None:
-                return Attempt(True, fencing_token=mine.fence, acquired_ms=mine.acquired_ms)
-            entry = store.current(name)
-            # A downgrade: the exclusive holder's own thread joins at once; the exclusive
-            # release leaves its shared hold (a writer then waits for it, as for any reader).
-            downgrade = entry is not None and bool(downgrade_from) and entry.token == downgrade_from
-            if not downgrade and (entry is not None or store.blocked(name, token, shared=True)):
-                store.note_waiter(name, token, meta, patience_ms)
-                store.enqueue(name, token, True, patience_ms)
-                wait = [entry] if entry is not None else list(readers.values())
-                return Attempt(False, holder_pttl_ms=pttl(wait))
-            store.dequeue(name, token)
-            store.forget_waiter(name, token)
-            fence, acquired_ms = store.next_fence(name)
-            store.readers.setdefault(name, {})[token] = Held(
-                token, fence, meta, acquired_ms, time.monotonic() + ttl_ms / 1000
-            )
-            store.changed.notify_all()  # shared waiters behind it may come in too
-            return Attempt(True, fencing_token=fence, acquired_ms=acquired_ms)
+        readers = store.current_readers(name)
+        mine = readers.get(token)
+        if mine is not None:
+            return Attempt(True, fencing_token=mine.fence, acquired_ms=mine.acquired_ms)
+        entry = store.current(name)
+        # A downgrade: the exclusive holder's own thread joins at once; the exclusive
+        # release leaves its shared hold (a writer then waits for it, as for any reader).
+        downgrade = entry is not None and bool(downgrade_from) and entry.token == downgrade_from
+        if not downgrade and (entry is not None or store.blocked(name, token, shared=True)):
+            store.enqueue(name, token, True, meta, patience_ms)
+            wait = [entry] if entry is not None else list(readers.values())
+            return Attempt(False, holder_pttl_ms=pttl(wait))
+        held = store.readers.setdefault(name, {})[token] = store.admit(name, token, meta, ttl_ms)
+        store.changed.notify_all()  # shared waiters behind it may come in too
+        return Attempt(True, fencing_token=held.fence, acquired_ms=held.acquired_ms)
 
     def wait_turn(self, request: Request, timeout: float) -> None:
         wait_for_turn(self.store, request.name, request.token, True, timeout)
@@ -53,20 +44,10 @@ class SharedLocks(InMemory, SharedKind):
         self.backend.exclusive.leave(name, token)  # one queue for both kinds
 
     def release(self, name: str, token: str, *, every_level: bool = False) -> int:
-        store = self.store
-        with store.changed:
-            held = store.current_readers(name).get(token)
-            if held is None:
-                return 0
-            if self.one_level(held, every_level):
-                return 2
-            del store.readers[name][token]
-            store.current_readers(name)  # drops the name when nobody is left
-            store.changed.notify_all()
-            return 1
+        with self.store.changed:
+            held = self.store.current_readers(name).get(token)
+            return self.release_hold(name, held, every_level, shared=True)
 
-    # release() and extend() have the shape of the exclusive kind's (exclusive.py): the same
-    # operations of one interface, each reading its own kind of hold.
     def extend(
         self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
     ) -> bool:

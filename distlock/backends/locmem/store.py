@@ -9,6 +9,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..base import HANDOFF_GRACE_MS
 
@@ -99,6 +100,23 @@ class Store:
             del self.readers[name]
         return holds
 
+    def admit(self, name: str, token: str, meta: str, ttl_ms: int) -> Held:
+        """Return ``token``'s new hold of ``name`` (either kind: a new fence), out of the
+        queue; the caller keeps it where its kind's holds are kept."""
+        self.dequeue(name, token)
+        fence, acquired_ms = self.next_fence(name)
+        return Held(token, fence, meta, acquired_ms, time.monotonic() + ttl_ms / 1000)
+
+    def drop(self, name: str, token: str, shared: bool) -> None:
+        """End ``token``'s hold of ``name`` (a shared one if ``shared``) and wake the
+        waiters."""
+        if shared:
+            del self.readers[name][token]
+            self.current_readers(name)  # drops the name when nobody is left
+        else:
+            del self.held[name]
+        self.changed.notify_all()
+
     def blocked(self, name: str, token: str, shared: bool) -> bool:
         """Return True if a registered waiter ahead of ``token`` goes first: any waiter for
         an exclusive acquirer, an exclusive waiter for a shared one (as the scripts rule)."""
@@ -125,31 +143,21 @@ class Store:
             return True
         return self.blocked(name, token, shared)
 
-    def enqueue(self, name: str, token: str, shared: bool, patience_ms: int) -> None:
+    def enqueue(self, name: str, token: str, shared: bool, meta: str, patience_ms: int) -> None:
+        """Queue ``token`` for ``patience_ms`` (0: not at all) and register it for operators:
+        its queue end is the later of its patiences, its arrival and metadata its first."""
         if patience_ms > 0:
-            queue = self.queues.setdefault(name, OrderedDict())
             end = time.monotonic() + patience_ms / 1000
+            queue = self.queues.setdefault(name, OrderedDict())
             queue[token] = (shared, max(end, queue.get(token, (shared, 0.0))[1]))
+            register = self.waiting.setdefault(name, {})
+            meta, arrival, _ = register.get(token, (meta, time.time_ns() // 1000, 0.0))
+            register[token] = (meta, arrival, end)
 
     def dequeue(self, name: str, token: str) -> None:
-        queue = self.queues.get(name)
-        if queue is not None:
-            queue.pop(token, None)
-            if not queue:
-                del self.queues[name]
-
-    def note_waiter(self, name: str, token: str, meta: str, patience_ms: int) -> None:
-        if patience_ms > 0:
-            queue = self.waiting.setdefault(name, {})
-            meta, arrival, _ = queue.get(token, (meta, time.time_ns() // 1000, 0.0))
-            queue[token] = (meta, arrival, time.monotonic() + patience_ms / 1000)
-
-    def forget_waiter(self, name: str, token: str) -> None:
-        queue = self.waiting.get(name)
-        if queue is not None:
-            queue.pop(token, None)
-            if not queue:
-                del self.waiting[name]
+        """Take ``token`` out of the queue of ``name`` and out of its register."""
+        for table in (self.queues, self.waiting):
+            _drop(table, name, token)
 
     def registered(self, name: str) -> list[tuple[str, int]]:
         """The metadata and arrival (us) of each waiter still registered, oldest first."""
@@ -178,3 +186,12 @@ def pttl(holds: Iterable[Held]) -> int:
     """Return ms until the last of ``holds`` ends (1 when there are none)."""
     now = time.monotonic()
     return max((round((h.expires - now) * 1000) for h in holds), default=1) or 1
+
+
+def _drop(table: dict[str, Any], name: str, token: str) -> None:
+    """Drop ``token`` from ``table[name]``, and ``name`` when nothing is left."""
+    entries = table.get(name)
+    if entries is not None:
+        entries.pop(token, None)
+        if not entries:
+            del table[name]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ...keys import KeyLayout
 from ..base import HANDOFF_GRACE_MS
+from ..operations import Request
 from .scripts import load
 from .steps import Eval, Pop, Steps, flag
 
@@ -19,15 +20,8 @@ GRANT_LEAVE_QUEUE = load("grant_leave_queue")
 UNDO_ACQUIRE = load("undo_acquire")
 
 
-def acquire_call(
-    layout: KeyLayout,
-    name: str,
-    token: str,
-    ttl_ms: int,
-    meta: str,
-    grant: str | None,
-    patience_ms: int,
-) -> Eval:
+def acquire_call(layout: KeyLayout, request: Request, grant: str | None) -> Eval:
+    name, token, ttl_ms, meta, patience_ms, _, _ = request
     k = layout.keys_for(name)
     return Eval(
         GRANT_ACQUIRE,

@@ -3,6 +3,8 @@ its generators in .locks, .shared, .semaphores and .listing, which .scripted run
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ...info import LockInfo, SemaphoreInfo
 from ...keys import validate_name
 from ..base import check_prefix
@@ -20,27 +22,34 @@ from .scripted import Scripted
 from .steps import Steps
 
 
-class LockOperations(Scripted, ExclusiveKind):
-    """The exclusive lock (.locks)."""
+class LockHolds(Scripted):
+    """A lock's holds of one kind (``hold``: locks.EXCLUSIVE or shared.SHARED): both wait in
+    the lock's one queue, so the generators of .locks serve both."""
+
+    hold: ClassVar[locks.Hold]
 
     def acquiring(self, request: Request) -> Steps[Attempt]:
-        name, token, ttl_ms, meta, patience_ms, _, _ = request
-        return locks.try_acquire(self.backend, name, token, ttl_ms, meta, patience_ms)
+        return locks.try_acquire(self.backend, self.hold, request)
 
     def acquiring_when_free(self, request: Request, timeout: float) -> Steps[Attempt]:
-        name, token, ttl_ms, meta, patience_ms, _, _ = request
-        return locks.wait_and_acquire(self.backend, timeout, name, token, ttl_ms, meta, patience_ms)
+        return locks.wait_and_acquire(self.backend, self.hold, request, timeout)
 
     def leaving(self, name: str, token: str) -> Steps[None]:
-        return locks.leave_queue(self.backend, name, token)
+        return locks.leave(self.backend, self.hold, name, token)
 
     def releasing(self, name: str, token: str, every_level: bool) -> Steps[int]:
-        return locks.release(self.backend, name, token, every_level)
+        return locks.release(self.backend, self.hold, name, token, every_level)
 
     def extending(
         self, name: str, token: str, ttl_ms: int, renewal: bool, reenter: bool
     ) -> Steps[bool]:
-        return locks.extend(self.backend, name, token, ttl_ms, renewal, reenter)
+        return locks.extend(self.backend, self.hold, name, token, ttl_ms, renewal, reenter)
+
+
+class LockOperations(LockHolds, ExclusiveKind):
+    """The exclusive lock (.locks)."""
+
+    hold = locks.EXCLUSIVE
 
     def inspecting(self, name: str) -> Steps[tuple[LockInfo, ...]]:
         validate_name(name)
@@ -52,32 +61,10 @@ class LockOperations(Scripted, ExclusiveKind):
         return listing.held_names(self.backend, prefix)
 
 
-class SharedOperations(Scripted, SharedKind):
-    """Shared holds of a lock (.shared). (Each kind names its generators under the same
-    method names: the shapes repeat because the interface is one.)"""
+class SharedOperations(LockHolds, SharedKind):
+    """Shared holds of a lock (.shared)."""
 
-    def acquiring(self, request: Request) -> Steps[Attempt]:
-        name, token, ttl_ms, meta, patience_ms, _, downgrade_from = request
-        return shared.try_acquire(
-            self.backend, name, token, ttl_ms, meta, patience_ms, downgrade_from
-        )
-
-    def acquiring_when_free(self, request: Request, timeout: float) -> Steps[Attempt]:
-        name, token, ttl_ms, meta, patience_ms, _, _ = request
-        return shared.wait_and_acquire(
-            self.backend, timeout, name, token, ttl_ms, meta, patience_ms
-        )
-
-    def leaving(self, name: str, token: str) -> Steps[None]:
-        return shared.leave(self.backend, name, token)
-
-    def releasing(self, name: str, token: str, every_level: bool) -> Steps[int]:
-        return shared.release(self.backend, name, token, every_level)
-
-    def extending(
-        self, name: str, token: str, ttl_ms: int, renewal: bool, reenter: bool
-    ) -> Steps[bool]:
-        return shared.extend(self.backend, name, token, ttl_ms, renewal, reenter)
+    hold = shared.SHARED
 
     def inspecting(self, name: str) -> Steps[tuple[LockInfo, ...]]:
         return shared.holders(self.backend, name)
@@ -92,14 +79,10 @@ class SemaphoreOperations(Scripted, SemaphoreKind):
     """A semaphore's permits (.semaphores)."""
 
     def acquiring(self, request: Request) -> Steps[Attempt]:
-        name, token, ttl_ms, meta, patience_ms, limit, _ = request
-        return semaphores.acquire(self.backend, name, limit, token, ttl_ms, meta, patience_ms)
+        return semaphores.acquire(self.backend, request)
 
     def acquiring_when_free(self, request: Request, timeout: float) -> Steps[Attempt]:
-        name, token, ttl_ms, meta, patience_ms, limit, _ = request
-        return semaphores.wait_and_acquire(
-            self.backend, timeout, name, limit, token, ttl_ms, meta, patience_ms
-        )
+        return semaphores.wait_and_acquire(self.backend, request, timeout)
 
     def leaving(self, name: str, token: str) -> Steps[None]:
         return semaphores.leave(self.backend, name, token)

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from ...exceptions import BackendUnavailable
 from ...info import LockInfo, WaiterInfo
 from ...keys import ABOUT_WAITERS, KeyLayout, validate_name
 from ..base import HANDOFF_GRACE_MS, Attempt
-from .scripts import load
+from ..operations import Request
+from .scripts import Script, load
 from .steps import Confirmed, Eval, PopThenEval, Scope, Steps, flag, text
 
 ACQUIRE = load("acquire")
@@ -29,34 +31,35 @@ WAITERS = load("waiters")
 MAX_WAITERS_LISTED = 1000
 
 
+# --- one kind of lock hold ---------------------------------------------------------------
+class Hold(NamedTuple):
+    """The calls of one kind of lock hold: the exclusive one (EXCLUSIVE, below) or a shared
+    one (.shared). Both kinds wait in the lock's one queue and read their replies alike, so
+    the generators below serve both."""
+
+    acquire_call: Callable[[KeyLayout, Request, bool], Eval]  # (layout, request, waited)
+    release_call: Callable[[KeyLayout, str, str, bool], Eval]  # (layout, name, token, every)
+    leave_call: Callable[[KeyLayout, str, str], Eval]  # (layout, name, token)
+    wake: Callable[[KeyLayout, str, str], str]  # the list a release pushes a waiter's turn to
+    # The extend script (extend.lua, shared_extend.lua: one ARGV) and its keys for a name.
+    extend_script: Script
+    extend_keys: Callable[[KeyLayout, str], list[str]]
+
+
 # --- acquire ------------------------------------------------------------------------------
-def try_acquire(
-    scope: Scope,
-    name: str,
-    token: str,
-    ttl_ms: int,
-    meta: str,
-    patience_ms: int,
-    waited: bool = False,
-) -> Steps[Attempt]:
-    """Take the lock for ``token``, or queue it for ``patience_ms``. ``waited``: the token
-    may be queued already (it waited), so it leaves the queue once it holds the lock."""
-    call = acquire_call(scope.layout, name, token, ttl_ms, meta, patience_ms, waited)
+def try_acquire(scope: Scope, hold: Hold, request: Request, waited: bool = False) -> Steps[Attempt]:
+    """Take the lock (a ``hold`` of it) for ``request.token``, or queue it for
+    ``request.patience_ms``. ``waited``: the token may be queued already (it waited), so it
+    leaves the queue once it holds."""
+    call = hold.acquire_call(scope.layout, request, waited)
     if not scope.wait_replicas:
         return attempt_from((yield call))
     reply, confirmed = yield Confirmed(call)
-    return (yield from replicated(scope, name, token, reply, confirmed))
+    return (yield from replicated(scope, hold, request, reply, confirmed))
 
 
-def acquire_call(
-    layout: KeyLayout,
-    name: str,
-    token: str,
-    ttl_ms: int,
-    meta: str,
-    patience_ms: int,
-    waited: bool = False,
-) -> Eval:
+def acquire_call(layout: KeyLayout, request: Request, waited: bool = False) -> Eval:
+    name, token, ttl_ms, meta, patience_ms, _, _ = request
     k = layout.keys_for(name)
     # Idempotent: sent again, it tells the token that already holds the lock so.
     return Eval(
@@ -67,43 +70,44 @@ def acquire_call(
     )
 
 
-def wait_and_acquire(
-    scope: Scope, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
-) -> Steps[Attempt]:
+def wait_and_acquire(scope: Scope, hold: Hold, request: Request, timeout: float) -> Steps[Attempt]:
     """Block on this waiter's own list until a release hands it the lock (or ``timeout``
-    passes), and run ACQUIRE right after, in the same round trip: the server runs the
-    pipelined script as soon as the BLPOP returns, so a waiter handed the lock learns it
-    holds it from the reply that woke it."""
-    call = acquire_call(scope.layout, name, token, ttl_ms, meta, patience_ms, waited=True)
-    wake = f"{scope.layout.keys_for(name).waiters}:{token}"  # what hand_over.lua pushes to
+    passes), and run the acquire right after, in the same round trip: the server runs the
+    pipelined script as soon as the BLPOP returns, so a waiter handed the lock (or let in
+    with a batch of readers) learns it holds it from the reply that woke it."""
+    name, token = request.name, request.token
+    call = hold.acquire_call(scope.layout, request, True)
+    wake = hold.wake(scope.layout, name, token)
     sent = time.monotonic()
     replies = yield PopThenEval(wake, timeout, call, confirm=bool(scope.wait_replicas))
     if replies is None:
         # The reply came later than the socket timeout (a loaded server or client): its
-        # ACQUIRE may have run. Give back what it may have taken, which also tells whether
+        # acquire may have run. Give back what it may have taken, which also tells whether
         # the server answers at all (BackendUnavailable if not), and report no turn.
-        yield release_call(scope.layout, name, token, every_level=False)
+        yield hold.release_call(scope.layout, name, token, False)
         return Attempt(False)
     if any(isinstance(reply, Exception) for reply in replies):
         # The server forgot the script, or the slot moved: ask again the usual way (the lock
         # a release reserved for this waiter waits for it for HANDOFF_GRACE_MS).
         del replies  # no cycle through this frame (see detached.py)
-        attempt = yield from try_acquire(scope, name, token, ttl_ms, meta, patience_ms, waited=True)
+        attempt = yield from try_acquire(scope, hold, request, waited=True)
     elif scope.wait_replicas:
-        attempt = yield from replicated(scope, name, token, replies[1], int(replies[2]))
+        attempt = yield from replicated(scope, hold, request, replies[1], int(replies[2]))
     else:
         attempt = attempt_from(replies[1])
     return attempt._replace(sent=sent)
 
 
-def replicated(scope: Scope, name: str, token: str, reply: Any, confirmed: int) -> Steps[Attempt]:
-    """Return the attempt in ACQUIRE's ``reply`` if enough replicas confirmed it; else give
+def replicated(
+    scope: Scope, hold: Hold, request: Request, reply: Any, confirmed: int
+) -> Steps[Attempt]:
+    """Return the attempt in an acquire's ``reply`` if enough replicas confirmed it; else give
     back what it took and raise BackendUnavailable (fail closed: a failover could lose it)."""
     attempt = attempt_from(reply)
     if attempt.acquired and confirmed < scope.wait_replicas:
         with contextlib.suppress(BackendUnavailable):
-            yield release_call(scope.layout, name, token, every_level=False)
-        raise scope.unconfirmed(name, confirmed)
+            yield hold.release_call(scope.layout, request.name, request.token, False)
+        raise scope.unconfirmed(request.name, confirmed)
     return attempt
 
 
@@ -114,7 +118,7 @@ def took_lock(reply: Any) -> bool:
 
 
 def attempt_from(reply: Any) -> Attempt:
-    """Return the Attempt in an acquire.lua or grant_acquire.lua reply."""
+    """Return the Attempt in an acquire.lua, shared_acquire.lua or grant_acquire.lua reply."""
     if isinstance(reply, (bytes, str)):  # took_lock(), inlined: the hot path
         fence, acquired = reply.split()
         return Attempt(True, int(fence), int(acquired))
@@ -125,17 +129,28 @@ def attempt_from(reply: Any) -> Attempt:
     return Attempt(False, holder_pttl_ms=int(reply[1]))
 
 
-def leave_queue(scope: Scope, name: str, token: str) -> Steps[None]:
+def leave(scope: Scope, hold: Hold, name: str, token: str) -> Steps[None]:
     """Stop waiting; a lock handed to ``token`` meanwhile goes on to the next waiter."""
-    k = scope.layout.keys_for(name)
-    yield Eval(LEAVE_QUEUE, [k.lock, k.waiters, k.live], [token, HANDOFF_GRACE_MS], idempotent=True)
+    yield hold.leave_call(scope.layout, name, token)
+
+
+def leave_call(layout: KeyLayout, name: str, token: str) -> Eval:
+    k = layout.keys_for(name)
+    return Eval(
+        LEAVE_QUEUE, [k.lock, k.waiters, k.live], [token, HANDOFF_GRACE_MS], idempotent=True
+    )
+
+
+def wake(layout: KeyLayout, name: str, token: str) -> str:
+    return f"{layout.keys_for(name).waiters}:{token}"  # what hand_over.lua pushes to
 
 
 # --- release, extend ----------------------------------------------------------------------
-def release(scope: Scope, name: str, token: str, every_level: bool) -> Steps[int]:
-    """Return 0 if ``token`` does not hold the lock, 1 if released (and handed to the longest
-    waiter), 2 if one reentrant level was."""
-    return int((yield release_call(scope.layout, name, token, every_level)))
+def release(scope: Scope, hold: Hold, name: str, token: str, every_level: bool) -> Steps[int]:
+    """Return 0 if ``token`` does not hold the lock (its ``hold``), 1 if released (and handed
+    on: to the longest waiter, or by the last shared holder out), 2 if one reentrant level
+    was."""
+    return int((yield hold.release_call(scope.layout, name, token, every_level)))
 
 
 def release_call(layout: KeyLayout, name: str, token: str, every_level: bool) -> Eval:
@@ -149,17 +164,13 @@ def release_call(layout: KeyLayout, name: str, token: str, every_level: bool) ->
 
 
 def extend(
-    scope: Scope, name: str, token: str, ttl_ms: int, renewal: bool, reenter: bool
+    scope: Scope, hold: Hold, name: str, token: str, ttl_ms: int, renewal: bool, reenter: bool
 ) -> Steps[bool]:
     """Return True if the lease of ``token`` was set to ``ttl_ms`` from now, False if it does
-    not hold the lock; RenewalLimitReached for a renewal past MAX_RENEWALS."""
-    call = extend_call(scope.layout, name, token, ttl_ms, renewal, reenter, scope.max_renewals)
-    return (yield from extend_by(scope, name, call))
-
-
-def extend_by(scope: Scope, name: str, call: Eval) -> Steps[bool]:
-    """Send an extend script's ``call`` (exclusive or shared: their replies agree) and read
-    its reply, confirmed by WAIT_REPLICAS replicas when the alias asks for it."""
+    not hold the lock; RenewalLimitReached for a renewal past MAX_RENEWALS. Confirmed by
+    WAIT_REPLICAS replicas when the alias asks for it."""
+    layout, most = scope.layout, scope.max_renewals
+    call = extend_call(layout, name, token, ttl_ms, renewal, reenter, most, hold)
     if not scope.wait_replicas:
         return extended(scope, name, (yield call))
     reply, confirmed = yield Confirmed(call)
@@ -178,36 +189,39 @@ def extend_call(
     renewal: bool,
     reenter: bool,
     max_renewals: int | None,
+    hold: Hold | None = None,
 ) -> Eval:
-    k = layout.keys_for(name)
+    """The call of ``hold``'s extend script (the exclusive lock's when None)."""
+    hold = hold or EXCLUSIVE
     # Sent twice, a renewal would count twice against MAX_RENEWALS at worst; a reentrant
     # acquire would add a level nobody releases, so it is never sent twice.
     return Eval(
-        EXTEND,
-        [k.lock, k.index],
-        extend_args(name, token, ttl_ms, renewal, reenter, max_renewals),
+        hold.extend_script,
+        hold.extend_keys(layout, name),
+        [
+            token,
+            ttl_ms,
+            name,
+            flag(renewal),
+            flag(reenter),
+            "" if max_renewals is None else max_renewals,
+        ],
         idempotent=not reenter,
     )
 
 
-def extend_args(
-    name: str, token: str, ttl_ms: int, renewal: bool, reenter: bool, max_renewals: int | None
-) -> list[Any]:
-    """The ARGV extend.lua and shared_extend.lua both take."""
-    return [
-        token,
-        ttl_ms,
-        name,
-        flag(renewal),
-        flag(reenter),
-        "" if max_renewals is None else max_renewals,
-    ]
+def extend_keys(layout: KeyLayout, name: str) -> list[str]:
+    k = layout.keys_for(name)
+    return [k.lock, k.index]
 
 
 def extended(scope: Scope, name: str, outcome: Any) -> bool:
     if outcome == 2:
         raise scope.renewal_limit_reached(name)
     return outcome == 1
+
+
+EXCLUSIVE = Hold(acquire_call, release_call, leave_call, wake, EXTEND, extend_keys)
 
 
 # --- introspection ------------------------------------------------------------------------

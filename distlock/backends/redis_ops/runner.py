@@ -118,15 +118,12 @@ class Runner:
         should not pay for that. Other steps (a release, a reentrant extend) are never sent
         twice: their outcome is then left for the operation's caller to settle.
         """
-        for attempt in (1, 2):
-            try:
-                return SYNC[type(step)](self, step)
-            except redis.exceptions.ConnectionError as exc:
-                if not (step.idempotent and attempt == 1):
-                    raise self.unavailable(exc) from exc
-            except CLIENT_ERRORS as exc:
-                raise self.unavailable(exc) from exc
-        raise AssertionError("unreachable: the second attempt returns or raises")
+        try:
+            return SYNC[type(step)](self, step)
+        except CLIENT_ERRORS as exc:
+            self.resend_or_raise(step, exc)
+        with self.translated_errors():  # the one resend, on a fresh connection
+            return SYNC[type(step)](self, step)
 
     async def aexecute(
         self, step: Any, client: Any, give_back: Callable[[], object] | None = None
@@ -136,15 +133,18 @@ class Runner:
             # Only a node's own (sync) client keeps a script and BLPOP or WAIT on one
             # connection: execute() in a thread, given back if its task is cancelled.
             return await in_thread(self.execute, step, give_back=give_back)
-        for attempt in (1, 2):
-            try:
-                return await ASYNC[type(step)](self, step, client)
-            except redis.exceptions.ConnectionError as exc:
-                if not (step.idempotent and attempt == 1):
-                    raise self.unavailable(exc) from exc
-            except CLIENT_ERRORS as exc:
-                raise self.unavailable(exc) from exc
-        raise AssertionError("unreachable: the second attempt returns or raises")
+        try:
+            return await ASYNC[type(step)](self, step, client)
+        except CLIENT_ERRORS as exc:
+            self.resend_or_raise(step, exc)
+        with self.translated_errors():
+            return await ASYNC[type(step)](self, step, client)
+
+    def resend_or_raise(self, step: Any, exc: Exception) -> None:
+        """Return if ``step`` is sent once more after ``exc`` (an idempotent step whose
+        connection dropped); else raise BackendUnavailable for it."""
+        if not (step.idempotent and isinstance(exc, redis.exceptions.ConnectionError)):
+            raise self.unavailable(exc) from exc
 
     def unavailable(self, exc: Exception) -> BackendUnavailable:
         if is_out_of_memory(exc):

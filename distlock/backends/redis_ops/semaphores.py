@@ -6,14 +6,18 @@ each holds), and a waiter's wake-up and its next acquire are one round trip."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from ...info import LockInfo, SemaphoreInfo
 from ...keys import validate_name
 from ..base import HANDOFF_GRACE_MS, Attempt
+from ..operations import Request
 from .scripts import load
 from .steps import Eval, EvalMany, PopThenEval, Scope, Steps, flag, text
 
+# The scripts this module runs. The list has the shape of .locks's (and .shared's, .grants'),
+# and stays: each module names the scripts it runs where its reader looks (scripts.py).
 ACQUIRE = load("semaphore_acquire")
 RELEASE = load("semaphore_release")
 EXTEND = load("semaphore_extend")
@@ -23,16 +27,14 @@ HELD_NAMES = load("semaphore_held_names")
 
 
 # --- acquire, wait, leave -----------------------------------------------------------------
-def acquire(
-    scope: Scope, name: str, limit: int, token: str, ttl_ms: int, meta: str, patience_ms: int
-) -> Steps[Attempt]:
-    """Take a permit of ``name`` for ``token``, or queue it for ``patience_ms``."""
-    return attempt_from((yield acquire_call(scope, name, limit, token, ttl_ms, meta, patience_ms)))
+def acquire(scope: Scope, request: Request) -> Steps[Attempt]:
+    """Take a permit of ``request.name`` for ``request.token``, or queue it for
+    ``request.patience_ms``."""
+    return attempt_from((yield acquire_call(scope, request)))
 
 
-def acquire_call(
-    scope: Scope, name: str, limit: int, token: str, ttl_ms: int, meta: str, patience_ms: int
-) -> Eval:
+def acquire_call(scope: Scope, request: Request) -> Eval:
+    name, token, ttl_ms, meta, patience_ms, limit, _ = request
     # Idempotent: a token already holding a permit is told so, and keeps its place.
     return Eval(
         ACQUIRE,
@@ -42,20 +44,12 @@ def acquire_call(
     )
 
 
-def wait_and_acquire(
-    scope: Scope,
-    timeout: float,
-    name: str,
-    limit: int,
-    token: str,
-    ttl_ms: int,
-    meta: str,
-    patience_ms: int,
-) -> Steps[Attempt]:
-    """Block until a permit is reserved for ``token`` (or ``timeout`` seconds pass) and try
-    to take it, in one round trip: the acquire script runs as soon as the BLPOP on the
-    waiter's own list returns."""
-    call = acquire_call(scope, name, limit, token, ttl_ms, meta, patience_ms)
+def wait_and_acquire(scope: Scope, request: Request, timeout: float) -> Steps[Attempt]:
+    """Block until a permit is reserved for ``request.token`` (or ``timeout`` seconds pass)
+    and try to take it, in one round trip: the acquire script runs as soon as the BLPOP on
+    the waiter's own list returns."""
+    name, token = request.name, request.token
+    call = acquire_call(scope, request)
     wake = scope.layout.semaphore_keys_for(name).signal_prefix + token
     sent = time.monotonic()
     replies = yield PopThenEval(wake, timeout, call)
@@ -127,21 +121,24 @@ def inspect_call(scope: Scope, name: str) -> Eval:
 def held_semaphores(scope: Scope, prefix: str) -> Steps[list[SemaphoreInfo]]:
     """Return every held semaphore whose name starts with ``prefix``, by name (one round
     trip per server to list the names, one more to read them)."""
-    replies = yield EvalMany(
-        [
-            Eval(HELD_NAMES, [index], [], idempotent=True)
-            for index in scope.layout.semaphore_index_keys
-        ],
-        reads=True,
-    )
-    names = sorted(
-        text(name) for reply in replies for name in reply if text(name).startswith(prefix)
-    )
+    names = yield from names_in(scope.layout.semaphore_index_keys, prefix)
     read = yield EvalMany([inspect_call(scope, name) for name in names], reads=True)
     found = (
         semaphore_info(scope.alias, name, reply) for name, reply in zip(names, read, strict=True)
     )
     return [info for info in found if info is not None and info.holders]
+
+
+def names_in(index_keys: Iterable[str], prefix: str) -> Steps[list[str]]:
+    """Return the names in the index zsets ``index_keys`` (a semaphore bucket's or a shared
+    one's: HELD_NAMES reads either) that start with ``prefix``, sorted: one round trip per
+    server."""
+    replies = yield EvalMany(
+        [Eval(HELD_NAMES, [index], [], idempotent=True) for index in index_keys], reads=True
+    )
+    return sorted(
+        text(name) for reply in replies for name in reply if text(name).startswith(prefix)
+    )
 
 
 def semaphore_info(alias: str, name: str, reply: list[Any]) -> SemaphoreInfo | None:

@@ -10,19 +10,16 @@ knows to let in the whole run of shared waiters at its head (lua/include/hand_to
 
 from __future__ import annotations
 
-import contextlib
-import time
 from typing import Any
 
-from ...exceptions import BackendUnavailable
 from ...info import LockInfo
 from ...keys import KeyLayout, validate_name
-from ..base import HANDOFF_GRACE_MS, Attempt
+from ..base import HANDOFF_GRACE_MS
+from ..operations import Request
 from . import locks
-from .locks import attempt_from
 from .scripts import load
-from .semaphores import HELD_NAMES
-from .steps import Confirmed, Eval, EvalMany, PopThenEval, Scope, Steps, flag, text
+from .semaphores import names_in
+from .steps import Eval, EvalMany, Scope, Steps, flag, text
 
 ACQUIRE = load("shared_acquire")
 RELEASE = load("shared_release")
@@ -31,96 +28,36 @@ LEAVE = load("shared_leave")
 INSPECT = load("shared_inspect")
 
 
-def acquire_call(
-    layout: KeyLayout,
-    name: str,
-    token: str,
-    ttl_ms: int,
-    meta: str,
-    patience_ms: int,
-    waited: bool,
-    downgrade_from: str = "",
-) -> Eval:
+def acquire_call(layout: KeyLayout, request: Request, waited: bool = False) -> Eval:
+    name, token, ttl_ms, meta, patience_ms, _, downgrade_from = request
     k = layout.shared_keys_for(name)
-    # Idempotent: sent again, it tells the token that already holds its place so.
+    # Idempotent: sent again, it tells the token that already holds its place so. A wait is
+    # no downgrade: a waiter's acquire carries none (only a try may, at once).
     return Eval(
         ACQUIRE,
         [k.lock, k.fence, k.queue, k.live, k.index, k.readers, k.holders],
-        [token, ttl_ms, meta, name, patience_ms, flag(waited), HANDOFF_GRACE_MS, downgrade_from],
+        [
+            token,
+            ttl_ms,
+            meta,
+            name,
+            patience_ms,
+            flag(waited),
+            HANDOFF_GRACE_MS,
+            "" if waited else downgrade_from,
+        ],
         idempotent=True,
     )
 
 
-def try_acquire(
-    scope: Scope,
-    name: str,
-    token: str,
-    ttl_ms: int,
-    meta: str,
-    patience_ms: int,
-    downgrade_from: str = "",
-    waited: bool = False,
-) -> Steps[Attempt]:
-    """Take a shared hold for ``token``, or queue it for ``patience_ms``; at once while
-    ``downgrade_from`` (this thread's exclusive token) holds the lock."""
-    call = acquire_call(
-        scope.layout, name, token, ttl_ms, meta, patience_ms, waited, downgrade_from
-    )
-    if not scope.wait_replicas:
-        return attempt_from((yield call))
-    reply, confirmed = yield Confirmed(call)
-    return (yield from replicated(scope, name, token, reply, confirmed))
-
-
-def wait_and_acquire(
-    scope: Scope, timeout: float, name: str, token: str, ttl_ms: int, meta: str, patience_ms: int
-) -> Steps[Attempt]:
-    """As locks.wait_and_acquire: BLPOP on this waiter's own list with the acquire pipelined
-    behind it, so a release that lets a batch of readers in has each learn it holds from the
-    reply that woke it."""
-    call = acquire_call(scope.layout, name, token, ttl_ms, meta, patience_ms, waited=True)
-    wake = f"{scope.layout.shared_keys_for(name).queue}:{token}"  # hand_to_readers.lua pushes
-    sent = time.monotonic()
-    replies = yield PopThenEval(wake, timeout, call, confirm=bool(scope.wait_replicas))
-    if replies is None:
-        # A reply later than the socket timeout: give back what the acquire may have taken.
-        yield release_call(scope.layout, name, token, every_level=False)
-        return Attempt(False)
-    if any(isinstance(reply, Exception) for reply in replies):
-        del replies  # no cycle through this frame (see detached.py)
-        attempt = yield from try_acquire(scope, name, token, ttl_ms, meta, patience_ms, waited=True)
-    elif scope.wait_replicas:
-        attempt = yield from replicated(scope, name, token, replies[1], int(replies[2]))
-    else:
-        attempt = attempt_from(replies[1])
-    return attempt._replace(sent=sent)
-
-
-def replicated(scope: Scope, name: str, token: str, reply: Any, confirmed: int) -> Steps[Attempt]:
-    """As locks.replicated, for a shared hold."""
-    attempt = attempt_from(reply)
-    if attempt.acquired and confirmed < scope.wait_replicas:
-        with contextlib.suppress(BackendUnavailable):
-            yield release_call(scope.layout, name, token, every_level=False)
-        raise scope.unconfirmed(name, confirmed)
-    return attempt
-
-
-def leave(scope: Scope, name: str, token: str) -> Steps[None]:
-    """Stop waiting; a place reserved for ``token`` meanwhile is given back."""
-    k = scope.layout.shared_keys_for(name)
-    yield Eval(
+def leave_call(layout: KeyLayout, name: str, token: str) -> Eval:
+    k = layout.shared_keys_for(name)
+    return Eval(
         LEAVE,
         [k.lock, k.queue, k.live, k.index, k.readers, k.holders],
         [token, HANDOFF_GRACE_MS, name],
         idempotent=True,
     )
-
-
-def release(scope: Scope, name: str, token: str, every_level: bool) -> Steps[int]:
-    """Return 0 if ``token`` holds no shared place, 1 if released (the last one out hands
-    the lock on), 2 if one reentrant level was."""
-    return int((yield release_call(scope.layout, name, token, every_level)))
 
 
 def release_call(layout: KeyLayout, name: str, token: str, every_level: bool) -> Eval:
@@ -133,30 +70,17 @@ def release_call(layout: KeyLayout, name: str, token: str, every_level: bool) ->
     )
 
 
-def extend(
-    scope: Scope, name: str, token: str, ttl_ms: int, renewal: bool, reenter: bool
-) -> Steps[bool]:
-    """As locks.extend, for a shared holder."""
-    call = extend_call(scope.layout, name, token, ttl_ms, renewal, reenter, scope.max_renewals)
-    return (yield from locks.extend_by(scope, name, call))
-
-
-def extend_call(
-    layout: KeyLayout,
-    name: str,
-    token: str,
-    ttl_ms: int,
-    renewal: bool,
-    reenter: bool,
-    max_renewals: int | None,
-) -> Eval:
+def extend_keys(layout: KeyLayout, name: str) -> list[str]:
     k = layout.shared_keys_for(name)
-    return Eval(
-        EXTEND,
-        [k.lock, k.index, k.readers, k.holders],
-        locks.extend_args(name, token, ttl_ms, renewal, reenter, max_renewals),
-        idempotent=not reenter,  # as locks.extend_call
-    )
+    return [k.lock, k.index, k.readers, k.holders]
+
+
+def wake(layout: KeyLayout, name: str, token: str) -> str:
+    return f"{layout.shared_keys_for(name).queue}:{token}"  # what hand_to_readers.lua pushes to
+
+
+# Acquired, waited for, left, released and extended by the generators of .locks.
+SHARED = locks.Hold(acquire_call, release_call, leave_call, wake, EXTEND, extend_keys)
 
 
 def info(scope: Scope, name: str) -> Steps[LockInfo | None]:
@@ -211,16 +135,7 @@ def holders_from(alias: str, name: str, reply: list[Any]) -> tuple[LockInfo, ...
 def held_shared(scope: Scope, prefix: str) -> Steps[dict[str, tuple[LockInfo, ...]]]:
     """Return the holders of every shared-held lock whose name starts with ``prefix``, by
     name (one round trip per server to list the names, one more to read them)."""
-    replies = yield EvalMany(
-        [
-            Eval(HELD_NAMES, [index], [], idempotent=True)
-            for index in scope.layout.shared_index_keys
-        ],
-        reads=True,
-    )
-    names = sorted(
-        text(name) for reply in replies for name in reply if text(name).startswith(prefix)
-    )
+    names = yield from names_in(scope.layout.shared_index_keys, prefix)
     read = yield EvalMany([inspect_call(scope.layout, name) for name in names], reads=True)
     found = {
         name: holders_from(scope.alias, name, reply)

@@ -127,6 +127,8 @@ def drive(steps: Steps[T], execute: Callable[[Any], Any]) -> T:
 
 async def adrive(steps: Steps[T], execute: Callable[[Any], Awaitable[Any]]) -> T:
     """Async twin of :func:`drive`: ``execute`` returns an awaitable of the step's reply."""
+    # drive()'s loop, line for line, and it stays so: the await cannot be shared with a sync
+    # caller, and a helper per step would add a call to every step of the hot path.
     try:
         step = steps.send(None)
         while True:
