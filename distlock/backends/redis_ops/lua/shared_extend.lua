@@ -22,6 +22,8 @@ local name = ARGV[3]
 -- #include "include/shared_keys.lua"
 -- #include "include/shared_hold.lua"
 local fence, acquired, renewals, depth, meta = string.match(held, '^(%S+) (%S+) (%S+) (%S+) (.*)$')
+-- The renewal limit and counters as extend.lua counts them for an exclusive hold: written in
+-- each script, so that each reads alone beside docs/protocol.md.
 if ARGV[4] == '1' and ARGV[6] ~= '' and tonumber(renewals) >= tonumber(ARGV[6]) then
   return 2
 end

@@ -16,6 +16,8 @@ local downgraded = false
 local readers_of = KEYS[2] .. '|readers'
 if redis.call('EXISTS', readers_of) == 1 then
   local rmeta_of = KEYS[2] .. '|rmeta'
+  -- shared_keys.lua's prune_readers(), for this lock's readers (keys that function does not
+  -- name: this fragment is included where shared_keys.lua is not).
   local ended = redis.call('ZRANGEBYSCORE', readers_of, '-inf', now_ms)
   for first = 1, #ended, 1000 do
     local chunk = {unpack(ended, first, math.min(first + 999, #ended))}
