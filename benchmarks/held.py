@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from distlock.backends.redis_ops import locks as lock_ops
+from distlock.backends.redis_ops import holds as lock_ops
 from distlock.backends.redis_ops.steps import EvalMany
 from distlock.handler import locks
 from distlock.info import holder_metadata

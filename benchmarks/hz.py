@@ -54,7 +54,7 @@ def blpop_late(client: object) -> float:
 
 def takeover_late(client: object) -> float:
     import distlock
-    from distlock.backends.redis_ops.locks import ACQUIRE
+    from distlock.backends.redis_ops.holds import ACQUIRE
     from distlock.handler import locks
 
     name = f"hz-crash-{uuid.uuid4().hex}"
@@ -81,7 +81,7 @@ def wait_late(client: object) -> float:
 
 
 def measure(hz: int, rounds: int) -> dict[str, list[float]]:
-    from distlock.backends.redis_ops.locks import ACQUIRE
+    from distlock.backends.redis_ops.holds import ACQUIRE
     from tests.support.redis_server import RedisServer
 
     with RedisServer(["--hz", str(hz)]) as server:

@@ -67,7 +67,7 @@ def script_calls(name: str) -> dict[str, Any]:
     """The script calls (``Eval`` steps: script, keys, arguments) of distlock's acquire and
     release of the free lock ``name``, built by its Redis backend (DISTLOCK['default'])
     exactly as a Lock sends them (its last release releases every level)."""
-    from distlock.backends.redis_ops import locks as lock_ops
+    from distlock.backends.redis_ops import holds as lock_ops
     from distlock.handler import locks
     from distlock.info import holder_metadata
 

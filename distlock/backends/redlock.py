@@ -41,7 +41,7 @@ from ..keys import validate_name
 from .base import DRIFT_FACTOR, DRIFT_MS, Attempt, BaseLockBackend, HeldEntry
 from .operations import ExclusiveKind, Operations, Request
 from .redis import RedisBackend
-from .redis_ops import grants, listing, locks
+from .redis_ops import grants, holds, listing
 from .redis_ops.fanout import Results, Skipped, afan_out, fan_out
 from .redis_ops.memory import MemoryReport, is_out_of_memory
 from .redis_ops.steps import Eval, Steps, adrive, drive
@@ -210,7 +210,7 @@ class RedlockBackend(BaseLockBackend):
         self.grace = GRACE if self.timeout is None else min(GRACE, self.timeout / 2)
         self._down_until = [0.0] * len(self.nodes)
         self._failures = [0] * len(self.nodes)  # in a row, per node
-        self._acquire_decided = self._decided(locks.took_lock)
+        self._acquire_decided = self._decided(holds.took_lock)
         self._release_decided = self._decided(_released)
         self._extend_decided = self._decided(_extended)
 
@@ -481,7 +481,7 @@ class RedlockBackend(BaseLockBackend):
         """Return the attempt's outcome, the nodes to take the lock back from, and the error
         to raise instead of an outcome."""
         answered = [
-            (i, locks.took_lock(r[0])) for i, r in enumerate(results) if isinstance(r, list)
+            (i, holds.took_lock(r[0])) for i, r in enumerate(results) if isinstance(r, list)
         ]
         granted = [i for i, took in answered if took]
         refused = [i for i, took in answered if not took]
@@ -492,7 +492,7 @@ class RedlockBackend(BaseLockBackend):
         ]
         validity = ttl_ms - (time.monotonic() - started) * 1000 - self._drift_ms(ttl_ms)
         if len(granted) >= self.quorum and validity > 0:
-            taken = [locks.attempt_from(results[i][0]) for i in granted]
+            taken = [holds.attempt_from(results[i][0]) for i in granted]
             return (
                 Attempt(
                     True,
@@ -556,7 +556,7 @@ class RedlockBackend(BaseLockBackend):
     def _extend(
         self, name: str, token: str, ttl_ms: int, renewal: bool, reenter: bool
     ) -> Steps[bool]:
-        call = locks.extend_call(
+        call = holds.extend_call(
             self.layout, name, token, ttl_ms, renewal, reenter, self.max_renewals
         )
         started = time.monotonic()
@@ -579,7 +579,7 @@ class RedlockBackend(BaseLockBackend):
     # --- introspection ----------------------------------------------------------------
     def info(self, name: str) -> LockInfo | None:
         validate_name(name)  # operators pass names by hand: a clear error, not an AttributeError
-        call = locks.inspect_call(self.layout, name, redlock=True)
+        call = holds.inspect_call(self.layout, name, redlock=True)
         results = self._ask(Ask([call], self._answered_by_quorum))
         infos = self._infos(name, results, 0)
         verdict = self._majority(infos)
@@ -590,7 +590,7 @@ class RedlockBackend(BaseLockBackend):
     def info_many(self, names: list[str]) -> list[LockInfo]:
         if not names:
             return []
-        inspect_calls = [locks.inspect_call(self.layout, name, redlock=True) for name in names]
+        inspect_calls = [holds.inspect_call(self.layout, name, redlock=True) for name in names]
         results = self._ask(Ask(inspect_calls, self._answered_by_quorum))
         found = []
         for position, name in enumerate(names):
@@ -605,7 +605,7 @@ class RedlockBackend(BaseLockBackend):
         answered = [r for r in results if isinstance(r, list)]
         if len(answered) < self.quorum:
             raise self._unavailable("read", name, len(answered), results)
-        return [locks.lock_info_from(self.alias, name, reply[position]) for reply in answered]
+        return [holds.lock_info_from(self.alias, name, reply[position]) for reply in answered]
 
     def _majority(self, infos: list[LockInfo | None]) -> LockInfo | object | None:
         """Merge the nodes' views: the LockInfo of the token a majority holds, None when no
@@ -695,7 +695,7 @@ def _no_script(reply: Any) -> bool:
 
 
 def _granted_anywhere(results: Results) -> bool:
-    return any(isinstance(result, list) and locks.took_lock(result[0]) for result in results)
+    return any(isinstance(result, list) and holds.took_lock(result[0]) for result in results)
 
 
 def _released(reply: Any) -> bool:

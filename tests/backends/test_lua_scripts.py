@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from distlock.backends.operations import Request
-from distlock.backends.redis_ops import grants, listing, locks, semaphores, shared
+from distlock.backends.redis_ops import grants, holds, listing, semaphores, shared
 from distlock.backends.redis_ops.scripts import LOADED, LUA, expand, header
 from distlock.backends.redis_ops.steps import Eval, EvalMany, PopThenEval
 from distlock.keys import KeyLayout
@@ -72,12 +72,12 @@ def every_call() -> list[Eval]:
     layout = KeyLayout("test")
     scope: Any = SimpleNamespace(alias="default", layout=layout, max_renewals=3, wait_replicas=0)
     found: list[Eval] = [
-        locks.acquire_call(layout, Request("n", "t", 1000, "{}", 0)),
-        locks.release_call(layout, "n", "t", every_level=True),
-        locks.leave_call(layout, "n", "t"),
-        locks.extend_call(layout, "n", "t", 1000, True, False, 3),
-        locks.inspect_call(layout, "n"),
-        first_step(locks.waiters(scope, "n")),
+        holds.acquire_call(layout, Request("n", "t", 1000, "{}", 0)),
+        holds.release_call(layout, "n", "t", every_level=True),
+        holds.leave_call(layout, "n", "t"),
+        holds.extend_call(layout, "n", "t", 1000, True, False, 3),
+        holds.inspect_call(layout, "n"),
+        first_step(holds.waiters(scope, "n")),
         *[call for _, call in listing.inspect_many_calls(layout, ["n", "m"])],
         listing.held_names_calls(layout)[0],
         grants.acquire_call(layout, Request("n", "t", 1000, "{}", 0), None),
@@ -93,11 +93,11 @@ def every_call() -> list[Eval]:
         shared.acquire_call(layout, Request("n", "~t", 1000, "{}", 0)),
         shared.release_call(layout, "n", "~t", every_level=True),
         shared.leave_call(layout, "n", "~t"),
-        locks.extend_call(layout, "n", "~t", 1000, True, False, 3, shared.SHARED),
+        holds.extend_call(layout, "n", "~t", 1000, True, False, 3, shared.SHARED),
         shared.inspect_call(layout, "n"),
     ]
     waited = first_step(
-        locks.wait_and_acquire(scope, locks.EXCLUSIVE, Request("n", "t", 1000, "{}", 0), 1.0)
+        holds.wait_and_acquire(scope, holds.EXCLUSIVE, Request("n", "t", 1000, "{}", 0), 1.0)
     )
     assert isinstance(waited, PopThenEval)
     found.append(waited.call)

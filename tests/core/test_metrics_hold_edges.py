@@ -108,7 +108,7 @@ def test_an_upgrade_refused_is_a_wait_that_ended_in_an_error() -> None:
 def test_info_of_a_shared_lock_counts_every_waiter_beyond_the_list(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from distlock.backends.redis_ops import locks as ops
+    from distlock.backends.redis_ops import holds as ops
 
     monkeypatch.setattr(ops, "MAX_WAITERS_LISTED", 1)  # stands for its 1,000
     reader = distlock.lock("edge:count", ttl=30, shared=True)

@@ -6,7 +6,8 @@
     steps        what an operation asks of the server (run a script, block on a list, ...)
                  and the drivers that run an operation on a sync or an async client
     runner       how each step runs on redis-py, sync and async side by side
-    locks        the lock operations of one server: keys, arguments, script, reply
+    holds        a lock's holds on one server, exclusive and (with .shared) shared: keys,
+                 arguments, script, reply
     semaphores   the semaphore operations, on the same conventions
     listing      the held locks, listed and read in bulk
     grants       Redlock's scripts on each of its nodes

@@ -3,7 +3,7 @@ client reaches, locks and semaphores kept by the Lua scripts.
 
 A subclass supplies the client: RedisBackend builds its own (and an async one per event
 loop), DjangoRedisBackend borrows a django-redis cache's. Each operation is one generator in
-.locks, .shared, .semaphores or .listing, run on the sync client or the async one (``run``/
+.holds, .shared, .semaphores or .listing, run on the sync client or the async one (``run``/
 ``arun``, from .runner) by the operations object of its kind (.kinds, .scripted).
 """
 
@@ -16,7 +16,7 @@ from ...exceptions import BackendUnavailable
 from ...info import LockInfo, WaiterInfo
 from ..base import BaseLockBackend, check_prefix
 from ..operations import Operations
-from . import listing, locks, shared
+from . import holds, listing, shared
 from .kinds import LockOperations, SemaphoreOperations, SharedOperations
 from .runner import Runner
 
@@ -47,7 +47,7 @@ class ScriptedBackend(Runner, BaseLockBackend):
         return await self.arun(shared.info(self, name))
 
     def waiters(self, name: str) -> list[WaiterInfo] | None:
-        return self.run(locks.waiters(self, name))
+        return self.run(holds.waiters(self, name))
 
     # --- listing (sync only: operators' calls) --------------------------------------------
     def info_many(self, names: list[str]) -> list[LockInfo]:

@@ -2,8 +2,8 @@
 blocks on, and the waiter that pops it presents it to every node.
 
 RedlockBackend (distlock.backends.redlock) sends these calls to all its nodes at once and
-counts a majority; the replies read as the one-server scripts' do (locks.attempt_from,
-locks.took_lock). Extend, inspect and listing are the one-server calls (.locks, .listing).
+counts a majority; the replies read as the one-server scripts' do (holds.attempt_from,
+holds.took_lock). Extend, inspect and listing are the one-server calls (.holds, .listing).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The operations objects of the three kinds on one Redis server (or Cluster): each names
-its generators in .locks, .shared, .semaphores and .listing, which .scripted runs."""
+its generators in .holds, .shared, .semaphores and .listing, which .scripted runs."""
 
 from __future__ import annotations
 
@@ -17,44 +17,44 @@ from ..operations import (
     SharedKind,
     entry_of,
 )
-from . import listing, locks, semaphores, shared
+from . import holds, listing, semaphores, shared
 from .scripted import Scripted
 from .steps import Steps
 
 
 class LockHolds(Scripted):
-    """A lock's holds of one kind (``hold``: locks.EXCLUSIVE or shared.SHARED): both wait in
-    the lock's one queue, so the generators of .locks serve both."""
+    """A lock's holds of one kind (``hold``: holds.EXCLUSIVE or shared.SHARED): both wait in
+    the lock's one queue, so the generators of .holds serve both."""
 
-    hold: ClassVar[locks.Hold]
+    hold: ClassVar[holds.Hold]
 
     def acquiring(self, request: Request) -> Steps[Attempt]:
-        return locks.try_acquire(self.backend, self.hold, request)
+        return holds.try_acquire(self.backend, self.hold, request)
 
     def acquiring_when_free(self, request: Request, timeout: float) -> Steps[Attempt]:
-        return locks.wait_and_acquire(self.backend, self.hold, request, timeout)
+        return holds.wait_and_acquire(self.backend, self.hold, request, timeout)
 
     def leaving(self, name: str, token: str) -> Steps[None]:
-        return locks.leave(self.backend, self.hold, name, token)
+        return holds.leave(self.backend, self.hold, name, token)
 
     def releasing(self, name: str, token: str, every_level: bool) -> Steps[int]:
-        return locks.release(self.backend, self.hold, name, token, every_level)
+        return holds.release(self.backend, self.hold, name, token, every_level)
 
     def extending(
         self, name: str, token: str, ttl_ms: int, renewal: bool, reenter: bool
     ) -> Steps[bool]:
-        return locks.extend(self.backend, self.hold, name, token, ttl_ms, renewal, reenter)
+        return holds.extend(self.backend, self.hold, name, token, ttl_ms, renewal, reenter)
 
 
 class LockOperations(LockHolds, ExclusiveKind):
-    """The exclusive lock (.locks)."""
+    """The exclusive lock (.holds)."""
 
-    hold = locks.EXCLUSIVE
+    hold = holds.EXCLUSIVE
 
     def inspecting(self, name: str) -> Steps[tuple[LockInfo, ...]]:
         validate_name(name)
-        reply = yield locks.inspect_call(self.backend.layout, name)
-        info = locks.lock_info_from(self.backend.alias, name, reply)
+        reply = yield holds.inspect_call(self.backend.layout, name)
+        info = holds.lock_info_from(self.backend.alias, name, reply)
         return () if info is None else (info,)
 
     def listing(self, prefix: str) -> Steps[list[HeldEntry]]:

@@ -11,7 +11,7 @@ from typing import Any
 from ...info import LockInfo
 from ...keys import KeyLayout
 from ..base import HeldEntry
-from .locks import lock_info_from
+from .holds import lock_info_from
 from .runner import REDIRECTS, STALE_ROUTE, Runner
 from .scripts import load
 from .steps import Eval, EvalMany, Scope, Steps, text

@@ -1,7 +1,7 @@
 """Scripted: the operations of one kind on one Redis server (or Cluster), each a generator of
 steps (.steps) run on the backend's sync client (``run``) or its async one (``arun``).
 
-A kind (.locks, .shared, .semaphores) names its generators; the runs are written here once.
+A kind (.holds, .shared, .semaphores) names its generators; the runs are written here once.
 Each async acquire names the release that gives its token back, for a task cancelled while
 part of it runs in a thread (see .threads).
 """

@@ -13,7 +13,7 @@ Each script is one file, ``lua/<name>.lua``, that a client in any language loads
   (``Sets:``). Running a script is sending its text with every include line replaced by the
   included text, as :func:`load` builds it, so every client computes the same SHA1 digest.
 
-An operation loads the scripts it runs with :func:`load` (distlock.backends.redis_ops.locks,
+An operation loads the scripts it runs with :func:`load` (distlock.backends.redis_ops.holds,
 .semaphores, .grants): a new script is its ``.lua`` file and the operation that runs it.
 """
 

@@ -1,5 +1,5 @@
 """Semaphore operations on one Redis server (RedisBackend, DjangoRedisBackend), each read top
-to bottom, on the conventions of the lock operations (.locks): the keys come from the
+to bottom, on the conventions of the lock operations (.holds): the keys come from the
 alias's KeyLayout, every script takes all seven of them (semaphore_acquire.lua says what
 each holds), and a waiter's wake-up and its next acquire are one round trip."""
 
@@ -16,7 +16,7 @@ from ..operations import Request
 from .scripts import load
 from .steps import Eval, EvalMany, PopThenEval, Scope, Steps, flag, text
 
-# The scripts this module runs. The list has the shape of .locks's (and .shared's, .grants'),
+# The scripts this module runs. The list has the shape of .holds's (and .shared's, .grants'),
 # and stays: each module names the scripts it runs where its reader looks (scripts.py).
 ACQUIRE = load("semaphore_acquire")
 RELEASE = load("semaphore_release")
@@ -53,7 +53,7 @@ def wait_and_acquire(scope: Scope, request: Request, timeout: float) -> Steps[At
     wake = scope.layout.semaphore_keys_for(name).signal_prefix + token
     sent = time.monotonic()
     replies = yield PopThenEval(wake, timeout, call)
-    if replies is None:  # a late reply: the acquire may have run (see locks.wait_and_acquire)
+    if replies is None:  # a late reply: the acquire may have run (see holds.wait_and_acquire)
         yield release_call(scope, name, token)
         return Attempt(False)
     if any(isinstance(reply, Exception) for reply in replies):

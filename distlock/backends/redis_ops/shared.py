@@ -1,5 +1,5 @@
 """Shared-lock operations on one Redis server (RedisBackend, DjangoRedisBackend), on the
-conventions of .locks: each a generator of steps, read top to bottom.
+conventions of .holds: each a generator of steps, read top to bottom.
 
 A shared hold is kept beside the lock of the same name (names.SharedKeys): while shared
 holders hold it, the lock's own key holds the marker "=~", so an exclusive acquire queues as
@@ -16,7 +16,7 @@ from ...info import LockInfo
 from ...keys import KeyLayout, validate_name
 from ..base import HANDOFF_GRACE_MS
 from ..operations import Request
-from . import locks
+from . import holds
 from .scripts import load
 from .semaphores import names_in
 from .steps import Eval, EvalMany, Scope, Steps, flag, text
@@ -62,7 +62,7 @@ def leave_call(layout: KeyLayout, name: str, token: str) -> Eval:
 
 def release_call(layout: KeyLayout, name: str, token: str, every_level: bool) -> Eval:
     k = layout.shared_keys_for(name)
-    # Never sent twice (as locks.release_call).
+    # Never sent twice (as holds.release_call).
     return Eval(
         RELEASE,
         [k.lock, k.queue, k.live, k.index, k.readers, k.holders],
@@ -79,19 +79,19 @@ def wake(layout: KeyLayout, name: str, token: str) -> str:
     return f"{layout.shared_keys_for(name).queue}:{token}"  # what hand_to_readers.lua pushes to
 
 
-# Acquired, waited for, left, released and extended by the generators of .locks.
-SHARED = locks.Hold(acquire_call, release_call, leave_call, wake, EXTEND, extend_keys)
+# Acquired, waited for, left, released and extended by the generators of .holds.
+SHARED = holds.Hold(acquire_call, release_call, leave_call, wake, EXTEND, extend_keys)
 
 
 def info(scope: Scope, name: str) -> Steps[LockInfo | None]:
     """Return who holds ``name``: its exclusive holder, or its first shared holder to end
     (``shared`` True), or None. Readers are read only when inspect.lua says they hold it."""
     validate_name(name)  # operators pass names by hand: a clear error, not an AttributeError
-    reply = yield locks.inspect_call(scope.layout, name)
+    reply = yield holds.inspect_call(scope.layout, name)
     if len(reply) == 1:  # {'~'}: shared holders hold it
         found = holders_from(scope.alias, name, (yield inspect_call(scope.layout, name)))
         return found[0] if found else None
-    return locks.lock_info_from(scope.alias, name, reply)
+    return holds.lock_info_from(scope.alias, name, reply)
 
 
 def holders(scope: Scope, name: str) -> Steps[tuple[LockInfo, ...]]:

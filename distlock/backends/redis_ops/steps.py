@@ -1,6 +1,6 @@
 """Operations as steps: each operation is written once, and runs on a sync or an async client.
 
-An operation (distlock.backends.redis_ops.locks, .semaphores, .listing) is a generator. It
+An operation (distlock.backends.redis_ops.holds, .semaphores, .listing) is a generator. It
 yields the steps it needs the server to take (run a script, or block on a list and then run
 one), receives each step's reply at its ``yield`` (or has the step's BackendUnavailable
 raised there), and returns its outcome. :func:`drive` runs it with a sync executor and
