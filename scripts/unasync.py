@@ -36,7 +36,10 @@ import textwrap
 import tokenize
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the clone, for its imports
+
+from tests.support.paths import ROOT
+
 PACKAGE = ROOT / "distlock"
 BEGIN = "# unasync: the async source of the sync code after it"
 HEADER = (

@@ -16,7 +16,8 @@ from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+from tests.support.paths import ROOT
+
 # distlock.lock the module (``from distlock import lock`` is the function).
 lock = importlib.import_module("distlock.lock")
 semaphore = importlib.import_module("distlock.semaphore")
