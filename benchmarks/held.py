@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+from distlock.backends.operations import Request
 from distlock.backends.redis_ops import holds as lock_ops
 from distlock.backends.redis_ops.steps import EvalMany
 from distlock.handler import locks
@@ -32,7 +33,7 @@ def acquire_all(names: list[str], ttl_ms: int) -> dict[str, str]:
         for name in batch:
             tokens[name] = os.urandom(16).hex()
             acquires.append(
-                lock_ops.acquire_call(backend.layout, name, tokens[name], ttl_ms, meta, 0)
+                lock_ops.acquire_call(backend.layout, Request(name, tokens[name], ttl_ms, meta, 0))
             )
         replies = backend.execute(EvalMany(acquires))
         if not all(lock_ops.attempt_from(reply).acquired for reply in replies):

@@ -67,6 +67,7 @@ def script_calls(name: str) -> dict[str, Any]:
     """The script calls (``Eval`` steps: script, keys, arguments) of distlock's acquire and
     release of the free lock ``name``, built by its Redis backend (DISTLOCK['default'])
     exactly as a Lock sends them (its last release releases every level)."""
+    from distlock.backends.operations import Request
     from distlock.backends.redis_ops import holds as lock_ops
     from distlock.handler import locks
     from distlock.info import holder_metadata
@@ -74,7 +75,8 @@ def script_calls(name: str) -> dict[str, Any]:
     layout = locks["default"].layout
     return {
         "acquire": lock_ops.acquire_call(
-            layout, name, SCRIPT_TOKEN, SCRIPT_TTL_MS, holder_metadata(None), SCRIPT_PATIENCE_MS
+            layout,
+            Request(name, SCRIPT_TOKEN, SCRIPT_TTL_MS, holder_metadata(None), SCRIPT_PATIENCE_MS),
         ),
         "release": lock_ops.release_call(layout, name, SCRIPT_TOKEN, every_level=True),
     }
