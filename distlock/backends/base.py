@@ -22,8 +22,8 @@ from .operations import (
     HeldEntry,  # noqa: F401  # re-exported: distlock.backends.base.HeldEntry
     Operations,
     SemaphoreKind,
-    Unsupported,
     UnsupportedSemaphores,
+    UnsupportedShared,
 )
 from .settings import LIMIT_OPTIONS, Problems, parse_common
 
@@ -94,7 +94,7 @@ class BaseLockBackend:
         if made is not None:
             return made(self)
         if kind == "shared":
-            return Unsupported(self, kind, self.shared_locks_not_supported)
+            return UnsupportedShared(self, kind, self.shared_locks_not_supported)
         if kind == "semaphore":
             return UnsupportedSemaphores(self, kind, self.semaphores_not_supported)
         raise KeyError(f"{kind!r} is no kind of hold: one of {', '.join(KINDS)}.")
