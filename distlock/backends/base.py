@@ -22,6 +22,7 @@ from .operations import (
     HeldEntry,  # noqa: F401  # re-exported: distlock.backends.base.HeldEntry
     Operations,
     SemaphoreKind,
+    Unsupported,
     UnsupportedSemaphores,
     UnsupportedShared,
 )
@@ -225,8 +226,12 @@ class BaseLockBackend:
         _check_token(token)
         if token is not None and token.startswith(SHARED_MARK):
             # A shared holder's token, as info() shows once readers hold the lock: release
-            # that hold (the exclusive kind knows exclusive holds only: "not held").
-            return self.shared.force_release(name, token)
+            # that hold (the exclusive kind knows exclusive holds only: "not held"). A backend
+            # without shared locks says so, as every shared-lock operation does.
+            operations = self.shared
+            if isinstance(operations, Unsupported):
+                raise operations.error()
+            return operations.force_release(name, token)
         return self.exclusive.force_release(name, token or "")
 
     def _force_released(self, kind: str, name: str, info: LockInfo | None) -> None:

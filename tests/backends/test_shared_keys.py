@@ -126,6 +126,14 @@ async def test_redlock_says_so_when_asked_if_a_shared_lock_is_held(
     with pytest.raises(SharedLocksNotSupported, match="RedisBackend"):
         await reader.alocked()
     assert reader.holder() is None and await reader.aholder() is None  # (messages only)
+    # The contract's force_release() with a shared holder's token raises as in 5f7026b
+    # (no shared hold can exist here to release), not a "not held" False.
+    backend = locks["default"]
+    with pytest.raises(SharedLocksNotSupported, match="RedisBackend"):
+        backend.force_release("catalogue", "~" + "a" * 32)
+    with pytest.raises(SharedLocksNotSupported, match="RedisBackend"):
+        await backend.aforce_release("catalogue", "~" + "a" * 32)
+    assert exclusive.owned()
     await exclusive.arelease()
 
 
