@@ -24,6 +24,7 @@ from .operations import (
     SemaphoreKind,
     Unsupported,
     UnsupportedSemaphores,
+    UnsupportedShared,
 )
 from .settings import LIMIT_OPTIONS, Problems, parse_common
 
@@ -94,7 +95,7 @@ class BaseLockBackend:
         if made is not None:
             return made(self)
         if kind == "shared":
-            return Unsupported(self, kind, self.shared_locks_not_supported)
+            return UnsupportedShared(self, kind, self.shared_locks_not_supported)
         if kind == "semaphore":
             return UnsupportedSemaphores(self, kind, self.semaphores_not_supported)
         raise KeyError(f"{kind!r} is no kind of hold: one of {', '.join(KINDS)}.")
@@ -225,8 +226,12 @@ class BaseLockBackend:
         _check_token(token)
         if token is not None and token.startswith(SHARED_MARK):
             # A shared holder's token, as info() shows once readers hold the lock: release
-            # that hold (the exclusive kind knows exclusive holds only: "not held").
-            return self.shared.force_release(name, token)
+            # that hold (the exclusive kind knows exclusive holds only: "not held"). A backend
+            # without shared locks says so, as every shared-lock operation does.
+            operations = self.shared
+            if isinstance(operations, Unsupported):
+                raise operations.error()
+            return operations.force_release(name, token)
         return self.exclusive.force_release(name, token or "")
 
     def _force_released(self, kind: str, name: str, info: LockInfo | None) -> None:

@@ -365,6 +365,17 @@ class Unsupported(Operations):
         return []
 
 
+class UnsupportedShared(Unsupported, SharedKind):
+    """Shared locks on a backend that keeps none: asking who holds one raises, as acquiring
+    does (a shared Lock's locked(): never a False that the exclusive holder would belie)."""
+
+    def holder(self, name: str, token: str | None = None) -> LockInfo | None:
+        raise self.error()
+
+    async def aholder(self, name: str, token: str | None = None) -> LockInfo | None:
+        raise self.error()
+
+
 class UnsupportedSemaphores(Unsupported, SemaphoreKind):
     """Semaphores on a backend that keeps none: their own display raises, as acquiring does
     (Semaphore.holders(), locked())."""

@@ -113,6 +113,30 @@ def test_redlock_refuses_shared_locks_naming_what_to_use(nodes: list[RedisServer
     assert locks["default"].shared.list() == []  # none can be held: none is listed
 
 
+async def test_redlock_says_so_when_asked_if_a_shared_lock_is_held(
+    nodes: list[RedisServer],
+) -> None:
+    """locked() of a shared Lock on Redlock raises as acquire() does (as in release 5f7026b);
+    it must not answer False, least of all while the exclusive lock of the name is held."""
+    exclusive = distlock.lock("catalogue", ttl=5)
+    assert await exclusive.aacquire()
+    reader = distlock.lock("catalogue", shared=True)
+    with pytest.raises(SharedLocksNotSupported, match="RedisBackend"):
+        reader.locked()
+    with pytest.raises(SharedLocksNotSupported, match="RedisBackend"):
+        await reader.alocked()
+    assert reader.holder() is None and await reader.aholder() is None  # (messages only)
+    # The contract's force_release() with a shared holder's token raises as in 5f7026b
+    # (no shared hold can exist here to release), not a "not held" False.
+    backend = locks["default"]
+    with pytest.raises(SharedLocksNotSupported, match="RedisBackend"):
+        backend.force_release("catalogue", "~" + "a" * 32)
+    with pytest.raises(SharedLocksNotSupported, match="RedisBackend"):
+        await backend.aforce_release("catalogue", "~" + "a" * 32)
+    assert exclusive.owned()
+    await exclusive.arelease()
+
+
 def test_a_writer_giving_up_wakes_the_readers_it_kept_out(data) -> None:
     holder = distlock.lock("catalogue", shared=True, ttl=5)
     assert holder.acquire()
