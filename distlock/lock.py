@@ -14,7 +14,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from . import eviction, handler, metrics, renewal, shared
 from .backends.base import DRIFT_FACTOR, DRIFT_MS, HANDOFF_GRACE_MS, Attempt, BaseLockBackend
@@ -128,7 +128,7 @@ class Lock:
         self.metric_name = metric_name  # distlock.name in the metrics (distlock.metrics)
         self.token: str | None = None
         self.fencing_token: int | None = None
-        self._backend: Operations | None = None
+        self._operations: Operations | None = None
         self._ttl_ms = 0
         self._acquired_ms = 0
         self._meta = ""
@@ -156,11 +156,19 @@ class Lock:
         return f"<Lock {self.name!r}{kind} using {self.using!r}: {state}>"
 
     @property
-    def backend(self) -> Operations:
-        """The operations of this lock's kind on the backend holding it, or on the one the
-        next acquire will use."""
-        if self._backend is not None:
-            return self._backend
+    def backend(self) -> BaseLockBackend:
+        """The backend holding this lock, or the one the next acquire will use
+        (``distlock.locks[using]``)."""
+        if self._operations is not None:  # its operations name it by a protocol (no import back)
+            return cast(BaseLockBackend, self._operations.backend)
+        return handler.locks[self.using]
+
+    @property
+    def operations(self) -> Operations:
+        """The operations of this lock's kind on that backend (``backend.exclusive``,
+        ``.shared`` or ``.semaphores``): what acquire, release and extend call."""
+        if self._operations is not None:
+            return self._operations
         return handler.locks[self.using].of_kind("shared" if self.shared else self.kind)
 
     # --- acquire ------------------------------------------------------------------------
@@ -179,7 +187,7 @@ class Lock:
                 if self.reentrant and await self._areenter(self._check_reentry()):
                     return True
                 if not self.reentrant and self._is_mine(
-                    await self.backend.aholder(self.name, self.token)
+                    await self.operations.aholder(self.name, self.token)
                 ):
                     raise self._already_held_error()
                 self._forget()  # its hold ended on the server (force release, lease): anew
@@ -187,8 +195,8 @@ class Lock:
         except LockError:  # before the first attempt: a wait that ended in an error
             self._record_error(began)
             raise
-        attempts = _Attempts(self, self.backend, self._wait_argument(wait), began)
-        backend = attempts.backend
+        attempts = _Attempts(self, self.operations, self._wait_argument(wait), began)
+        backend = attempts.operations
         attempt = await attempts.aguarded(backend.atry_acquire, attempts.request())
         while not attempt.acquired:
             block = attempts.next_block(attempt)
@@ -215,15 +223,17 @@ class Lock:
             if self.token is not None:
                 if self.reentrant and self._reenter(self._check_reentry()):
                     return True
-                if not self.reentrant and self._is_mine(self.backend.holder(self.name, self.token)):
+                if not self.reentrant and self._is_mine(
+                    self.operations.holder(self.name, self.token)
+                ):
                     raise self._already_held_error()
                 self._forget()  # its hold ended on the server (force release, lease): anew
             self._warn_if_snapshot_predates()
         except LockError:  # before the first attempt: a wait that ended in an error
             self._record_error(began)
             raise
-        attempts = _Attempts(self, self.backend, self._wait_argument(wait), began)
-        backend = attempts.backend
+        attempts = _Attempts(self, self.operations, self._wait_argument(wait), began)
+        backend = attempts.operations
         attempt = attempts.guarded(backend.try_acquire, attempts.request())
         while not attempt.acquired:
             block = attempts.next_block(attempt)
@@ -251,7 +261,7 @@ class Lock:
 
     def _take(self, attempts: _Attempts, attempt: Attempt) -> None:
         """Record a granted lock (only after the server said so)."""
-        self._backend = attempts.backend
+        self._operations = attempts.operations
         self.token = attempts.token
         self.fencing_token = attempt.fencing_token
         self._ttl_ms = attempts.ttl_ms
@@ -298,8 +308,8 @@ class Lock:
             )
         if self._lost:
             raise self._lost_error()
-        assert self._backend is not None
-        return self._backend
+        assert self._operations is not None
+        return self._operations
 
     # unasync: the async source of the sync code after it
     async def _areenter(self, backend: Operations) -> bool:
@@ -394,8 +404,10 @@ class Lock:
         if outcome == 2:
             self._depth -= 1
             return
-        info = self._local_info() if lock_released.has_listeners(_sender(self._backend)) else None
-        backend = self._backend
+        info = (
+            self._local_info() if lock_released.has_listeners(_sender(self._operations)) else None
+        )
+        backend = self._operations
         in_time = self._released_in_time
         self._forget()
         if outcome == 0 and not in_time:
@@ -491,7 +503,7 @@ class Lock:
             return False
         started = time.monotonic()
         try:
-            extended = await held.backend.aextend(self.name, held.token or "", ttl_ms)
+            extended = await held.operations.aextend(self.name, held.token or "", ttl_ms)
         except BaseException:
             held._forget()
             raise
@@ -507,7 +519,7 @@ class Lock:
             return False
         started = time.monotonic()
         try:
-            extended = held.backend.extend(self.name, held.token or "", ttl_ms)
+            extended = held.operations.extend(self.name, held.token or "", ttl_ms)
         except BaseException:
             held._forget()
             raise
@@ -524,7 +536,7 @@ class Lock:
         with held._mutex:
             held._pending = None
         forget_waiting_release(self._resource(), held)
-        backend = held.backend
+        backend = held.operations
         return backend.lease_ms(self.ttl if self.ttl is not None else backend.default_timeout)
 
     def _adopt(self, held: Lock, extended: bool, started: float, ttl_ms: int) -> bool:
@@ -532,7 +544,7 @@ class Lock:
             held._forget()  # its lease ended while the transaction ran (reported if renewed)
             return False
         if held is not self:
-            self._backend, self.token = held._backend, held.token
+            self._operations, self.token = held._operations, held.token
             self.fencing_token, self._acquired_ms = held.fencing_token, held._acquired_ms
             self._meta = held._meta
             self._held_since, held._held_since = held._held_since, 0.0  # one hold, not two
@@ -604,7 +616,7 @@ class Lock:
 
     def _extend_ttl(self, ttl: float | None) -> int:
         value = seconds("ttl", ttl, allow_none=True)
-        return self._ttl_ms if value is None else self.backend.lease_ms(value)
+        return self._ttl_ms if value is None else self.operations.lease_ms(value)
 
     def _after_extend(
         self, extended: bool, started: float, *, ttl_ms: int | None = None, reentered: bool = False
@@ -619,22 +631,24 @@ class Lock:
     # unasync: the async source of the sync code after it
     async def alocked(self) -> bool:
         """Return True if anyone holds the lock."""
-        return await self.backend.aholder(self.name, self.token) is not None
+        return await self.operations.aholder(self.name, self.token) is not None
 
     async def aowned(self) -> bool:
         """Return True if this object holds the lock, as the server sees it."""
         return self.token is not None and self._is_mine(
-            await self.backend.aholder(self.name, self.token)
+            await self.operations.aholder(self.name, self.token)
         )
 
     # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def locked(self) -> bool:
         """Return True if anyone holds the lock."""
-        return self.backend.holder(self.name, self.token) is not None
+        return self.operations.holder(self.name, self.token) is not None
 
     def owned(self) -> bool:
         """Return True if this object holds the lock, as the server sees it."""
-        return self.token is not None and self._is_mine(self.backend.holder(self.name, self.token))
+        return self.token is not None and self._is_mine(
+            self.operations.holder(self.name, self.token)
+        )
 
     # unasync: end
 
@@ -642,7 +656,7 @@ class Lock:
         """Return the seconds left on this object's lease, or None if it does not hold it."""
         if self.token is None:
             return None
-        info = self.backend.holder(self.name, self.token)
+        info = self.operations.holder(self.name, self.token)
         return info.ttl_remaining if info is not None and self._is_mine(info) else None
 
     def lease_left(self) -> float:
@@ -674,9 +688,9 @@ class Lock:
         if self._lost:
             self._forget()
             raise self._lost_error()
-        if self.token is None or self._backend is None:
+        if self.token is None or self._operations is None:
             raise LockNotOwned(f"This Lock object does not hold {self.name!r}.", name=self.name)
-        return self._backend, self.token
+        return self._operations, self.token
 
     def _forget(self) -> None:
         if self._held_since:  # however the hold ended: released, lost, run out, given up
@@ -694,7 +708,7 @@ class Lock:
         elif self._owner is not None:
             shared.forget_exclusive(self, self._owner)
         self.token = None
-        self._backend = None
+        self._operations = None
         self._depth = 0
         self._owner = None
         self._owner_thread = None
@@ -721,11 +735,11 @@ class Lock:
         """Called by the renewer thread: renew the lease, report a lost one."""
         interval = self._ttl_ms / 1000 * RENEW_FRACTION
         with self._mutex:
-            if self.token is None or self._backend is None or self._releasing or self._lost:
+            if self.token is None or self._operations is None or self._releasing or self._lost:
                 return None
             started = time.monotonic()
             try:
-                renewed = self._backend.extend(self.name, self.token, self._ttl_ms, renewal=True)
+                renewed = self._operations.extend(self.name, self.token, self._ttl_ms, renewal=True)
             except BackendUnavailable:
                 left = self._lease_deadline - time.monotonic()
                 if left > 0:
@@ -765,7 +779,7 @@ class Lock:
     def _read_evictions(self, read: Callable[[BaseLockBackend], T]) -> T | None:
         """Return ``read(backend)`` (a read of the servers' memory reports); None when the
         backend cannot say."""
-        store = getattr(self._backend, "backend", None)  # the backend behind its kind
+        store = getattr(self._operations, "backend", None)  # the backend behind its kind
         if store is None:
             return None
         try:
@@ -785,7 +799,7 @@ class Lock:
         if metrics.ENABLED:
             metrics.lost(self)
         lock_lost.send(
-            _sender(self._backend),
+            _sender(self._operations),
             name=self.name,
             alias=self.using,
             info=self._local_info(),
@@ -799,7 +813,7 @@ class Lock:
 
     # --- signals ------------------------------------------------------------------------
     def _send(self, signal: Any) -> None:
-        sender = _sender(self._backend)
+        sender = _sender(self._operations)
         if signal.has_listeners(sender):
             signal.send(sender, name=self.name, alias=self.using, info=self._local_info())
 
@@ -843,7 +857,7 @@ class Lock:
         the lock is free: that is what acquire() does, atomically.
         """
         try:
-            return await self.backend.aholder(self.name, self.token)
+            return await self.operations.aholder(self.name, self.token)
         except LockError:
             return None
 
@@ -863,7 +877,7 @@ class Lock:
         the lock is free: that is what acquire() does, atomically.
         """
         try:
-            return self.backend.holder(self.name, self.token)
+            return self.operations.holder(self.name, self.token)
         except LockError:
             return None
 
@@ -912,13 +926,15 @@ def _waiting_in_this_transaction(lock: Lock) -> str:
 class _Attempts:
     """The state of one acquire() call, shared by the sync and async loops."""
 
-    def __init__(self, lock: Lock, backend: Operations, wait: float | None, began: float) -> None:
+    def __init__(
+        self, lock: Lock, operations: Operations, wait: float | None, began: float
+    ) -> None:
         self.lock = lock
-        self.backend = backend
+        self.operations = operations
         # 128 random bits: unguessable, never reused; a shared holder's marked for the scripts
         self.token = SHARED_MARK + new_token() if lock.shared else new_token()
-        ttl = lock.ttl if lock.ttl is not None else backend.default_timeout
-        self.ttl_ms = backend.lease_ms(ttl)  # also enforces the alias's MAX_TTL
+        ttl = lock.ttl if lock.ttl is not None else operations.default_timeout
+        self.ttl_ms = operations.lease_ms(ttl)  # also enforces the alias's MAX_TTL
         self.meta = holder_metadata(lock.purpose)
         self.deadline = math.inf if wait is None else time.monotonic() + wait
         self.limit: int = getattr(lock, "limit", 1)  # a Semaphore's
@@ -956,7 +972,7 @@ class _Attempts:
         renew it, so a release never misses it, and a dead waiter is forgotten soon after."""
         if not self.queue:
             return 0
-        block = min(self.deadline - time.monotonic(), self.backend.max_block)
+        block = min(self.deadline - time.monotonic(), self.operations.max_block)
         return round((max(block, 0) + PATIENCE_MARGIN) * 1000)
 
     def lease_started(self, attempt: Attempt) -> float:
@@ -975,7 +991,7 @@ class _Attempts:
             self.clock = (self.started, attempt.server_ms)
         if not self.contended:
             self.contended = True
-            sender = _sender(self.backend)
+            sender = _sender(self.operations)
             if lock_contended.has_listeners(sender):
                 lock_contended.send(sender, name=self.lock.name, alias=self.lock.using, info=None)
         remaining = self.deadline - time.monotonic()
@@ -983,7 +999,7 @@ class _Attempts:
             return None
         # Wake when the holder's lease ends at the latest: a crashed holder never releases.
         holder_left = max(attempt.holder_pttl_ms, 1) / 1000 + 0.002
-        block = min(remaining, holder_left, self.backend.max_block)
+        block = min(remaining, holder_left, self.operations.max_block)
         if attempt.place == 1:
             # Next in line: look again once a handover's grace is over, in case the lock was
             # handed to a waiter that died while queued (it never claims it).
@@ -1032,15 +1048,15 @@ class _Attempts:
         costs no second wait, and the registration ends on its own (docs/protocol.md, "The
         error path")."""
         with contextlib.suppress(LockError):
-            await self.backend.arelease(self.lock.name, self.token)
+            await self.operations.arelease(self.lock.name, self.token)
             if self.queue:
-                await self.backend.aleave(self.lock.name, self.token)
+                await self.operations.aleave(self.lock.name, self.token)
 
     async def _aforget_maybe_granted(self) -> None:
         # The server may have granted the lock before the reply was lost: free it if it can
         # be reached; otherwise the lease ends it. Never report it as acquired.
         with contextlib.suppress(LockError):
-            await self.backend.arelease(self.lock.name, self.token)
+            await self.operations.arelease(self.lock.name, self.token)
 
     async def agive_up(self, leave: Callable[[str, str], Awaitable[None]]) -> None:
         if metrics.ENABLED:
@@ -1073,15 +1089,15 @@ class _Attempts:
         costs no second wait, and the registration ends on its own (docs/protocol.md, "The
         error path")."""
         with contextlib.suppress(LockError):
-            self.backend.release(self.lock.name, self.token)
+            self.operations.release(self.lock.name, self.token)
             if self.queue:
-                self.backend.leave(self.lock.name, self.token)
+                self.operations.leave(self.lock.name, self.token)
 
     def _forget_maybe_granted(self) -> None:
         # The server may have granted the lock before the reply was lost: free it if it can
         # be reached; otherwise the lease ends it. Never report it as acquired.
         with contextlib.suppress(LockError):
-            self.backend.release(self.lock.name, self.token)
+            self.operations.release(self.lock.name, self.token)
 
     def give_up(self, leave: Callable[[str, str], None]) -> None:
         if metrics.ENABLED:

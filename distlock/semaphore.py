@@ -12,15 +12,21 @@ from collections.abc import Callable
 from typing import Any
 
 from . import handler
+from .backends.base import BaseLockBackend
 from .backends.operations import SemaphoreKind
 from .exceptions import LockError, SemaphoreFull
 from .info import SemaphoreInfo
 from .lock import Lock
 
 
-def semaphore_backend(using: str) -> SemaphoreKind:
-    """Return the semaphore operations of alias ``using`` (they raise
+def semaphore_backend(using: str) -> BaseLockBackend:
+    """Return the backend of alias ``using`` (its ``semaphores`` raise
     SemaphoresNotSupported when it has none)."""
+    return handler.locks[using]
+
+
+def _permits(using: str) -> SemaphoreKind:
+    """The semaphore operations of alias ``using``."""
     return handler.locks[using].semaphores
 
 
@@ -80,14 +86,14 @@ class Semaphore(Lock):
     # unasync: the async source of the sync code after it
     async def alocked(self) -> bool:
         """Return True if no permit is free right now (all ``limit`` are held)."""
-        backend = semaphore_backend(self.using)
+        backend = _permits(self.using)
         return self._full(await backend.adescribe(self.name))
 
     # As a Lock's, but the error speaks of permits.
     async def __aenter__(self) -> Semaphore:
         if not await self.aacquire():
             try:
-                info = await semaphore_backend(self.using).adescribe(self.name)
+                info = await _permits(self.using).adescribe(self.name)
             except LockError:
                 info = None
             raise self._full_error(info)
@@ -96,14 +102,14 @@ class Semaphore(Lock):
     # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def locked(self) -> bool:
         """Return True if no permit is free right now (all ``limit`` are held)."""
-        backend = semaphore_backend(self.using)
+        backend = _permits(self.using)
         return self._full(backend.describe(self.name))
 
     # As a Lock's, but the error speaks of permits.
     def __enter__(self) -> Semaphore:
         if not self.acquire():
             try:
-                info = semaphore_backend(self.using).describe(self.name)
+                info = _permits(self.using).describe(self.name)
             except LockError:
                 info = None
             raise self._full_error(info)
@@ -123,7 +129,7 @@ class Semaphore(Lock):
 
     def holders(self) -> SemaphoreInfo | None:
         """Return the semaphore's holders and waiters, or None if nobody holds or waits."""
-        return semaphore_backend(self.using).describe(self.name)
+        return _permits(self.using).describe(self.name)
 
     def copy(self, **changes: Any) -> Semaphore:
         """Return a new Semaphore holding nothing, with the same settings (and ``changes``)."""

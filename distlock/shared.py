@@ -79,7 +79,7 @@ async def arefuse_upgrade(kind: str, using: str, name: str, owner: tuple[int, in
     task, holds the shared lock ``name`` of ``using`` as the server sees it. (``kind``: a
     semaphore of the same name is another thing.)"""
     mine = _local_holds(kind, using, name, owner)
-    if mine and _still_held(mine, await mine[0].backend.ainspect(name)):
+    if mine and _still_held(mine, await mine[0].operations.ainspect(name)):
         raise _upgrade_error(name, using)
 
 
@@ -89,7 +89,7 @@ def refuse_upgrade(kind: str, using: str, name: str, owner: tuple[int, int | Non
     task, holds the shared lock ``name`` of ``using`` as the server sees it. (``kind``: a
     semaphore of the same name is another thing.)"""
     mine = _local_holds(kind, using, name, owner)
-    if mine and _still_held(mine, mine[0].backend.inspect(name)):
+    if mine and _still_held(mine, mine[0].operations.inspect(name)):
         raise _upgrade_error(name, using)
 
 

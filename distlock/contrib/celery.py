@@ -173,7 +173,7 @@ class LockedTask(celery.Task):
             using=self.lock_using,
             purpose=self._purpose(task_id, " (queued)"),
         )
-        backend = queued.backend
+        backend = queued.operations
         running = backend.holder(name)
         if running is not None or not queued.acquire():
             raise TaskAlreadyQueued(name, holder=running or backend.holder(queued.name))

@@ -75,7 +75,7 @@ def check_on_duplicate(value: object, where: str) -> str:
 def holder_text(lock: Lock) -> str:
     """Return who holds ``lock`` (host, pid, purpose), for logs and skipped results."""
     try:
-        info = lock.backend.holder(lock.name)
+        info = lock.operations.holder(lock.name)
     except LockError:
         info = None
     if info is None:

@@ -120,7 +120,7 @@ def test_admin_index_shows_held_locks_under_distlock(admin_client: Client, held)
 def test_every_column_of_a_held_lock(admin_client: Client, held) -> None:
     lock = held("reports:daily", ttl=90, purpose="nightly report", reentrant=True)
     assert lock.acquire()  # depth 2
-    assert lock.backend.extend(lock.name, lock.token, 90_000, renewal=True)  # one renewal
+    assert lock.operations.extend(lock.name, lock.token, 90_000, renewal=True)  # one renewal
     info = lock.backend.info(lock.name)
 
     response = changelist(admin_client)
@@ -484,7 +484,7 @@ def test_post_releases_logs_and_signals(admin_client: Client, held) -> None:
     assert names_on_page(response) == []
 
     assert len(received) == 1
-    assert received[0]["sender"] is type(lock.backend.backend)  # the backend, not its kind
+    assert received[0]["sender"] is type(lock.backend)
     assert received[0]["name"] == "reports:daily"
     assert received[0]["alias"] == "default"
     assert received[0]["info"].fencing_token == lock.fencing_token
@@ -558,7 +558,7 @@ def test_lock_changing_between_check_and_release(admin_client: Client, held, mon
     """The token check is in the release itself: a new holder that arrives after the page
     read the lock is not released."""
     first = held("job")
-    backend = first.backend.backend  # the backend behind the lock's kind
+    backend = first.backend
     read = backend.info
 
     changed: list[distlock.Lock] = []

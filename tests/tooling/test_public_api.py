@@ -57,7 +57,7 @@ BACKEND_METHODS = {
 # Internal plumbing that the per-kind operations objects replace (neither is in the contract):
 # the adapter that showed a semaphore's permits as a lock's primitives, and the helper that
 # returned the backend for them (now its semaphore operations).
-INTERNAL = {"distlock.semaphore.Permits", "distlock.semaphore.semaphore_backend"}
+INTERNAL = {"distlock.semaphore.Permits"}
 BACKEND_MODULES = {name for name in MODULES if name.startswith("distlock.backends.")}
 # The special methods that are API: making, calling, ``with`` and ``async with``.
 DUNDERS = {"__init__", "__call__", "__enter__", "__exit__", "__aenter__", "__aexit__"}
