@@ -30,7 +30,6 @@ from __future__ import annotations
 import ast
 import io
 import shutil
-import subprocess
 import sys
 import textwrap
 import tokenize
@@ -39,6 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the clone, for its imports
 
 from tests.support.paths import ROOT
+from tests.support.processes import run_process
 
 PACKAGE = ROOT / "distlock"
 BEGIN = "# unasync: the async source of the sync code after it"
@@ -182,13 +182,12 @@ def ruff_format(text: str, path: Path) -> str:
     ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
     if ruff is None:
         raise UnasyncError("ruff is not installed: the generated code is formatted by it")
-    done = subprocess.run(
+    done = run_process(
         [ruff, "format", "--stdin-filename", str(path), "-"],
         input=text,
         capture_output=True,
         text=True,
         check=False,
-        cwd=ROOT,
     )
     if done.returncode:
         raise UnasyncError(f"ruff format failed on {path}: {done.stderr}")
