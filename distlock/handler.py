@@ -11,6 +11,7 @@ from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
 from .backends.base import BaseLockBackend
+from .backends.operations import Operations
 from .exceptions import InvalidLockBackendError
 
 DEFAULT_ALIAS = "default"
@@ -92,6 +93,10 @@ class LockHandler:
 
     def __init__(self) -> None:
         self._backends: dict[str, BaseLockBackend] = {}
+        # Each backend's operations objects, kept alive here: the backend holds them only
+        # weakly (they hold it: no cycle), and a Lock would otherwise build them anew at
+        # every acquire.
+        self._kinds: dict[str, tuple[Operations, ...]] = {}
         self._guard = threading.Lock()
 
     def __getitem__(self, alias: str) -> BaseLockBackend:
@@ -101,7 +106,9 @@ class LockHandler:
             pass
         with self._guard:
             if alias not in self._backends:
-                self._backends[alias] = create_backend(alias, configured_aliases())
+                backend = create_backend(alias, configured_aliases())
+                self._kinds[alias] = backend.kinds()
+                self._backends[alias] = backend
             return self._backends[alias]
 
     def __iter__(self) -> Iterator[str]:
@@ -114,7 +121,7 @@ class LockHandler:
     def reset(self) -> None:
         """Forget built backends; locks still held keep the backend they were acquired on."""
         with self._guard:
-            self._backends = {}
+            self._backends, self._kinds = {}, {}
 
 
 locks = LockHandler()
