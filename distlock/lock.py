@@ -779,11 +779,10 @@ class Lock:
     def _read_evictions(self, read: Callable[[BaseLockBackend], T]) -> T | None:
         """Return ``read(backend)`` (a read of the servers' memory reports); None when the
         backend cannot say."""
-        store = getattr(self._operations, "backend", None)  # the backend behind its kind
-        if store is None:
+        if self._operations is None:  # not held: no hold of which to say why it ended
             return None
         try:
-            return read(store)
+            return read(self.backend)
         except Exception:  # a reason is a courtesy: it never stops the loss being reported
             logger.debug("distlock: could not read the memory of %r's servers", self.name)
             return None
@@ -1110,8 +1109,8 @@ class _Attempts:
 
 
 def _sender(backend: Any) -> type:
-    """Return the sender of a lock's signals: the backend's class. (A semaphore's permits
-    are seen through an adapter, which names the class of the backend behind it.)"""
+    """Return the sender of a lock's signals: the backend's class (an operations object
+    names its backend's)."""
     sender: type = backend.signal_sender
     return sender
 

@@ -27,7 +27,7 @@ def semaphore_backend(using: str) -> BaseLockBackend:
 
 def _permits(using: str) -> SemaphoreKind:
     """The semaphore operations of alias ``using``."""
-    return handler.locks[using].semaphores
+    return semaphore_backend(using).semaphores
 
 
 class Semaphore(Lock):
