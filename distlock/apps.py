@@ -8,6 +8,8 @@ class DistlockConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401 - registers the system checks
+        from .claims import install as install_claims
         from .transactions import install
 
         install()  # watch the ends of database transactions (idempotent)
+        install_claims()  # fence=True: claim tokens in each transaction (idempotent)

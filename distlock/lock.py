@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
-from . import eviction, handler, metrics, renewal, shared
+from . import claims, eviction, handler, metrics, renewal, shared
 from .backends.base import DRIFT_FACTOR, DRIFT_MS, HANDOFF_GRACE_MS, Attempt, BaseLockBackend
 from .backends.operations import Operations, Request
 from .exceptions import (
@@ -73,6 +73,7 @@ class Lock:
         "hold_until_commit",
         "shared",
         "metric_name",
+        "fence",
     )
     _already_held = (
         "This Lock object already holds {name!r}. Release it first, make it with "
@@ -93,6 +94,7 @@ class Lock:
         hold_until_commit: bool = True,
         shared: bool = False,
         metric_name: str | None = None,
+        fence: bool = False,
     ) -> None:
         self.name = validate_name(name)
         self.ttl = seconds("ttl", ttl, allow_none=True)
@@ -104,6 +106,7 @@ class Lock:
             ("reentrant", reentrant),
             ("hold_until_commit", hold_until_commit),
             ("shared", shared),
+            ("fence", fence),
         ):
             if not isinstance(flag, bool):
                 raise TypeError(f"{label} must be True or False, not {flag!r}.")
@@ -118,6 +121,11 @@ class Lock:
                 f"metric_name must be a non-empty str or None, not {metric_name!r}: a bounded "
                 "name for the metrics, such as the template the lock names are made from."
             )
+        if fence and shared:
+            raise ValueError(
+                "fence=True fences one holder at a time; shared holders run together, so a "
+                "newer reader's claim would refuse an older one. Fence the exclusive lock."
+            )
         self.auto_renew = auto_renew
         self.reentrant = reentrant
         self.on_lost = on_lost
@@ -126,6 +134,8 @@ class Lock:
         self.hold_until_commit = hold_until_commit
         self.shared = shared  # a shared hold (one of many readers), else exclusive
         self.metric_name = metric_name  # distlock.name in the metrics (distlock.metrics)
+        # Claim the fencing token in each database transaction of the holder (claims.py).
+        self.fence = fence
         self.token: str | None = None
         self.fencing_token: int | None = None
         self._operations: Operations | None = None
@@ -281,6 +291,8 @@ class Lock:
         if self.auto_renew:
             self._renewal = renewal.renewer.register(self, self._ttl_ms / 1000 * RENEW_FRACTION)
         self._tie_to_transactions()
+        if self.fence:
+            claims.note_fenced(self)
         if metrics.ENABLED:
             self._held_since = metrics.now()
             metrics.wait_ended(self, attempts.began, "acquired")
@@ -566,6 +578,8 @@ class Lock:
         if self.auto_renew and self._renewal is None:
             self._renewal = renewal.renewer.register(self, ttl_ms / 1000 * RENEW_FRACTION)
         self._tie_to_transactions()  # stacks: a tie made earlier keeps its shallower block
+        if self.fence:
+            claims.note_fenced(self)
         return True
 
     def _warn_if_snapshot_predates(self) -> None:
@@ -1141,6 +1155,7 @@ def lock(
     hold_until_commit: bool = True,
     shared: bool = False,
     metric_name: str | None = None,
+    fence: bool = False,
 ) -> Lock:
     """Return a Lock on ``name`` for the DISTLOCK alias ``using``.
 
@@ -1150,7 +1165,10 @@ def lock(
     shared (one of any number of readers; an exclusive holder waits for them all, and they
     for it), first come first served with the exclusive acquirers of the same name.
     ``metric_name``: the bounded name the metrics report for it (default: the name up to
-    its first ``:``, then ``:*``; see docs/observing.md).
+    its first ``:``, then ``:*``; see docs/observing.md). ``fence``: claim the fencing token
+    in each database transaction the holder runs, so that a holder whose lease ended (a
+    pause, a lock server that restarted empty) is refused (``FencedUpdateRejected``) and its
+    transaction rolled back once a newer holder has claimed it (docs/fencing-and-limits.md).
     """
     return Lock(
         name,
@@ -1164,4 +1182,5 @@ def lock(
         hold_until_commit=hold_until_commit,
         shared=shared,
         metric_name=metric_name,
+        fence=fence,
     )

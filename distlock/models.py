@@ -2,6 +2,8 @@
 
 from django.db import models
 
+from .claims import TABLE
+
 
 class HeldLock(models.Model):
     """A lock held right now. Unmanaged: no table; it exists for the admin's page, its
@@ -23,3 +25,27 @@ class HeldLock(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Fence(models.Model):
+    """The newest fencing token claimed for one lock name (``fence=True``, docs/fencing-and-
+    limits.md): a holder claims its token here in each of its database transactions, and one
+    whose token is older than the stored one is refused (distlock.claims)."""
+
+    # sha256 of the DISTLOCK alias and the lock name, in hex: names are up to 1,024
+    # characters, too long for a key MariaDB can index in utf8mb4.
+    digest = models.CharField(max_length=64, primary_key=True)
+    name = models.TextField()  # the lock's name, for whoever reads the table
+    token = models.BigIntegerField()  # tokens are microseconds since 1970: 64-bit
+    # How many claims were accepted: each changes the row, which is how MariaDB's affected
+    # rows tell an accepted claim from a refused one in one statement.
+    claims = models.BigIntegerField(default=1)
+
+    class Meta:
+        db_table = TABLE
+        default_permissions = ()
+        verbose_name = "fence"
+        verbose_name_plural = "fences"
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.token}"

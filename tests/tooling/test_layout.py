@@ -30,6 +30,7 @@ CORE = [
     "transactions",
     "metrics",
     "eviction",
+    "claims",
 ]
 SURFACES = [
     "views",

@@ -1,0 +1,232 @@
+"""The fence of ``fence=True``: in each database transaction a fenced lock's holder runs, its
+fencing token is claimed on the lock's row of distlock's Fence table, in that transaction,
+before the work's first statement; a holder whose token is older than one already claimed
+is refused (``FencedUpdateRejected``) and its transaction rolls back.
+
+How the claim gets in front of the work: every database connection carries
+:func:`claim_first` among its ``execute_wrappers`` (Django's public hook, added when the
+connection opens). A fenced lock, once granted, is noted in a context variable of the code
+that acquired it (the holder's thread or asyncio task; ``sync_to_async`` and
+``async_to_sync`` copy it, so an async view's ORM calls carry it). Before each statement the
+wrapper looks for fenced holds there; with none, it costs one context variable read. With
+one, the statement's connection is:
+
+- inside an atomic block: the claim runs once per transaction, before its first statement
+  (a no-op ``on_commit`` marker says the transaction is claimed: Django drops it when the
+  transaction ends, or when a savepoint the claim ran in rolls back, and then the next
+  statement claims again);
+- in autocommit: the statement is a transaction of its own, so it runs inside
+  ``atomic()`` with the claim before it;
+- in a transaction managed by hand (``set_autocommit(False)``): refused with an error
+  saying to use ``atomic()``, as ``on_commit`` refuses it.
+
+The claim is one statement, an upsert that stores the token only when the stored one is not
+newer (PostgreSQL and SQLite ``ON CONFLICT ... DO UPDATE ... WHERE ... RETURNING``; MariaDB
+and MySQL ``ON DUPLICATE KEY UPDATE`` with ``IF()``). It locks the row: a newer holder's
+claim waits for an older holder's transaction to end, and the older holder's claim, made
+after the newer one committed, is refused. Claims go to every database alias the holder's
+transactions use on which the Fence table lives (a router's ``allow_migrate`` decides).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import re
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from django.db import connections, router, transaction
+from django.db.backends.signals import connection_created
+
+from .exceptions import FencedUpdateRejected, LockError
+
+
+class Lock(Protocol):
+    """What the fence reads of a held distlock.Lock (not imported: lock.py imports this)."""
+
+    name: str
+    using: str
+    token: str | None
+    fencing_token: int | None
+
+    def lease_left(self) -> float: ...
+
+
+# The fenced holds of the running code: (lock, the fencing token it was granted).
+_held: contextvars.ContextVar[tuple[tuple[Lock, int], ...]] = contextvars.ContextVar(
+    "distlock_fenced_holds", default=()
+)
+_claiming: contextvars.ContextVar[bool] = contextvars.ContextVar("distlock_claiming", default=False)
+VENDORS = ("postgresql", "sqlite", "mysql")
+TABLE = "distlock_fence"  # distlock.models.Fence's (the models are a surface: not imported)
+# Statements that begin or end transactions and savepoints (Django sends SQLite's BEGIN and
+# every SAVEPOINT through cursors): they do no work, so they pass unclaimed.
+_CONTROL = re.compile(r"\s*(BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE|START\s+TRANSACTION)\b", re.I)
+
+
+class _Claimed:
+    """The on_commit marker of a claimed transaction: does nothing when run."""
+
+    __slots__ = ("digest", "token")
+
+    def __init__(self, digest: str, token: int) -> None:
+        self.digest = digest
+        self.token = token
+
+    def __call__(self) -> None:
+        return None
+
+
+def digest(alias: str, name: str) -> str:
+    """Return the Fence row's key of the lock ``name`` of DISTLOCK alias ``alias``."""
+    return hashlib.sha256(f"{alias}\0{name}".encode()).hexdigest()
+
+
+# --- the holds ---------------------------------------------------------------------------
+def note_fenced(lock: Lock) -> None:
+    """Fence the running code's transactions with ``lock``'s token, while it holds it."""
+    assert lock.fencing_token is not None
+    holds = tuple(hold for hold in _held.get() if _active(hold) and hold[0] is not lock)
+    _held.set((*holds, (lock, lock.fencing_token)))
+    for conn in connections.all(initialized_only=True):  # opened before distlock was ready
+        _add_wrapper(conn)
+
+
+def _active(hold: tuple[Lock, int]) -> bool:
+    lock, token = hold
+    return lock.token is not None and lock.fencing_token == token
+
+
+def install() -> None:
+    """Give every database connection the wrapper, as it opens (idempotent)."""
+    connection_created.connect(_on_connection_created, dispatch_uid="distlock.claims")
+
+
+def _on_connection_created(sender: Any, connection: Any, **kwargs: Any) -> None:
+    _add_wrapper(connection)
+
+
+def _add_wrapper(conn: Any) -> None:
+    if claim_first not in conn.execute_wrappers:
+        conn.execute_wrappers.append(claim_first)
+
+
+# --- the claim ---------------------------------------------------------------------------
+def claim_first(
+    execute: Callable[..., Any], sql: str, params: Any, many: bool, context: dict[str, Any]
+) -> Any:
+    """The connections' execute wrapper: claim the running code's fenced tokens in the
+    statement's transaction before the statement runs."""
+    fenced = _held.get()
+    if not fenced or _claiming.get():
+        return execute(sql, params, many, context)
+    conn = context["connection"]
+    holds = [hold for hold in fenced if _active(hold)]
+    if not holds or _CONTROL.match(sql) or not _has_fences(conn):
+        return execute(sql, params, many, context)
+    if conn.in_atomic_block:
+        for lock, token in holds:
+            if not _claimed(conn, lock, token):
+                _claim(conn, lock, token)
+        return execute(sql, params, many, context)
+    if not conn.get_autocommit():
+        names = ", ".join(repr(lock.name) for lock, _ in holds)
+        raise LockError(
+            f"The fenced lock {names} cannot fence a transaction managed by hand "
+            f"(set_autocommit(False)) on {conn.alias!r}: run the work in "
+            "transaction.atomic(), where each transaction claims the lock's fencing token."
+        )
+    with transaction.atomic(using=conn.alias):  # a statement in autocommit: its own transaction
+        for lock, token in holds:
+            _claim(conn, lock, token)
+        return execute(sql, params, many, context)
+
+
+def _has_fences(conn: Any) -> bool:
+    return bool(router.allow_migrate(conn.alias, "distlock", model_name="fence"))
+
+
+def _claimed(conn: Any, lock: Lock, token: int) -> bool:
+    key = digest(lock.using, lock.name)
+    return any(
+        isinstance(func, _Claimed) and func.digest == key and func.token == token
+        for _, func, _ in conn.run_on_commit
+    )
+
+
+def _claim(conn: Any, lock: Lock, token: int) -> None:
+    """Claim ``token`` for ``lock`` in ``conn``'s transaction, or refuse: mark the
+    transaction for rollback and raise FencedUpdateRejected."""
+    key = digest(lock.using, lock.name)
+    reset = _claiming.set(True)
+    try:
+        newest = _upsert(conn, key, lock.name, token)
+    finally:
+        _claiming.reset(reset)
+    if newest > token:
+        transaction.set_rollback(True, using=conn.alias)
+        raise _refused(lock, token, newest, conn.alias)
+    transaction.on_commit(_Claimed(key, token), using=conn.alias)
+
+
+def _upsert(conn: Any, key: str, name: str, token: int) -> int:
+    """Store ``token`` unless a newer one is stored, in one statement; return the token
+    stored now (``token`` when the claim was accepted)."""
+    vendor = conn.vendor
+    if vendor not in VENDORS:
+        raise LockError(
+            f"fence=True needs PostgreSQL, MariaDB, MySQL or SQLite; {conn.alias!r} is "
+            f"{vendor}. Route distlock's Fence model away from it (a router's allow_migrate), "
+            "or leave fence off."
+        )
+    table = conn.ops.quote_name(TABLE)
+    with conn.cursor() as cursor:
+        if vendor == "mysql":
+            cursor.execute(
+                f"INSERT INTO {table} (digest, name, token, claims) VALUES (%s, %s, %s, 1) "
+                "ON DUPLICATE KEY UPDATE "
+                "claims = IF(token <= VALUES(token), claims + 1, claims), "
+                "token = IF(token <= VALUES(token), VALUES(token), token)",
+                [key, name, token],
+            )
+            # 2: an existing row updated (accepted; the claims count always changes). 1: a
+            # row inserted, or left as it was (Django's MySQL connections count found rows).
+            if cursor.rowcount == 2:
+                return token
+            cursor.execute(f"SELECT token FROM {table} WHERE digest = %s FOR UPDATE", [key])
+            return int(cursor.fetchone()[0])
+        cursor.execute(
+            f"INSERT INTO {table} (digest, name, token, claims) VALUES (%s, %s, %s, 1) "
+            f"ON CONFLICT (digest) DO UPDATE SET token = excluded.token, "
+            f"claims = {table}.claims + 1 WHERE {table}.token <= excluded.token "
+            "RETURNING token",
+            [key, name, token],
+        )
+        if cursor.fetchone() is not None:
+            return token
+        # Refused: the row is locked by the upsert all the same; read what it holds.
+        cursor.execute(f"SELECT token FROM {table} WHERE digest = %s", [key])
+        return int(cursor.fetchone()[0])
+
+
+def _refused(lock: Lock, token: int, newest: int, alias: str) -> FencedUpdateRejected:
+    if lock.lease_left() > 0:
+        why = (
+            "This holder's lease has not ended by its own clock, so the newer token came from "
+            "a lock server whose clock was set back (tokens are its microseconds), or from "
+            "another holder of the same name and alias elsewhere; see "
+            "docs/fencing-and-limits.md."
+        )
+    else:
+        why = (
+            "This holder's lease ended (it was paused, its lease was too short, or the lock "
+            "server restarted or was force-released) and a newer holder has claimed the lock."
+        )
+    return FencedUpdateRejected(
+        f"The transaction on {alias!r} was refused and rolled back: the fenced lock "
+        f"{lock.name!r} carries fencing token {token}, but the newer token {newest} was "
+        f"already claimed. {why} Do not apply this work: the newer holder does it.",
+        token=token,
+        newest=newest,
+    )
