@@ -229,4 +229,5 @@ def _refused(lock: Lock, token: int, newest: int, alias: str) -> FencedUpdateRej
         f"already claimed. {why} Do not apply this work: the newer holder does it.",
         token=token,
         newest=newest,
+        name=lock.name,
     )

@@ -134,10 +134,12 @@ class InvalidLockBackendError(ImproperlyConfigured):
 
 
 class FencedUpdateRejected(LockError):
-    """A fenced write (distlock.fencing) found rows already written under a newer token."""
+    """A fenced write (distlock.fencing) found rows already written under a newer token, or
+    a fenced lock's claim (``fence=True``) found a newer token claimed: this holder's
+    transaction is rolled back."""
 
-    def __init__(self, message: str, *, token: int, newest: int) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, token: int, newest: int, name: str | None = None) -> None:
+        super().__init__(message, name=name)
         self.token = token
         self.newest = newest
 

@@ -90,6 +90,12 @@ class Leader:
         return self._lock.lease_left() if self._leading else 0.0
 
     @property
+    def lock(self) -> Lock | None:
+        """The held Lock this process leads under (its ``fencing_token`` is the term;
+        ``lease_left()``, ``extend()``), None while not leading."""
+        return self._lock if self._leading else None
+
+    @property
     def term(self) -> int | None:
         """The current (or last) term: the lock's fencing token, greater than every earlier
         term's. Pass it to what the leader writes, so that it can refuse an older term."""

@@ -730,18 +730,50 @@ class Lock:
 
     def _expired_error(self, action: str) -> LockNotOwned:
         return LockNotOwned(
-            f"Cannot {action} {self.name!r}: this object's lease ended (it expired or was "
-            "force-released), so the lock may belong to someone else now. Use a longer ttl, "
-            "extend() sooner, or auto_renew=True.",
+            f"Cannot {action} {self.name!r}: {self._gone_reason(f'the {action}')} The lock "
+            "may belong to someone else now.",
             name=self.name,
         )
 
     def _lost_error(self) -> LockLost:
         return LockLost(
             self._lost_because
-            or f"The lease on {self.name!r} was lost while held: a renewal found it gone. Work "
-            "done since may have overlapped with another holder.",
+            or f"The lease on {self.name!r} was lost while held: "
+            f"{self._gone_reason('a renewal')} Work done since may have overlapped with "
+            "another holder.",
             name=self.name,
+        )
+
+    def _gone_reason(self, found_by: str) -> str:
+        """Say why the server no longer has this hold, as far as this process can tell (by
+        its own clock: whether the lease had run out), and what to do about that cause."""
+        left = self._lease_deadline - time.monotonic()
+        ttl = f"{self._ttl_ms / 1000:g}s"
+        fence = (
+            ""
+            if self.fence
+            else " fence=True makes the database refuse a stale holder's transactions "
+            "(docs/fencing-and-limits.md)."
+        )
+        if left > (self._ttl_ms * DRIFT_FACTOR + DRIFT_MS) / 1000:
+            return (
+                f"{found_by} found it gone with {left:.1f}s of its {ttl} lease left by this "
+                "process's clock, so the lease was not too short: the lock server restarted "
+                "empty or failed over to a replica without it, or the lock was force-released. "
+                "Against restarts, run the server with persistence or keep it down for the "
+                f"longest lease.{fence}"
+            )
+        if self.auto_renew:
+            return (
+                f"{found_by} found it gone after its {ttl} lease had run out by this process's "
+                "clock, although auto-renewal was on: the process was paused (SIGSTOP, a stopped "
+                "VM, swapping) or could not reach the lock server for longer than the lease, so "
+                f"no renewal came in time.{fence}"
+            )
+        return (
+            f"{found_by} found it gone after its {ttl} lease had run out by this process's "
+            "clock: the work took longer than the lease, or the process was paused. Use a "
+            f"longer ttl, extend() sooner, or auto_renew=True.{fence}"
         )
 
     # --- renewal ------------------------------------------------------------------------
@@ -775,6 +807,8 @@ class Lock:
                 if self._lost_because is None and time.monotonic() < self._lease_deadline:
                     # The key vanished before its lease ended: say so if it was evicted.
                     self._lost_because = self._eviction_reason()
+                if self._lost_because is None:  # the reason reads the clock: now, not later
+                    self._lost_because = str(self._lost_error())
                 self._lost = True
                 self._renewal = None
         if not renewed:

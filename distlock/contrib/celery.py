@@ -19,6 +19,12 @@ The options are task options (class attributes of the task), all optional:
   ``apply_async``/``delay`` raise :class:`TaskAlreadyQueued` while a copy with the same lock
   name is queued (for up to ``lock_queued_ttl`` seconds, default 3600) or running.
 - ``lock_using``: the DISTLOCK alias.
+- ``lock_fence``: claim the lock's fencing token in each database transaction the task
+  runs (``fence=True`` of distlock.lock): a run whose lease ended is refused
+  (``FencedUpdateRejected``) and its transaction rolled back once a newer run claimed it.
+
+The task body reaches its lock as ``self.lock`` (``bind=True``): its ``fencing_token``,
+``lease_left()``, ``extend()``; None outside a run.
 
 The lock is released when the task ends: success, exception, retry, and revoke with
 ``terminate=True`` (SIGTERM) in the prefork pool. The holder's purpose is
@@ -53,6 +59,8 @@ from .task_lock import (
     check_on_duplicate,
     holder_text,
     release_quietly,
+    running_lock,
+    running_under,
     skipped,
     was_skipped,
 )
@@ -88,8 +96,14 @@ class LockedTask(celery.Task):
     lock_queued_ttl: float = 3600
     lock_using: str = "default"
     lock_hold_until_commit: bool = True  # a release inside a transaction waits for it
+    lock_fence: bool = False  # claim the fencing token in each database transaction
 
     _lock_namer: TaskLockName | None = None
+
+    @property
+    def lock(self) -> Lock | None:
+        """The Lock this run of the task holds (None outside a run)."""
+        return running_lock()
 
     # --- naming -------------------------------------------------------------------------
     def lock_name_for(self, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) -> str:
@@ -117,13 +131,14 @@ class LockedTask(celery.Task):
             purpose=self._purpose(task_id),
             hold_until_commit=self.lock_hold_until_commit,
             metric_name=self.lock_name if self.lock_name is not None else self.name,
+            fence=self.lock_fence,
         )
         if not lock.acquire():
             return self._duplicate(lock, task_id)
         self._forget_queued()
         terminated: _Terminated | None = None
         try:
-            with _release_on_sigterm():
+            with _release_on_sigterm(), running_under(lock):
                 return super().__call__(*args, **kwargs)
         except _Terminated as exc:
             terminated = exc

@@ -8,9 +8,11 @@ request values (distlock.naming), so no argument can change the name's structure
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -22,6 +24,10 @@ from ..naming import fill_template, template_fields
 
 logger = logging.getLogger("distlock")
 ON_DUPLICATE = ("skip", "retry")
+# The lock the running task holds: its own in each thread, greenlet or asyncio task.
+_running_lock: contextvars.ContextVar[Lock | None] = contextvars.ContextVar(
+    "distlock_task_lock", default=None
+)
 # The key of the dict a skipped run returns: {"distlock": "skipped", "lock": ..., ...}.
 RESULT_KEY = "distlock"
 
@@ -116,3 +122,19 @@ async def arelease_quietly(lock: Lock, task: str, task_id: str | None) -> None:
 def _not_released(lock: Lock, task: str, task_id: str | None, exc: LockError) -> None:
     # If the lease was lost while the task ran, the renewer has already warned.
     logger.warning("distlock: %s[%s] ended without its lock %r: %s", task, task_id, lock.name, exc)
+
+
+def running_lock() -> Lock | None:
+    """Return the Lock the running task body holds (LockedTask.lock, the locked() task's
+    context.lock), None outside one."""
+    return _running_lock.get()
+
+
+@contextlib.contextmanager
+def running_under(lock: Lock) -> Iterator[None]:
+    """Make ``lock`` the running task's lock for the block."""
+    reset = _running_lock.set(lock)
+    try:
+        yield
+    finally:
+        _running_lock.reset(reset)

@@ -16,6 +16,12 @@ held returns ``{"distlock": "skipped", "lock": NAME, "holder": ...}`` (``was_ski
 and logs it; with ``on_duplicate="retry"`` it also enqueues itself again to run
 ``retry_after`` seconds later (the backend must support ``run_after``; the result names the
 new one under ``"retried_as"``). The holder's purpose is ``"django task NAME[RESULT_ID]"``.
+
+A task made with ``@task(takes_context=True)`` reaches its lock as ``context.lock`` (a
+:class:`LockedTaskContext`): its ``fencing_token``, ``lease_left()``, ``extend()``.
+``fence=True`` claims the fencing token in each database transaction the task runs: a run
+whose lease ended is refused (``FencedUpdateRejected``) and its transaction rolled back once
+a newer run claimed it.
 """
 
 from __future__ import annotations
@@ -44,11 +50,19 @@ from .task_lock import (
     check_on_duplicate,
     holder_text,
     release_quietly,
+    running_under,
     skipped,
     was_skipped,
 )
 
-__all__ = ["locked", "was_skipped"]
+__all__ = ["LockedTaskContext", "locked", "was_skipped"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class LockedTaskContext(TaskContext):
+    """The context a locked task takes (``takes_context=True``): Django's, and its lock."""
+
+    lock: Lock
 
 
 def locked(
@@ -59,14 +73,18 @@ def locked(
     retry_after: float = 5,
     using: str = "default",
     hold_until_commit: bool = True,
+    fence: bool = False,
 ) -> Callable[[Task], Task]:
     """Return a decorator that makes a ``django.tasks`` Task hold a lock while it runs.
 
     ``name`` is a template over the task function's parameters (default: the task's module
     path, one run at a time overall); ``ttl`` the lease in seconds, renewed while the task
     runs (default: the alias's TIMEOUT); ``on_duplicate`` ``"skip"`` or ``"retry"``;
-    ``hold_until_commit``: a release inside a database transaction waits for it to end.
+    ``hold_until_commit``: a release inside a database transaction waits for it to end;
+    ``fence``: claim the fencing token in each database transaction the task runs.
     """
+    if not isinstance(fence, bool):
+        raise TypeError(f"fence must be True or False, not {fence!r}.")
 
     def decorate(task: Task) -> Task:
         if not isinstance(task, Task):
@@ -79,7 +97,9 @@ def locked(
                 f"which the task backend {task.backend!r} does not support."
             )
         namer = TaskLockName(name or task.module_path, task.func, where)
-        run = _LockedRun(task, namer, ttl, on_duplicate, retry_after, using, hold_until_commit)
+        run = _LockedRun(
+            task, namer, ttl, on_duplicate, retry_after, using, hold_until_commit, fence
+        )
         return dataclasses.replace(task, func=run.wrapper(), takes_context=True)
 
     return decorate
@@ -96,6 +116,7 @@ class _LockedRun:
     retry_after: float
     using: str
     hold_until_commit: bool
+    fence: bool
 
     def wrapper(self) -> Callable[..., Any]:
         if inspect.iscoroutinefunction(self.task.func):
@@ -105,7 +126,9 @@ class _LockedRun:
                 if not await lock.aacquire():
                     return self._duplicate(lock, context, args, kwargs)
                 try:
-                    return await self.task.func(*self._arguments(context, args), **kwargs)
+                    with running_under(lock):
+                        arguments = self._arguments(context, args, lock)
+                        return await self.task.func(*arguments, **kwargs)
                 finally:
                     await arelease_quietly(lock, self.task.module_path, context.task_result.id)
 
@@ -116,7 +139,8 @@ class _LockedRun:
             if not lock.acquire():
                 return self._duplicate(lock, context, args, kwargs)
             try:
-                return self.task.func(*self._arguments(context, args), **kwargs)
+                with running_under(lock):
+                    return self.task.func(*self._arguments(context, args, lock), **kwargs)
             finally:
                 release_quietly(lock, self.task.module_path, context.task_result.id)
 
@@ -135,8 +159,16 @@ class _LockedRun:
         run.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
         return run
 
-    def _arguments(self, context: TaskContext, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        return (context, *args) if self.task.takes_context else args
+    def _arguments(
+        self, context: TaskContext, args: tuple[Any, ...], lock: Lock | None = None
+    ) -> tuple[Any, ...]:
+        """The task function's arguments: with its context first when it takes one (with the
+        lock in it, once held)."""
+        if not self.task.takes_context:
+            return args
+        if lock is not None:
+            context = LockedTaskContext(task_result=context.task_result, lock=lock)
+        return (context, *args)
 
     def _lock(self, context: TaskContext, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Lock:
         name = self.namer.render(self._arguments(context, args), kwargs)
@@ -150,6 +182,7 @@ class _LockedRun:
             purpose=purpose,
             hold_until_commit=self.hold_until_commit,
             metric_name=self.namer.template,  # bounded, unlike the name made from it
+            fence=self.fence,
         )
 
     def _duplicate(

@@ -43,7 +43,8 @@ STOP_SIGNALS: tuple[int, ...] = tuple(
 CAN_TARGET_THREADS = bool(LOST_SIGNAL) and hasattr(signal, "pthread_kill")
 # Why a lease is lost, for the messages that report it.
 LOST_CAUSES = (
-    "its lease was force-released or expired, or the lock server was unreachable "
+    "its lease was force-released, ran out while the process was paused or was too short, "
+    "or vanished when the lock server restarted empty, or the lock server was unreachable "
     "for longer than the lease"
 )
 
@@ -74,6 +75,7 @@ class CommandGuard:
         self.lost = threading.Event()
         self.interrupted = False  # CommandLockLost was raised in handle()
         self.stop_signal: int | None = None
+        self.reason: str | None = None  # why the lease was lost, as the lock tells it
         self._running = False
         self._waiting = False
         self._installed = False
@@ -82,6 +84,7 @@ class CommandGuard:
 
     def lease_lost(self, lock: object = None) -> None:
         """The ``on_lost`` callback (runs in the renewer thread): interrupt the main thread."""
+        self.reason = getattr(lock, "lost_reason", None)
         self.lost.set()
         with self._mutex:
             if self._installed and self._running:
@@ -123,9 +126,13 @@ class CommandGuard:
     def lost_error(self) -> CommandLockLost:
         return CommandLockLost(
             f"Lost the lock {self.lock_name!r} while the command ran ({LOST_CAUSES}); "
-            "stopped so that no second copy runs alongside.",
+            f"stopped so that no second copy runs alongside.{self.why()}",
             name=self.lock_name,
         )
+
+    def why(self) -> str:
+        """The lock's own account of the loss (its cause and what to do), after a space."""
+        return f" {self.reason}" if self.reason else ""
 
     def _install(self) -> None:
         if threading.current_thread() is not threading.main_thread():

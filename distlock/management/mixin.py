@@ -24,6 +24,7 @@ from django.core.management.base import CommandError, CommandParser, OutputWrapp
 
 from ..exceptions import (
     BackendUnavailable,
+    FencedUpdateRejected,
     InvalidLockBackendError,
     LockLost,
     LockNotOwned,
@@ -66,6 +67,11 @@ class LockedCommandMixin:
     lock_using: str = "default"  # DISTLOCK alias
     # Inside a database transaction, the release waits for it to end (False: at once).
     lock_hold_until_commit: bool = True
+    # Claim the fencing token in each database transaction handle() runs (docs/commands.md).
+    lock_fence: bool = False
+    # The Lock handle() runs under (its fencing_token, lease_left(), extend()); None when
+    # no lock is held (outside handle(), or with --no-lock).
+    lock: Lock | None = None
 
     _lock_argv: list[str] | None = None
     handle: Callable[..., Any]  # BaseCommand's, shadowed while the lock is held
@@ -161,6 +167,7 @@ class LockedCommandMixin:
             purpose=plan.purpose,
             hold_until_commit=self.lock_hold_until_commit,
             metric_name=self.command_name(),  # bounded, unlike a name filled from options
+            fence=_flag("lock_fence", self.lock_fence),
         )
         # The handlers are in place before the lock can be granted: a SIGTERM just after the
         # grant must release it, not kill the process and leave the lock to its lease.
@@ -168,6 +175,8 @@ class LockedCommandMixin:
             if not self._acquire(lock, guard):
                 return self._skip(lock, options)
             returned = False
+            refused: FencedUpdateRejected | None = None
+            self.lock = lock
             try:
                 with guard.running():
                     result = handle(*args, **options)
@@ -177,8 +186,14 @@ class LockedCommandMixin:
                 result = None
             except CommandInterrupted:
                 result = None
+            except FencedUpdateRejected as exc:  # a newer holder claimed the lock: stop
+                refused = exc
+                result = None
             finally:
+                self.lock = None
                 self._release(lock, guard)
+        if refused is not None:
+            raise CommandError(f"Stopped: {refused}", returncode=1) from refused
         if guard.lost.is_set():
             raise self._lost(plan.name, guard, returned=returned)
         if guard.stop_signal is not None:
@@ -197,13 +212,14 @@ class LockedCommandMixin:
             return CommandError(
                 f"Lost the lock {name!r} while the command ran ({LOST_CAUSES}); the command "
                 "caught the interruption and ran on, so from that moment it may have run "
-                "alongside another copy.",
+                f"alongside another copy.{guard.why()}",
                 returncode=1,
             )
         # Not interruptible (found only when releasing, off the main thread, in C code).
         return CommandError(
             f"{self.command_name()} finished, but its lock {name!r} had been lost by then "
-            f"({LOST_CAUSES}): from that moment another copy may have run alongside it.",
+            f"({LOST_CAUSES}): from that moment another copy may have run alongside it."
+            f"{guard.why()}",
             returncode=FINISHED_BUT_LOST_EXIT_CODE,
         )
 
@@ -231,7 +247,8 @@ class LockedCommandMixin:
     def _release(self, lock: Lock, guard: CommandGuard) -> None:
         try:
             lock.release()
-        except (LockLost, LockNotOwned):  # a renewal, or the release itself, found it gone
+        except (LockLost, LockNotOwned) as exc:  # a renewal, or the release, found it gone
+            guard.reason = guard.reason or str(exc)
             guard.lost.set()
         except BackendUnavailable as exc:
             # The work is done; the lease ends the lock on its own within lock_ttl.
@@ -288,6 +305,12 @@ def _number(flag: str, value: object) -> object:
         return float(value)
     except ValueError:
         raise CommandError(f"{flag} expects a number of seconds, not {value!r}.") from None
+
+
+def _flag(attribute: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise CommandError(f"{attribute} must be True or False, not {value!r}.")
+    return value
 
 
 def _check_exit_code(code: object) -> None:

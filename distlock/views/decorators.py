@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
-from ..exceptions import BackendUnavailable, LockNotAcquired
+from ..exceptions import BackendUnavailable, FencedUpdateRejected, LockNotAcquired
 from ..info import LockInfo
 from ..lock import Lock
 from ..naming import compile_template
@@ -29,7 +29,7 @@ from ..semaphore import Semaphore
 from ..validation import lease_milliseconds, seconds
 from .release import LockRelease
 from .request_values import auser_value, callable_name, user_value
-from .responses import LockContended, LockServiceUnavailable
+from .responses import LockContended, LockFenced, LockServiceUnavailable
 from .transactions import RequestTransactions, request_transactions
 
 logger = logging.getLogger("distlock")
@@ -51,6 +51,7 @@ def lock_view(
     fail_open: bool = False,
     limit: int | None = None,
     hold_until_commit: bool = True,
+    fence: bool = False,
 ) -> Callable[[V], V]:
     """Decorate a view so that requests with the same lock name never run at the same time.
 
@@ -67,6 +68,12 @@ def lock_view(
     Under ``ATOMIC_REQUESTS`` the lock is taken before the request's transaction begins and
     released after it ends. Inside a transaction of the caller's, the release waits for it
     (``hold_until_commit``, see distlock.lock).
+
+    The view reaches its lock as ``request.distlock`` (None for a method that is not locked).
+    ``fence=True`` claims the lock's fencing token in each database transaction the view
+    runs: a request whose lease ended (a paused worker, a lock server restarted empty) is
+    refused once a newer request has claimed it, its transaction rolled back, and answered
+    ``409 Conflict`` (LockFenced).
     """
     options = ViewLockOptions(
         name,
@@ -78,6 +85,7 @@ def lock_view(
         fail_open=fail_open,
         limit=limit,
         hold_until_commit=hold_until_commit,
+        fence=fence,
     )
 
     def decorator(view: V) -> V:
@@ -108,6 +116,7 @@ class ViewLockOptions:
         fail_open: Any,
         limit: Any = None,
         hold_until_commit: Any = True,
+        fence: Any = False,
     ) -> None:
         if name is not None and not isinstance(name, str) and not callable(name):
             raise TypeError(
@@ -136,11 +145,21 @@ class ViewLockOptions:
         self.on_locked: OnLocked = on_locked or (
             LockContended() if limit is None else LockContended(AT_LIMIT_DETAIL)
         )
-        for label, flag in (("fail_open", fail_open), ("hold_until_commit", hold_until_commit)):
+        for label, flag in (
+            ("fail_open", fail_open),
+            ("hold_until_commit", hold_until_commit),
+            ("fence", fence),
+        ):
             if not isinstance(flag, bool):
                 raise TypeError(f"{label} must be True or False, not {flag!r}.")
+        if fence and limit is not None:
+            raise ValueError(
+                "fence=True fences one holder at a time; limit=N lets N requests run at once, "
+                "so a newer one's claim would refuse the others. Use one or the other."
+            )
         self.fail_open = fail_open
         self.hold_until_commit = hold_until_commit
+        self.fence = fence
 
 
 def _checked_methods(methods: Any) -> frozenset[str]:
@@ -229,7 +248,7 @@ class ViewLock:
         }
         if options.limit is not None:
             return Semaphore(name, options.limit, **settings)
-        return Lock(name, **settings)
+        return Lock(name, fence=options.fence, **settings)
 
     def name_for(self, request: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         template = self.template
@@ -255,6 +274,7 @@ class ViewLock:
         transactions: RequestTransactions,
     ) -> Any:
         """Call a sync view under the lock, inside the request's transactions."""
+        request.distlock = None
         if request.method not in self.methods:
             return transactions.run(view, request, *args, **kwargs)
         lock = self.lock_for(self.name_for(request, args, kwargs))
@@ -267,9 +287,13 @@ class ViewLock:
             return transactions.run(view, request, *args, **kwargs)
         if not acquired:
             return self.options.on_locked(request, self._contended(lock, lock.holder()))
+        request.distlock = lock
         release = LockRelease(lock)
         try:
             response = transactions.run(view, request, *args, **kwargs)
+        except FencedUpdateRejected as exc:  # rolled back: a newer request holds the lock
+            release.release()
+            return self._fenced(request, exc)
         except BaseException:
             release.release()
             raise
@@ -279,6 +303,7 @@ class ViewLock:
         self, view: Callable[..., Any], request: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         """Call an async view (or a sync one returning an awaitable) under the lock."""
+        request.distlock = None
         if request.method not in self.methods:
             return await _result(view(request, *args, **kwargs))
         lock = self.lock_for(await self.aname_for(request, args, kwargs))
@@ -290,13 +315,21 @@ class ViewLock:
         if not acquired:
             contended = self._contended(lock, await lock.aholder())
             return await _result(self.options.on_locked(request, contended))
+        request.distlock = lock
         release = LockRelease(lock)
         try:
             response = await _result(view(request, *args, **kwargs))
+        except FencedUpdateRejected as exc:  # rolled back: a newer request holds the lock
+            await release.arelease()
+            return self._fenced(request, exc)
         except BaseException:  # also CancelledError: Django cancels a view whose client left
             await release.arelease()
             raise
         return await release.aafter(response)
+
+    def _fenced(self, request: Any, exc: FencedUpdateRejected) -> HttpResponseBase:
+        logger.warning("lock_view: %s did not take effect: %s", self.purpose, exc)
+        return LockFenced()(request, exc)
 
     def _contended(self, lock: Lock, holder: LockInfo | None) -> LockNotAcquired:
         return LockNotAcquired(lock.name, holder=holder, wait=lock.wait)

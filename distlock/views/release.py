@@ -55,11 +55,12 @@ class LockRelease:
                 self._report(exc)
 
     def _report(self, exc: LockError) -> None:
-        if isinstance(exc, LockNotOwned):
+        if isinstance(exc, LockNotOwned):  # its message says why, and what to do for that
             logger.warning(
                 "lock_view: the lease on %r ended before its view finished, so another request "
-                "may have run at the same time; give lock_view a longer ttl.",
+                "may have run at the same time. %s",
                 self.lock.name,
+                exc,
             )
         else:
             logger.warning(

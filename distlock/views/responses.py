@@ -106,9 +106,29 @@ class LockContended(LockViewResponse):
 
 
 class LockServiceUnavailable(LockViewResponse):
-    """503 Service Unavailable: the lock server cannot be reached, so the view did not run."""
+    """503 Service Unavailable: the lock server cannot be reached, so the view did not run.
+    ``Retry-After`` says when to try again (``retry_after`` seconds)."""
 
     status_code = 503
     default_detail = (
         "The lock service is unavailable, so this request was not processed. Try again later."
+    )
+    retry_after = 5  # seconds: a lock server's restart or failover, typically
+
+    def lock_data(self, exc: LockError) -> dict[str, Any]:
+        return {"name": exc.name, "retry_after": self.retry_after}
+
+    def headers(self, exc: LockError) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
+
+
+class LockFenced(LockViewResponse):
+    """409 Conflict: the view's transaction was refused and rolled back (``fence=True``): its
+    lease had ended and a newer request holding the lock had claimed it, so nothing this
+    request did was saved."""
+
+    status_code = 409
+    default_detail = (
+        "This request took too long and another one took it over; nothing was saved. Check "
+        "the result before trying again."
     )

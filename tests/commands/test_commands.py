@@ -234,11 +234,16 @@ def test_a_lock_lost_after_the_work_finished_is_reported_as_such(redis_backend: 
         call_command(ReleasedAtTheEnd(), stdout=out, stderr=io.StringIO())
     assert out.getvalue() == "done\n", "the work ran to its end"
     assert raised.value.returncode == FINISHED_BUT_LOST_EXIT_CODE == 3
-    assert str(raised.value) == (
+    message = str(raised.value)
+    assert message.startswith(
         "rebuild_index finished, but its lock 'rebuild_index' had been lost by then (its lease "
-        "was force-released or expired, or the lock server was unreachable for longer than the "
-        "lease): from that moment another copy may have run alongside it."
+        "was force-released, ran out while the process was paused or was too short, or "
+        "vanished when the lock server restarted empty, or the lock server was unreachable for "
+        "longer than the lease): from that moment another copy may have run alongside it. "
     )
+    # Issue 40: and then the cause this run can tell (force-released, not a short lease).
+    assert "lease left by this process's clock, so the lease was not too short" in message
+    assert "force-released" in message.split("alongside it. ", 1)[1]
     assert "stopped" not in str(raised.value)
 
 

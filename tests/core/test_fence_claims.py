@@ -11,8 +11,6 @@ import json
 import sys
 from typing import Any
 
-import pytest
-
 from tests.support.databases import DatabaseServer
 from tests.support.processes import child_env, distlock_variables, run_process
 from tests.support.redis_server import RedisServer
