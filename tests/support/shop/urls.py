@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import fenced, views
 
 urlpatterns = [
     path("", views.health),
@@ -13,4 +13,5 @@ urlpatterns = [
     path("buy", views.buy),
     path("pay-batch/<int:order_id>", views.pay_batch),
     path("pay-hook-fails/<int:order_id>", views.pay_hook_fails),
+    path("pay-fenced/<int:order_id>", fenced.pay_fenced),
 ]
