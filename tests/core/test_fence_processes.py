@@ -1,4 +1,5 @@
-"""Issue 40, acceptance item 1: a paused holder cannot commit work twice once the fence is on.
+"""Issue 40, acceptance item 1: a paused holder, or one whose lock server restarted empty,
+cannot commit work twice once the fence is on.
 
 ``@lock_view(..., fence=True)`` under ``ATOMIC_REQUESTS``, served by gunicorn on a real
 PostgreSQL and MariaDB (tests/support/shop/fenced.py). In each trial a request takes the
@@ -11,6 +12,13 @@ while the first was still inside its view.
 
 Without the fence (``fence=False`` in tests/support/shop/fenced.py) every trial charges its
 order twice.
+
+The same for ``LockedCommandMixin`` (``lock_fence = True``): ``manage.py shop_invoices``
+charges every unpaid order, one transaction each. Redis restarts empty while a copy runs (a
+20 s lease, renewed every third of it: the copy runs on, unaware, until the next renewal)
+and a second copy starts; or the running copy is stopped (SIGSTOP) past its 2 s lease and a
+second copy starts, then it resumes. Every order is charged exactly once, none is left.
+``SHOP_UNFENCED=1`` runs the command without the fence: then orders are charged twice.
 """
 
 from __future__ import annotations
@@ -20,21 +28,26 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.support.databases import DatabaseServer
-from tests.support.lock_helpers import free_within
+from tests.support.lock_helpers import free_within, read_line
+from tests.support.processes import child_env
 from tests.support.redis_server import HOST, RedisServer, wait_until
-from tests.support.shop.load import Shop, serve_shop, shop_locks
+from tests.support.shop.load import SETTINGS, Shop, serve_shop, shop_env, shop_locks
 from tests.support.shop.stops import stop_file
 
 TRIALS = 20
 AT_ONCE = 4  # trials in flight together: each needs two gunicorn workers
+INVOICES = 40
 
 
 @pytest.fixture
@@ -104,3 +117,87 @@ def test_a_paused_holder_is_refused_and_the_order_charged_once(shop: Shop) -> No
     assert not twice, f"{len(twice)} of {TRIALS} orders charged more than once"
     assert sorted(charges) == list(orders), "every order charged (none lost)"
     assert time.monotonic() - started < 120
+
+
+# --- LockedCommandMixin ---------------------------------------------------------------------
+@pytest.fixture
+def invoices(
+    real_database: DatabaseServer, redis_server: RedisServer, settings: Any
+) -> Iterator[tuple[Shop, dict[str, str]]]:
+    """A shop database with INVOICES unpaid orders, and the environment of its commands."""
+    redis_server.flushall()
+    settings.DISTLOCK = shop_locks(redis_server.url)
+    with serve_shop(real_database, redis_server.url, workers=0) as served:
+        served.query(
+            "INSERT INTO shop_order (id) VALUES "
+            + ", ".join(f"({order})" for order in range(1, INVOICES + 1))
+        )
+        env = child_env(
+            settings=SETTINGS,
+            **shop_env(real_database, served.database, redis_server.url),
+            PYTHONUNBUFFERED="1",
+        )
+        yield served, env
+
+
+def invoicing(processes: Any, env: dict[str, str], **more: str) -> subprocess.Popen:
+    """Start ``manage.py shop_invoices``; return it once it holds the lock (its token line)."""
+    command = processes(
+        [sys.executable, "-m", "django", "shop_invoices"],
+        {**env, **more},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    read_line(command, "token ")
+    return command
+
+
+def rows_done(command: subprocess.Popen, rows: int) -> None:
+    for _ in range(rows):
+        read_line(command, "row ")
+
+
+def charged_once_each(shop: Shop) -> None:
+    charges = shop.charges_per_order()
+    twice = {order: n for order, n in charges.items() if n > 1}
+    assert not twice, f"{len(twice)} of {INVOICES} orders charged more than once"
+    assert sorted(charges) == list(range(1, INVOICES + 1)), "orders left unprocessed"
+
+
+def test_a_command_whose_redis_restarted_empty_never_charges_twice(
+    invoices: tuple[Shop, dict[str, str]], redis_server: RedisServer, processes: Any
+) -> None:
+    shop, env = invoices
+    first = invoicing(processes, env, SHOP_INVOICES_LEASE="20")
+    rows_done(first, 5)
+    redis_server.restart(empty=True)  # the lease is gone; the first copy does not know yet
+    second = invoicing(processes, env, SHOP_INVOICES_LEASE="20")
+    assert second.wait(60) == 0, second.stderr.read()
+    assert first.wait(60) != 0
+    refused = first.stderr.read()
+    # The fence stopped it, not its next renewal (20 / 3 s away): it ran alongside.
+    assert "FencedUpdateRejected" in refused or "was refused and rolled back" in refused, refused
+    charged_once_each(shop)
+
+
+def test_a_command_paused_past_its_lease_never_charges_twice(
+    invoices: tuple[Shop, dict[str, str]], processes: Any
+) -> None:
+    """Stopped with a row in flight (written, not committed) past its lease: the second copy
+    takes the lock; its first claim waits for the stopped copy's transaction (whose claim
+    came first), so it sees that row committed. Unfenced, it charges that row again."""
+    shop, env = invoices
+    first = invoicing(processes, env, SHOP_INVOICES_LEASE="2", SHOP_STOP_AT_ROW="5")
+    rows_done(first, 4)
+    stopped = psutil.Process(first.pid)
+    wait_until(lambda: stopped.status() == psutil.STATUS_STOPPED, 30, "the first copy's stop")
+    try:
+        assert free_within("invoices", 30), "the stopped copy's lease never ended"
+        second = invoicing(processes, env, SHOP_INVOICES_LEASE="2")
+        time.sleep(0.5)  # its first transaction under way
+    finally:
+        first.send_signal(signal.SIGCONT)
+    assert second.wait(60) == 0, second.stderr.read()
+    assert first.wait(60) != 0, "the paused copy went on as if it still held the lock"
+    charged_once_each(shop)
