@@ -58,8 +58,9 @@ from .task_lock import (
 __all__ = ["LockedTaskContext", "locked", "was_skipped"]
 
 
+# TaskContext is a frozen dataclass (django/tasks/base.py); the stubs do not say so.
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class LockedTaskContext(TaskContext):
+class LockedTaskContext(TaskContext):  # type: ignore[misc]
     """The context a locked task takes (``takes_context=True``): Django's, and its lock."""
 
     lock: Lock

@@ -382,6 +382,7 @@ def _decorate_class(cls: type, options: ViewLockOptions) -> type:
             if handler is not None:
                 setattr(self, handler_name, view_lock.wrap(handler, transactions))
                 return dispatch(self, request, *args, **kwargs)
+        request.distlock = None  # a method that is not locked
         if is_async:
             return dispatch(self, request, *args, **kwargs)
         # an unlocked method: the transaction Django would open

@@ -51,9 +51,7 @@ INVOICES = 40
 
 
 @pytest.fixture
-def shop(
-    real_database: DatabaseServer, redis_server: RedisServer, settings: Any
-) -> Iterator[Shop]:
+def shop(real_database: DatabaseServer, redis_server: RedisServer, settings: Any) -> Iterator[Shop]:
     redis_server.flushall()
     settings.DISTLOCK = shop_locks(redis_server.url)  # to see the shop's locks
     with serve_shop(real_database, redis_server.url, workers=AT_ONCE * 2) as served:
@@ -97,9 +95,7 @@ def trial(shop: Shop, order: int) -> dict[str, Any]:
 
 def test_a_paused_holder_is_refused_and_the_order_charged_once(shop: Shop) -> None:
     orders = range(1, TRIALS + 1)
-    shop.query(
-        "INSERT INTO shop_order (id) VALUES " + ", ".join(f"({order})" for order in orders)
-    )
+    shop.query("INSERT INTO shop_order (id) VALUES " + ", ".join(f"({order})" for order in orders))
     started = time.monotonic()
     with ThreadPoolExecutor(AT_ONCE) as pool:
         trials = list(pool.map(lambda order: trial(shop, order), orders))

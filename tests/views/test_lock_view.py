@@ -682,6 +682,7 @@ def test_redis_stopped_answers_503_by_default(rf, private_redis, caplog) -> None
     assert response.status_code == 503 and ran == []
     body = json.loads(response.content)
     assert "lock service is unavailable" in body["detail"] and body["lock"]["name"] == "down:1"
+    assert response["Retry-After"] == "5" and body["lock"]["retry_after"] == 5  # issue 40
     assert "503" in caplog.text
     assert view(rf.post("/"), "1").content.startswith(b"The lock service is unavailable")
 
