@@ -36,7 +36,7 @@ import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from django.db import connections, router, transaction
+from django.db import DatabaseError, connections, router, transaction
 from django.db.backends.signals import connection_created
 
 from .exceptions import FencedUpdateRejected, LockError
@@ -162,6 +162,16 @@ def _claim(conn: Any, lock: Lock, token: int) -> None:
     reset = _claiming.set(True)
     try:
         newest = _upsert(conn, key, lock.name, token)
+    except DatabaseError as exc:
+        if TABLE not in str(exc):
+            raise
+        raise LockError(
+            f"The fenced lock {lock.name!r} could not claim its token on {conn.alias!r}: "
+            f"{exc}. Run `manage.py migrate distlock --database {conn.alias}` (the table "
+            f"{TABLE}), or route distlock's Fence model away from that database with a "
+            "router's allow_migrate.",
+            name=lock.name,
+        ) from exc
     finally:
         _claiming.reset(reset)
     if newest > token:

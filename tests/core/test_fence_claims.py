@@ -59,3 +59,4 @@ def test_the_claim_on_a_real_database(
         report = claims_report(shop_env(real_database, shop.database, redis_server.url))
     assert report["vendor"] == real_database.vendor
     check(report)
+    assert report["async"] == {"claimed": True, "stale": "FencedUpdateRejected", "charges": 2}

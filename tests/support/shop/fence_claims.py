@@ -9,11 +9,13 @@ held past it, a newer holder takes the lock and writes, then the stale one works
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
 
 import django
+from asgiref.sync import sync_to_async
 
 django.setup()
 
@@ -68,6 +70,30 @@ def stale_and_newer(name: str) -> tuple[distlock.Lock, distlock.Lock]:
     return stale, newer
 
 
+async def stale_async(name: str, order: Order) -> dict[str, Any]:
+    """A fenced lock acquired in a coroutine: its ORM calls claim (accepted while it is the
+    newest holder), and once a newer holder claimed, an older one is refused."""
+    seen: dict[str, Any] = {}
+    stale = distlock.lock(name, ttl=LEASE, fence=True, hold_until_commit=False)
+    assert await stale.aacquire(wait=0)
+    await Order.objects.aget(pk=order.pk)  # claimed in its own (autocommit) transaction
+    row = await sync_to_async(fence_row)(name)
+    seen["claimed"] = row is not None and row[0] == stale.fencing_token
+    await asyncio.sleep(LEASE * 2)
+    newer = distlock.lock(name, ttl=30, fence=True)
+    assert await newer.aacquire(wait=0)
+    await Order.objects.aget(pk=order.pk)
+    await newer.arelease()
+    try:
+        await Charge.objects.acreate(order=order, worker_pid=0)
+        seen["stale"] = ""
+    except Exception as exc:
+        seen["stale"] = type(exc).__name__
+    stale._forget()
+    seen["charges"] = await Charge.objects.filter(order=order).acount()
+    return seen
+
+
 def main() -> None:
     if connection.vendor == "sqlite":
         call_command("migrate", verbosity=0)
@@ -120,6 +146,10 @@ def main() -> None:
         after = fence_row(name)
         report["savepoint_claims"] = None if before is None else after[1] - before[1]  # type: ignore[index]
         report["savepoint_token"] = after == (lk.fencing_token, after[1]) if after else False
+
+    # Async code: the ORM's calls run in a worker thread, which carries the fenced hold.
+    if connection.vendor != "sqlite":  # SQLite in memory is one connection per thread
+        report["async"] = asyncio.run(stale_async(name, order))
 
     # No fenced lock held: statements claim nothing.
     claims_before = fence_row(name)
