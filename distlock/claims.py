@@ -223,10 +223,10 @@ def _upsert(conn: Any, key: str, name: str, token: int) -> int:
 def _refused(lock: Lock, token: int, newest: int, alias: str) -> FencedUpdateRejected:
     if lock.lease_left() > 0:
         why = (
-            "This holder's lease has not ended by its own clock, so the newer token came from "
-            "a lock server whose clock was set back (tokens are its microseconds), or from "
-            "another holder of the same name and alias elsewhere; see "
-            "docs/fencing-and-limits.md."
+            "This holder's lease has not ended by its own clock: the lock server lost it early "
+            "(it restarted empty, failed over or evicted it, or it was force-released) and a "
+            "newer holder took it; or, if every holder of this name is refused, the server's "
+            "clock was set back past the stored token (docs/fencing-and-limits.md)."
         )
     else:
         why = (

@@ -107,9 +107,7 @@ def trial(shop: Shop, order: int, stop: str) -> dict[str, Any]:
 def paused_trials(shop: Shop, stop: str, trials: int) -> list[dict[str, Any]]:
     """Run ``trials`` trials, AT_ONCE at a time; check every order was charged exactly once."""
     orders = range(1, trials + 1)
-    shop.query(
-        "INSERT INTO shop_order (id) VALUES " + ", ".join(f"({order})" for order in orders)
-    )
+    shop.query("INSERT INTO shop_order (id) VALUES " + ", ".join(f"({order})" for order in orders))
     with ThreadPoolExecutor(AT_ONCE) as pool:
         seen = list(pool.map(lambda order: trial(shop, order, stop), orders))
     overlapped = sum(one["lease_ran_out"] and one["overlapped"] for one in seen)
