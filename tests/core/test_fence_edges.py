@@ -61,3 +61,57 @@ def test_a_database_without_the_fence_table_says_to_migrate() -> None:
     finally:
         with connection.cursor() as cursor:
             cursor.execute("ALTER TABLE distlock_fence_away RENAME TO distlock_fence")
+
+
+def test_a_rolled_back_transaction_takes_its_claim_along() -> None:
+    with distlock.lock("rolled-back", ttl=10, fence=True) as lk:
+        with pytest.raises(RuntimeError), transaction.atomic():
+            Fence.objects.count()
+            raise RuntimeError("roll back")
+        Fence.objects.count()  # a transaction of its own, which claims again
+    row = Fence.objects.get(name="rolled-back")
+    assert (row.token, row.claims) == (lk.fencing_token, 1), "the rolled-back claim stayed"
+
+
+def test_a_token_from_a_clock_set_back_is_refused_until_the_row_goes() -> None:
+    """The lock server's clock went back (after a restart that lost its data): its tokens
+    are smaller than the one stored. Every holder is refused, saying its lease has not
+    ended; deleting the name's row lets holders in again."""
+    Fence.objects.create(digest=digest("default", "clock"), name="clock", token=2**62)
+    with distlock.lock("clock", ttl=10, fence=True):
+        with pytest.raises(distlock.FencedUpdateRejected, match="clock was set back") as refused:
+            Fence.objects.count()
+    assert refused.value.newest == 2**62 and refused.value.name == "clock"
+    Fence.objects.filter(name="clock").delete()
+    with distlock.lock("clock", ttl=10, fence=True) as lk:
+        Fence.objects.count()
+    assert Fence.objects.get(name="clock").token == lk.fencing_token
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "fencing"])
+def test_each_database_the_holder_uses_claims_on_its_own() -> None:
+    with distlock.lock("two-databases", ttl=10, fence=True) as lk:
+        with transaction.atomic(using="default"):
+            Fence.objects.using("default").count()
+        with transaction.atomic(using="fencing"):
+            Fence.objects.using("fencing").count()
+    for alias in ("default", "fencing"):
+        row = Fence.objects.using(alias).get(name="two-databases")
+        assert (row.token, row.claims) == (lk.fencing_token, 1), alias
+
+
+class NoFenceOnFencing:
+    """A router that keeps distlock's Fence off the "fencing" database."""
+
+    def allow_migrate(self, db: str, app_label: str, model_name: str | None = None, **hints: object):
+        if app_label == "distlock" and model_name == "fence":
+            return db != "fencing"
+        return None
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "fencing"])
+def test_a_router_keeps_the_claims_off_a_database(settings) -> None:
+    settings.DATABASE_ROUTERS = [NoFenceOnFencing()]
+    with distlock.lock("routed", ttl=10, fence=True), transaction.atomic(using="fencing"):
+        Fence.objects.using("fencing").count()
+    assert not Fence.objects.using("fencing").filter(name="routed").exists()
