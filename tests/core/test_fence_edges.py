@@ -78,9 +78,11 @@ def test_a_token_from_a_clock_set_back_is_refused_until_the_row_goes() -> None:
     are smaller than the one stored. Every holder is refused, saying its lease has not
     ended; deleting the name's row lets holders in again."""
     Fence.objects.create(digest=digest("default", "clock"), name="clock", token=2**62)
-    with distlock.lock("clock", ttl=10, fence=True):
-        with pytest.raises(distlock.FencedUpdateRejected, match="clock was set back") as refused:
-            Fence.objects.count()
+    with (
+        distlock.lock("clock", ttl=10, fence=True),
+        pytest.raises(distlock.FencedUpdateRejected, match="clock was set back") as refused,
+    ):
+        Fence.objects.count()
     assert refused.value.newest == 2**62 and refused.value.name == "clock"
     Fence.objects.filter(name="clock").delete()
     with distlock.lock("clock", ttl=10, fence=True) as lk:
@@ -103,7 +105,9 @@ def test_each_database_the_holder_uses_claims_on_its_own() -> None:
 class NoFenceOnFencing:
     """A router that keeps distlock's Fence off the "fencing" database."""
 
-    def allow_migrate(self, db: str, app_label: str, model_name: str | None = None, **hints: object):
+    def allow_migrate(
+        self, db: str, app_label: str, model_name: str | None = None, **hints: object
+    ) -> bool | None:
         if app_label == "distlock" and model_name == "fence":
             return db != "fencing"
         return None

@@ -294,3 +294,18 @@ def elsewhere(func: Any, *args: Any) -> Any:
     if isinstance(result[0], BaseException):
         raise result[0]
     return result[0]
+
+
+def seen_from_inside(lock: distlock.Lock, name: str) -> dict[str, Any]:
+    """What code running under ``lock`` (held as ``name`` on the default alias) reaches of it:
+    its fencing token (and the server's, to compare), ``lease_left()`` after an
+    ``extend()``, and whether it is fenced (issue 40: each surface's own lock)."""
+    held = locks["default"].info(name)
+    assert held is not None
+    lock.extend()
+    return {
+        "token": lock.fencing_token,
+        "server_token": held.fencing_token,
+        "lease_left": lock.lease_left(),
+        "fence": lock.fence,
+    }

@@ -13,6 +13,7 @@ import django
 import pytest
 
 import distlock
+from tests.support.lock_helpers import seen_from_inside
 
 pytestmark = pytest.mark.django_db(databases=[])
 celery = pytest.importorskip("celery", reason="pip install 'django-distlock[celery]'")
@@ -20,18 +21,6 @@ celery = pytest.importorskip("celery", reason="pip install 'django-distlock[cele
 from distlock.contrib.celery import LockedTask  # noqa: E402
 
 app = celery.Celery("reach", set_as_current=False)
-
-
-def seen_from_inside(lock: Any, name: str) -> dict[str, Any]:
-    held = distlock.locks["default"].info(name)
-    assert held is not None
-    lock.extend()
-    return {
-        "token": lock.fencing_token,
-        "server_token": held.fencing_token,
-        "lease_left": lock.lease_left(),
-        "fence": lock.fence,
-    }
 
 
 @app.task(base=LockedTask, bind=True, lock_name="reach:{n}", lock_ttl=5, lock_fence=True)

@@ -17,8 +17,8 @@ from rest_framework.decorators import api_view
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-import distlock
 from distlock import lock_view
+from tests.support.lock_helpers import seen_from_inside
 
 pytestmark = pytest.mark.django_db(databases=[])
 
@@ -28,34 +28,20 @@ def _redis(redis_backend: str) -> str:
     return redis_backend
 
 
-def what_the_view_saw(request: Any, name: str) -> dict[str, Any]:
-    """The view's own lock, as it reaches it, against what the server says of the lock."""
-    lock = request.distlock
-    held = distlock.locks["default"].info(name)
-    assert held is not None
-    lock.extend()
-    return {
-        "token": lock.fencing_token,
-        "server_token": held.fencing_token,
-        "lease_left": lock.lease_left(),
-        "fence": lock.fence,
-    }
-
-
 @lock_view("fn:{order_id}", ttl=5, fence=True)
 def function_view(request, order_id):
-    return JsonResponse(what_the_view_saw(request, f"fn:{order_id}"))
+    return JsonResponse(seen_from_inside(request.distlock, f"fn:{order_id}"))
 
 
 @lock_view("afn:{order_id}", ttl=5)
 async def async_function_view(request, order_id):
-    return JsonResponse(what_the_view_saw(request, f"afn:{order_id}"))
+    return JsonResponse(seen_from_inside(request.distlock, f"afn:{order_id}"))
 
 
 @lock_view("cls:{order_id}", ttl=5)
 class ClassView(View):
     def post(self, request, order_id):
-        return JsonResponse(what_the_view_saw(request, f"cls:{order_id}"))
+        return JsonResponse(seen_from_inside(request.distlock, f"cls:{order_id}"))
 
     def get(self, request, order_id):
         return HttpResponse(repr(request.distlock))
@@ -64,13 +50,13 @@ class ClassView(View):
 @method_decorator(lock_view("md:{order_id}", ttl=5), name="post")
 class MethodDecoratedView(View):
     def post(self, request, order_id):
-        return JsonResponse(what_the_view_saw(request, f"md:{order_id}"))
+        return JsonResponse(seen_from_inside(request.distlock, f"md:{order_id}"))
 
 
 @lock_view("acls:{order_id}", ttl=5)
 class AsyncClassView(View):
     async def post(self, request, order_id):
-        return JsonResponse(what_the_view_saw(request, f"acls:{order_id}"))
+        return JsonResponse(seen_from_inside(request.distlock, f"acls:{order_id}"))
 
 
 @lock_view("drf:{order_id}", ttl=5)
@@ -79,13 +65,13 @@ class DrfView(APIView):
     permission_classes: list[Any] = []
 
     def post(self, request, order_id):
-        return Response(what_the_view_saw(request, f"drf:{order_id}"))
+        return Response(seen_from_inside(request.distlock, f"drf:{order_id}"))
 
 
 @api_view(["POST"])
 @lock_view("apiview:{order_id}", ttl=5)
 def drf_function_view(request, order_id):
-    return Response(what_the_view_saw(request, f"apiview:{order_id}"))
+    return Response(seen_from_inside(request.distlock, f"apiview:{order_id}"))
 
 
 def check(response: Any, fence: bool = False) -> None:
