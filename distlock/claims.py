@@ -123,7 +123,10 @@ def claim_first(
         return execute(sql, params, many, context)
     conn = context["connection"]
     holds = [hold for hold in fenced if _active(hold)]
-    if not holds or _CONTROL.match(sql) or not _has_fences(conn):
+    if not holds:
+        _held.set(())  # every hold here has ended: back to one read per statement
+        return execute(sql, params, many, context)
+    if _CONTROL.match(sql) or not _has_fences(conn):
         return execute(sql, params, many, context)
     if conn.in_atomic_block:
         for lock, token in holds:

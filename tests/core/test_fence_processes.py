@@ -41,6 +41,7 @@ from typing import Any
 import psutil
 import pytest
 
+import distlock
 from tests.support.databases import DatabaseServer
 from tests.support.lock_helpers import free_within, read_line
 from tests.support.processes import child_env
@@ -74,6 +75,11 @@ def post(shop: Shop, path: str) -> tuple[int, dict[str, Any]]:
         conn.close()
 
 
+def newer_holder(order: int, token: int) -> bool:
+    held = distlock.locks["default"].info(f"fenced:{order}")
+    return held is not None and held.fencing_token > token
+
+
 def trial(shop: Shop, order: int, stop: str) -> dict[str, Any]:
     """One paused holder and the request that takes over from it; what each saw."""
     with ThreadPoolExecutor(1) as first_thread:
@@ -86,8 +92,8 @@ def trial(shop: Shop, order: int, stop: str) -> dict[str, Any]:
             lock_key_gone = free_within(f"fenced:{order}", 30)
             with ThreadPoolExecutor(1) as second_thread:
                 second_answer = second_thread.submit(post, shop, f"/pay-fenced/{order}")
-                if stop == "read":  # its claim waits for the stopped request's transaction
-                    time.sleep(0.5)
+                if stop == "read":  # it holds the lock; its claim waits for the stopped one's
+                    wait_until(lambda: newer_holder(order, first_token), 30, "the second holder")
                 else:
                     second_answer.result(timeout=60)
                 overlapped = not first.done()  # the first is still inside its view
