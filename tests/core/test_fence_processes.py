@@ -13,7 +13,10 @@ newer token, while the first was still inside its view. Every order ends charged
 - stopped after reading the order unpaid (8 trials): its claim came first, so the second
   request's claim waits for its transaction; it pays, and the second finds the order paid.
 
-Without the fence (``SHOP_UNFENCED=1``) every trial of the second kind charges twice.
+- Redis restarted empty while a request works (4 trials, one at a time): as the second kind.
+
+Without the fence (``SHOP_UNFENCED=1``) up to every trial of the last two kinds charges
+twice.
 
 The same for ``LockedCommandMixin`` (``lock_fence = True``): ``manage.py shop_invoices``
 charges every unpaid order, one transaction each. Redis restarts empty while a copy runs (a
@@ -51,6 +54,7 @@ from tests.support.shop.stops import stop_file
 
 TRIALS = 20
 TRIALS_AFTER_READ = 8
+TRIALS_AFTER_RESTART = 4
 AT_ONCE = 4  # trials in flight together: each needs two gunicorn workers
 INVOICES = 40
 
@@ -80,8 +84,11 @@ def newer_holder(order: int, token: int) -> bool:
     return held is not None and held.fencing_token > token
 
 
-def trial(shop: Shop, order: int, stop: str) -> dict[str, Any]:
-    """One paused holder and the request that takes over from it; what each saw."""
+def trial(
+    shop: Shop, order: int, stop: str, restart: RedisServer | None = None
+) -> dict[str, Any]:
+    """One paused holder and the request that takes over from it, once its lease ran out
+    (or once ``restart`` restarted empty); what each saw."""
     with ThreadPoolExecutor(1) as first_thread:
         first = first_thread.submit(post, shop, f"/pay-fenced/{order}?stop={stop}")
         path = stop_file(shop.database, order)
@@ -89,11 +96,17 @@ def trial(shop: Shop, order: int, stop: str) -> dict[str, Any]:
         pid, first_token = map(int, path.read_text().split())
         try:
             # Its lease runs out on Redis while it is stopped; then the second one pays.
+            if restart is not None:
+                restart.restart(empty=True)
             lock_key_gone = free_within(f"fenced:{order}", 30)
             with ThreadPoolExecutor(1) as second_thread:
                 second_answer = second_thread.submit(post, shop, f"/pay-fenced/{order}")
                 if stop == "read":  # it holds the lock; its claim waits for the stopped one's
-                    wait_until(lambda: newer_holder(order, first_token), 30, "the second holder")
+                    wait_until(
+                        lambda: newer_holder(order, first_token) or second_answer.done(),
+                        30,
+                        "the second holder",
+                    )
                 else:
                     second_answer.result(timeout=60)
                 overlapped = not first.done()  # the first is still inside its view
@@ -110,12 +123,15 @@ def trial(shop: Shop, order: int, stop: str) -> dict[str, Any]:
     }
 
 
-def paused_trials(shop: Shop, stop: str, trials: int) -> list[dict[str, Any]]:
-    """Run ``trials`` trials, AT_ONCE at a time; check every order was charged exactly once."""
+def paused_trials(
+    shop: Shop, stop: str, trials: int, restart: RedisServer | None = None
+) -> list[dict[str, Any]]:
+    """Run ``trials`` trials, AT_ONCE at a time (one at a time with ``restart``); check every
+    order was charged exactly once."""
     orders = range(1, trials + 1)
     shop.query("INSERT INTO shop_order (id) VALUES " + ", ".join(f"({order})" for order in orders))
-    with ThreadPoolExecutor(AT_ONCE) as pool:
-        seen = list(pool.map(lambda order: trial(shop, order, stop), orders))
+    with ThreadPoolExecutor(1 if restart else AT_ONCE) as pool:
+        seen = list(pool.map(lambda order: trial(shop, order, stop, restart), orders))
     overlapped = sum(one["lease_ran_out"] and one["overlapped"] for one in seen)
     charges = shop.charges_per_order()
     twice = {order: n for order, n in charges.items() if n > 1}
@@ -139,6 +155,18 @@ def test_a_request_paused_before_its_work_is_refused_and_rolled_back(shop: Shop)
 @pytest.mark.slow
 def test_a_request_paused_after_reading_holds_the_next_one_back(shop: Shop) -> None:
     for seen in paused_trials(shop, "read", TRIALS_AFTER_READ):
+        assert seen["first"][:2] == (200, {"result": "charged", "token": seen["first"][2]})
+        assert seen["second"][0] == 200 and seen["second"][1]["result"] == "already paid"
+
+
+@pytest.mark.slow
+def test_a_request_whose_redis_restarted_empty_holds_the_next_one_back(
+    shop: Shop, redis_server: RedisServer
+) -> None:
+    """Redis restarts empty while a request works (stopped after its read, so that the
+    second request surely comes while it is inside): the second takes the lock at once; its
+    claim waits for the first one's transaction, then finds the order paid."""
+    for seen in paused_trials(shop, "read", TRIALS_AFTER_RESTART, restart=redis_server):
         assert seen["first"][:2] == (200, {"result": "charged", "token": seen["first"][2]})
         assert seen["second"][0] == 200 and seen["second"][1]["result"] == "already paid"
 
