@@ -84,9 +84,7 @@ def newer_holder(order: int, token: int) -> bool:
     return held is not None and held.fencing_token > token
 
 
-def trial(
-    shop: Shop, order: int, stop: str, restart: RedisServer | None = None
-) -> dict[str, Any]:
+def trial(shop: Shop, order: int, stop: str, restart: RedisServer | None = None) -> dict[str, Any]:
     """One paused holder and the request that takes over from it, once its lease ran out
     (or once ``restart`` restarted empty); what each saw."""
     with ThreadPoolExecutor(1) as first_thread:

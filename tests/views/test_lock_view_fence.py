@@ -6,10 +6,14 @@ Lock (the fence itself: tests/core/test_fence_claims.py, tests/core/test_fence_p
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
+from django.db import transaction
 from django.http import HttpResponse, JsonResponse
 from django.utils.decorators import method_decorator
 from django.views import View
@@ -17,7 +21,9 @@ from rest_framework.decorators import api_view
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+import distlock
 from distlock import lock_view
+from distlock.models import Fence
 from tests.support.lock_helpers import seen_from_inside
 
 pytestmark = pytest.mark.django_db(databases=[])
@@ -108,3 +114,45 @@ def test_fence_with_limit_is_refused() -> None:
         lock_view("x", fence=True, limit=2)
     with pytest.raises(TypeError, match="fence must be True or False"):
         lock_view("x", fence="yes")
+
+
+# --- a stale request is refused: 409, nothing saved ------------------------------------------
+FENCED_DB = "fencing"  # a file: the async ORM's worker thread sees the same database
+
+
+def newer_holder_claims(name: str) -> None:
+    """Take the lock the stale view held (its lease ran out) and claim it on the database."""
+    with distlock.lock(name, ttl=5, fence=True), transaction.atomic(using=FENCED_DB):
+        Fence.objects.using(FENCED_DB).count()
+
+
+@lock_view("stale:{order_id}", ttl=0.2, fence=True)
+def stale_view(request, order_id):
+    time.sleep(0.5)  # paused past its lease
+    newer_holder_claims(f"stale:{order_id}")  # meanwhile, a newer request took over
+    Fence.objects.using(FENCED_DB).count()  # refused here
+    return HttpResponse("saved")
+
+
+@lock_view("astale:{order_id}", ttl=0.2, fence=True)
+async def async_stale_view(request, order_id):
+    await asyncio.sleep(0.5)
+    await asyncio.create_task(sync_to_async(newer_holder_claims)(f"astale:{order_id}"))
+    await Fence.objects.using(FENCED_DB).acount()
+    return HttpResponse("saved")
+
+
+@pytest.mark.django_db(transaction=True, databases=[FENCED_DB])
+def test_a_stale_sync_request_is_answered_409_and_saves_nothing(rf, caplog) -> None:
+    response = stale_view(rf.post("/", HTTP_ACCEPT="application/json"), order_id=1)
+    assert response.status_code == 409
+    body = json.loads(response.content)
+    assert "nothing was saved" in body["detail"] and body["lock"]["name"] == "stale:1"
+    assert "did not take effect" in caplog.text
+
+
+@pytest.mark.django_db(transaction=True, databases=[FENCED_DB])
+async def test_a_stale_async_request_is_answered_409(async_rf) -> None:
+    response = await async_stale_view(async_rf.post("/"), order_id=1)
+    assert response.status_code == 409
+    assert response.content.startswith(b"This request took too long")
