@@ -126,7 +126,7 @@ def claim_first(
     if not holds:
         _held.set(())  # every hold here has ended: back to one read per statement
         return execute(sql, params, many, context)
-    if _CONTROL.match(sql) or not _has_fences(conn):
+    if (isinstance(sql, str) and _CONTROL.match(sql)) or not _has_fences(conn):
         return execute(sql, params, many, context)
     if conn.in_atomic_block:
         for lock, token in holds:
