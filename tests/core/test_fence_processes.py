@@ -199,7 +199,7 @@ def invoicing(processes: Any, env: dict[str, str], **more: str) -> subprocess.Po
         stderr=subprocess.PIPE,
         text=True,
     )
-    read_line(command, "token ")
+    command.token = int(read_line(command, "token ").split()[1])  # type: ignore[attr-defined]
     return command
 
 
@@ -223,6 +223,7 @@ def test_a_command_whose_redis_restarted_empty_never_charges_twice(
     rows_done(first, 5)
     redis_server.restart(empty=True)  # the lease is gone; the first copy does not know yet
     second = invoicing(processes, env, SHOP_INVOICES_LEASE="20")
+    assert second.token > first.token, "fencing tokens rise across the restart"  # type: ignore[attr-defined]
     assert second.wait(60) == 0, second.stderr.read()
     first.wait(60)
     charged_once_each(shop)
