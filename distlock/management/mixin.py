@@ -66,6 +66,9 @@ class LockedCommandMixin:
     lock_using: str = "default"  # DISTLOCK alias
     # Inside a database transaction, the release waits for it to end (False: at once).
     lock_hold_until_commit: bool = True
+    # False: a free lock goes to whichever instance asks first, not to the one that waited
+    # longest; None: the alias's OPTIONS['FAIR'] (see distlock.lock).
+    lock_fair: bool | None = None
 
     _lock_argv: list[str] | None = None
     handle: Callable[..., Any]  # BaseCommand's, shadowed while the lock is held
@@ -127,6 +130,7 @@ class LockedCommandMixin:
         )
         assert ttl is not None
         _check_exit_code(self.lock_skip_exit_code)
+        _check_fair(self.lock_fair)
         return LockPlan(
             name=self._filled_lock_name(options), ttl=ttl, wait=wait, purpose=self._purpose(args)
         )
@@ -160,6 +164,7 @@ class LockedCommandMixin:
             using=self.lock_using,
             purpose=plan.purpose,
             hold_until_commit=self.lock_hold_until_commit,
+            fair=self.lock_fair,
             metric_name=self.command_name(),  # bounded, unlike a name filled from options
         )
         # The handlers are in place before the lock can be granted: a SIGTERM just after the
@@ -288,6 +293,11 @@ def _number(flag: str, value: object) -> object:
         return float(value)
     except ValueError:
         raise CommandError(f"{flag} expects a number of seconds, not {value!r}.") from None
+
+
+def _check_fair(fair: object) -> None:
+    if fair is not None and not isinstance(fair, bool):
+        raise CommandError(f"lock_fair must be True, False or None, not {fair!r}.")
 
 
 def _check_exit_code(code: object) -> None:

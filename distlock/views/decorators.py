@@ -51,6 +51,7 @@ def lock_view(
     fail_open: bool = False,
     limit: int | None = None,
     hold_until_commit: bool = True,
+    fair: bool | None = None,
 ) -> Callable[[V], V]:
     """Decorate a view so that requests with the same lock name never run at the same time.
 
@@ -66,7 +67,9 @@ def lock_view(
 
     Under ``ATOMIC_REQUESTS`` the lock is taken before the request's transaction begins and
     released after it ends. Inside a transaction of the caller's, the release waits for it
-    (``hold_until_commit``, see distlock.lock).
+    (``hold_until_commit``, see distlock.lock). ``fair=False``: a free lock goes to whichever
+    request asks first, not to the one that waited longest (see distlock.lock; None: the
+    alias's ``OPTIONS['FAIR']``).
     """
     options = ViewLockOptions(
         name,
@@ -78,6 +81,7 @@ def lock_view(
         fail_open=fail_open,
         limit=limit,
         hold_until_commit=hold_until_commit,
+        fair=fair,
     )
 
     def decorator(view: V) -> V:
@@ -108,6 +112,7 @@ class ViewLockOptions:
         fail_open: Any,
         limit: Any = None,
         hold_until_commit: Any = True,
+        fair: Any = None,
     ) -> None:
         if name is not None and not isinstance(name, str) and not callable(name):
             raise TypeError(
@@ -141,6 +146,14 @@ class ViewLockOptions:
                 raise TypeError(f"{label} must be True or False, not {flag!r}.")
         self.fail_open = fail_open
         self.hold_until_commit = hold_until_commit
+        if fair is not None and not isinstance(fair, bool):
+            raise TypeError(f"fair must be True, False or None (the alias's FAIR), not {fair!r}.")
+        if fair is False and limit is not None:
+            raise ValueError(
+                "fair=False applies to locks: with limit=N the requests wait for a permit "
+                "first come, first served. Leave fair out, or drop limit."
+            )
+        self.fair: bool | None = fair
 
 
 def _checked_methods(methods: Any) -> frozenset[str]:
@@ -229,7 +242,7 @@ class ViewLock:
         }
         if options.limit is not None:
             return Semaphore(name, options.limit, **settings)
-        return Lock(name, **settings)
+        return Lock(name, fair=options.fair, **settings)
 
     def name_for(self, request: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         template = self.template

@@ -1,0 +1,29 @@
+-- wake_head.lua (included; one server): wake the longest waiter of a lock that is free now,
+-- without handing it the lock (the release of a non-fair hold: its token starts with '!').
+--
+-- Needs:   KEYS[2] the queue, KEYS[3] the liveness zset, now_ms (number), grace (ms: how
+--          long the wake-up element is kept) and woken, a local the caller set to false.
+-- Sets:    woken to true when an exclusive waiter was woken; it stays false when the first
+--          live waiter is a shared one (the caller hands the lock to the run of shared
+--          waiters instead, hand_over.lua) or nobody waits.
+-- Effect:  waiters whose registration ran out are dropped on the way (up to 16 looked at);
+--          the first live exclusive waiter's own list (KEYS[2] .. ':' .. token) gets one
+--          element, which wakes its BLPOP. It stays queued, with its arrival: the lock is
+--          not reserved for it, so whoever asks first takes it (a newcomer may overtake it),
+--          and if it loses, it waits on in its place.
+local queued = redis.call('ZRANGE', KEYS[2], 0, 15)
+for _, waiter in ipairs(queued) do
+  local alive = tonumber(redis.call('ZSCORE', KEYS[3], waiter))
+  if alive and alive > now_ms then
+    if string.sub(waiter, 1, 1) ~= '~' then
+      local wake = KEYS[2] .. ':' .. waiter
+      redis.call('RPUSH', wake, 1)
+      redis.call('PEXPIRE', wake, grace)
+      woken = true
+    end
+    break
+  end
+  redis.call('ZREM', KEYS[2], waiter)
+  redis.call('ZREM', KEYS[3], waiter)
+  redis.call('HDEL', KEYS[2] .. '|about', waiter)
+end
