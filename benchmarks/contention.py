@@ -174,6 +174,12 @@ def _one_run(
     }
 
 
+def _cpu_ratio(row: dict[str, Any], library: str, anchor: str, field: str) -> float:
+    """``library``'s CPU per acquisition (``field``) over ``anchor``'s."""
+    theirs = row[anchor][field]
+    return round(row[library][field] / theirs, 3) if theirs else float("nan")
+
+
 def _long_waits(repeats: list[dict[str, Any]], p99_us: float) -> dict[str, Any]:
     """How much of the long waits (over LONG_WAIT_P99S p99s) and of the longest one was
     run-queue delay: the waiter's own, and that of the processes holding the lock meanwhile."""
@@ -252,28 +258,38 @@ def _aggregate(
                 **_long_waits(repeats, percentile(waits, 0.99)),
                 "time_budget": time_budget(repeats),
             }
-        ours = runs[(k, anchors.DISTLOCK)]
         ratios[f"K={k}"] = {}
-        for anchor in anchors.CONTENDED_LIBRARIES[1:]:
-            theirs = runs[(k, anchor)]
-            ratios[f"K={k}"][f"acquisitions/s vs {anchor}"] = round(
-                paired_ratio(
-                    [r["acquisitions_per_s"] for r in ours],
-                    [r["acquisitions_per_s"] for r in theirs],
-                ),
-                3,
-            )
-            ratios[f"K={k}"][f"handoffs/s vs {anchor}"] = round(
-                paired_ratio(
-                    [r["handoffs_per_s"] for r in ours], [r["handoffs_per_s"] for r in theirs]
-                ),
-                3,
-            )
-            ratios[f"K={k}"][f"p99 wait vs {anchor}"] = (
-                round(row[anchors.DISTLOCK]["wait_p99_ms"] / row[anchor]["wait_p99_ms"], 3)
-                if row[anchor]["wait_p99_ms"]
-                else float("nan")
-            )
+        for library in anchors.OURS:
+            ours = runs[(k, library)]
+            # The default mode's keys name no mode (as before the non-fair mode came).
+            mode = "" if library == anchors.DISTLOCK else "fair=False "
+            for anchor in (a for a in anchors.CONTENDED_LIBRARIES if a not in anchors.OURS):
+                theirs = runs[(k, anchor)]
+                ratios[f"K={k}"][f"{mode}acquisitions/s vs {anchor}"] = round(
+                    paired_ratio(
+                        [r["acquisitions_per_s"] for r in ours],
+                        [r["acquisitions_per_s"] for r in theirs],
+                    ),
+                    3,
+                )
+                ratios[f"K={k}"][f"{mode}handoffs/s vs {anchor}"] = round(
+                    paired_ratio(
+                        [r["handoffs_per_s"] for r in ours],
+                        [r["handoffs_per_s"] for r in theirs],
+                    ),
+                    3,
+                )
+                ratios[f"K={k}"][f"{mode}p99 wait vs {anchor}"] = (
+                    round(row[library]["wait_p99_ms"] / row[anchor]["wait_p99_ms"], 3)
+                    if row[anchor]["wait_p99_ms"]
+                    else float("nan")
+                )
+                ratios[f"K={k}"][f"{mode}client CPU vs {anchor}"] = _cpu_ratio(
+                    row, library, anchor, "workers_cpu_us_per_acquisition"
+                )
+                ratios[f"K={k}"][f"{mode}server CPU vs {anchor}"] = _cpu_ratio(
+                    row, library, anchor, "server_cpu_us_per_acquisition"
+                )
         by_k[f"K={k}"] = row
     return {
         "by_k": by_k,

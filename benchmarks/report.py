@@ -343,6 +343,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     figure, axes = plt.subplots(3, 3, figsize=(17, 14))
     colours = {
         anchors.DISTLOCK: "#1f77b4",
+        anchors.DISTLOCK_NON_FAIR: "#17becf",
         anchors.REDIS_PY: "#d62728",
         anchors.PYTHON_REDIS_LOCK: "#2ca02c",
         anchors.POTTERY: "#9467bd",
