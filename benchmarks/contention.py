@@ -139,7 +139,7 @@ def _measure(profile: Profile, workers: Workers, data: redis.Redis, mode: str) -
 
 
 def _job(library: str, name_tag: str, counter_tag: str, seconds: float) -> dict[str, Any]:
-    short = library.split()[0]
+    short = library.split()[0] if library != anchors.DISTLOCK_NON_FAIR else "distlock-non-fair"
     return {
         "library": library,
         "name": f"contended:{short}:{name_tag}",
