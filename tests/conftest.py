@@ -33,11 +33,15 @@ BACKENDS = chosen(
     ["redis", "django_redis", "locmem", "redlock3", "redlock5", "cluster", "sentinel"]
 )
 # The contract suite's backends: every backend fair (the default), and non-fair (the alias's
-# OPTIONS['FAIR'] False) where the non-fair mode has an implementation of its own: the
-# one-server scripts (django-redis, Sentinel and Cluster run the same ones) and the in-memory
-# store (Redlock has none: CONTRACT "Fair and non-fair locks").
+# OPTIONS['FAIR'] False) where the non-fair mode has code of its own: the one-server scripts
+# (django-redis and Sentinel run them as one server does), a Cluster (its waiters block on
+# their master's own client) and the in-memory store (Redlock has none: CONTRACT "Fair and
+# non-fair locks").
 NON_FAIR = "-non-fair"
-CONTRACT_BACKENDS = [*BACKENDS, *(kind + NON_FAIR for kind in chosen(["redis", "locmem"]))]
+CONTRACT_BACKENDS = [
+    *BACKENDS,
+    *(kind + NON_FAIR for kind in chosen(["redis", "locmem", "cluster"])),
+]
 # Backends whose locks live in a server that other processes share.
 SHARED_BACKENDS = chosen(["redis", "django_redis", "redlock3", "cluster"])
 
