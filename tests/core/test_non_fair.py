@@ -18,7 +18,7 @@ from distlock import LockError
 from distlock.backends.operations import Request
 from distlock.info import holder_metadata
 from distlock.views.decorators import ViewLock, ViewLockOptions
-from tests.support.lock_helpers import read_line, spawner
+from tests.support.lock_helpers import assert_counted_exactly, spawner
 from tests.support.processes import child_env
 
 pytestmark = pytest.mark.django_db(databases=[])
@@ -95,13 +95,7 @@ def test_mixed_fair_and_non_fair_processes_lose_no_update(redis_url: str) -> Non
     env = child_env(kind="redis", url=redis_url, data_url=redis_url)
     with spawner("tests.support.workers", env) as spawn:
         workers = [spawn("counter", "mixed", "150", mode) for mode in ("non-fair", "", "non-fair")]
-        for process in workers:
-            read_line(process, "ready")
-        for process in workers:
-            assert process.wait(timeout=120) == 0
-    data = redis.Redis.from_url(redis_url)
-    assert int(data.get("counter")) == 3 * 150, "lost updates: two holders overlapped"
-    assert data.get("fence_violations") is None, "a fencing token did not increase"
+        assert_counted_exactly(workers, redis_url, 3 * 150)
 
 
 def test_the_alias_setting_is_the_default_and_a_lock_may_override_it(

@@ -16,14 +16,10 @@ for _, waiter in ipairs(queued) do
   local alive = tonumber(redis.call('ZSCORE', KEYS[3], waiter))
   if alive and alive > now_ms then
     if string.sub(waiter, 1, 1) ~= '~' then
-      local wake = KEYS[2] .. ':' .. waiter
-      redis.call('RPUSH', wake, 1)
-      redis.call('PEXPIRE', wake, grace)
+      -- #include "wake_waiter.lua"
       woken = true
     end
     break
   end
-  redis.call('ZREM', KEYS[2], waiter)
-  redis.call('ZREM', KEYS[3], waiter)
-  redis.call('HDEL', KEYS[2] .. '|about', waiter)
+  -- #include "drop_waiter.lua"
 end
