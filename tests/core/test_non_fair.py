@@ -63,6 +63,10 @@ def test_a_non_fair_release_wakes_the_longest_waiter_without_handing_it_the_lock
     holder.release()
     assert client.llen(wake) == 1  # its BLPOP returns: notified, not polling
     assert not backend.locked("report")  # free for whoever asks first: not reserved
+    newcomer = distlock.lock("report", ttl=60, fair=False)
+    assert newcomer.acquire()  # overtakes it before it came back
+    newcomer.release()
+    assert client.llen(wake) == 1  # woken once: overtaken again, it does not spin
     assert (
         backend.info("report") is None
         and client.exists(backend.layout.keys_for("report").lock) == 0
