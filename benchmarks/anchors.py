@@ -13,12 +13,15 @@ from typing import Any
 import redis
 
 DISTLOCK = "distlock"
+DISTLOCK_NON_FAIR = "distlock fair=False"  # the non-fair mode, beside the default
 REDIS_PY = "redis-py Lock"
 PYTHON_REDIS_LOCK = "python-redis-lock"
 POTTERY = "pottery Redlock"
 REDLOCK_PY = "redlock-py"
 UNCONTENDED_LIBRARIES = (DISTLOCK, REDIS_PY, PYTHON_REDIS_LOCK, POTTERY)
-CONTENDED_LIBRARIES = (DISTLOCK, PYTHON_REDIS_LOCK, REDIS_PY)
+CONTENDED_LIBRARIES = (DISTLOCK, PYTHON_REDIS_LOCK, REDIS_PY, DISTLOCK_NON_FAIR)
+# distlock's rows of the contention section: each is compared with every other library.
+OURS = (DISTLOCK, DISTLOCK_NON_FAIR)
 # Measured in round trips (benchmarks/latency.py) and server time (benchmarks/server_time.py).
 LATENCY_LIBRARIES = (*UNCONTENDED_LIBRARIES, REDLOCK_PY)
 REDLOCK_LIBRARIES = (DISTLOCK, POTTERY, REDLOCK_PY)
@@ -37,12 +40,14 @@ TTL = 10  # seconds; every lock here is released long before
 REDLOCK_PY_RETRIES = 3
 
 
-def distlock_factory(using: str = "default", shared: bool = False) -> Callable[[str], Any]:
+def distlock_factory(
+    using: str = "default", shared: bool = False, fair: bool | None = None
+) -> Callable[[str], Any]:
     """Return ``make(name)`` building an unheld distlock lock on the DISTLOCK alias ``using``
-    (held shared if ``shared``)."""
+    (held shared if ``shared``; non-fair if ``fair`` is False)."""
     import distlock
 
-    return lambda name: distlock.lock(name, ttl=TTL, using=using, shared=shared)
+    return lambda name: distlock.lock(name, ttl=TTL, using=using, shared=shared, fair=fair)
 
 
 def lock_factory(library: str, url: str) -> Callable[[str], Any]:
@@ -54,6 +59,8 @@ def lock_factory(library: str, url: str) -> Callable[[str], Any]:
         return redlock_factory(library, [url])
     if library == DISTLOCK:
         return distlock_factory()
+    if library == DISTLOCK_NON_FAIR:
+        return distlock_factory(fair=False)
     client = redis.Redis.from_url(url)
     if library == REDIS_PY:
         return lambda name: client.lock(name, timeout=TTL, sleep=REDIS_PY_SLEEP)

@@ -139,7 +139,7 @@ def _measure(profile: Profile, workers: Workers, data: redis.Redis, mode: str) -
 
 
 def _job(library: str, name_tag: str, counter_tag: str, seconds: float) -> dict[str, Any]:
-    short = library.split()[0]
+    short = library.split()[0] if library != anchors.DISTLOCK_NON_FAIR else "distlock-non-fair"
     return {
         "library": library,
         "name": f"contended:{short}:{name_tag}",
@@ -172,6 +172,12 @@ def _one_run(
         "run_queue": all(result["run_queue"] for result in results),
         "per_worker": [result["acquisitions"] for result in results],
     }
+
+
+def _cpu_ratio(row: dict[str, Any], library: str, anchor: str, field: str) -> float:
+    """``library``'s CPU per acquisition (``field``) over ``anchor``'s."""
+    theirs = row[anchor][field]
+    return round(row[library][field] / theirs, 3) if theirs else float("nan")
 
 
 def _long_waits(repeats: list[dict[str, Any]], p99_us: float) -> dict[str, Any]:
@@ -252,28 +258,38 @@ def _aggregate(
                 **_long_waits(repeats, percentile(waits, 0.99)),
                 "time_budget": time_budget(repeats),
             }
-        ours = runs[(k, anchors.DISTLOCK)]
         ratios[f"K={k}"] = {}
-        for anchor in anchors.CONTENDED_LIBRARIES[1:]:
-            theirs = runs[(k, anchor)]
-            ratios[f"K={k}"][f"acquisitions/s vs {anchor}"] = round(
-                paired_ratio(
-                    [r["acquisitions_per_s"] for r in ours],
-                    [r["acquisitions_per_s"] for r in theirs],
-                ),
-                3,
-            )
-            ratios[f"K={k}"][f"handoffs/s vs {anchor}"] = round(
-                paired_ratio(
-                    [r["handoffs_per_s"] for r in ours], [r["handoffs_per_s"] for r in theirs]
-                ),
-                3,
-            )
-            ratios[f"K={k}"][f"p99 wait vs {anchor}"] = (
-                round(row[anchors.DISTLOCK]["wait_p99_ms"] / row[anchor]["wait_p99_ms"], 3)
-                if row[anchor]["wait_p99_ms"]
-                else float("nan")
-            )
+        for library in anchors.OURS:
+            ours = runs[(k, library)]
+            # The default mode's keys name no mode (as before the non-fair mode came).
+            mode = "" if library == anchors.DISTLOCK else "fair=False "
+            for anchor in (a for a in anchors.CONTENDED_LIBRARIES if a not in anchors.OURS):
+                theirs = runs[(k, anchor)]
+                ratios[f"K={k}"][f"{mode}acquisitions/s vs {anchor}"] = round(
+                    paired_ratio(
+                        [r["acquisitions_per_s"] for r in ours],
+                        [r["acquisitions_per_s"] for r in theirs],
+                    ),
+                    3,
+                )
+                ratios[f"K={k}"][f"{mode}handoffs/s vs {anchor}"] = round(
+                    paired_ratio(
+                        [r["handoffs_per_s"] for r in ours],
+                        [r["handoffs_per_s"] for r in theirs],
+                    ),
+                    3,
+                )
+                ratios[f"K={k}"][f"{mode}p99 wait vs {anchor}"] = (
+                    round(row[library]["wait_p99_ms"] / row[anchor]["wait_p99_ms"], 3)
+                    if row[anchor]["wait_p99_ms"]
+                    else float("nan")
+                )
+                ratios[f"K={k}"][f"{mode}client CPU vs {anchor}"] = _cpu_ratio(
+                    row, library, anchor, "workers_cpu_us_per_acquisition"
+                )
+                ratios[f"K={k}"][f"{mode}server CPU vs {anchor}"] = _cpu_ratio(
+                    row, library, anchor, "server_cpu_us_per_acquisition"
+                )
         by_k[f"K={k}"] = row
     return {
         "by_k": by_k,

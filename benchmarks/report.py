@@ -106,6 +106,20 @@ def markdown(results: dict[str, Any]) -> str:
             ],
             rows,
         )
+        if pairs.get("commands"):
+            lines += ["What one pair asks of the server (MONITOR):", ""]
+            lines += _table(
+                ["library", "client calls", "arguments per call", "server commands"],
+                [
+                    [
+                        library,
+                        counts["client_calls_per_pair"],
+                        counts["arguments_per_call"],
+                        counts["server_commands_per_pair"],
+                    ]
+                    for library, counts in pairs["commands"].items()
+                ],
+            )
     if sections.get("latency"):
         lines += _latency(sections["latency"])
     if sections.get("server_time"):
@@ -343,6 +357,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     figure, axes = plt.subplots(3, 3, figsize=(17, 14))
     colours = {
         anchors.DISTLOCK: "#1f77b4",
+        anchors.DISTLOCK_NON_FAIR: "#17becf",
         anchors.REDIS_PY: "#d62728",
         anchors.PYTHON_REDIS_LOCK: "#2ca02c",
         anchors.POTTERY: "#9467bd",

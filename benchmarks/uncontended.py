@@ -19,7 +19,7 @@ from typing import Any
 
 import redis
 
-from . import anchors, otel_overhead
+from . import anchors, commands, otel_overhead
 from .harness import Profile, interleaved, paired_ratio, summary
 
 PING = "PING"
@@ -130,4 +130,6 @@ def run(profile: Profile, url: str) -> dict[str, Any]:
         "distlock_ratios": ratios,
         "scripts_bare_vs_bare_floor": scripts_vs_floor,
         "otel": otel_overhead.result(rates),
+        # Client calls, arguments per call and server commands per pair, from MONITOR.
+        "commands": commands.run(url),
     }

@@ -31,7 +31,7 @@ from .exceptions import (
 from .info import LockInfo, from_milliseconds, holder_metadata
 from .keys import validate_name
 from .signals import lock_acquired, lock_contended, lock_lost, lock_released
-from .tokens import SHARED_MARK, new_token
+from .tokens import NON_FAIR_MARK, SHARED_MARK, new_token
 from .transactions import (
     Hold,
     forget_waiting_release,
@@ -74,6 +74,7 @@ class Lock:
         "shared",
         "metric_name",
         "fence",
+        "fair",
     )
     _already_held = (
         "This Lock object already holds {name!r}. Release it first, make it with "
@@ -95,6 +96,7 @@ class Lock:
         shared: bool = False,
         metric_name: str | None = None,
         fence: bool = False,
+        fair: bool | None = None,
     ) -> None:
         self.name = validate_name(name)
         self.ttl = seconds("ttl", ttl, allow_none=True)
@@ -112,6 +114,7 @@ class Lock:
                 raise TypeError(f"{label} must be True or False, not {flag!r}.")
         if on_lost is not None and not callable(on_lost):
             raise TypeError(f"on_lost must be a callable taking the lock, not {on_lost!r}.")
+        _check_fair(fair, shared)
         if not isinstance(using, str):
             raise TypeError(f"using must be a DISTLOCK alias (str), not {using!r}.")
         if purpose is not None and not isinstance(purpose, str):
@@ -136,6 +139,9 @@ class Lock:
         self.metric_name = metric_name  # distlock.name in the metrics (distlock.metrics)
         # Claim the fencing token in each database transaction of the holder (claims.py).
         self.fence = fence
+        # True: first come, first served; False: a free lock goes to whoever asks first;
+        # None: the alias's OPTIONS['FAIR'] (True unless set). Exclusive locks only.
+        self.fair = fair
         self.token: str | None = None
         self.fencing_token: int | None = None
         self._operations: Operations | None = None
@@ -958,6 +964,33 @@ class Lock:
         return {name: getattr(self, name) for name in self._copied}
 
 
+def _check_fair(fair: object, shared: bool) -> None:
+    if fair is not None and not isinstance(fair, bool):
+        raise TypeError(f"fair must be True, False or None (the alias's FAIR), not {fair!r}.")
+    if fair is False and shared:
+        raise ValueError(
+            "fair=False applies to exclusive locks: shared holds are always served first "
+            "come, first served (a queued writer keeps later readers out). Leave fair out, "
+            "or take the exclusive lock (shared=False)."
+        )
+
+
+def _new_token(lock: Lock, operations: Operations) -> str:
+    """Return a new token for one acquire of ``lock``, marked for the scripts when the hold is
+    shared or non-fair (distlock.tokens)."""
+    if lock.shared:
+        return SHARED_MARK + new_token()
+    if lock.kind != "lock":  # a semaphore's permit: first come, first served
+        return new_token()
+    backend = cast(BaseLockBackend, operations.backend)
+    fair = lock.fair if lock.fair is not None else backend.fair
+    if fair:
+        return new_token()
+    if backend.no_non_fair:
+        raise backend.non_fair_not_supported()
+    return NON_FAIR_MARK + new_token()
+
+
 # An acquire whose reply came too late to leave any lease: treated as not acquired.
 TOO_LATE = Attempt(False, holder_pttl_ms=0)
 
@@ -979,7 +1012,7 @@ class _Attempts:
         self.lock = lock
         self.operations = operations
         # 128 random bits: unguessable, never reused; a shared holder's marked for the scripts
-        self.token = SHARED_MARK + new_token() if lock.shared else new_token()
+        self.token = _new_token(lock, operations)
         ttl = lock.ttl if lock.ttl is not None else operations.default_timeout
         self.ttl_ms = operations.lease_ms(ttl)  # also enforces the alias's MAX_TTL
         self.meta = holder_metadata(lock.purpose)
@@ -1190,6 +1223,7 @@ def lock(
     shared: bool = False,
     metric_name: str | None = None,
     fence: bool = False,
+    fair: bool | None = None,
 ) -> Lock:
     """Return a Lock on ``name`` for the DISTLOCK alias ``using``.
 
@@ -1203,6 +1237,10 @@ def lock(
     in each database transaction the holder runs, so that a holder whose lease ended (a
     pause, a lock server that restarted empty) is refused (``FencedUpdateRejected``) and its
     transaction rolled back once a newer holder has claimed it (docs/fencing-and-limits.md).
+    its first ``:``, then ``:*``; see docs/observing.md). ``fair``: True serves waiters first
+    come, first served; False lets whoever asks first take a free lock (waiters may be
+    overtaken, for throughput; they are still woken when it is released); None (the
+    default): the alias's ``OPTIONS['FAIR']``, True unless set.
     """
     return Lock(
         name,
@@ -1217,4 +1255,5 @@ def lock(
         shared=shared,
         metric_name=metric_name,
         fence=fence,
+        fair=fair,
     )

@@ -39,7 +39,9 @@ class Semaphore(Lock):
     """
 
     kind = "semaphore"
-    _copied = tuple(name for name in Lock._copied if name not in ("reentrant", "shared", "fence"))
+    _copied = tuple(
+        name for name in Lock._copied if name not in ("reentrant", "shared", "fence", "fair")
+    )
     _already_held = (
         "This Semaphore object already holds a permit of {name!r}: release it first, or use "
         "another Semaphore object (one per concurrent holder)."

@@ -13,6 +13,10 @@ import threading
 # What starts a shared holder's token: the scripts tell a shared waiter from an exclusive one
 # by it (backends/redis_ops/lua/include/hand_over.lua); never the start of a hex token.
 SHARED_MARK = "~"
+# What starts a non-fair exclusive acquirer's token (fair=False): acquire.lua lets it take a
+# free lock whoever is queued, and release.lua only wakes the longest waiter when it releases
+# (include/lapsed.lua, include/wake_head.lua); never the start of a hex token either.
+NON_FAIR_MARK = "!"
 
 TOKEN_BYTES = 16
 BATCH_TOKENS = 256  # tokens per read of the random source

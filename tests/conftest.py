@@ -32,6 +32,16 @@ def chosen(kinds: list[str]) -> list[str]:
 BACKENDS = chosen(
     ["redis", "django_redis", "locmem", "redlock3", "redlock5", "cluster", "sentinel"]
 )
+# The contract suite's backends: every backend fair (the default), and non-fair (the alias's
+# OPTIONS['FAIR'] False) where the non-fair mode has code of its own: the one-server scripts
+# (django-redis and Sentinel run them as one server does), a Cluster (its waiters block on
+# their master's own client) and the in-memory store (Redlock has none: CONTRACT "Fair and
+# non-fair locks").
+NON_FAIR = "-non-fair"
+CONTRACT_BACKENDS = [
+    *BACKENDS,
+    *(kind + NON_FAIR for kind in chosen(["redis", "locmem", "cluster"])),
+]
 # Backends whose locks live in a server that other processes share.
 SHARED_BACKENDS = chosen(["redis", "django_redis", "redlock3", "cluster"])
 
@@ -65,8 +75,11 @@ def location_of(
     return location_of(kind, request, redis_url, flush=flush)
 
 
-def _use(settings: Any, kind: str, url: str) -> None:
+def _use(settings: Any, kind: str, url: str, fair: bool = True) -> None:
     settings.DISTLOCK, settings.CACHES = distlock_settings(kind, url)
+    if not fair:
+        default = settings.DISTLOCK["default"]
+        default["OPTIONS"] = {**default.get("OPTIONS", {}), "FAIR": False}
     locks.reset()
 
 
@@ -74,6 +87,23 @@ def _use(settings: Any, kind: str, url: str) -> None:
 def backend_kind(request: pytest.FixtureRequest, settings: Any, redis_url: str) -> str:
     """Point the default alias at each backend in turn."""
     _use(settings, request.param, location_of(request.param, request, redis_url))
+    return request.param
+
+
+@pytest.fixture(params=CONTRACT_BACKENDS)
+def contract_backend(request: pytest.FixtureRequest, settings: Any, redis_url: str) -> str:
+    """Point the default alias at each backend in turn, in each mode it has (see
+    CONTRACT_BACKENDS); return the backend's kind."""
+    kind = request.param.removesuffix(NON_FAIR)
+    _use(settings, kind, location_of(kind, request, redis_url), fair=kind == request.param)
+    return kind
+
+
+@pytest.fixture(params=chosen(["redis", "locmem"]))
+def non_fair_backend(request: pytest.FixtureRequest, settings: Any, redis_url: str) -> str:
+    """Point the default alias at each backend with a non-fair mode of its own (FAIR left
+    at True: the tests ask with fair=False)."""
+    _use(settings, request.param, redis_url)
     return request.param
 
 

@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from asgiref.sync import sync_to_async
 
 from .. import metrics
-from ..exceptions import RenewalLimitReached, SemaphoresNotSupported, SharedLocksNotSupported
+from ..exceptions import (
+    InvalidLockBackendError,
+    LockError,
+    RenewalLimitReached,
+    SemaphoresNotSupported,
+    SharedLocksNotSupported,
+)
 from ..info import LockInfo, WaiterInfo
 from ..keys import KeyLayout
 from ..signals import lock_force_released
@@ -26,7 +32,7 @@ from .operations import (
     UnsupportedSemaphores,
     UnsupportedShared,
 )
-from .settings import LIMIT_OPTIONS, Problems, parse_common
+from .settings import COMMON_OPTIONS, Problems, parse_common
 
 if TYPE_CHECKING:  # redis is not imported for LocMemBackend
     from .redis_ops.memory import MemoryReport
@@ -61,11 +67,14 @@ class BaseLockBackend:
     """
 
     # Option names (upper case) this backend understands besides the client's own.
-    own_options: frozenset[str] = LIMIT_OPTIONS
+    own_options: frozenset[str] = COMMON_OPTIONS
     # Why a backend keeps no semaphores, for SemaphoresNotSupported's message.
     no_semaphores = "it does not keep them"
     # Why a backend keeps no shared locks, for SharedLocksNotSupported's message.
     no_shared_locks = "it does not keep them"
+    # Why a backend serves every waiter first come, first served (None: it has a non-fair
+    # mode), for the error of fair=False and the check of OPTIONS['FAIR'].
+    no_non_fair: str | None = None
 
     # The operations class of each kind this backend keeps, by the word a Lock and the
     # metrics name the kind with; a kind missing here is Unsupported.
@@ -129,6 +138,17 @@ class BaseLockBackend:
         self.default_timeout = common.default_timeout
         self.options = common.options
         self.max_ttl, self.max_renewals = common.max_ttl, common.max_renewals
+        self.fair = common.fair  # OPTIONS['FAIR']: how a Lock with fair=None serves waiters
+        if not self.fair and self.no_non_fair:
+            problems.add(
+                InvalidLockBackendError(
+                    f"DISTLOCK[{self.alias!r}]['OPTIONS']['FAIR'] is False, but "
+                    f"{type(self).__name__} has no non-fair mode: {self.no_non_fair}.",
+                    check_id="distlock.E006",
+                    hint="Drop FAIR (its locks are fair), or use "
+                    "distlock.backends.redis.RedisBackend for non-fair locks.",
+                )
+            )
         self.layout = KeyLayout(self.key_prefix)
 
     def lease_ms(self, ttl: float) -> int:
@@ -156,6 +176,14 @@ class BaseLockBackend:
             f"DISTLOCK[{self.alias!r}] uses {type(self).__name__}, which has no semaphores: "
             f"{self.no_semaphores}. Add an alias with distlock.backends.redis.RedisBackend "
             "(one server, Sentinel or Cluster) and pass using=<that alias>.",
+        )
+
+    def non_fair_not_supported(self) -> LockError:
+        """The error of an acquire with fair=False on a backend without a non-fair mode."""
+        return LockError(
+            f"DISTLOCK[{self.alias!r}] uses {type(self).__name__}, which has no non-fair "
+            f"mode: {self.no_non_fair}. Make the lock with fair=True (or leave fair out), or "
+            "add an alias with distlock.backends.redis.RedisBackend and pass using=<that alias>."
         )
 
     def shared_locks_not_supported(self) -> SharedLocksNotSupported:

@@ -81,6 +81,12 @@ NO_SEMAPHORES = (
     "a permit count kept on several independent servers would need a quorum "
     "protocol distlock does not implement"
 )
+# Why Redlock has no non-fair mode (fair=False raises LockError saying so).
+NO_NON_FAIR = (
+    "a free lock is granted by a majority of independent nodes, and a waiter woken without "
+    "the grant it is handed would race every newcomer on each node, which can split the "
+    "votes so that nobody gets a majority"
+)
 NO_SHARED_LOCKS = (
     "a set of shared holders kept on several independent servers, each handing the lock "
     "to a different batch of waiters, would need a quorum protocol distlock does not "
@@ -185,6 +191,7 @@ class RedlockBackend(BaseLockBackend):
     own_options = BaseLockBackend.own_options | {"DRIFT_FACTOR"}
     no_semaphores = NO_SEMAPHORES
     no_shared_locks = NO_SHARED_LOCKS
+    no_non_fair = NO_NON_FAIR
 
     # Shared locks and semaphores: Unsupported (NO_SHARED_LOCKS, NO_SEMAPHORES say why).
     kind_classes: ClassVar[dict[str, type[Operations]]] = {"lock": RedlockOperations}

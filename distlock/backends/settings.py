@@ -20,6 +20,9 @@ KNOWN_SETTINGS = {"BACKEND", "LOCATION", "KEY_PREFIX", "TIMEOUT", "OPTIONS"}
 # at most about MAX_TTL x (MAX_RENEWALS + 1) seconds. The Lua scripts enforce MAX_RENEWALS
 # atomically (redis_ops/lua/extend.lua).
 LIMIT_OPTIONS = frozenset({"MAX_TTL", "MAX_RENEWALS"})
+# FAIR: how the alias's exclusive locks serve waiters when a Lock does not say (fair=None):
+# True (the default) first come, first served; False a free lock goes to whoever asks first.
+COMMON_OPTIONS = LIMIT_OPTIONS | {"FAIR"}
 _PREFIX_FORBIDDEN = re.compile(r"[{}\s\x00-\x1f\x7f*?\[\]]")
 
 
@@ -66,6 +69,7 @@ class CommonSettings(NamedTuple):
     options: dict[str, Any]
     max_ttl: float | None
     max_renewals: int | None
+    fair: bool
 
 
 def parse_common(
@@ -100,7 +104,8 @@ def parse_common(
     max_ttl, max_renewals = problems.parse(
         lambda: _parse_limits(alias, options, timeout), no_limits
     )
-    return CommonSettings(key_prefix, timeout, options, max_ttl, max_renewals)
+    fair = problems.parse(lambda: _parse_fair(alias, options), True)
+    return CommonSettings(key_prefix, timeout, options, max_ttl, max_renewals, fair)
 
 
 def _parse_options(
@@ -200,3 +205,16 @@ def _parse_limits(
             "None for no limit.",
         )
     return max_ttl, max_renewals
+
+
+def _parse_fair(alias: str, options: dict[str, Any]) -> bool:
+    """Return OPTIONS['FAIR'] (True when it is not set)."""
+    fair = options.get("FAIR", True)
+    if not isinstance(fair, bool):
+        raise InvalidLockBackendError(
+            f"DISTLOCK[{alias!r}]['OPTIONS']['FAIR'] must be True or False, not {fair!r}.",
+            check_id="distlock.E006",
+            hint="True (the default): waiters are served first come, first served; False: a "
+            "free lock goes to whoever asks first (more throughput, waiters may be overtaken).",
+        )
+    return fair

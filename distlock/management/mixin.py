@@ -72,6 +72,9 @@ class LockedCommandMixin:
     # The Lock handle() runs under (its fencing_token, lease_left(), extend()); None when
     # no lock is held (outside handle(), or with --no-lock).
     lock: Lock | None = None
+    # False: a free lock goes to whichever instance asks first, not to the one that waited
+    # longest; None: the alias's OPTIONS['FAIR'] (see distlock.lock).
+    lock_fair: bool | None = None
 
     _lock_argv: list[str] | None = None
     handle: Callable[..., Any]  # BaseCommand's, shadowed while the lock is held
@@ -133,6 +136,7 @@ class LockedCommandMixin:
         )
         assert ttl is not None
         _check_exit_code(self.lock_skip_exit_code)
+        _check_fair(self.lock_fair)
         return LockPlan(
             name=self._filled_lock_name(options), ttl=ttl, wait=wait, purpose=self._purpose(args)
         )
@@ -166,6 +170,7 @@ class LockedCommandMixin:
             using=self.lock_using,
             purpose=plan.purpose,
             hold_until_commit=self.lock_hold_until_commit,
+            fair=self.lock_fair,
             metric_name=self.command_name(),  # bounded, unlike a name filled from options
             fence=_flag("lock_fence", self.lock_fence),
         )
@@ -311,6 +316,9 @@ def _flag(attribute: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise CommandError(f"{attribute} must be True or False, not {value!r}.")
     return value
+def _check_fair(fair: object) -> None:
+    if fair is not None and not isinstance(fair, bool):
+        raise CommandError(f"lock_fair must be True, False or None, not {fair!r}.")
 
 
 def _check_exit_code(code: object) -> None:

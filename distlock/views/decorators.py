@@ -52,6 +52,7 @@ def lock_view(
     limit: int | None = None,
     hold_until_commit: bool = True,
     fence: bool = False,
+    fair: bool | None = None,
 ) -> Callable[[V], V]:
     """Decorate a view so that requests with the same lock name never run at the same time.
 
@@ -74,6 +75,9 @@ def lock_view(
     runs: a request whose lease ended (a paused worker, a lock server restarted empty) is
     refused once a newer request has claimed it, its transaction rolled back, and answered
     ``409 Conflict`` (LockFenced).
+    (``hold_until_commit``, see distlock.lock). ``fair=False``: a free lock goes to whichever
+    request asks first, not to the one that waited longest (see distlock.lock; None: the
+    alias's ``OPTIONS['FAIR']``).
     """
     options = ViewLockOptions(
         name,
@@ -86,6 +90,7 @@ def lock_view(
         limit=limit,
         hold_until_commit=hold_until_commit,
         fence=fence,
+        fair=fair,
     )
 
     def decorator(view: V) -> V:
@@ -117,6 +122,7 @@ class ViewLockOptions:
         limit: Any = None,
         hold_until_commit: Any = True,
         fence: Any = False,
+        fair: Any = None,
     ) -> None:
         if name is not None and not isinstance(name, str) and not callable(name):
             raise TypeError(
@@ -160,6 +166,14 @@ class ViewLockOptions:
         self.fail_open = fail_open
         self.hold_until_commit = hold_until_commit
         self.fence = fence
+        if fair is not None and not isinstance(fair, bool):
+            raise TypeError(f"fair must be True, False or None (the alias's FAIR), not {fair!r}.")
+        if fair is False and limit is not None:
+            raise ValueError(
+                "fair=False applies to locks: with limit=N the requests wait for a permit "
+                "first come, first served. Leave fair out, or drop limit."
+            )
+        self.fair: bool | None = fair
 
 
 def _checked_methods(methods: Any) -> frozenset[str]:
@@ -248,7 +262,7 @@ class ViewLock:
         }
         if options.limit is not None:
             return Semaphore(name, options.limit, **settings)
-        return Lock(name, fence=options.fence, **settings)
+        return Lock(name, fence=options.fence, fair=options.fair, **settings)
 
     def name_for(self, request: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         template = self.template

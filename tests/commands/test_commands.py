@@ -177,6 +177,7 @@ def test_bad_option_values_are_refused_before_anything_runs(
         ("lock_ttl", "60", "lock_ttl must be a number of seconds, not str '60'."),
         ("lock_wait", -5, "lock_wait must be >= 0 seconds, not -5."),
         ("lock_skip_exit_code", 300, "lock_skip_exit_code must be an int from 0 to 255, not 300."),
+        ("lock_fair", "no", "lock_fair must be True, False or None, not 'no'."),
     ],
 )
 def test_bad_class_settings_are_reported(
@@ -587,3 +588,18 @@ def test_info_and_release_free_one_permit_by_token(redis_backend: str):
     out = distlock_command("release", "exports", "--yes", "--token", permits[0].token)
     assert out.startswith("Freed the permit of the semaphore 'exports'")
     assert not permits[0].owned() and permits[1].owned()
+
+
+class NonFair(LockedCommandMixin, BaseCommand):
+    """Says the token its run holds the lock with."""
+
+    lock_name = "non-fair"
+    lock_fair = False
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        self.stdout.write(distlock.locks["default"].info("non-fair").token)
+
+
+def test_lock_fair_false_holds_a_non_fair_lock(redis_backend: str) -> None:
+    out, _ = run(NonFair())
+    assert out.startswith("!")  # the mark of a non-fair token (docs/protocol.md)

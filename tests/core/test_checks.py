@@ -223,9 +223,34 @@ EXACT_ERRORS = [
         {"BACKEND": REDIS, "LOCATION": URL, "OPTIONS": {"NOT_AN_OPTION": 1}},
         Error(
             "DISTLOCK['default']['OPTIONS'] has options this backend does not know: NOT_AN_OPTION.",
-            hint="RedisBackend understands CLUSTER, MAX_RENEWALS, MAX_TTL, SENTINELS, "
+            hint="RedisBackend understands CLUSTER, FAIR, MAX_RENEWALS, MAX_TTL, SENTINELS, "
             "SENTINEL_KWARGS, WAIT_REPLICAS, WAIT_TIMEOUT; lower-case options go to the Redis "
             "client.",
+            id="distlock.E006",
+        ),
+    ),
+    (
+        {"BACKEND": REDIS, "LOCATION": URL, "OPTIONS": {"FAIR": "no"}},
+        Error(
+            "DISTLOCK['default']['OPTIONS']['FAIR'] must be True or False, not 'no'.",
+            hint="True (the default): waiters are served first come, first served; False: a "
+            "free lock goes to whoever asks first (more throughput, waiters may be overtaken).",
+            id="distlock.E006",
+        ),
+    ),
+    (
+        {
+            "BACKEND": "distlock.backends.redlock.RedlockBackend",
+            "LOCATION": [URL, "redis://127.0.0.1:2/0", "redis://127.0.0.1:3/0"],
+            "OPTIONS": {"FAIR": False},
+        },
+        Error(
+            "DISTLOCK['default']['OPTIONS']['FAIR'] is False, but RedlockBackend has no "
+            "non-fair mode: a free lock is granted by a majority of independent nodes, and a "
+            "waiter woken without the grant it is handed would race every newcomer on each "
+            "node, which can split the votes so that nobody gets a majority.",
+            hint="Drop FAIR (its locks are fair), or use distlock.backends.redis.RedisBackend "
+            "for non-fair locks.",
             id="distlock.E006",
         ),
     ),

@@ -1,4 +1,5 @@
-"""The lock contract, run against every backend (see conftest.BACKENDS)."""
+"""The lock contract, run against every backend, fair and, where there is a non-fair mode,
+non-fair (see conftest.CONTRACT_BACKENDS)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ pytestmark = pytest.mark.django_db(databases=[])
 
 
 @pytest.fixture(autouse=True)
-def _every_backend(backend_kind: str) -> str:
-    return backend_kind
+def _every_backend(contract_backend: str) -> str:
+    return contract_backend
 
 
 def test_acquire_release_and_state() -> None:
@@ -469,10 +470,10 @@ def test_info_held_and_force_release() -> None:
 
 
 def test_shared_holders_exclude_the_writer_or_the_backend_says_what_to_use(
-    backend_kind: str,
+    contract_backend: str,
 ) -> None:
     readers = [distlock.lock("rw", shared=True, ttl=5, wait=0) for _ in range(2)]
-    if backend_kind.startswith("redlock"):  # no quorum protocol for shared holders
+    if contract_backend.startswith("redlock"):  # no quorum protocol for shared holders
         with pytest.raises(distlock.SharedLocksNotSupported, match="RedisBackend"):
             readers[0].acquire()
         return

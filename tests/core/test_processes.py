@@ -9,10 +9,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
-import redis
 
 import distlock
-from tests.support.lock_helpers import read_line, spawner
+from tests.support.lock_helpers import assert_counted_exactly, read_line, spawner
 from tests.support.processes import child_env
 
 pytestmark = pytest.mark.django_db(databases=[])
@@ -30,13 +29,7 @@ def spawn(shared_backend_kind: str, backend_location: str, redis_url: str) -> It
 @pytest.mark.slow
 def test_mutual_exclusion_eight_processes(spawn, redis_url: str) -> None:
     workers = [spawn("counter", "counted", "500") for _ in range(8)]
-    for process in workers:
-        read_line(process, "ready")
-    for process in workers:
-        assert process.wait(timeout=240) == 0
-    data = redis.Redis.from_url(redis_url)
-    assert int(data.get("counter")) == 8 * 500, "lost updates: two holders overlapped"
-    assert data.get("fence_violations") is None, "a fencing token did not increase"
+    assert_counted_exactly(workers, redis_url, 8 * 500)
 
 
 def test_waiter_in_another_process_gets_the_lock_quickly(spawn) -> None:

@@ -96,6 +96,21 @@ def read_line(process: subprocess.Popen, expected: str) -> str:
     return line
 
 
+def assert_counted_exactly(workers: list[subprocess.Popen], data_url: str, expected: int) -> None:
+    """Let the ``counter`` workers (tests.support.workers) run to the end; assert that their
+    counter on the Redis at ``data_url`` is ``expected`` (no update lost: no two holders at
+    once) and that the fencing tokens they saw only went up."""
+    import redis
+
+    for process in workers:
+        read_line(process, "ready")
+    for process in workers:
+        assert process.wait(timeout=240) == 0
+    data = redis.Redis.from_url(data_url)
+    assert int(data.get("counter")) == expected, "lost updates: two holders overlapped"
+    assert data.get("fence_violations") is None, "a fencing token did not increase"
+
+
 def hold_many(names: list[str], ttl: float) -> dict[str, str]:
     """Hold every lock in ``names`` (free before) for ``ttl`` seconds on the default alias,
     fast; return their tokens by name. Scripted backends take them with their own acquire

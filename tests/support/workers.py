@@ -29,9 +29,10 @@ def say(*words: object) -> None:
     print(*words, flush=True)
 
 
-def counter(name: str, iterations: str) -> None:
+def counter(name: str, iterations: str, mode: str = "") -> None:
     """Increment a counter in Redis with a non-atomic read-modify-write, inside the lock, and
-    check at the 'resource' that fencing tokens only go up."""
+    check at the 'resource' that fencing tokens only go up. ``mode`` "non-fair": the lock is
+    made with fair=False (else the alias's FAIR)."""
     import redis
 
     import distlock
@@ -39,7 +40,8 @@ def counter(name: str, iterations: str) -> None:
     data = redis.Redis.from_url(os.environ["DISTLOCK_TEST_DATA_URL"])
     say("ready")
     for _ in range(int(iterations)):
-        with distlock.lock(name, ttl=10, wait=None) as lk:
+        fair = False if mode == "non-fair" else None
+        with distlock.lock(name, ttl=10, wait=None, fair=fair) as lk:
             value = int(data.get("counter") or 0)
             last_fence = int(data.get("fence") or 0)
             if lk.fencing_token <= last_fence:

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...tokens import NON_FAIR_MARK
 from ..base import HANDOFF_GRACE_MS
 
 # One store per LOCATION, shared by every backend instance that names it (as locmem caches).
@@ -119,9 +120,10 @@ class Store:
 
     def blocked(self, name: str, token: str, shared: bool) -> bool:
         """Return True if a registered waiter ahead of ``token`` goes first: any waiter for
-        an exclusive acquirer, an exclusive waiter for a shared one (as the scripts rule)."""
+        a fair exclusive acquirer, an exclusive waiter for a shared one, none for a non-fair
+        acquirer (as the scripts rule)."""
         queue = self.queues.get(name)
-        if not queue:
+        if not queue or token.startswith(NON_FAIR_MARK):
             return False
         now = time.monotonic()
         for other in [t for t, (_, end) in queue.items() if end <= now]:

@@ -16,10 +16,11 @@ from typing import Any, NamedTuple
 from ...exceptions import BackendUnavailable
 from ...info import LockInfo, WaiterInfo
 from ...keys import ABOUT_WAITERS, KeyLayout, validate_name
+from ...tokens import NON_FAIR_MARK
 from ..base import HANDOFF_GRACE_MS, Attempt
 from ..operations import Request
 from .scripts import Script, load
-from .steps import Confirmed, Eval, PopThenEval, Scope, Steps, flag, text
+from .steps import Confirmed, Eval, Pop, PopThenEval, Scope, Steps, flag, text
 
 ACQUIRE = load("acquire")
 RELEASE = load("release")
@@ -76,8 +77,17 @@ def wait_and_acquire(scope: Scope, hold: Hold, request: Request, timeout: float)
     pipelined script as soon as the BLPOP returns, so a waiter handed the lock (or let in
     with a batch of readers) learns it holds it from the reply that woke it."""
     name, token = request.name, request.token
-    call = hold.acquire_call(scope.layout, request, True)
     wake = hold.wake(scope.layout, name, token)
+    if token.startswith(NON_FAIR_MARK):
+        # Non-fair: the release left the lock free, not reserved. The acquire goes after the
+        # wake-up, not pipelined behind it, so that a process already running (the releaser
+        # looping, a newcomer) takes the lock meanwhile instead of it waiting, held, for this
+        # waiter to be scheduled: a round trip more per handoff, for throughput.
+        yield Pop(wake, timeout)
+        sent = time.monotonic()
+        attempt = yield from try_acquire(scope, hold, request, waited=True)
+        return attempt._replace(sent=sent)
+    call = hold.acquire_call(scope.layout, request, True)
     sent = time.monotonic()
     replies = yield PopThenEval(wake, timeout, call, confirm=bool(scope.wait_replicas))
     if replies is None:

@@ -233,7 +233,8 @@ class Runner:
     # by max_connections would otherwise run out when waiters fill it; and Redlock's
     # waiters share one signal list, where a pushed element would wake another waiter).
     def pop(self, step: Pop) -> str | None:
-        replies = self.blocking(self.client, step.key, step.timeout, [])
+        # On a Cluster, the plain client of the list's master (a non-fair waiter's BLPOP).
+        replies = self.blocking(self.node_client(step.key), step.key, step.timeout, [])
         return popped(replies)
 
     async def apop(self, step: Pop, client: Any) -> str | None:
@@ -440,7 +441,7 @@ async def aread_reply(connection: Any) -> Any:
 
 
 # The steps a Cluster runs on one node's sync client (aexecute runs them in a thread).
-NODE_PIPELINED = (Confirmed, PopThenEval)
+NODE_PIPELINED = (Confirmed, PopThenEval, Pop)
 # How each kind of step runs: on the sync client, and on an async one.
 SYNC: dict[type, Callable[[Any, Any], Any]] = {
     Eval: Runner.eval,

@@ -10,7 +10,8 @@
 --                    '|' never appears in an encoded name, so no lock's key is that)
 -- KEYS[4]  live      zset: waiting token -> when its registration ends (server clock, ms)
 -- KEYS[5]  index     zset: the names held in the lock's bucket -> lease end (ms)
--- ARGV[1]  token     the acquirer's token
+-- ARGV[1]  token     the acquirer's token ('!' first: a non-fair acquirer, which takes a free
+--                    lock whoever waits)
 -- ARGV[2]  lease     ms
 -- ARGV[3]  metadata  the holder's JSON (kept as the waiter's while it is queued)
 -- ARGV[4]  name      the lock's name
@@ -30,7 +31,9 @@
 --          metadata in KEYS[3] .. '|about' (written on the waiting path only), dropped when
 --          it leaves the queue. A free lock with waiters queued (its holder's lease ran out
 --          without a release) goes to the first live waiter first (lapsed.lua): a newcomer
---          or a later waiter queues behind it.
+--          or a later waiter queues behind it. A non-fair acquirer (its token starts with '!')
+--          takes a free lock whoever is queued (it may overtake them), never one reserved
+--          for a waiter.
 -- #include "include/clock.lua"
 -- #include "include/lapsed.lua"
 -- #include "include/new_hold.lua"

@@ -19,7 +19,10 @@
 --          shared places beside it (a downgrade), the lock goes to them at once, held shared
 --          (downgraded.lua; the bucket's shared index is KEYS[4] with its last word "held"
 --          read "shheld"). Else, if anyone is queued, the lock is handed to the longest waiter
---          still registered (hand_over.lua).
+--          still registered (hand_over.lua); a non-fair hold's release (its token starts
+--          with '!') only wakes that waiter instead, and leaves the lock free for whoever
+--          asks first (wake_head.lua; a run of shared waiters at the head is still handed
+--          the lock).
 local value = redis.call('GET', KEYS[1])
 if not value or string.sub(value, 1, 1) == '=' then
   return 0
@@ -40,7 +43,13 @@ if redis.call('EXISTS', KEYS[2], KEYS[2] .. '|readers') > 0 then
   local shared_index, lock_name = string.sub(KEYS[4], 1, -5) .. 'shheld', ARGV[2]
   -- #include "include/downgraded.lua"
   if not downgraded and redis.call('EXISTS', KEYS[2]) == 1 then
-    -- #include "include/hand_over.lua"
+    local woken = false
+    if string.sub(value, 1, 1) == '!' then
+      -- #include "include/wake_head.lua"
+    end
+    if not woken then
+      -- #include "include/hand_over.lua"
+    end
   end
 end
 return 1

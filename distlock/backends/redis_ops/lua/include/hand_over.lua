@@ -20,16 +20,10 @@ for _, waiter in ipairs(queued) do
     -- The waiter leaves the queue now: it holds a reservation, not a place. Were it to die
     -- unclaimed, an entry left behind would keep the readers queued behind it out for its
     -- whole registration, not just the grace.
-    redis.call('ZREM', KEYS[2], waiter)
-    redis.call('ZREM', KEYS[3], waiter)
-    redis.call('HDEL', KEYS[2] .. '|about', waiter)
+    -- #include "drop_waiter.lua"
     redis.call('SET', KEYS[1], '=' .. waiter, 'PX', grace)
-    local wake = KEYS[2] .. ':' .. waiter
-    redis.call('RPUSH', wake, 1)
-    redis.call('PEXPIRE', wake, grace)
+    -- #include "wake_waiter.lua"
     break
   end
-  redis.call('ZREM', KEYS[2], waiter)
-  redis.call('ZREM', KEYS[3], waiter)
-  redis.call('HDEL', KEYS[2] .. '|about', waiter)
+  -- #include "drop_waiter.lua"
 end

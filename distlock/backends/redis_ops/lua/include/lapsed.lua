@@ -13,7 +13,8 @@
 --          lock is handed to the head of the queue as a release would (hand_over.lua: dead
 --          waiters dropped, the first live one, or the run of shared waiters there, reserved
 --          the lock for grace ms and woken). The script then goes on as usual: the head
---          claims its reservation, anyone else queues behind it.
+--          claims its reservation, anyone else queues behind it. A non-fair acquirer (token
+--          ARGV[1] starts with '!') hands nothing over: it takes the free lock itself.
 -- Why:     every waiter blocks until the lease's end on its own timer; without this, the
 --          one whose timer fired first took the lock, whatever its place in the queue. On
 --          the uncontended path it costs one EXISTS (no queue) and no round trip.
@@ -28,7 +29,8 @@ if redis.call('EXISTS', KEYS[3], KEYS[3] .. '|readers') > 0 and redis.call('EXIS
   local now_ms = tonumber(now_ms)
   local grace = ARGV[7] or '250'
   -- #include "downgraded.lua"
-  if not downgraded and redis.call('EXISTS', KEYS[2]) == 1 then
+  -- A non-fair acquirer (its token starts with '!') takes the free lock itself, below.
+  if not downgraded and string.sub(ARGV[1], 1, 1) ~= '!' and redis.call('EXISTS', KEYS[2]) == 1 then
     -- #include "hand_over.lua"
   end
 end
