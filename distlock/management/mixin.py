@@ -316,6 +316,8 @@ def _flag(attribute: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise CommandError(f"{attribute} must be True or False, not {value!r}.")
     return value
+
+
 def _check_fair(fair: object) -> None:
     if fair is not None and not isinstance(fair, bool):
         raise CommandError(f"lock_fair must be True, False or None, not {fair!r}.")
