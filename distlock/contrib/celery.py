@@ -38,6 +38,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 try:
     import celery
+    from celery import states
+    from celery.exceptions import Ignore
     from celery.utils import uuid
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImproperlyConfigured(
@@ -45,13 +47,16 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "extra of a distlock clone: pip install './distlock[celery]')."
     ) from exc
 
-from ..exceptions import LockError, LockNotAcquired
+from ..exceptions import BackendUnavailable, LockError, LockNotAcquired
 from ..handler import locks
+from ..info import PURPOSE_MAX_LENGTH, LockInfo
 from ..lock import Lock
+from .run_markers import claim_check, has_ended, mark_ended
 from .task_lock import (
     TaskLockName,
     check_on_duplicate,
-    holder_text,
+    describe_holder,
+    logger,
     release_quietly,
     skipped,
     was_skipped,
@@ -62,6 +67,11 @@ __all__ = ["LockedTask", "TaskAlreadyQueued", "was_skipped"]
 # The message header that carries the token of the lock taken at enqueue time.
 QUEUED_HEADER = "distlock_queued"
 QUEUED_PREFIX = "distlock-queued:"
+# The message header of a message that waits for a run to end: {"token": the run's lock
+# token, "why": "redelivered" | "retried" | "skipped"} (see LockedTask._held_by).
+AFTER_HEADER = "distlock_after"
+# Seconds past the end of a lease before a waiting message looks again.
+AFTER_MARGIN = 0.2
 
 
 class TaskAlreadyQueued(LockNotAcquired):
@@ -105,6 +115,12 @@ class LockedTask(celery.Task):
     def _purpose(self, task_id: str | None, suffix: str = "") -> str:
         return f"celery task {self.name}[{task_id}]{suffix}"
 
+    def _run_purpose(self) -> str:
+        """The purpose of this delivery's lock: a retry names its number, so that a message
+        delivered again (same id, same try) is told from a retry (same id, next try)."""
+        retries = self.request.retries or 0
+        return self._purpose(self.request.id, f" retry {retries}" if retries else "")
+
     # --- running ------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         task_id = self.request.id
@@ -114,12 +130,18 @@ class LockedTask(celery.Task):
             wait=0,
             auto_renew=True,
             using=self.lock_using,
-            purpose=self._purpose(task_id),
+            purpose=self._run_purpose(),
             hold_until_commit=self.lock_hold_until_commit,
             metric_name=self.lock_name if self.lock_name is not None else self.name,
         )
-        if not lock.acquire():
-            return self._duplicate(lock, task_id)
+        try:
+            settled = self._acquire_or_settle(lock, args, kwargs)
+        except BackendUnavailable as exc:  # Celery's retry, lock_retry_after seconds later
+            raise self.retry(
+                countdown=self.lock_retry_after, max_retries=self.lock_max_retries, exc=exc
+            ) from exc
+        if settled is not _RUN:
+            return settled
         self._forget_queued()
         terminated: _Terminated | None = None
         try:
@@ -129,20 +151,133 @@ class LockedTask(celery.Task):
             terminated = exc
             raise
         finally:
+            self._mark_ended(lock)
             release_quietly(lock, self.name, task_id)
             if terminated is not None:
                 _die_of(terminated.signum)
 
-    def _duplicate(self, lock: Lock, task_id: str | None) -> Any:
-        holder = holder_text(lock)
-        if self.lock_on_duplicate != "retry":
-            self._forget_queued()
-            return skipped(lock, self.name, task_id, holder)
-        raise self.retry(
-            countdown=self.lock_retry_after,
-            max_retries=self.lock_max_retries,
-            exc=LockNotAcquired(lock.name),
+    # --- delivery: who holds the lock, and what this message then does -----------------
+    def _acquire_or_settle(self, lock: Lock, args: Any, kwargs: Any) -> Any:
+        """Return _RUN once ``lock`` is held and the body should run; otherwise settle this
+        message (skip, retry, wait for a run to end) and return its result or raise."""
+        after = _after(self.request)
+        for _ in range(3):  # the holder may end between the attempt and the look at it
+            if lock.acquire():
+                if after is None or after["why"] == "retried":
+                    return _RUN
+                try:
+                    ended = has_ended(after["token"], lock.name, lock.using)
+                except LockError:
+                    release_quietly(lock, self.name, self.request.id)
+                    raise
+                if not ended:
+                    return _RUN  # the run it waited for died: this one does its work
+                release_quietly(lock, self.name, self.request.id)
+                return self._drop(lock, after)
+            info = lock.operations.holder(lock.name)
+            if info is not None:
+                return self._held_by(lock, info, after, args, kwargs)
+        return self._duplicate(lock, None, args, kwargs)
+
+    def _held_by(
+        self, lock: Lock, info: LockInfo, after: dict[str, str] | None, args: Any, kwargs: Any
+    ) -> Any:
+        eager = self.request.is_eager or self.request.called_directly
+        own = (lock.purpose or "")[:PURPOSE_MAX_LENGTH]  # as the server keeps it
+        if not eager and info.purpose == own:
+            # This very message holds the lock: delivered again (acks_late and its worker
+            # lost, a broker's visibility timeout). Never a duplicate of itself: it waits
+            # for that run's lease, then runs unless the run ended.
+            return self._wait_for(info, "redelivered")
+        if not eager and info.purpose.startswith(own.split("]", 1)[0] + "]"):
+            return self._wait_for(info, "retried")  # its earlier try is releasing the lock
+        if after is not None and info.token == after["token"]:
+            return self._wait_for(info, after["why"])  # still there: look again later
+        if (
+            after is not None
+            and after["why"] != "retried"
+            and has_ended(after["token"], lock.name, lock.using)
+        ):
+            return self._drop(lock, after)
+        return self._duplicate(lock, info, args, kwargs)
+
+    def _duplicate(self, lock: Lock, info: LockInfo | None, args: Any, kwargs: Any) -> Any:
+        if self.lock_on_duplicate == "retry":
+            raise self.retry(
+                countdown=self.lock_retry_after,
+                max_retries=self.lock_max_retries,
+                exc=LockNotAcquired(lock.name),
+            )
+        self._forget_queued()
+        result = skipped(lock, self.name, self.request.id, describe_holder(info))
+        if self.request.is_eager or self.request.called_directly:
+            return result  # in the caller's process: nothing to record, nobody to recover
+        if info is not None and claim_check(
+            info.token, lock.name, lock.using, f"check after {info.purpose}"
+        ):
+            self._check_after(info, args, kwargs)
+        self._record_ignored(result)
+        raise Ignore()
+
+    def _check_after(self, info: LockInfo, args: Any, kwargs: Any) -> None:
+        """Schedule the one check of the run ``info`` names: when its lease has ended, it
+        runs the work if that run died, and is dropped if it ended."""
+        check = self.signature_from_request(
+            self.request,
+            args,
+            kwargs,
+            task_id=uuid(),
+            retries=0,
+            countdown=info.ttl_remaining + AFTER_MARGIN,
+            headers={AFTER_HEADER: {"token": info.token, "why": "skipped"}},
         )
+        sent = check.apply_async()
+        logger.info(
+            "distlock: %s[%s] will check, as %s[%s], that the run holding %r ended",
+            self.name,
+            self.request.id,
+            self.name,
+            sent.id,
+            info.name,
+        )
+
+    def _wait_for(self, info: LockInfo, why: str) -> Any:
+        """Send this message again (same id, same try) for when the run ``info`` names has
+        lost its lease, and let go of this delivery."""
+        again = self.signature_from_request(
+            self.request,
+            countdown=info.ttl_remaining + AFTER_MARGIN,
+            headers={AFTER_HEADER: {"token": info.token, "why": why}},
+        )
+        again.apply_async()
+        raise Ignore()
+
+    def _drop(self, lock: Lock, after: dict[str, str]) -> Any:
+        logger.info(
+            "distlock: %s[%s] not run: the run of %r it waited for ended (%s)",
+            self.name,
+            self.request.id,
+            lock.name,
+            after["why"],
+        )
+        if after["why"] == "skipped":  # a check of its own id: record it
+            self._record_ignored(
+                {"distlock": "skipped", "lock": lock.name, "holder": "a run that ended"}
+            )
+        raise Ignore()  # a message delivered again: its run recorded its own result
+
+    def _record_ignored(self, result: dict[str, Any]) -> None:
+        """Store the IGNORED state, the skipped result as its info: a skip is not a success."""
+        if not self.ignore_result and self.request.id:
+            self.update_state(state=states.IGNORED, meta=result)
+
+    def _mark_ended(self, lock: Lock) -> None:
+        if lock.token is None:
+            return
+        try:
+            mark_ended(lock, lock.purpose or self.name, keep=bool(self.acks_late))
+        except LockError as exc:  # a check of this run will then run the work again
+            logger.warning("distlock: %s could not record that it ended: %s", lock.purpose, exc)
 
     def _forget_queued(self) -> None:
         """Release the lock taken when this message was enqueued (lock_at_enqueue): from now
@@ -162,7 +297,7 @@ class LockedTask(celery.Task):
         headers = options.get("headers") or {}
         # A retry (the running task enqueueing itself again) was let in already.
         retry = task_id is not None and task_id == self.request.id
-        if not self.lock_at_enqueue or retry or QUEUED_HEADER in headers:
+        if not self.lock_at_enqueue or retry or QUEUED_HEADER in headers or AFTER_HEADER in headers:
             return super().apply_async(args, kwargs, task_id=task_id, **options)
         task_id = task_id or uuid()
         name = self.lock_name_for(args or (), kwargs or {})
@@ -183,6 +318,15 @@ class LockedTask(celery.Task):
         except BaseException:
             queued.release()
             raise
+
+
+_RUN = object()  # _acquire_or_settle(): the lock is held, run the body
+
+
+def _after(request: Any) -> dict[str, str] | None:
+    """Return the run this message waits for (AFTER_HEADER), or None."""
+    after = getattr(request, AFTER_HEADER, None) or (request.headers or {}).get(AFTER_HEADER)
+    return after if isinstance(after, dict) else None
 
 
 def _queued_token(request: Any) -> str | None:
