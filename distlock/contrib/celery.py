@@ -51,7 +51,7 @@ from ..exceptions import BackendUnavailable, LockError, LockNotAcquired
 from ..handler import locks
 from ..info import PURPOSE_MAX_LENGTH, LockInfo
 from ..lock import Lock
-from .run_markers import claim_check, has_ended, mark_ended
+from .run_markers import claim_check, has_ended, mark_ended, take_over
 from .task_lock import (
     TaskLockName,
     check_on_duplicate,
@@ -165,13 +165,21 @@ class LockedTask(celery.Task):
             if lock.acquire():
                 if after is None or after["why"] == "retried":
                     return _RUN
-                try:
-                    ended = has_ended(after["token"], lock.name, lock.using)
+                try:  # the run it waited for was killed: this one does its work, unless
+                    # it ended after all, or another message waiting for it took it over
+                    taken = take_over(lock, after["token"], lock.purpose or self.name)
                 except LockError:
                     release_quietly(lock, self.name, self.request.id)
                     raise
-                if not ended:
-                    return _RUN  # the run it waited for died: this one does its work
+                if taken:
+                    logger.info(
+                        "distlock: %s[%s] runs: the run of %r it waited for was killed (%s)",
+                        self.name,
+                        self.request.id,
+                        lock.name,
+                        after["why"],
+                    )
+                    return _RUN
                 release_quietly(lock, self.name, self.request.id)
                 return self._drop(lock, after)
             info = lock.operations.holder(lock.name)
@@ -193,11 +201,7 @@ class LockedTask(celery.Task):
             return self._wait_for(info, "retried")  # its earlier try is releasing the lock
         if after is not None and info.token == after["token"]:
             return self._wait_for(info, after["why"])  # still there: look again later
-        if (
-            after is not None
-            and after["why"] != "retried"
-            and has_ended(after["token"], lock.name, lock.using)
-        ):
+        if after is not None and after["why"] != "retried" and has_ended(lock, after["token"]):
             return self._drop(lock, after)
         return self._duplicate(lock, info, args, kwargs)
 
@@ -212,9 +216,7 @@ class LockedTask(celery.Task):
         result = skipped(lock, self.name, self.request.id, describe_holder(info))
         if self.request.is_eager or self.request.called_directly:
             return result  # in the caller's process: nothing to record, nobody to recover
-        if info is not None and claim_check(
-            info.token, lock.name, lock.using, f"check after {info.purpose}"
-        ):
+        if info is not None and claim_check(lock, info.token, f"check after {info.purpose}"):
             self._check_after(info, args, kwargs)
         self._record_ignored(result)
         raise Ignore()
@@ -254,17 +256,22 @@ class LockedTask(celery.Task):
 
     def _drop(self, lock: Lock, after: dict[str, str]) -> Any:
         logger.info(
-            "distlock: %s[%s] not run: the run of %r it waited for ended (%s)",
+            "distlock: %s[%s] not run: the run of %r it waited for ended, or another took its "
+            "work over (%s)",
             self.name,
             self.request.id,
             lock.name,
             after["why"],
         )
-        if after["why"] == "skipped":  # a check of its own id: record it
+        # A check has an id of its own; a message delivered again keeps the result its run
+        # stored, if that run ended (its work taken over by another message, it has none).
+        if after["why"] == "skipped" or self.AsyncResult(self.request.id).state not in (
+            states.READY_STATES
+        ):
             self._record_ignored(
                 {"distlock": "skipped", "lock": lock.name, "holder": "a run that ended"}
             )
-        raise Ignore()  # a message delivered again: its run recorded its own result
+        raise Ignore()
 
     def _record_ignored(self, result: dict[str, Any]) -> None:
         """Store the IGNORED state, the skipped result as its info: a skip is not a success."""
@@ -275,7 +282,7 @@ class LockedTask(celery.Task):
         if lock.token is None:
             return
         try:
-            mark_ended(lock, lock.purpose or self.name, keep=bool(self.acks_late))
+            mark_ended(lock, lock.purpose or self.name, redelivered_too=bool(self.acks_late))
         except LockError as exc:  # a check of this run will then run the work again
             logger.warning("distlock: %s could not record that it ended: %s", lock.purpose, exc)
 

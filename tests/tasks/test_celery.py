@@ -75,6 +75,13 @@ class Workers(WorkerPool):
         starts = [json.loads(item) for item in self.data.lrange("starts", 0, -1)]
         return [start for start in starts if start[1] == key]
 
+    def wait_started(self, key: str, timeout: float = 20) -> None:
+        """Wait until a run of ``key`` is in its body (its long first sleep)."""
+        deadline = time.monotonic() + timeout
+        while not self.data.get(f"started:{key}"):
+            assert time.monotonic() < deadline, f"no run of {key!r} began:\n{self.logs()}"
+            time.sleep(0.02)
+
     def full_logs(self) -> str:
         return "\n".join(
             path.read_text(errors="replace") for path in sorted(self.directory.glob("worker*.log"))
@@ -265,6 +272,7 @@ def test_a_redelivered_message_runs_once_its_killed_holder_lease_ends(
     # again, with the same task id. It is not a duplicate of itself: it runs once the dead
     # holder's lease has ended.
     result = tasks.late_job.delay("redelivered", 60.0)
+    workers.wait_started("redelivered")  # in the body: killed there
     holder = wait_for_holder("late:redelivered")
     os.kill(holder.pid, signal.SIGKILL)
     assert result.get(timeout=30) == "ran redelivered"
@@ -292,6 +300,7 @@ def test_skipped_duplicates_of_a_killed_run_make_one_run_after_its_lease(
     tasks: Any, workers: Workers
 ) -> None:
     first = tasks.skip_job.delay("lost", 60.0)
+    workers.wait_started("lost")  # in the body: killed there
     holder = wait_for_holder("job:lost")
     duplicates = [tasks.skip_job.delay("lost", 60.0) for _ in range(5)]
     assert settled(duplicates) == ["IGNORED"] * 5
@@ -312,7 +321,8 @@ def test_skipped_duplicates_of_a_run_that_ended_make_no_run(tasks: Any, workers:
     assert settled(duplicates) == ["IGNORED"] * 5
     assert first.get(timeout=30) == "ran ended"
     workers.wait_for_checks()
-    assert "not run: the run of 'job:ended' it waited for ended (skipped)" in workers.full_logs()
+    ended = "not run: the run of 'job:ended' it waited for ended, or another took its work over"
+    assert f"{ended} (skipped)" in workers.full_logs()
     assert len(workers.starts("ended")) == 1
 
 
@@ -327,3 +337,22 @@ def test_a_task_started_while_redis_is_down_is_retried_until_it_runs(
         workers.down.start()
     assert result.get(timeout=30) == "ran outage"
     assert len(workers.starts("outage")) == 1
+
+
+def test_a_killed_run_delivered_again_and_its_skipped_duplicates_make_one_run(
+    tasks: Any, workers: Workers
+) -> None:
+    # Both the message delivered again and the duplicates' check wait for the killed run's
+    # lease; only one of them does its work.
+    first = tasks.late_job.delay("both", 60.0)
+    workers.wait_started("both")  # in the body: killed there
+    holder = wait_for_holder("late:both")
+    duplicates = [tasks.late_job.delay("both", 60.0) for _ in range(3)]
+    assert settled(duplicates) == ["IGNORED"] * 3
+    os.kill(holder.pid, signal.SIGKILL)
+    assert settled([first]) in (["SUCCESS"], ["IGNORED"])
+    workers.wait_for_checks()
+    assert [run[1] for run in workers.runs()] == ["both"]
+    killed, again = workers.starts("both")
+    assert killed[3] == holder.pid
+    assert started_after_the_lease(again, holder)
