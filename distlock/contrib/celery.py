@@ -39,6 +39,7 @@ from django.core.exceptions import ImproperlyConfigured
 try:
     import celery
     from celery import states
+    from celery.backends.base import DisabledBackend
     from celery.exceptions import Ignore
     from celery.utils import uuid
 except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -191,16 +192,17 @@ class LockedTask(celery.Task):
         self, lock: Lock, info: LockInfo, after: dict[str, str] | None, args: Any, kwargs: Any
     ) -> Any:
         eager = self.request.is_eager or self.request.called_directly
-        own = (lock.purpose or "")[:PURPOSE_MAX_LENGTH]  # as the server keeps it
-        if not eager and info.purpose == own:
+        if not eager and info.purpose == (lock.purpose or "")[:PURPOSE_MAX_LENGTH]:
             # This very message holds the lock: delivered again (acks_late and its worker
             # lost, a broker's visibility timeout). Never a duplicate of itself: it waits
             # for that run's lease, then runs unless the run ended.
-            return self._wait_for(info, "redelivered")
-        if not eager and info.purpose.startswith(own.split("]", 1)[0] + "]"):
-            return self._wait_for(info, "retried")  # its earlier try is releasing the lock
+            return self._wait_for(info, "redelivered", info.ttl_remaining)
+        task = self._purpose(self.request.id)
+        if not eager and (info.purpose == task or info.purpose.startswith(f"{task} retry ")):
+            # Its earlier try is releasing the lock (or was killed): look again soon.
+            return self._wait_for(info, "retried", min(info.ttl_remaining, 1.0))
         if after is not None and info.token == after["token"]:
-            return self._wait_for(info, after["why"])  # still there: look again later
+            return self._wait_for(info, after["why"], info.ttl_remaining)  # still there
         if after is not None and after["why"] != "retried" and has_ended(lock, after["token"]):
             return self._drop(lock, after)
         return self._duplicate(lock, info, args, kwargs)
@@ -230,6 +232,9 @@ class LockedTask(celery.Task):
             kwargs,
             task_id=uuid(),
             retries=0,
+            chord=None,  # the work again, on its own: not a member of the duplicate's group
+            group_id=None,
+            group_index=None,
             countdown=info.ttl_remaining + AFTER_MARGIN,
             headers={AFTER_HEADER: {"token": info.token, "why": "skipped"}},
         )
@@ -243,12 +248,12 @@ class LockedTask(celery.Task):
             info.name,
         )
 
-    def _wait_for(self, info: LockInfo, why: str) -> Any:
-        """Send this message again (same id, same try) for when the run ``info`` names has
-        lost its lease, and let go of this delivery."""
+    def _wait_for(self, info: LockInfo, why: str, seconds: float) -> Any:
+        """Send this message again (same id, same try) to look at the run ``info`` names
+        ``seconds`` later (when its lease has ended), and let go of this delivery."""
         again = self.signature_from_request(
             self.request,
-            countdown=info.ttl_remaining + AFTER_MARGIN,
+            countdown=seconds + AFTER_MARGIN,
             headers={AFTER_HEADER: {"token": info.token, "why": why}},
         )
         again.apply_async()
@@ -265,8 +270,9 @@ class LockedTask(celery.Task):
         )
         # A check has an id of its own; a message delivered again keeps the result its run
         # stored, if that run ended (its work taken over by another message, it has none).
-        if after["why"] == "skipped" or self.AsyncResult(self.request.id).state not in (
-            states.READY_STATES
+        if after["why"] == "skipped" or (
+            not isinstance(self.backend, DisabledBackend)
+            and self.AsyncResult(self.request.id).state not in states.READY_STATES
         ):
             self._record_ignored(
                 {"distlock": "skipped", "lock": lock.name, "holder": "a run that ended"}

@@ -112,3 +112,14 @@ def late_job(self: LockedTask, key: str, seconds: float = 1.0) -> str:
 )
 def outage_job(self: LockedTask, key: str) -> str:
     return _work("outage", key, 0.1)
+
+
+@app.task(bind=True, base=LockedTask, lock_name="retried:{key}", lock_ttl=2)
+def retried_job(self: LockedTask, key: str) -> str:
+    """The first try sends its retry, then holds the lock a while longer: the retry starts
+    while its earlier try still holds the lock (same task id, next try)."""
+    if not self.request.retries:
+        retry = self.retry(countdown=0, throw=False)
+        time.sleep(0.5)
+        raise retry
+    return _work("retried", key, 0.1)

@@ -292,6 +292,7 @@ def test_a_message_delivered_again_while_its_run_lives_waits_and_is_dropped(
     tasks.late_job.apply_async(("twice", 3.0), task_id=first.id)
     assert first.get(timeout=30) == "ran twice"
     workers.wait_for_log(f"[{first.id}] not run: the run of 'late:twice' it waited for ended")
+    assert first.state == "SUCCESS"  # the result its run stored stays
     assert len(workers.starts("twice")) == 1
     assert len(workers.runs()) == 1
 
@@ -356,3 +357,12 @@ def test_a_killed_run_delivered_again_and_its_skipped_duplicates_make_one_run(
     killed, again = workers.starts("both")
     assert killed[3] == holder.pid
     assert started_after_the_lease(again, holder)
+
+
+def test_a_retry_that_starts_while_its_earlier_try_holds_the_lock_runs(
+    tasks: Any, workers: Workers
+) -> None:
+    result = tasks.retried_job.delay("early")
+    assert result.get(timeout=30) == "ran early"  # not skipped as a duplicate of its try
+    assert len(workers.starts("early")) == 1
+    assert f"[{result.id}] retry: Retry in 0s" in workers.full_logs()
