@@ -164,35 +164,46 @@ class LockedTask(celery.Task):
         after = _after(self.request)
         for _ in range(3):  # the holder may end between the attempt and the look at it
             if lock.acquire():
-                if after is None or after["why"] == "retried":
-                    return _RUN
-                try:  # the run it waited for was killed: this one does its work, unless
-                    # it ended after all, or another message waiting for it took it over
-                    taken = take_over(lock, after["token"], lock.purpose or self.name)
-                except LockError:
-                    release_quietly(lock, self.name, self.request.id)
-                    raise
-                if taken:
-                    logger.info(
-                        "distlock: %s[%s] runs: the run of %r it waited for was killed (%s)",
-                        self.name,
-                        self.request.id,
-                        lock.name,
-                        after["why"],
-                    )
-                    return _RUN
-                release_quietly(lock, self.name, self.request.id)
-                return self._drop(lock, after)
+                return self._acquired(lock, after)
             info = lock.operations.holder(lock.name)
             if info is not None:
                 return self._held_by(lock, info, after, args, kwargs)
         return self._duplicate(lock, None, args, kwargs)
 
+    def _acquired(self, lock: Lock, after: dict[str, str] | None) -> Any:
+        """The lock is held: return _RUN, unless this message waited for a killed run whose
+        work is done (it ended after all, or another message took it over)."""
+        if after is not None and after["why"] != "retried":
+            delivery, why = after["purpose"], after["why"]
+        elif after is None and _redelivered(self.request):
+            # Delivered again after its run's lease ended: its run may have ended its body
+            # before it was killed, or a check of that run may have taken its work over.
+            delivery, why = _delivery(lock), "redelivered"
+        else:
+            return _RUN
+        try:
+            taken = take_over(lock, delivery, _delivery(lock))
+        except LockError:
+            release_quietly(lock, self.name, self.request.id)
+            raise
+        if not taken:
+            release_quietly(lock, self.name, self.request.id)
+            return self._drop(lock, why)
+        if after is not None:
+            logger.info(
+                "distlock: %s[%s] runs: the run of %r it waited for was killed (%s)",
+                self.name,
+                self.request.id,
+                lock.name,
+                why,
+            )
+        return _RUN
+
     def _held_by(
         self, lock: Lock, info: LockInfo, after: dict[str, str] | None, args: Any, kwargs: Any
     ) -> Any:
         eager = self.request.is_eager or self.request.called_directly
-        if not eager and info.purpose == (lock.purpose or "")[:PURPOSE_MAX_LENGTH]:
+        if not eager and info.purpose == _delivery(lock):
             # This very message holds the lock: delivered again (acks_late and its worker
             # lost, a broker's visibility timeout). Never a duplicate of itself: it waits
             # for that run's lease, then runs unless the run ended.
@@ -203,8 +214,8 @@ class LockedTask(celery.Task):
             return self._wait_for(info, "retried", min(info.ttl_remaining, 1.0))
         if after is not None and info.token == after["token"]:
             return self._wait_for(info, after["why"], info.ttl_remaining)  # still there
-        if after is not None and after["why"] != "retried" and has_ended(lock, after["token"]):
-            return self._drop(lock, after)
+        if after is not None and after["why"] != "retried" and has_ended(lock, after["purpose"]):
+            return self._drop(lock, after["why"])
         return self._duplicate(lock, info, args, kwargs)
 
     def _duplicate(self, lock: Lock, info: LockInfo | None, args: Any, kwargs: Any) -> Any:
@@ -218,8 +229,10 @@ class LockedTask(celery.Task):
         result = skipped(lock, self.name, self.request.id, describe_holder(info))
         if self.request.is_eager or self.request.called_directly:
             return result  # in the caller's process: nothing to record, nobody to recover
-        if info is not None and claim_check(lock, info.token, f"check after {info.purpose}"):
-            self._check_after(info, args, kwargs)
+        if info is not None:
+            with claim_check(lock, info.token, f"check after {info.purpose}") as first:
+                if first:
+                    self._check_after(info, args, kwargs)
         self._record_ignored(result)
         raise Ignore()
 
@@ -236,7 +249,7 @@ class LockedTask(celery.Task):
             group_id=None,
             group_index=None,
             countdown=info.ttl_remaining + AFTER_MARGIN,
-            headers={AFTER_HEADER: {"token": info.token, "why": "skipped"}},
+            headers={AFTER_HEADER: _waiting_for(info, "skipped")},
         )
         sent = check.apply_async()
         logger.info(
@@ -254,23 +267,23 @@ class LockedTask(celery.Task):
         again = self.signature_from_request(
             self.request,
             countdown=seconds + AFTER_MARGIN,
-            headers={AFTER_HEADER: {"token": info.token, "why": why}},
+            headers={AFTER_HEADER: _waiting_for(info, why)},
         )
         again.apply_async()
         raise Ignore()
 
-    def _drop(self, lock: Lock, after: dict[str, str]) -> Any:
+    def _drop(self, lock: Lock, why: str) -> Any:
         logger.info(
             "distlock: %s[%s] not run: the run of %r it waited for ended, or another took its "
             "work over (%s)",
             self.name,
             self.request.id,
             lock.name,
-            after["why"],
+            why,
         )
         # A check has an id of its own; a message delivered again keeps the result its run
         # stored, if that run ended (its work taken over by another message, it has none).
-        if after["why"] == "skipped" or (
+        if why == "skipped" or (
             not isinstance(self.backend, DisabledBackend)
             and self.AsyncResult(self.request.id).state not in states.READY_STATES
         ):
@@ -285,10 +298,10 @@ class LockedTask(celery.Task):
             self.update_state(state=states.IGNORED, meta=result)
 
     def _mark_ended(self, lock: Lock) -> None:
-        if lock.token is None:
-            return
+        if lock.token is None or self.request.is_eager or self.request.called_directly:
+            return  # in the caller's process: no message to deliver again, no check
         try:
-            mark_ended(lock, lock.purpose or self.name, redelivered_too=bool(self.acks_late))
+            mark_ended(lock, _delivery(lock), redelivered_too=bool(self.acks_late))
         except LockError as exc:  # a check of this run will then run the work again
             logger.warning("distlock: %s could not record that it ended: %s", lock.purpose, exc)
 
@@ -334,6 +347,21 @@ class LockedTask(celery.Task):
 
 
 _RUN = object()  # _acquire_or_settle(): the lock is held, run the body
+
+
+def _delivery(lock: Lock) -> str:
+    """The delivery a run's lock names (task, id, try): its purpose, as the server keeps it."""
+    return (lock.purpose or "")[:PURPOSE_MAX_LENGTH]
+
+
+def _waiting_for(info: LockInfo, why: str) -> dict[str, str]:
+    """The AFTER_HEADER of a message that waits for the run ``info`` names."""
+    return {"token": info.token, "purpose": info.purpose, "why": why}
+
+
+def _redelivered(request: Any) -> bool:
+    """Whether the broker says it delivered this message before (RabbitMQ, Redis)."""
+    return bool((request.delivery_info or {}).get("redelivered"))
 
 
 def _after(request: Any) -> dict[str, str] | None:

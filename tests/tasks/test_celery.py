@@ -366,3 +366,33 @@ def test_a_retry_that_starts_while_its_earlier_try_holds_the_lock_runs(
     assert result.get(timeout=30) == "ran early"  # not skipped as a duplicate of its try
     assert len(workers.starts("early")) == 1
     assert f"[{result.id}] retry: Retry in 0s" in workers.full_logs()
+
+
+def parent_of(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("PPid:")).split()[1])
+
+
+def test_a_killed_run_delivered_again_after_its_lease_and_its_duplicates_make_one_run(
+    tasks: Any, workers: Workers
+) -> None:
+    # The worker that lost the pool process is paused past the lease, so the message comes
+    # again after the lock is free (no holder to wait for), maybe after the check ran.
+    first = tasks.late_job.delay("slow", 60.0)
+    workers.wait_started("slow")
+    holder = wait_for_holder("late:slow")
+    duplicates = [tasks.late_job.delay("slow", 60.0) for _ in range(3)]
+    assert settled(duplicates) == ["IGNORED"] * 3
+    worker = parent_of(holder.pid)
+    os.kill(worker, signal.SIGSTOP)
+    try:
+        os.kill(holder.pid, signal.SIGKILL)
+        while time.time() < holder.expires_at.timestamp() + TTL:  # renewed at most once
+            time.sleep(0.1)
+    finally:
+        os.kill(worker, signal.SIGCONT)
+    assert settled([first]) in (["SUCCESS"], ["IGNORED"])
+    workers.wait_for_checks()
+    time.sleep(TTL)  # a second run would have begun by now
+    assert [run[1] for run in workers.runs()] == ["slow"]
+    assert len(workers.starts("slow")) == 2
