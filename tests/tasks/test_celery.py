@@ -271,15 +271,28 @@ def started_after_the_lease(start: list[Any], holder: Any) -> bool:
     return start[2] >= holder.expires_at.timestamp() - 0.05
 
 
+def long_run_and_duplicates(
+    workers: Workers, task: Any, key: str, lock: str, duplicates: int
+) -> tuple[Any, Any]:
+    """Start a long run of ``task`` (to be killed in its body) and ``duplicates`` copies,
+    each skipped (IGNORED); return the run's result and its holder."""
+    first = task.delay(key, 60.0)
+    workers.wait_started(key)
+    holder = wait_for_holder(lock)
+    copies = [task.delay(key, 60.0) for _ in range(duplicates)]
+    assert settled(copies) == ["IGNORED"] * duplicates
+    return first, holder
+
+
 def test_a_redelivered_message_runs_once_its_killed_holder_lease_ends(
     tasks: Any, workers: Workers
 ) -> None:
     # acks_late + reject_on_worker_lost: the message of a killed pool process is delivered
     # again, with the same task id. It is not a duplicate of itself: it runs once the dead
     # holder's lease has ended.
-    result = tasks.late_job.delay("redelivered", 60.0)
-    workers.wait_started("redelivered")  # in the body: killed there
-    holder = wait_for_holder("late:redelivered")
+    result, holder = long_run_and_duplicates(
+        workers, tasks.late_job, "redelivered", "late:redelivered", 0
+    )
     os.kill(holder.pid, signal.SIGKILL)
     assert result.get(timeout=30) == "ran redelivered"
     killed, again = workers.starts("redelivered")
@@ -306,11 +319,7 @@ def test_a_message_delivered_again_while_its_run_lives_waits_and_is_dropped(
 def test_skipped_duplicates_of_a_killed_run_make_one_run_after_its_lease(
     tasks: Any, workers: Workers
 ) -> None:
-    first = tasks.skip_job.delay("lost", 60.0)
-    workers.wait_started("lost")  # in the body: killed there
-    holder = wait_for_holder("job:lost")
-    duplicates = [tasks.skip_job.delay("lost", 60.0) for _ in range(5)]
-    assert settled(duplicates) == ["IGNORED"] * 5
+    first, holder = long_run_and_duplicates(workers, tasks.skip_job, "lost", "job:lost", 5)
     os.kill(holder.pid, signal.SIGKILL)
     workers.wait_for_checks()
     runs = workers.runs()
@@ -351,11 +360,7 @@ def test_a_killed_run_delivered_again_and_its_skipped_duplicates_make_one_run(
 ) -> None:
     # Both the message delivered again and the duplicates' check wait for the killed run's
     # lease; only one of them does its work.
-    first = tasks.late_job.delay("both", 60.0)
-    workers.wait_started("both")  # in the body: killed there
-    holder = wait_for_holder("late:both")
-    duplicates = [tasks.late_job.delay("both", 60.0) for _ in range(3)]
-    assert settled(duplicates) == ["IGNORED"] * 3
+    first, holder = long_run_and_duplicates(workers, tasks.late_job, "both", "late:both", 3)
     os.kill(holder.pid, signal.SIGKILL)
     assert settled([first]) in (["SUCCESS"], ["IGNORED"])
     workers.wait_for_checks()
@@ -384,11 +389,7 @@ def test_a_killed_run_delivered_again_after_its_lease_and_its_duplicates_make_on
 ) -> None:
     # The worker that lost the pool process is paused past the lease, so the message comes
     # again after the lock is free (no holder to wait for), maybe after the check ran.
-    first = tasks.late_job.delay("slow", 60.0)
-    workers.wait_started("slow")
-    holder = wait_for_holder("late:slow")
-    duplicates = [tasks.late_job.delay("slow", 60.0) for _ in range(3)]
-    assert settled(duplicates) == ["IGNORED"] * 3
+    first, holder = long_run_and_duplicates(workers, tasks.late_job, "slow", "late:slow", 3)
     worker = parent_of(holder.pid)
     os.kill(worker, signal.SIGSTOP)
     try:
