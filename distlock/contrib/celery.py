@@ -56,7 +56,7 @@ from .run_markers import claim_check, has_ended, mark_ended, take_over
 from .task_lock import (
     TaskLockName,
     check_on_duplicate,
-    describe_holder,
+    holder_line,
     logger,
     release_quietly,
     skipped,
@@ -226,7 +226,7 @@ class LockedTask(celery.Task):
                 exc=LockNotAcquired(lock.name),
             )
         self._forget_queued()
-        result = skipped(lock, self.name, self.request.id, describe_holder(info))
+        result = skipped(lock, self.name, self.request.id, holder_line(info))
         if self.request.is_eager or self.request.called_directly:
             return result  # in the caller's process: nothing to record, nobody to recover
         if info is not None:

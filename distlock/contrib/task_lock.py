@@ -78,10 +78,10 @@ def holder_text(lock: Lock) -> str:
         info = lock.operations.holder(lock.name)
     except LockError:
         info = None
-    return describe_holder(info)
+    return holder_line(info)
 
 
-def describe_holder(info: LockInfo | None) -> str:
+def holder_line(info: LockInfo | None) -> str:
     """Return who ``info`` says holds a lock (host, pid, purpose), for logs and results."""
     if info is None:
         return "another run (it has just finished)"
