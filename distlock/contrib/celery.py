@@ -11,10 +11,13 @@ The options are task options (class attributes of the task), all optional:
   ``@lock_view``'s request values; default: the task's name (one run at a time overall).
 - ``lock_ttl``: the lease in seconds, renewed while the task runs (default: the alias's
   TIMEOUT). A worker killed mid-task frees the lock when the lease ends.
-- ``lock_on_duplicate``: ``"skip"`` (default: the duplicate returns
-  ``{"distlock": "skipped", "lock": NAME, "holder": ...}``, see :func:`was_skipped`, and logs
-  it) or ``"retry"`` (the duplicate calls ``self.retry(countdown=lock_retry_after)``, up to
-  ``lock_max_retries``, default the task's ``max_retries``).
+- ``lock_on_duplicate``: ``"skip"`` (default: the duplicate logs it, stores the state
+  IGNORED with ``{"distlock": "skipped", "lock": NAME, "holder": ...}`` as its info, see
+  :func:`was_skipped`, and raises Celery's ``Ignore``; run in the caller's process it returns
+  that dict) or ``"retry"`` (the duplicate calls ``self.retry(countdown=lock_retry_after)``,
+  up to ``lock_max_retries``, default the task's ``max_retries``).
+- ``lock_retry_after``, ``lock_max_retries`` also retry a task that found Redis unreachable
+  when it started (BackendUnavailable).
 - ``lock_at_enqueue``: also refuse a duplicate when it is enqueued (celery-once's model):
   ``apply_async``/``delay`` raise :class:`TaskAlreadyQueued` while a copy with the same lock
   name is queued (for up to ``lock_queued_ttl`` seconds, default 3600) or running.
@@ -22,7 +25,14 @@ The options are task options (class attributes of the task), all optional:
 
 The lock is released when the task ends: success, exception, retry, and revoke with
 ``terminate=True`` (SIGTERM) in the prefork pool. The holder's purpose is
-``"celery task NAME[ID]"``, as the admin and ``manage.py distlock list`` show it.
+``"celery task NAME[ID]"`` (``... retry N`` for a retry), as the admin and ``manage.py
+distlock list`` show it.
+
+Delivery (docs/tasks-and-leaders.md): a message that finds the lock held by its own task id
+and try is a message delivered again, not a duplicate: it waits for that run's lease and
+runs if the run was killed. The first duplicate a run skips schedules one check of that run,
+which does the work once if the run was killed. What tells a killed run from one that ended
+is in run_markers.py.
 """
 
 from __future__ import annotations
