@@ -114,7 +114,7 @@ def take_over(lock: Lock, delivery: str, me: str) -> bool:
     marker = _marker(TAKEN_PREFIX, lock, delivery, _keep(lock), me)
     if marker.acquire():
         return True
-    taker = marker.holder()
+    taker = marker.operations.holder(marker.name)  # an error raises: never a silent drop
     return taker is not None and taker.purpose == me[:PURPOSE_MAX_LENGTH]
 
 
