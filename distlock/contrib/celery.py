@@ -259,7 +259,7 @@ class LockedTask(celery.Task):
             group_id=None,
             group_index=None,
             countdown=info.ttl_remaining + AFTER_MARGIN,
-            headers={AFTER_HEADER: _waiting_for(info, "skipped")},
+            headers=self._headers_waiting_for(info, "skipped"),
         )
         sent = check.apply_async()
         logger.info(
@@ -277,10 +277,16 @@ class LockedTask(celery.Task):
         again = self.signature_from_request(
             self.request,
             countdown=seconds + AFTER_MARGIN,
-            headers={AFTER_HEADER: _waiting_for(info, why)},
+            headers=self._headers_waiting_for(info, why),
         )
         again.apply_async()
         raise Ignore()
+
+    def _headers_waiting_for(self, info: LockInfo, why: str) -> dict[str, Any]:
+        """This message's headers (as a retry keeps them), and AFTER_HEADER naming the run
+        ``info`` describes."""
+        headers = self.request.headers or {}
+        return {**headers, AFTER_HEADER: _waiting_for(info, why)}
 
     def _drop(self, lock: Lock, why: str) -> Any:
         logger.info(
