@@ -42,7 +42,8 @@ CHECK_PREFIX = "distlock-check:"
 # lease after the skip): a check or a message delivered again that looks later than that
 # (a queue backed up for longer) finds none and does the work again.
 KEEP_EXTRA_SECONDS = 60.0
-# How long a duplicate's claim to send the check lasts before it is sent.
+# How long a duplicate's claim to send the check lasts before it is sent, and a run's own
+# claim when it ends with no check pending.
 CLAIM_SECONDS = 10.0
 
 
@@ -92,13 +93,13 @@ def mark_ended(lock: Lock, delivery: str, redelivered_too: bool) -> None:
 
     ``redelivered_too``: record it even if no check was scheduled (this run's message may be
     delivered again: acks_late). Otherwise taking the check marker first is enough when no
-    duplicate did: a duplicate claims it only while it sees this run hold the lock, so it
-    needs to outlast the lease by little.
+    duplicate did: a duplicate claims it right after it saw this run hold the lock, so it
+    needs to last only a little (a duplicate paused longer between the two schedules a check
+    that runs the work again).
     """
     assert lock.token is not None
     ended = f"{delivery} ended"
-    lease = lock.ttl if lock.ttl is not None else locks[lock.using].default_timeout
-    if not redelivered_too and _take(CHECK_PREFIX, lock, lock.token, lease, ended):
+    if not redelivered_too and _take(CHECK_PREFIX, lock, lock.token, CLAIM_SECONDS, ended):
         return
     _take(ENDED_PREFIX, lock, delivery, _keep(lock), ended)
 
