@@ -285,7 +285,7 @@ class LockedTask(celery.Task):
     def _headers_waiting_for(self, info: LockInfo, why: str) -> dict[str, Any]:
         """This message's headers (as a retry keeps them), and AFTER_HEADER naming the run
         ``info`` describes."""
-        headers = self.request.headers or {}
+        headers = self.request.as_execution_options().get("headers") or {}  # no x-death
         return {**headers, AFTER_HEADER: _waiting_for(info, why)}
 
     def _drop(self, lock: Lock, why: str) -> Any:
