@@ -18,7 +18,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from ..exceptions import LockError
-from ..info import shorten
+from ..info import LockInfo, shorten
 from ..lock import Lock
 from ..naming import fill_template, template_fields
 
@@ -84,6 +84,11 @@ def holder_text(lock: Lock) -> str:
         info = lock.operations.holder(lock.name)
     except LockError:
         info = None
+    return holder_line(info)
+
+
+def holder_line(info: LockInfo | None) -> str:
+    """Return who ``info`` says holds a lock (host, pid, purpose), for logs and results."""
     if info is None:
         return "another run (it has just finished)"
     return f"{info.host} pid {info.pid} ({shorten(info.purpose, 80)})"

@@ -20,6 +20,14 @@ from tests.support.workers import setup
 
 if "DISTLOCK_TEST_KIND" in os.environ:  # a worker; the test process has its own settings
     setup()
+    if "DISTLOCK_TEST_DOWN_URL" in os.environ:  # the alias "down": a Redis the test stops
+        from django.conf import settings
+
+        from tests.support.configs import with_alias_down
+
+        settings.DISTLOCK, settings.CACHES = with_alias_down(
+            os.environ["DISTLOCK_TEST_URL"], os.environ["DISTLOCK_TEST_DOWN_URL"]
+        )
 app = Celery(
     "distlock_tests",
     broker=os.environ.get("DISTLOCK_TEST_BROKER", "memory://"),
@@ -39,6 +47,9 @@ def _data() -> redis.Redis:
 
 def _work(kind: str, key: str, seconds: float) -> str:
     started = time.monotonic()
+    _data().rpush("starts", json.dumps([kind, key, time.time(), os.getpid()]))
+    if _data().incr(f"started:{key}") > 1 and seconds > 30:
+        seconds = 0.2  # a long first run, killed by the test; the runs after it are short
     time.sleep(seconds)
     _data().rpush("runs", json.dumps([kind, key, started, time.monotonic(), os.getpid()]))
     return f"ran {key}"
@@ -76,3 +87,39 @@ def failing_job(self: LockedTask, key: str, how: str) -> str:
         raise RuntimeError("the task failed")
     time.sleep(0 if how == "retry" else 60)
     return "done"
+
+
+@app.task(
+    bind=True,
+    base=LockedTask,
+    lock_name="late:{key}",
+    lock_ttl=2,
+    acks_late=True,
+    reject_on_worker_lost=True,
+)
+def late_job(self: LockedTask, key: str, seconds: float = 1.0) -> str:
+    return _work("late", key, seconds)
+
+
+@app.task(
+    bind=True,
+    base=LockedTask,
+    lock_name="outage:{key}",
+    lock_ttl=2,
+    lock_using="down",
+    lock_retry_after=0.5,
+    max_retries=100,
+)
+def outage_job(self: LockedTask, key: str) -> str:
+    return _work("outage", key, 0.1)
+
+
+@app.task(bind=True, base=LockedTask, lock_name="retried:{key}", lock_ttl=2)
+def retried_job(self: LockedTask, key: str) -> str:
+    """The first try sends its retry, then holds the lock a while longer: the retry starts
+    while its earlier try still holds the lock (same task id, next try)."""
+    if not self.request.retries:
+        retry = self.retry(countdown=0, throw=False)
+        time.sleep(0.5)
+        raise retry
+    return _work("retried", key, 0.1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -32,7 +33,9 @@ class Workers(WorkerPool):
     """Two ``celery worker`` processes (prefork, concurrency 4)."""
 
     def __init__(self, server: RedisServer, directory: Path) -> None:
-        super().__init__(server, directory, "tests.support.settings")
+        # The lock server of the alias "down", which a test stops while the broker runs on.
+        self.down = RedisServer().start()
+        super().__init__(server, directory, "tests.support.settings", down_url=self.down.url)
 
     def start(self) -> None:
         logs = [self.directory / f"worker{index}.log" for index in range(2)]
@@ -63,6 +66,51 @@ class Workers(WorkerPool):
             assert time.monotonic() < deadline, f"the workers did not start:\n{self.logs()}"
             time.sleep(0.2)
 
+    def stop(self) -> None:
+        super().stop()
+        self.down.stop()
+
+    def starts(self, key: str) -> list[list[Any]]:
+        """The runs of ``key`` that began (kind, key, wall clock, pid), killed ones too."""
+        starts = [json.loads(item) for item in self.data.lrange("starts", 0, -1)]
+        return [start for start in starts if start[1] == key]
+
+    def wait_started(self, key: str, timeout: float = 20) -> None:
+        """Wait until a run of ``key`` is in its body (its long first sleep)."""
+        deadline = time.monotonic() + timeout
+        while not self.data.get(f"started:{key}"):
+            assert time.monotonic() < deadline, f"no run of {key!r} began:\n{self.logs()}"
+            time.sleep(0.02)
+
+    def full_logs(self) -> str:
+        return "\n".join(
+            path.read_text(errors="replace") for path in sorted(self.directory.glob("worker*.log"))
+        )
+
+    def wait_for_checks(self, timeout: float = 30) -> None:
+        """Wait until every check a skipped duplicate scheduled has run (ignored or ran)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            logs = self.full_logs()
+            checks = re.findall(r"will check, as \S+\[([0-9a-f-]+)\]", logs)
+            # A check that finds the run still there sends itself again: received twice.
+            pending = [
+                check
+                for check in checks
+                if len(re.findall(rf"\[{check}\] (ignored|succeeded|raised)", logs))
+                < max(1, len(re.findall(rf"\[{check}\] received", logs)))
+            ]
+            if not pending:
+                return
+            assert time.monotonic() < deadline, f"checks {pending} did not run:\n{self.logs()}"
+            time.sleep(0.1)
+
+    def wait_for_log(self, text: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.full_logs():
+            assert time.monotonic() < deadline, f"no {text!r} in the logs:\n{self.logs()}"
+            time.sleep(0.1)
+
     def logs(self) -> str:
         return "\n".join(
             path.read_text(errors="replace")[-3000:]
@@ -91,18 +139,34 @@ def tasks(workers: Workers, settings: Any) -> Iterator[Any]:
         result_backend=workers.env["DISTLOCK_TEST_BROKER"],
     )
     yield celery_app
+    workers.wait_for_checks()  # none may run into the next test
     celery_app.app.conf.update(
         broker_url=previous["broker_url"], result_backend=previous["result_backend"]
     )
     locks.reset()
 
 
+def settled(results: list[Any], timeout: float = 30) -> list[str]:
+    """Wait until each result is SUCCESS, FAILURE or IGNORED (a skip); return the states."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = [result.state for result in results]
+        if all(state in ("SUCCESS", "FAILURE", "IGNORED") for state in states):
+            return states
+        assert time.monotonic() < deadline, f"not settled after {timeout}s: {states}"
+        time.sleep(0.05)
+
+
 def test_twenty_identical_tasks_run_the_body_once(tasks: Any, workers: Workers) -> None:
     results = [tasks.skip_job.delay("same", 2.0) for _ in range(20)]
-    values = [result.get(timeout=30) for result in results]
-    assert values.count("ran same") == 1, values
-    assert sum(was_skipped(value) for value in values) == 19
-    skipped = next(value for value in values if was_skipped(value))
+    states = settled(results)
+    assert states.count("SUCCESS") == 1, states
+    assert states.count("IGNORED") == 19, states  # a skip is not a success
+    assert [result.get(timeout=1) for result in results if result.state == "SUCCESS"] == [
+        "ran same"
+    ]
+    assert all(was_skipped(result.info) for result in results if result.state == "IGNORED")
+    skipped = next(result.info for result in results if result.state == "IGNORED")
     assert skipped["lock"] == "job:same"
     assert "celery task tests.support.celery_app.skip_job[" in skipped["holder"]
     assert len(workers.runs()) == 1
@@ -199,3 +263,143 @@ def test_operators_see_the_task_and_its_id(tasks: Any, workers: Workers, admin_c
     page = admin_client.get(reverse("admin:distlock_heldlock_changelist"))
     assert holder.purpose in page.content.decode().replace("<wbr>", "")  # wrap points
     result.get(timeout=30)
+
+
+def started_after_the_lease(start: list[Any], holder: Any) -> bool:
+    """A run began after ``holder``'s lease ended (read before the kill; a renewal since
+    only moves the end later). Wall clocks of one machine; Redis's is the same clock."""
+    return start[2] >= holder.expires_at.timestamp() - 0.05
+
+
+def long_run_and_duplicates(
+    workers: Workers, task: Any, key: str, lock: str, duplicates: int
+) -> tuple[Any, Any]:
+    """Start a long run of ``task`` (to be killed in its body) and ``duplicates`` copies,
+    each skipped (IGNORED); return the run's result and its holder."""
+    first = task.delay(key, 60.0)
+    workers.wait_started(key)
+    holder = wait_for_holder(lock)
+    copies = [task.delay(key, 60.0) for _ in range(duplicates)]
+    assert settled(copies) == ["IGNORED"] * duplicates
+    return first, holder
+
+
+def test_a_redelivered_message_runs_once_its_killed_holder_lease_ends(
+    tasks: Any, workers: Workers
+) -> None:
+    # acks_late + reject_on_worker_lost: the message of a killed pool process is delivered
+    # again, with the same task id. It is not a duplicate of itself: it runs once the dead
+    # holder's lease has ended.
+    result, holder = long_run_and_duplicates(
+        workers, tasks.late_job, "redelivered", "late:redelivered", 0
+    )
+    os.kill(holder.pid, signal.SIGKILL)
+    assert result.get(timeout=30) == "ran redelivered"
+    killed, again = workers.starts("redelivered")
+    assert killed[3] == holder.pid != again[3]
+    assert started_after_the_lease(again, holder)
+    assert len(workers.runs()) == 1
+
+
+def test_a_message_delivered_again_while_its_run_lives_waits_and_is_dropped(
+    tasks: Any, workers: Workers
+) -> None:
+    # A broker's visibility timeout delivers a message again while its first delivery still
+    # runs: the same task id, the same try. Never two at once, and not run twice.
+    first = tasks.late_job.apply_async(("twice", 3.0))
+    wait_for_holder("late:twice")
+    tasks.late_job.apply_async(("twice", 3.0), task_id=first.id)
+    assert first.get(timeout=30) == "ran twice"
+    workers.wait_for_log(f"[{first.id}] not run: the run of 'late:twice' it waited for ended")
+    assert first.state == "SUCCESS"  # the result its run stored stays
+    assert len(workers.starts("twice")) == 1
+    assert len(workers.runs()) == 1
+
+
+def test_skipped_duplicates_of_a_killed_run_make_one_run_after_its_lease(
+    tasks: Any, workers: Workers
+) -> None:
+    first, holder = long_run_and_duplicates(workers, tasks.skip_job, "lost", "job:lost", 5)
+    os.kill(holder.pid, signal.SIGKILL)
+    workers.wait_for_checks()
+    runs = workers.runs()
+    assert [run[1] for run in runs] == ["lost"]  # one run: coalesced
+    starts = workers.starts("lost")
+    assert len(starts) == 2  # the killed one, and the one after its lease
+    assert started_after_the_lease(starts[1], holder)
+    assert first.state != "SUCCESS"
+
+
+def test_skipped_duplicates_of_a_run_that_ended_make_no_run(tasks: Any, workers: Workers) -> None:
+    first = tasks.skip_job.delay("ended", 1.5)
+    wait_for_holder("job:ended")
+    duplicates = [tasks.skip_job.delay("ended", 1.5) for _ in range(5)]
+    assert settled(duplicates) == ["IGNORED"] * 5
+    assert first.get(timeout=30) == "ran ended"
+    ended = "not run: the run of 'job:ended' it waited for ended, or another took its work over"
+    workers.wait_for_log(f"{ended} (skipped)")
+    workers.wait_for_checks()
+    assert len(workers.starts("ended")) == 1
+
+
+def test_a_task_started_while_redis_is_down_is_retried_until_it_runs(
+    tasks: Any, workers: Workers
+) -> None:
+    workers.down.stop()
+    try:
+        result = tasks.outage_job.delay("outage")
+        workers.wait_for_log(f"[{result.id}] retry: Retry in 0.5s")
+    finally:
+        workers.down.start()
+    assert result.get(timeout=30) == "ran outage"
+    assert len(workers.starts("outage")) == 1
+
+
+def test_a_killed_run_delivered_again_and_its_skipped_duplicates_make_one_run(
+    tasks: Any, workers: Workers
+) -> None:
+    # Both the message delivered again and the duplicates' check wait for the killed run's
+    # lease; only one of them does its work.
+    first, holder = long_run_and_duplicates(workers, tasks.late_job, "both", "late:both", 3)
+    os.kill(holder.pid, signal.SIGKILL)
+    assert settled([first]) in (["SUCCESS"], ["IGNORED"])
+    workers.wait_for_checks()
+    assert [run[1] for run in workers.runs()] == ["both"]
+    killed, again = workers.starts("both")
+    assert killed[3] == holder.pid
+    assert started_after_the_lease(again, holder)
+
+
+def test_a_retry_that_starts_while_its_earlier_try_holds_the_lock_runs(
+    tasks: Any, workers: Workers
+) -> None:
+    result = tasks.retried_job.delay("early")
+    assert result.get(timeout=30) == "ran early"  # not skipped as a duplicate of its try
+    assert len(workers.starts("early")) == 1
+    assert f"[{result.id}] retry: Retry in 0s" in workers.full_logs()
+
+
+def parent_of(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("PPid:")).split()[1])
+
+
+def test_a_killed_run_delivered_again_after_its_lease_and_its_duplicates_make_one_run(
+    tasks: Any, workers: Workers
+) -> None:
+    # The worker that lost the pool process is paused past the lease, so the message comes
+    # again after the lock is free (no holder to wait for), maybe after the check ran.
+    first, holder = long_run_and_duplicates(workers, tasks.late_job, "slow", "late:slow", 3)
+    worker = parent_of(holder.pid)
+    os.kill(worker, signal.SIGSTOP)
+    try:
+        os.kill(holder.pid, signal.SIGKILL)
+        while time.time() < holder.expires_at.timestamp() + TTL:  # renewed at most once
+            time.sleep(0.1)
+    finally:
+        os.kill(worker, signal.SIGCONT)
+    assert settled([first]) in (["SUCCESS"], ["IGNORED"])
+    workers.wait_for_checks()
+    time.sleep(TTL)  # a second run would have begun by now
+    assert [run[1] for run in workers.runs()] == ["slow"]
+    assert len(workers.starts("slow")) == 2
