@@ -13,4 +13,5 @@ urlpatterns = [
     path("buy", views.buy),
     path("pay-batch/<int:order_id>", views.pay_batch),
     path("pay-hook-fails/<int:order_id>", views.pay_hook_fails),
+    path("pay-service/<int:order_id>", views.pay_service),
 ]
