@@ -554,6 +554,65 @@ def _note_open_transactions() -> None:
         pass
 
 
+# --- what the wrappers rely on (checks.py reports it at `manage.py check`) ---------------
+# A connection's attributes that the bookkeeping reads, and the parameters of the wrapped
+# methods it reads by name or position.
+CONNECTION_ATTRIBUTES = (
+    "in_atomic_block",
+    "atomic_blocks",
+    "savepoint_ids",
+    "needs_rollback",
+    "run_on_commit",
+    "autocommit",
+    "connection",
+    "closed_in_transaction",
+    "_thread_ident",
+)
+PARAMETERS = {
+    (transaction.Atomic, "__exit__"): ("self", "exc_type", "exc_value", "traceback"),
+    (BaseDatabaseWrapper, "set_autocommit"): (
+        "self",
+        "autocommit",
+        "force_begin_transaction_with_broken_autocommit",
+    ),
+    (transaction.Atomic, "__init__"): ("self", "using", "savepoint", "durable"),
+}
+
+
+def django_problems() -> list[str]:
+    """Return what is missing or changed in the Django internals the wrappers rely on (this
+    Django's, as installed): each problem means locks may be released before their
+    transaction ends (Django itself is never affected: every wrapper is fail-safe)."""
+    import inspect
+
+    problems = []
+    for cls, name, _wrap in TARGETS:
+        method = getattr(cls, name, None)
+        if not callable(method):
+            problems.append(f"{cls.__qualname__}.{name} is missing.")
+        elif not getattr(method, "distlock_watches", False):
+            problems.append(
+                f"{cls.__qualname__}.{name} was replaced after distlock wrapped it (by "
+                "another library, after DistlockConfig.ready())."
+            )
+    for (cls, name), expected in PARAMETERS.items():
+        method = inspect.unwrap(getattr(cls, name, None) or (lambda: None))
+        found = tuple(inspect.signature(method).parameters)
+        if found[: len(expected)] != expected:
+            problems.append(
+                f"{cls.__qualname__}.{name} takes {found}, distlock expects {expected}."
+            )
+    block = transaction.atomic()  # made, not entered
+    missing = [name for name in ("using", "_from_testcase") if not hasattr(block, name)]
+    if missing:
+        problems.append(f"an Atomic block has no {', '.join(missing)}.")
+    for conn in connections.all():
+        missing = [name for name in CONNECTION_ATTRIBUTES if not hasattr(conn, name)]
+        if missing:
+            problems.append(f"connections[{conn.alias!r}] has no {', '.join(missing)}.")
+    return problems
+
+
 # --- the same transaction asking again ---------------------------------------------------
 def waiting_release(key: Hashable) -> Any:
     """Return the Lock named by ``key`` whose release waits for a transaction the running

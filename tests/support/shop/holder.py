@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import threading
 import time
@@ -93,6 +94,11 @@ HOOK_CALLS: dict[str, Callable[[], None]] = {
 }
 
 
+def mail(name: str, mailed_while_held: list[bool]) -> None:
+    """The e-mail hook: note whether the order's lock was still held when it ran."""
+    mailed_while_held.append(not free_for_others(name))
+
+
 def hooks() -> dict[str, Any]:
     report = {}
     for label, call in HOOK_CALLS.items():
@@ -104,7 +110,7 @@ def hooks() -> dict[str, Any]:
             lk = distlock.lock(name, ttl=30)
             lk.acquire()
             transaction.on_commit(call)
-            transaction.on_commit(lambda: mailed_while_held.append(not free_for_others(name)))
+            transaction.on_commit(functools.partial(mail, name, mailed_while_held))
             lk.release()  # waits for the hooks registered before it
         report[label] = {"held": mailed_while_held == [True], "freed": free_within(name)}
         Product.objects.all().delete()

@@ -27,7 +27,6 @@ from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
-
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
