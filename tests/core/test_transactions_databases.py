@@ -21,7 +21,14 @@ from tests.support.databases import DatabaseServer
 from tests.support.lock_helpers import free_within
 from tests.support.processes import child_env, run_process
 from tests.support.redis_server import RedisServer
-from tests.support.shop.load import SETTINGS, Shop, serve_shop, shop_env, shop_locks
+from tests.support.shop.load import (
+    SETTINGS,
+    Shop,
+    isolation_run,
+    serve_shop,
+    shop_env,
+    shop_locks,
+)
 
 ORDERS = 150
 CLICKS = 3  # a double click plus a retry
@@ -120,27 +127,6 @@ def test_the_stock_is_never_oversold(shop: Shop) -> None:
     assert shop.sales() == UNITS and shop.units_left() == 0
     waited = sum(a.waited for a in answers)
     assert waited >= BUYERS // 5, f"only {waited} buyers waited for the lock: no contention"
-
-
-def isolation_run(
-    database: DatabaseServer, redis_url: str, name: str, level: str, order: str
-) -> dict[str, Any]:
-    env = child_env(
-        python_path=False,
-        settings="tests.support.shop.settings",
-        url=redis_url,
-        SHOP_ISOLATION=level,
-        **database.env(name=name),
-    )
-    done = run_process(
-        [sys.executable, "-m", "tests.support.shop.isolation", order],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def test_repeatable_read_reads_stale_rows_unless_the_lock_comes_first(

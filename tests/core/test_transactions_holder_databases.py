@@ -13,7 +13,7 @@ from collections import Counter
 from tests.support.databases import DatabaseServer
 from tests.support.processes import child_env, run_process
 from tests.support.redis_server import RedisServer
-from tests.support.shop.load import SETTINGS, serve_shop, shop_env
+from tests.support.shop.load import SETTINGS, isolation_run, serve_shop, shop_env
 
 ORDERS = 12
 CLICKS = 3  # a double click plus a retry
@@ -69,3 +69,21 @@ def test_pool_threads_hooks_and_tasks_never_take_a_release_of_another_transactio
     # The second task got the lock once the first released (before: LockNotAcquired, 5 s).
     assert report["gather"]["got"] == 2
     assert report["gather"]["seconds"] < 4
+
+
+def test_mariadb_left_at_innodbs_own_level_warns_as_repeatable_read_does(
+    real_database: DatabaseServer, redis_server: RedisServer
+) -> None:
+    """OPTIONS["isolation_level"]: None keeps the server's level: REPEATABLE READ on InnoDB,
+    whose snapshot predates the lock (before: no warning, and a stale read). PostgreSQL's
+    default is READ COMMITTED: no warning, a fresh read."""
+    redis_server.flushall()
+    with serve_shop(real_database, redis_server.url, workers=0) as served:
+        run = isolation_run(
+            real_database, redis_server.url, served.database, "server default", "query-then-lock"
+        )
+    if real_database.vendor == "mysql":
+        assert (run["before"], run["read"]) == (100, 100)  # stale: the reason for the warning
+        assert run["warned"] and "REPEATABLE READ" in run["warned"][0]
+    else:
+        assert (run["read"], run["warned"]) == (99, [])

@@ -168,3 +168,26 @@ def serve_shop(
             yield Shop(database, name, server)
     finally:
         database.drop_database(name)
+
+
+def isolation_run(
+    database: DatabaseServer, redis_url: str, name: str, level: str, order: str
+) -> dict[str, Any]:
+    """Run tests.support.shop.isolation ORDER at isolation ``level`` on database ``name``
+    of ``database``; return what it printed."""
+    env = child_env(
+        python_path=False,
+        settings="tests.support.shop.settings",
+        url=redis_url,
+        SHOP_ISOLATION=level,
+        **database.env(name=name),
+    )
+    done = run_process(
+        [sys.executable, "-m", "tests.support.shop.isolation", order],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
