@@ -21,14 +21,16 @@ number: another request's coroutine on the same event-loop thread, another job o
 pool thread, or a block an ``on_commit`` hook opens after the COMMIT (a new number) never
 takes it back, and never ends the committed transaction's ties.
 
-The ends are seen directly, by wrapping Django's ``Atomic.__exit__`` (and, for transactions
-managed by hand with ``set_autocommit(False)``, the connection's ``commit``, ``rollback`` and
-``close``), after Django has done its work and whatever it raised; ``set_autocommit`` numbers
-the transactions and sees a hand-managed one end; ``run_and_clear_commit_hooks`` frees the
-locks released before any ``on_commit`` hook right after the COMMIT. No ``on_commit``
-callback, no garbage collector, no object identity. With no tie anywhere the wrappers cost
-one test of an empty dict. Every wrapper is fail-safe: whatever distlock's bookkeeping
-raises, Django's own method runs, once (``checks.py`` reports a Django whose internals
+The ends are seen directly, by wrapping two Django methods: ``Atomic.__exit__`` (after
+Django has done its work, whatever it raised) and ``BaseDatabaseWrapper.set_autocommit``,
+which numbers the transactions as they begin, frees the locks released before any
+``on_commit`` hook right after the COMMIT (Django turns autocommit back on, then runs the
+hooks) and sees a transaction managed by hand end. Once the process manages a transaction by
+hand (``set_autocommit(False)``), the connection's ``commit``, ``rollback`` and ``close``
+are wrapped too. No ``on_commit`` callback, no garbage collector, no object identity. With
+no tie anywhere the wrappers cost one test of an empty dict; with ties, a block ended in a
+thread none of them belongs to, one more. Every wrapper is fail-safe: whatever distlock's
+bookkeeping raises, Django's own method runs, once (``checks.py`` reports a Django whose internals
 changed shape at ``manage.py check``). What the wrappers cannot see (a thread that died
 inside a hand-managed transaction, a backend whose ``commit()`` skips the base class's, a
 transaction already open when distlock was first imported) the renewer finds at the next
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import inspect
 import itertools
 import logging
 import threading
@@ -156,6 +159,36 @@ _guard = threading.Lock()
 # as its block, and a thread always leaves its blocks (the renewer ends the ties of a thread
 # that died). Empty (the common case): the wrappers return at once.
 _tied: dict[Any, set[Hold]] = {}
+# The threads that may end a tied block, counted per tie: the connection's own and the one
+# that made the tie (async_to_sync's loop thread ties the calling thread's connection); None:
+# a tied connection shared between threads (any thread may). A block ended in any other
+# thread has nothing tied: its wrapper returns without looking its connection up.
+_enders: dict[int | None, int] = {}
+_get_ident = threading.get_ident
+
+
+def _link(hold: Hold, conn: Any) -> None:
+    """Tie ``hold`` to ``conn`` in the registry (under _guard)."""
+    _tied.setdefault(conn, set()).add(hold)
+    idents = {None} if conn.allow_thread_sharing else {conn._thread_ident, _get_ident()}
+    hold.enders[conn] = idents
+    for ident in idents:
+        _enders[ident] = _enders.get(ident, 0) + 1
+
+
+def _unlink(hold: Hold, conn: Any) -> None:
+    """Undo _link (under _guard)."""
+    holds = _tied.get(conn)
+    if holds is not None:
+        holds.discard(hold)
+        if not holds:
+            del _tied[conn]
+    for ident in hold.enders.pop(conn, ()):
+        left = _enders.get(ident, 0) - 1
+        if left > 0:
+            _enders[ident] = left
+        else:
+            _enders.pop(ident, None)
 
 
 class Hold:
@@ -175,6 +208,7 @@ class Hold:
         # The thread whose connection each tie is to, when the tie was made there: a tie
         # to a thread that died ends (the renewer looks).
         self.threads: dict[Any, weakref.ref[threading.Thread]] = {}
+        self.enders: dict[Any, set[int | None]] = {}  # connection -> its _link's threads
         self.waiting = False  # released: free the lock when the last tie ends
         # How many on_commit hooks each tied connection had at the release: with none, the
         # lock is freed at the COMMIT itself; else after those hooks (as documented).
@@ -203,10 +237,6 @@ class Hold:
             self.waiting = bool(self.ties) and not self.done
             return self.waiting
 
-    def tied_to(self, places: Iterable[Place]) -> bool:
-        """Return True if this hold is tied to one of ``places``' transactions."""
-        return any(self.ties.get(conn, (0,))[0] == number for conn, number, _ in places)
-
     def resume(self) -> bool:
         """Take the hold back (code of the same transaction asks for the lock again): stop
         waiting. Return False if the lock is being freed already."""
@@ -221,11 +251,7 @@ class Hold:
         with _guard:
             self.done = True
             for conn in self.ties:
-                holds = _tied.get(conn)
-                if holds is not None:
-                    holds.discard(self)
-                    if not holds:
-                        del _tied[conn]
+                _unlink(self, conn)
             self.ties.clear()
             self.threads.clear()
             self.hooks_before.clear()
@@ -239,11 +265,6 @@ class Hold:
             over = [conn for conn, tie in self.ties.items() if not self._open(conn, *tie)]
             freed = False
             for conn in over:
-                holds = _tied.get(conn)
-                if holds is not None:
-                    holds.discard(self)
-                    if not holds:
-                        del _tied[conn]
                 freed = self._untie(conn) or freed
             return freed
 
@@ -258,15 +279,17 @@ class Hold:
         return bool(conn.in_atomic_block or not conn.autocommit)
 
     def _add(self, conn: Any, number: int, depth: int) -> None:
+        if conn not in self.ties:
+            _link(self, conn)
         self.ties[conn] = (number, depth)
-        if getattr(conn, "_thread_ident", None) == threading.get_ident():
+        if conn._thread_ident == _get_ident():
             self.threads[conn] = weakref.ref(threading.current_thread())
-        _tied.setdefault(conn, set()).add(self)
         if depth == 0:
-            _watch_backend(type(conn))
+            _watch_manual_endings(type(conn))
 
     def _untie(self, conn: Any) -> bool:
         """Remove the tie to ``conn``; return True if the lock is to be freed now."""
+        _unlink(self, conn)
         del self.ties[conn]
         self.threads.pop(conn, None)
         self.hooks_before.pop(conn, None)
@@ -300,14 +323,10 @@ def block_ended(conn: Any, number: int, depth: int, how: str) -> None:
                 ends = hold.waiting and hold.hooks_before.get(conn) == 0
             else:
                 ends = how == END_ALL or (how == END and tied >= depth)
-            if ends:
-                holds.discard(hold)
-                if hold._untie(conn):
-                    freed.append(hold)
-            elif how == MOVE_UP and tied >= depth:
+            if ends and hold._untie(conn):
+                freed.append(hold)
+            elif not ends and how == MOVE_UP and tied >= depth:
                 hold.ties[conn] = (number, depth - 1)
-        if not holds:
-            del _tied[conn]
     finish(freed)
 
 
@@ -376,30 +395,61 @@ def _note_transaction(conn: Any) -> None:
 
 
 def _wrap_exit(exit_: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(exit_)
-    def __exit__(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not _tied:  # no lock tied to any transaction (the common case)
-            return exit_(self, *args, **kwargs)
-        try:
-            conn: Any = connections[self.using or DEFAULT_DB_ALIAS]
-            if not _tied.get(conn):
-                return exit_(self, *args, **kwargs)
-            end = _block_end(self, conn, args[0] if args else kwargs.get("exc_type"))
-        except Exception:
-            _bookkeeping_failed("Atomic.__exit__")
-            return exit_(self, *args, **kwargs)
-        ending_before = getattr(conn, "distlock_ending", None)
-        if end[3] == END_ALL and not self._from_testcase:
-            # Django's COMMIT of this block ends the ties of holds released before any
-            # on_commit hook (_wrap_commit_hooks): handed on right after COMMIT.
-            conn.distlock_ending = end[0]
-        try:
-            return exit_(self, *args, **kwargs)
-        finally:
-            conn.distlock_ending = ending_before
-            _apply_end(self, conn, end)
+    """Wrap ``Atomic.__exit__``. Django's shape (three arguments, what ``with`` passes)
+    gets a wrapper of the same shape: a call through ``*args``/``**kwargs`` costs an atomic
+    block more than the rest of the wrapper. Any other shape gets one that takes and passes
+    on any arguments (and ``manage.py check`` says the shape changed)."""
+    if _parameters(exit_) == EXIT_PARAMETERS:
 
-    return __exit__
+        @functools.wraps(exit_)
+        def __exit__(self: Any, exc_type: Any, exc_value: Any, traceback: Any) -> Any:
+            if not _tied or (None not in _enders and _get_ident() not in _enders):
+                return exit_(self, exc_type, exc_value, traceback)  # nothing tied here
+            call = functools.partial(exit_, self, exc_type, exc_value, traceback)
+            return _exit_watched(self, exc_type, call)
+
+        return __exit__
+
+    @functools.wraps(exit_)
+    def any_exit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _tied or (None not in _enders and _get_ident() not in _enders):
+            return exit_(self, *args, **kwargs)
+        exc_type = args[0] if args else kwargs.get("exc_type")
+        return _exit_watched(self, exc_type, functools.partial(exit_, self, *args, **kwargs))
+
+    return any_exit
+
+
+def _exit_watched(block: Any, exc_type: Any, call: Callable[[], Any]) -> Any:
+    """Run Django's ``__exit__`` (``call``) for a block of a connection with ties, and apply
+    the block's end to them afterwards, whatever it raised."""
+    try:
+        conn: Any = connections[block.using or DEFAULT_DB_ALIAS]
+        if not _tied.get(conn):
+            return call()
+        end = _block_end(block, conn, exc_type)
+    except Exception:
+        _bookkeeping_failed("Atomic.__exit__")
+        return call()
+    ending_before = getattr(conn, "distlock_ending", None)
+    if end[3] == END_ALL and not block._from_testcase:
+        # Django's COMMIT of this block ends the ties of holds released before any
+        # on_commit hook (_commit_hooks_after_handing_on): handed on right after COMMIT.
+        conn.distlock_ending = end[0]
+    try:
+        return call()
+    finally:
+        conn.distlock_ending = ending_before
+        _apply_end(block, conn, end)
+
+
+def _parameters(method: Any) -> tuple[tuple[str, Any], ...] | None:
+    """Return ``method``'s parameters as (name, default) pairs, None if it has no signature."""
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    return tuple((parameter.name, parameter.default) for parameter in parameters)
 
 
 def _block_end(block: Any, conn: Any, exc_type: Any) -> tuple[int, int, Any, str]:
@@ -429,7 +479,8 @@ def _apply_end(block: Any, conn: Any, end: tuple[int, int, Any, str]) -> None:
 
 
 def _wrap_ending(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap ``commit``, ``rollback`` or ``close``: each ends a transaction managed by hand."""
+    """Wrap ``commit``, ``rollback`` or ``close``: each ends a transaction managed by hand
+    (wrapped once the process has one: _watch_manual_endings)."""
 
     @functools.wraps(method)
     def ending(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -449,65 +500,143 @@ def _wrap_ending(method: Callable[..., Any]) -> Callable[..., Any]:
     return ending
 
 
-def _wrap_commit_hooks(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap ``run_and_clear_commit_hooks``: in the outermost atomic block's ``__exit__`` it
-    runs once COMMIT succeeded and autocommit is back on, so the locks released before any
-    on_commit hook are freed there, before the hooks run (lock_released receivers run
-    outside any transaction, as after the block)."""
-
-    @functools.wraps(method)
-    def run_and_clear_commit_hooks(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if _tied:
-            try:
-                number = getattr(self, "distlock_ending", None)
-                if number is not None:
-                    block_ended(self, number, 0, COMMITTED)
-            except Exception:
-                _bookkeeping_failed("run_and_clear_commit_hooks")
-        return method(self, *args, **kwargs)
-
-    return run_and_clear_commit_hooks
-
-
 def _wrap_set_autocommit(method: Callable[..., Any]) -> Callable[..., Any]:
     """Turning autocommit off begins a transaction (the outermost atomic block's, or one
-    managed by hand): it is numbered. Turning it on ends a transaction managed by hand."""
+    managed by hand): it is numbered. Turning it back on after the outermost block's COMMIT
+    runs the on_commit hooks: the locks released before any hook are freed first. Turning it
+    on ends a transaction managed by hand. Django's shape gets a wrapper of the same shape
+    (as for __exit__), any other one that takes and passes on any arguments."""
+    if _parameters(method) == SET_AUTOCOMMIT_PARAMETERS:
+
+        @functools.wraps(method)
+        def set_autocommit(
+            self: Any,
+            autocommit: bool,
+            force_begin_transaction_with_broken_autocommit: bool = False,
+        ) -> Any:
+            forced = force_begin_transaction_with_broken_autocommit
+            if _tied and autocommit and _hooks_follow_a_commit(self):
+                call = functools.partial(method, self, autocommit, forced)
+                return _commit_hooks_after_handing_on(self, call)
+            result = method(self, autocommit, forced)  # raises: nothing began or ended
+            if not autocommit:
+                _began(self, forced)
+            elif _tied:
+                _autocommit_set(self, autocommit, forced)
+            return result
+
+        return set_autocommit
 
     @functools.wraps(method)
-    def set_autocommit(self: Any, *args: Any, **kwargs: Any) -> Any:
-        result = method(self, *args, **kwargs)  # raises: no transaction began or ended
+    def any_set_autocommit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        call = functools.partial(method, self, *args, **kwargs)
         try:
-            _autocommit_set(self, *args, **kwargs)
+            autocommit = args[0] if args else kwargs["autocommit"]
+            forced = args[1] if len(args) > 1 else kwargs.get(FORCE_BEGIN, False)
         except Exception:
             _bookkeeping_failed("set_autocommit")
-        return result
+            return call()
+        return _set_autocommit_watched(self, autocommit, forced, call)
 
-    return set_autocommit
+    return any_set_autocommit
 
 
-def _autocommit_set(
-    conn: Any, autocommit: bool, force_begin_transaction_with_broken_autocommit: bool = False
-) -> None:
-    global _manual_seen
+def _set_autocommit_watched(
+    conn: Any, autocommit: Any, forced: Any, call: Callable[[], Any]
+) -> Any:
+    if _tied and autocommit and _hooks_follow_a_commit(conn):
+        return _commit_hooks_after_handing_on(conn, call)
+    result = call()  # raises: no transaction began or ended
+    _autocommit_set(conn, autocommit, forced)
+    return result
+
+
+def _autocommit_set(conn: Any, autocommit: Any, forced: Any) -> None:
+    """Autocommit was turned off (a transaction began: number it) or on (a transaction
+    managed by hand ended)."""
     if not autocommit:
-        if not force_begin_transaction_with_broken_autocommit:
-            _manual_seen = True  # by hand (Atomic.__enter__ forces a BEGIN)
-        _note_transaction(conn)
-    elif _tied and not conn.in_atomic_block:
-        block_ended(conn, 0, 0, END_MANUAL)
+        _began(conn, forced)
+        return
+    try:
+        if _tied and not conn.in_atomic_block:
+            block_ended(conn, 0, 0, END_MANUAL)
+    except Exception:
+        _bookkeeping_failed("set_autocommit")
 
 
-# What is wrapped: (owner, attribute name, wrapper). docs/transactions.md lists the same, and
-# checks.py checks that each is there, takes what the wrapper reads, and is still wrapped.
+def _hooks_follow_a_commit(conn: Any) -> bool:
+    """Return True if the code's outermost block on ``conn`` committed (its __exit__ marked
+    the connection) and Django is about to turn autocommit on and run its on_commit hooks."""
+    try:
+        if getattr(conn, "distlock_ending", None) is None:
+            return False
+        return bool(conn.run_commit_hooks_on_set_autocommit_on)
+    except Exception:
+        _bookkeeping_failed("set_autocommit")
+        return False
+
+
+def _commit_hooks_after_handing_on(conn: Any, call: Callable[[], Any]) -> Any:
+    """Turn autocommit on (Django's set_autocommit, told to leave the hooks), hand on the
+    locks released before any on_commit hook (their lock_released receivers run with
+    autocommit on, as after the block), then run the hooks as Django would."""
+    conn.run_commit_hooks_on_set_autocommit_on = False
+    try:
+        result = call()
+    except BaseException:
+        conn.run_commit_hooks_on_set_autocommit_on = True  # as Django leaves it
+        raise
+    try:
+        block_ended(conn, conn.distlock_ending, 0, COMMITTED)
+    except Exception:
+        _bookkeeping_failed("set_autocommit")
+    finally:
+        conn.run_and_clear_commit_hooks()
+    return result
+
+
+def _began(conn: Any, forced: Any) -> None:
+    """Autocommit was turned off: a transaction began on ``conn``. Number it, and note it in
+    this context (inlined _note_transaction: every outermost atomic block comes here)."""
+    global _manual_seen
+    try:
+        if not forced and not _manual_seen:  # by hand (Atomic.__enter__ forces a BEGIN)
+            _manual_seen = True
+            _watch_manual_endings(type(conn))
+        number = conn.distlock_transaction = next(_numbers)
+        entered = _entered.get()
+        if len(entered) == 1 and entered[0][0] is conn:  # the usual: this one's entry only
+            _entered.set(((conn, number),))
+        else:
+            entered = tuple(entry for entry in entered if entry[0] is not conn)
+            _entered.set((*entered, (conn, number)))
+    except Exception:
+        _bookkeeping_failed("set_autocommit")
+
+
+FORCE_BEGIN = "force_begin_transaction_with_broken_autocommit"
+# The shapes of Django's methods that get a wrapper of the same shape (_parameters).
+EXIT_PARAMETERS = (
+    ("self", inspect.Parameter.empty),
+    ("exc_type", inspect.Parameter.empty),
+    ("exc_value", inspect.Parameter.empty),
+    ("traceback", inspect.Parameter.empty),
+)
+SET_AUTOCOMMIT_PARAMETERS = (
+    ("self", inspect.Parameter.empty),
+    ("autocommit", inspect.Parameter.empty),
+    (FORCE_BEGIN, False),
+)
+# What is wrapped: (owner, attribute name, wrapper), at import. docs/transactions.md lists
+# the same, and checks.py checks that each is there, takes what the wrapper reads, and is
+# still wrapped. MANUAL_ENDINGS are wrapped too, once the process turns autocommit off by
+# hand (until then no transaction is managed by hand: nothing to see end there).
 TARGETS: tuple[tuple[type, str, Callable[..., Any]], ...] = (
     (transaction.Atomic, "__exit__", _wrap_exit),
-    (BaseDatabaseWrapper, "commit", _wrap_ending),
-    (BaseDatabaseWrapper, "rollback", _wrap_ending),
-    (BaseDatabaseWrapper, "close", _wrap_ending),
     (BaseDatabaseWrapper, "set_autocommit", _wrap_set_autocommit),
-    (BaseDatabaseWrapper, "run_and_clear_commit_hooks", _wrap_commit_hooks),
 )
-_ENDINGS = ("commit", "rollback", "close")
+MANUAL_ENDINGS = ("commit", "rollback", "close")
+_wrapping = threading.Lock()  # one thread wraps at a time (never under _guard's holders)
 
 
 def _wrap(cls: type, name: str, wrap: Callable[..., Any]) -> None:
@@ -521,23 +650,26 @@ def _wrap(cls: type, name: str, wrap: Callable[..., Any]) -> None:
     setattr(cls, name, wrapped)
 
 
-def _watch_backend(cls: type) -> None:
-    """A lock is tied to a transaction managed by hand on a connection of ``cls``: wrap its
-    own ``commit``, ``rollback`` and ``close`` if it overrides the base class's (a backend
-    whose commit() skips BaseDatabaseWrapper.commit would end it unseen)."""
-    for name in _ENDINGS:
-        if name in cls.__dict__ or not getattr(getattr(cls, name), "distlock_watches", False):
-            try:
-                _wrap(cls, name, _wrap_ending)
-            except Exception:
-                _bookkeeping_failed(f"wrapping {cls.__qualname__}.{name}")
+def _watch_manual_endings(cls: type) -> None:
+    """A transaction managed by hand on a connection of ``cls``: wrap ``commit``,
+    ``rollback`` and ``close``, the base class's and each override of them on the way to
+    ``cls`` (a backend whose commit() skips BaseDatabaseWrapper's would end it unseen)."""
+    owners = [klass for klass in cls.__mro__ if issubclass(klass, BaseDatabaseWrapper)]
+    for name in MANUAL_ENDINGS:
+        for owner in owners:
+            if name in owner.__dict__:
+                try:
+                    with _wrapping:
+                        _wrap(owner, name, _wrap_ending)
+                except Exception:
+                    _bookkeeping_failed(f"wrapping {owner.__qualname__}.{name}")
 
 
 def install() -> None:
     """Watch the ends of atomic blocks and of transactions managed by hand. Idempotent for
     every target: run again (DistlockConfig.ready() does), it wraps only what is not
     wrapped, such as a method another library replaced with its own wrapper meanwhile."""
-    with _guard:
+    with _wrapping:
         for cls, name, wrap in TARGETS:
             _wrap(cls, name, wrap)
     _note_open_transactions()
@@ -555,8 +687,8 @@ def _note_open_transactions() -> None:
 
 
 # --- what the wrappers rely on (checks.py reports it at `manage.py check`) ---------------
-# A connection's attributes that the bookkeeping reads, and the parameters of the wrapped
-# methods it reads by name or position.
+# A connection's attributes that the bookkeeping reads (the wrapped methods' shapes are
+# EXIT_PARAMETERS and SET_AUTOCOMMIT_PARAMETERS).
 CONNECTION_ATTRIBUTES = (
     "in_atomic_block",
     "atomic_blocks",
@@ -566,41 +698,40 @@ CONNECTION_ATTRIBUTES = (
     "autocommit",
     "connection",
     "closed_in_transaction",
+    "run_commit_hooks_on_set_autocommit_on",
+    "run_and_clear_commit_hooks",
+    "allow_thread_sharing",
     "_thread_ident",
 )
-PARAMETERS = {
-    (transaction.Atomic, "__exit__"): ("self", "exc_type", "exc_value", "traceback"),
-    (BaseDatabaseWrapper, "set_autocommit"): (
-        "self",
-        "autocommit",
-        "force_begin_transaction_with_broken_autocommit",
-    ),
-    (transaction.Atomic, "__init__"): ("self", "using", "savepoint", "durable"),
-}
 
 
 def django_problems() -> list[str]:
     """Return what is missing or changed in the Django internals the wrappers rely on (this
     Django's, as installed): each problem means locks may be released before their
     transaction ends (Django itself is never affected: every wrapper is fail-safe)."""
-    import inspect
-
     problems = []
-    for cls, name, _wrap in TARGETS:
+    targets = [(cls, name) for cls, name, _ in TARGETS]
+    targets += [(BaseDatabaseWrapper, name) for name in MANUAL_ENDINGS]
+    for cls, name in targets:
         method = getattr(cls, name, None)
         if not callable(method):
             problems.append(f"{cls.__qualname__}.{name} is missing.")
+        elif name in MANUAL_ENDINGS and not _manual_seen:
+            pass  # wrapped once a transaction is managed by hand
         elif not getattr(method, "distlock_watches", False):
             problems.append(
                 f"{cls.__qualname__}.{name} was replaced after distlock wrapped it (by "
                 "another library, after DistlockConfig.ready())."
             )
-    for (cls, name), expected in PARAMETERS.items():
-        method = inspect.unwrap(getattr(cls, name, None) or (lambda: None))
-        found = tuple(inspect.signature(method).parameters)
-        if found[: len(expected)] != expected:
+    for cls, name, expected in (
+        (transaction.Atomic, "__exit__", EXIT_PARAMETERS),
+        (BaseDatabaseWrapper, "set_autocommit", SET_AUTOCOMMIT_PARAMETERS),
+    ):
+        found = _parameters(inspect.unwrap(getattr(cls, name, None) or (lambda: None)))
+        if found != expected:
+            names = tuple(name for name, _default in found or ())
             problems.append(
-                f"{cls.__qualname__}.{name} takes {found}, distlock expects {expected}."
+                f"{cls.__qualname__}.{name} takes {names}, not the shape distlock knows."
             )
     block = transaction.atomic()  # made, not entered
     missing = [name for name in ("using", "_from_testcase") if not hasattr(block, name)]
