@@ -9,8 +9,6 @@ benchmarks/transactions.py, which measures the table of docs/transactions.md.
 
 from __future__ import annotations
 
-import json
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -19,14 +17,12 @@ import pytest
 
 from tests.support.databases import DatabaseServer
 from tests.support.lock_helpers import free_within
-from tests.support.processes import child_env, run_process
 from tests.support.redis_server import RedisServer
 from tests.support.shop.load import (
-    SETTINGS,
     Shop,
     isolation_run,
+    scenario_report,
     serve_shop,
-    shop_env,
     shop_locks,
 )
 
@@ -100,21 +96,7 @@ def test_every_end_of_a_transaction_frees_the_lock_within_100_ms(
     hook, a batch's rolled-back repeat (tests/support/shop/ends.py): the lock is held while
     the transaction runs and free within 100 ms of its end."""
     redis_server.flushall()
-    with serve_shop(real_database, redis_server.url, workers=0) as served:
-        env = child_env(
-            python_path=False,
-            settings=SETTINGS,
-            **shop_env(real_database, served.database, redis_server.url),
-        )
-        done = run_process(
-            [sys.executable, "-m", "tests.support.shop.ends"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = scenario_report(real_database, redis_server.url, "tests.support.shop.ends")
     expected = {"held": True, "freed": True}
     assert report == dict.fromkeys(("killed", "closed", "hook-fails", "batch"), expected)
 

@@ -6,14 +6,11 @@ two tasks of one transaction (tests/support/shop/holder.py).
 
 from __future__ import annotations
 
-import json
-import sys
 from collections import Counter
 
 from tests.support.databases import DatabaseServer
-from tests.support.processes import child_env, run_process
 from tests.support.redis_server import RedisServer
-from tests.support.shop.load import SETTINGS, isolation_run, serve_shop, shop_env
+from tests.support.shop.load import isolation_run, scenario_report, serve_shop
 
 ORDERS = 12
 CLICKS = 3  # a double click plus a retry
@@ -43,21 +40,7 @@ def test_pool_threads_hooks_and_tasks_never_take_a_release_of_another_transactio
     real_database: DatabaseServer, redis_server: RedisServer
 ) -> None:
     redis_server.flushall()
-    with serve_shop(real_database, redis_server.url, workers=0) as served:
-        env = child_env(
-            python_path=False,
-            settings=SETTINGS,
-            **shop_env(real_database, served.database, redis_server.url),
-        )
-        done = run_process(
-            [sys.executable, "-m", "tests.support.shop.holder"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = scenario_report(real_database, redis_server.url, "tests.support.shop.holder")
     # The pool thread's second job waited for the request's COMMIT (before: 10 of 10 twice).
     assert report["pool"] == {"twice": 0, "results": ["already paid", "charged"]}
     # Each hook's own block left the committed transaction's ties alone (before: freed

@@ -170,6 +170,19 @@ def serve_shop(
         database.drop_database(name)
 
 
+def printed_report(arguments: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """Run ``python -m *arguments`` with ``env``; return the JSON line it printed last."""
+    done = run_process(
+        [sys.executable, "-m", *arguments],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def isolation_run(
     database: DatabaseServer, redis_url: str, name: str, level: str, order: str
 ) -> dict[str, Any]:
@@ -182,12 +195,16 @@ def isolation_run(
         SHOP_ISOLATION=level,
         **database.env(name=name),
     )
-    done = run_process(
-        [sys.executable, "-m", "tests.support.shop.isolation", order],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return printed_report(["tests.support.shop.isolation", order], env)
+
+
+def scenario_report(database: DatabaseServer, redis_url: str, module: str) -> dict[str, Any]:
+    """Run ``python -m module`` (a scenario script of the shop: ends, holder) against a
+    migrated database of its own on ``database``; return the JSON it printed last."""
+    with serve_shop(database, redis_url, workers=0) as served:
+        env = child_env(
+            python_path=False,
+            settings=SETTINGS,
+            **shop_env(database, served.database, redis_url),
+        )
+        return printed_report([module], env)
