@@ -422,7 +422,8 @@ def _wrap_exit(exit_: Callable[..., Any]) -> Callable[..., Any]:
 
 def _exit_watched(block: Any, exc_type: Any, call: Callable[[], Any]) -> Any:
     """Run Django's ``__exit__`` (``call``) for a block of a connection with ties, and apply
-    the block's end to them afterwards, whatever it raised."""
+    the block's end to them afterwards, whatever it raised. (distlock's wrapper twice in
+    the chain, a library's wrapper between them, is harmless: each end applies once.)"""
     try:
         conn: Any = connections[block.using or DEFAULT_DB_ALIAS]
         if not _tied.get(conn):
@@ -643,11 +644,22 @@ def _wrap(cls: type, name: str, wrap: Callable[..., Any]) -> None:
     """Wrap ``cls.name`` unless it is distlock's wrapper already (idempotent per target; a
     wrapper another library put around Django's method after distlock's is wrapped too)."""
     method = cls.__dict__.get(name, getattr(cls, name))
-    if getattr(method, "distlock_watches", False):
+    if _watched(method):
         return
     wrapped = wrap(method)
     wrapped.distlock_watches = True
     setattr(cls, name, wrapped)
+
+
+def _watched(method: Any) -> bool:
+    """Return True if distlock's wrapper is ``method`` or inside it (a library's wrapper of
+    it made with functools.wraps, as Sentry's and cacheops' are)."""
+    seen = 0
+    while method is not None and seen < 20:
+        if getattr(method, "distlock_watches", False):
+            return True
+        method, seen = getattr(method, "__wrapped__", None), seen + 1
+    return False
 
 
 def _watch_manual_endings(cls: type) -> None:
@@ -718,7 +730,7 @@ def django_problems() -> list[str]:
             problems.append(f"{cls.__qualname__}.{name} is missing.")
         elif name in MANUAL_ENDINGS and not _manual_seen:
             pass  # wrapped once a transaction is managed by hand
-        elif not getattr(method, "distlock_watches", False):
+        elif not _watched(method):
             problems.append(
                 f"{cls.__qualname__}.{name} was replaced after distlock wrapped it (by "
                 "another library, after DistlockConfig.ready())."

@@ -8,6 +8,7 @@ has the shapes where it does, on PostgreSQL and MariaDB).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sys
 import threading
@@ -295,3 +296,24 @@ def test_the_check_fails_when_a_django_internal_is_missing(
     monkeypatch.delattr(BaseDatabaseWrapper, "run_and_clear_commit_hooks")
     errors = call_command_errors()
     assert "distlock.E010" in errors and "has no run_and_clear_commit_hooks" in errors
+
+
+def test_install_leaves_a_library_wrapper_that_keeps_distlocks_inside(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sentry- and cacheops-style: a wrapper made with functools.wraps around distlock's,
+    installed after it. install() leaves it, and the check (distlock.E010) finds distlock's
+    inside: no false "replaced" error."""
+    distlocks_exit = transaction.Atomic.__exit__
+
+    @functools.wraps(distlocks_exit)
+    def library_exit(self: Any, exc_type: Any, exc_value: Any, traceback: Any) -> Any:
+        return distlocks_exit(self, exc_type, exc_value, traceback)
+
+    monkeypatch.setattr(transaction.Atomic, "__exit__", library_exit)
+    transactions.install()
+    assert transaction.Atomic.__exit__ is library_exit
+    assert call_command_errors() == ""
+    with transaction.atomic(), distlock.lock("holder:kept-inside", ttl=5):
+        pass
+    assert free_within("holder:kept-inside")
