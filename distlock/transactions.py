@@ -762,10 +762,13 @@ def waiting_release(key: Hashable) -> Any:
     code is in (the same number: never another request's, task's or job's that ran on this
     thread), or None. async_to_sync runs a coroutine in another thread, inside the caller's
     transaction: a release there, then a take-back here, or the reverse, must not wait for
-    itself. Cheap: the holds tied to those connections only."""
+    itself. An on_commit hook of that transaction, registered before the release, is still
+    part of its end (the lock is handed on once those hooks have run): it takes the release
+    back too, instead of waiting for itself. Cheap: the holds tied to those connections
+    only."""
     if not _tied:
         return None
-    places = transactions_here()
+    places = transactions_here() + _committing_here()
     for conn, number, _depth in places:
         with _guard:  # another thread may end a tie meanwhile
             holds = [hold for hold in _tied.get(conn, ()) if hold.ties[conn][0] == number]
@@ -774,6 +777,17 @@ def waiting_release(key: Hashable) -> Any:
             if hold.waiting and lock._pending is hold and lock._resource() == key:
                 return lock
     return None
+
+
+def _committing_here() -> list[Place]:
+    """Return the transactions of the running code's connections whose on_commit hooks are
+    running (the running code may be one of them)."""
+    found = []
+    for conn, _number in _entered.get():
+        number = getattr(conn, "distlock_ending", None)
+        if number is not None:
+            found.append((conn, number, 0))
+    return found
 
 
 def held_in_transactions_here(key: Hashable) -> bool:

@@ -317,3 +317,23 @@ def test_install_leaves_a_library_wrapper_that_keeps_distlocks_inside(
     with transaction.atomic(), distlock.lock("holder:kept-inside", ttl=5):
         pass
     assert free_within("holder:kept-inside")
+
+
+def test_a_hook_registered_before_the_release_takes_the_lock_back() -> None:
+    """The lock is handed on once the hooks registered before its release have run: such a
+    hook asking for the same lock is part of that end, and must not wait for itself (it
+    would until its wait ran out)."""
+    took: list[float] = []
+
+    def hook() -> None:
+        started = time.monotonic()
+        with distlock.lock("holder:hook-again", ttl=5, wait=2):
+            took.append(time.monotonic() - started)
+
+    with transaction.atomic():
+        lk = distlock.lock("holder:hook-again", ttl=5)
+        assert lk.acquire()
+        transaction.on_commit(hook)
+        lk.release()
+    assert took and took[0] < 1, "the hook waited for its own transaction's release"
+    assert free_within("holder:hook-again")
