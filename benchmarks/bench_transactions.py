@@ -12,12 +12,13 @@ servers' (tests/support/shop/slow_commit), as a commit that waits for a disk is.
 
 Writes benchmarks/results/transactions.json and prints the table.
 
-    python benchmarks/bench_transactions.py --bookkeeping
+    python benchmarks/bench_transactions.py --cost [--quick]
 
-measures, in this process (in-memory SQLite, the locmem backend: no server), what watching the
-transactions costs: the time added to each ``atomic()`` block by distlock's wrappers of
-``Atomic.__enter__``/``__exit__`` with no lock tied, and the release's own bookkeeping inside
-a transaction (a release that waits makes no round trip: all of its time is bookkeeping).
+measures, in this process, what watching the transactions costs an ``atomic()`` block with no
+lock in it, against plain Django in the same run (distlock's wrappers taken off): an
+outermost block, and one with ten nested ``savepoint=False`` blocks, on an SQLite file and a
+PostgreSQL server of its own; also while another thread's release waits for its COMMIT.
+Writes benchmarks/results/transactions_cost.json (docs/transactions.md quotes it).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from tests.support.redis_server import RedisServer
 from tests.support.shop.load import Shop, serve_shop
 
 RESULTS = ROOT / "benchmarks" / "results" / "transactions.json"
+COST_RESULTS = ROOT / "benchmarks" / "results" / "transactions_cost.json"
 # Each row of the table: its pattern as distlock ran it before hold_until_commit (the lock
 # released at once, before COMMIT: under ATOMIC_REQUESTS, @lock_view ran inside the request's
 # transaction), and as it runs now.
@@ -165,62 +167,113 @@ def table(rows: list[dict[str, Any]], orders: int, units: int) -> str:
     return "\n".join(lines)
 
 
-def bookkeeping(rounds: int = 50000) -> dict[str, float]:
-    """Return microseconds per call of what watching transactions costs (see the docstring):
-    each wrapper's own time, around a do-nothing method in place of Django's, and a whole
-    release() inside a transaction (the best of 7 runs: the machine is shared)."""
+CASES = ("outermost atomic()", "outermost + ten nested atomic(savepoint=False)")
+MODES = ("plain Django", "distlock", "distlock, a release waiting in another thread")
+
+
+def cost(rounds: int = 300, calls: int = 50) -> dict[str, Any]:
+    """Return what watching transactions costs an atomic() block with no lock in it, against
+    plain Django in the same run and process: each case timed with distlock's wrappers taken
+    off (plain Django), on (nothing tied), and on while another thread's release waits for
+    its COMMIT (the wrappers' slow path is armed), interleaved, the best of ``rounds`` rounds
+    of ``calls`` blocks each (the machine is shared: the best is the least disturbed); on an
+    SQLite file and on a PostgreSQL server of its own."""
+    import tempfile
+    import threading
+
     import django
     from django.conf import settings
 
-    settings.configure(
-        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
-        INSTALLED_APPS=["distlock"],
-        DISTLOCK={"default": {"BACKEND": "distlock.backends.locmem.LocMemBackend"}},
-        USE_TZ=True,
-    )
-    django.setup()
-    from django.db import connection, transaction
+    with PostgresServer() as postgres, tempfile.TemporaryDirectory() as directory:
+        settings.configure(
+            DATABASES={
+                "default": {
+                    "ENGINE": "django.db.backends.sqlite3",
+                    "NAME": str(Path(directory) / "cost.sqlite3"),
+                },
+                "postgresql": postgres.django_settings(),
+            },
+            INSTALLED_APPS=["distlock"],
+            DISTLOCK={"default": {"BACKEND": "distlock.backends.locmem.LocMemBackend"}},
+            USE_TZ=True,
+        )
+        django.setup()
+        from django.db import connections, transaction
 
-    import distlock
-    from distlock import transactions
+        import distlock
+        from distlock import transactions
 
-    def best(call: Any, times: int = rounds) -> float:
-        fastest = float("inf")
-        for _ in range(7):
-            started = time.perf_counter()
-            for _ in range(times):
-                call()
-            fastest = min(fastest, (time.perf_counter() - started) / times * 1e6)
-        return fastest
+        def outermost(alias: str) -> None:
+            with transaction.atomic(using=alias):
+                pass
 
-    def nothing(*args: Any) -> None:
-        return None
+        def nested(alias: str) -> None:
+            def inner() -> Any:
+                return transaction.atomic(using=alias, savepoint=False)
 
-    block = transaction.atomic()
-    enter, exit_ = transactions._wrap_enter(nothing), transactions._wrap_exit(nothing)
-    base = best(lambda: nothing(block, None, None, None))
-    figures = {"Atomic.__exit__ with no lock tied": best(lambda: exit_(block, None, None, None))}
-    connection.ensure_connection()
-    with transaction.atomic():  # Atomic.__enter__ of an outermost block (the most work)
-        figures["Atomic.__enter__ (outermost block)"] = best(lambda: enter(block))
-    figures = {label: micros - base for label, micros in figures.items()}
-    figures["acquire outside any transaction (finding none)"] = best(transactions.transactions_here)
-    lk = distlock.lock("bookkeeping", ttl=60)
-    keep = distlock.lock("renewer-running", ttl=60, auto_renew=True)
-    keep.acquire()  # the renewer thread runs anyway (else each release would start it)
+            with transaction.atomic(using=alias):  # noqa: SIM117 - nested, as measured
+                with inner(), inner(), inner(), inner(), inner():
+                    with inner(), inner(), inner(), inner(), inner():
+                        pass
 
-    def release_in_transaction() -> float:
-        with transaction.atomic():
-            lk.acquire()
-            started = time.perf_counter()
-            lk.release()  # waits for the block: no round trip, bookkeeping only
-            return time.perf_counter() - started
+        wrapped = {(cls, name): getattr(cls, name) for cls, name, _ in transactions.TARGETS}
 
-    spent = sorted(release_in_transaction() for _ in range(rounds // 10))
-    figures["release inside a transaction (median)"] = spent[len(spent) // 2] * 1e6
-    figures["release inside a transaction (10th percentile)"] = spent[len(spent) // 10] * 1e6
-    keep.release()
-    return figures
+        def wrappers(on: bool) -> None:
+            for (cls, name), method in wrapped.items():
+                setattr(cls, name, method if on else method.__wrapped__)
+
+        waiting, done = threading.Event(), threading.Event()
+
+        def release_waiting_for_commit() -> None:  # another request's, in its transaction
+            with transaction.atomic():
+                lk = distlock.lock("cost:waiting", ttl=600)
+                lk.acquire()
+                lk.release()
+                waiting.set()
+                done.wait()
+            connections.close_all()
+
+        results: dict[str, Any] = {}
+        for alias in ("default", "postgresql"):
+            connections[alias].ensure_connection()
+            best = {(case, mode): float("inf") for case in CASES for mode in MODES}
+            waiter = threading.Thread(target=release_waiting_for_commit)
+            for mode in (MODES[0], MODES[1], MODES[2]):
+                # The first two modes interleaved batch by batch, then the third (another
+                # thread's release waits meanwhile) against plain Django again, interleaved.
+                if mode == MODES[2]:
+                    waiter.start()
+                    waiting.wait()
+                    assert transactions._tied
+                if mode == MODES[1]:
+                    continue
+                pair = (MODES[0], mode) if mode != MODES[0] else (MODES[0], MODES[1])
+                for _ in range(rounds):
+                    for each in pair:
+                        wrappers(each != MODES[0])
+                        for case, block in zip(CASES, (outermost, nested), strict=True):
+                            started = time.perf_counter()
+                            for _ in range(calls):
+                                block(alias)
+                            spent = (time.perf_counter() - started) / calls * 1e6
+                            best[case, each] = min(best[case, each], spent)
+            done.set()
+            waiter.join()
+            done.clear()
+            waiting.clear()
+            wrappers(True)
+            vendor = connections[alias].vendor
+            results[vendor] = {
+                case: {
+                    "plain_us": round(best[case, MODES[0]], 2),
+                    "distlock_us": round(best[case, MODES[1]], 2),
+                    "ratio": round(best[case, MODES[1]] / best[case, MODES[0]], 3),
+                    "ratio_while_waiting": round(best[case, MODES[2]] / best[case, MODES[0]], 3),
+                }
+                for case in CASES
+            }
+        connections.close_all()
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -228,12 +281,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="30 orders, 20 units, 1 run")
     parser.add_argument("--runs", type=int, default=None, help="runs of each case (default 3)")
     parser.add_argument(
-        "--bookkeeping", action="store_true", help="the cost of watching transactions (us)"
+        "--cost", action="store_true", help="an atomic() block's cost against plain Django"
     )
     args = parser.parse_args(argv)
-    if args.bookkeeping:
-        for label, micros in bookkeeping().items():
-            print(f"{label}: {micros:.2f} us")
+    if args.cost:
+        figures = cost(rounds=60) if args.quick else cost()
+        figures["machine"] = platform.platform()
+        COST_RESULTS.write_text(json.dumps(figures, indent=2) + "\n")
+        print(json.dumps(figures, indent=2))
         return 0
     orders, units = (30, 20) if args.quick else (150, 100)
     runs = args.runs or (1 if args.quick else 3)

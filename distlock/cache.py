@@ -191,6 +191,10 @@ class _Plan:
                 auto_renew=True,
                 using=self.using,
                 purpose=f"distlock.cache rebuild of {self.key[:80]!r}",
+                # It guards the build, not database work: callers that missed the key wait
+                # for the value, never for the builder's transaction
+                # (docs/semaphores-and-caching.md).
+                hold_until_commit=False,
             )
         return self._lock
 

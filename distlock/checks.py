@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
-from . import eviction
+from . import eviction, transactions
 from .backends.base import BaseLockBackend
 from .backends.locmem import LocMemBackend
 from .backends.redis import RedisBackend
@@ -24,6 +24,17 @@ REPLICATED_WITHOUT_WAIT = (
     "reported as acquired before any replica has it. Replication is asynchronous, so when a "
     "master fails over while its replicas lag, acknowledged locks are lost and a second "
     "client can take a lock its holder still works under."
+)
+DJANGO_INTERNALS = (
+    "Locks released inside a transaction may be freed before it ends: {problem} distlock ties "
+    'locks to transactions through these Django internals (docs/transactions.md, "What is '
+    "wrapped\"); Django's own transactions are not affected."
+)
+DJANGO_INTERNALS_HINT = (
+    "Use a Django version distlock supports (setup.cfg), or a distlock release made for this "
+    "one. A library that patches these methods must do so before distlock's AppConfig.ready() "
+    "(list it before 'distlock' in INSTALLED_APPS), or call distlock.transactions.install() "
+    "after it."
 )
 REPLICATED_HINT = (
     "Set OPTIONS['WAIT_REPLICAS'] to the number of replicas of each master (e.g. 1) and "
@@ -74,6 +85,17 @@ def _replication_warnings(alias: str, backend: BaseLockBackend) -> list[CheckMes
             hint=REPLICATED_HINT,
             id="distlock.W002",
         )
+    ]
+
+
+@register("distlock")
+def check_transaction_internals(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """The Django internals that tie locks to transactions are there, shaped as expected."""
+    return [
+        Error(
+            DJANGO_INTERNALS.format(problem=problem), hint=DJANGO_INTERNALS_HINT, id="distlock.E010"
+        )
+        for problem in transactions.django_problems()
     ]
 
 

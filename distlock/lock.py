@@ -34,8 +34,7 @@ from .signals import lock_acquired, lock_contended, lock_lost, lock_released
 from .tokens import NON_FAIR_MARK, SHARED_MARK, new_token
 from .transactions import (
     Hold,
-    forget_waiting_release,
-    note_waiting_release,
+    held_in_transactions_here,
     snapshot_isolation_aliases,
     transactions_here,
     waiting_release,
@@ -219,6 +218,16 @@ class Lock:
             if block is None:
                 await attempts.agive_up(backend.aleave)
                 return False
+            if held_in_transactions_here(self._resource()):
+                # Another task of this transaction holds it (asyncio.gather): its release
+                # waits for the COMMIT, which waits for this task, so look for that release
+                # often, and take it back as soon as it is made.
+                held = waiting_release(self._resource())
+                if held is not None and await self._atake_back_from_queue(
+                    backend, attempts.token, held
+                ):
+                    return True
+                block = min(block, SIBLING_LOOK)
             # Wait to be handed the lock, and claim it, in one call (one round trip on one
             # server); the reply tells whether this object holds it now.
             attempt = await attempts.aguarded(backend.aacquire_when_free, attempts.waiting(), block)
@@ -256,6 +265,14 @@ class Lock:
             if block is None:
                 attempts.give_up(backend.leave)
                 return False
+            if held_in_transactions_here(self._resource()):
+                # Another task of this transaction holds it (asyncio.gather): its release
+                # waits for the COMMIT, which waits for this task, so look for that release
+                # often, and take it back as soon as it is made.
+                held = waiting_release(self._resource())
+                if held is not None and self._take_back_from_queue(backend, attempts.token, held):
+                    return True
+                block = min(block, SIBLING_LOOK)
             # Wait to be handed the lock, and claim it, in one call (one round trip on one
             # server); the reply tells whether this object holds it now.
             attempt = attempts.guarded(backend.acquire_when_free, attempts.waiting(), block)
@@ -453,7 +470,7 @@ class Lock:
         if left <= 0:
             return False
         if hold is None:
-            hold = self._hold = Hold(self._release_after_transactions)
+            hold = self._hold = Hold(self)
         self._pending = hold  # before wait(): a tie may end in another thread meanwhile
         if not hold.wait(transactions):
             self._pending = None
@@ -462,7 +479,6 @@ class Lock:
             if self._renewal is None:  # keep the lease alive until the transaction ends
                 interval = min(self._ttl_ms / 1000 * RENEW_FRACTION, left / 2)
                 self._renewal = renewal.renewer.register(self, max(interval, 0.01))
-        note_waiting_release(self._resource(), self)
         return True
 
     def _tie_to_transactions(self) -> None:
@@ -473,7 +489,7 @@ class Lock:
         transactions = transactions_here()
         if transactions:
             if self._hold is None:
-                self._hold = Hold(self._release_after_transactions)
+                self._hold = Hold(self)
             self._hold.tie(transactions)
 
     def _release_after_transactions(self, unreachable: set[str]) -> None:
@@ -482,7 +498,6 @@ class Lock:
         (not asked again: each try would hold up Django's COMMIT for a timeout)."""
         with self._mutex:
             self._pending = None
-        forget_waiting_release(self._resource(), self)
         if self.token is None or self._lost:
             self._forget()  # the lost lease was reported when a renewal found it gone
             return
@@ -502,9 +517,25 @@ class Lock:
                 exc,
             )
             self._forget()
+        except BaseException:  # KeyboardInterrupt, SystemExit, gevent's Timeout: it goes on,
+            self._forget()  # and the lock is no longer renewed: its lease ends it
+            raise
+
+    def _abandon_after_transactions(self) -> None:
+        """Leave the lock to its lease: a BaseException cut short the releases at the end
+        of its transaction before this one's turn (nothing is renewed for ever)."""
+        with self._mutex:
+            self._pending = None
+        logger.warning(
+            "distlock: %r was not released after its transaction ended (interrupted); "
+            "it ends with its lease.",
+            self.name,
+        )
+        self._forget()
 
     def _waiting_release(self) -> Lock | None:
-        """Return this thread's hold of this lock whose release waits for a transaction."""
+        """Return the hold of this lock whose release waits for a transaction the running
+        code is in (the transaction holds it, not the thread)."""
         return waiting_release(self._resource()) if self._pending or self.token is None else None
 
     def _resource(self) -> tuple[str, str, str]:
@@ -527,6 +558,13 @@ class Lock:
             raise
         return self._adopt(held, extended, started, ttl_ms)
 
+    async def _atake_back_from_queue(self, backend: Operations, token: str, held: Lock) -> bool:
+        """Leave the server's queue of waiters (as ``token``), then take ``held``'s waiting
+        release back."""
+        with contextlib.suppress(LockError):  # the registration expires on its own
+            await backend.aleave(self.name, token)
+        return await self._atake_back(held)
+
     # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def _take_back(self, held: Lock) -> bool:
         """Hold again, at once, the lock whose release waits for this thread's transaction
@@ -543,6 +581,13 @@ class Lock:
             raise
         return self._adopt(held, extended, started, ttl_ms)
 
+    def _take_back_from_queue(self, backend: Operations, token: str, held: Lock) -> bool:
+        """Leave the server's queue of waiters (as ``token``), then take ``held``'s waiting
+        release back."""
+        with contextlib.suppress(LockError):  # the registration expires on its own
+            backend.leave(self.name, token)
+        return self._take_back(held)
+
     # unasync: end
 
     def _stop_waiting(self, held: Lock) -> int | None:
@@ -553,7 +598,6 @@ class Lock:
             return None
         with held._mutex:
             held._pending = None
-        forget_waiting_release(self._resource(), held)
         backend = held.operations
         return backend.lease_ms(self.ttl if self.ttl is not None else backend.default_timeout)
 
@@ -568,7 +612,7 @@ class Lock:
             self._held_since, held._held_since = held._held_since, 0.0  # one hold, not two
             self._hold, held._hold = held._hold, None  # its ties to transactions too
             if self._hold is not None:
-                self._hold.finish = self._release_after_transactions
+                self._hold.owner = self
             held._forget()
         elif self._renewal is not None and not self.auto_renew:  # no more keep-alive
             renewal.renewer.unregister(self._renewal)
@@ -786,6 +830,12 @@ class Lock:
     def _renew(self) -> float | None:
         """Called by the renewer thread: renew the lease, report a lost one."""
         interval = self._ttl_ms / 1000 * RENEW_FRACTION
+        pending = self._pending
+        if pending is not None and pending.end_unseen():
+            # The transaction its release waits for ended unseen (its thread died, a
+            # backend's commit() skipped the base class's): free it now, never renew for ever.
+            self._release_after_transactions(set())
+            return None
         with self._mutex:
             if self.token is None or self._operations is None or self._releasing or self._lost:
                 return None
@@ -991,6 +1041,9 @@ def _new_token(lock: Lock, operations: Operations) -> str:
     return NON_FAIR_MARK + new_token()
 
 
+# How often (s) a task waiting for a lock that another task of its transaction holds looks
+# for that task's release (asyncio.gather under async_to_sync): it never reaches the server.
+SIBLING_LOOK = 0.05
 # An acquire whose reply came too late to leave any lease: treated as not acquired.
 TOO_LATE = Attempt(False, holder_pttl_ms=0)
 

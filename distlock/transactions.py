@@ -4,33 +4,49 @@ transaction or savepoint that took it ends (docs/transactions.md).
 PostgreSQL's transaction-level advisory locks are the model. Each hold of a lock is *tied*
 to the transactions it belongs to: at acquire, to the atomic block (transaction or savepoint)
 of each connection it was taken in; at a release inside a transaction, also to the outermost
-block of each connection not tied yet. A tie is a connection and the depth of the block
-among the code's own atomic blocks (Django's TestCase blocks never count). When a block
-ends, its ties end (the whole transaction ended, or a savepoint inside which the lock was
-taken rolled back) or move up to the enclosing block (a savepoint released: keeping a lock
-longer is always safe, freeing it early is the danger). A released hold is freed when its
-last tie has ended; taking it back in the same transaction stacks (the shallower tie stays).
+block of each connection not tied yet. A tie is a connection, the *number* of its
+transaction and the depth of the block among the code's own atomic blocks (Django's TestCase
+blocks never count). When a block ends, its ties end (the whole transaction ended, or a
+savepoint inside which the lock was taken rolled back) or move up to the enclosing block (a
+savepoint released: keeping a lock longer is always safe, freeing it early is the danger).
+A released hold is freed when its last tie has ended; taking it back in the same
+transaction stacks (the shallower tie stays).
 
-The ends are seen directly, by wrapping Django's ``Atomic.__exit__`` (and, for transactions
-managed by hand with ``set_autocommit(False)``, the connection's ``commit``, ``rollback``,
-``close`` and ``set_autocommit``), after Django has done its work and whatever it raised
-(a lock released before any ``on_commit`` hook is freed earlier: right after the COMMIT,
-when Django is about to run the hooks, through ``run_and_clear_commit_hooks``):
-no ``on_commit`` callback, no garbage collector, no object identity. With no tie anywhere the
-wrappers cost one test of an empty dict. ``Atomic.__enter__`` notes the connections of the
-code's outermost blocks in a context variable: that is how a lock finds the transactions it
-is in without looking at every connection, and ``async_to_sync`` copies it into the
-coroutine it runs, so an async lock released there is tied to the calling thread's
-transaction.
+The holder is the transaction, never a thread: each transaction gets a number when it
+begins (the outermost block's ``set_autocommit(False)``, or autocommit turned off by hand),
+noted on the connection and, with the connection, in a context variable that
+``async_to_sync`` and ``sync_to_async`` carry into the code they run. A release waiting for
+a COMMIT is found again only through a transaction the running code is in with that same
+number: another request's coroutine on the same event-loop thread, another job on the same
+pool thread, or a block an ``on_commit`` hook opens after the COMMIT (a new number) never
+takes it back, and never ends the committed transaction's ties.
+
+The ends are seen directly, by wrapping two Django methods: ``Atomic.__exit__`` (after
+Django has done its work, whatever it raised) and ``BaseDatabaseWrapper.set_autocommit``,
+which numbers the transactions as they begin, frees the locks released before any
+``on_commit`` hook right after the COMMIT (Django turns autocommit back on, then runs the
+hooks) and sees a transaction managed by hand end. Once the process manages a transaction by
+hand (``set_autocommit(False)``), the connection's ``commit``, ``rollback`` and ``close``
+are wrapped too. No ``on_commit`` callback, no garbage collector, no object identity. With
+no tie anywhere the wrappers cost one test of an empty dict; with ties, a block ended in a
+thread none of them belongs to, one more. Every wrapper is fail-safe: whatever distlock's
+bookkeeping raises, Django's own method runs, once (``checks.py`` reports a Django whose internals
+changed shape at ``manage.py check``). What the wrappers cannot see (a thread that died
+inside a hand-managed transaction, a backend whose ``commit()`` skips the base class's, a
+transaction already open when distlock was first imported) the renewer finds at the next
+renewal of a waiting release: the transaction it waits for is no longer open, so it is
+freed, never renewed for ever.
 """
 
 from __future__ import annotations
 
 import contextvars
 import functools
+import inspect
 import itertools
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
@@ -44,6 +60,8 @@ SNAPSHOT_LEVELS = frozenset({"repeatable read", "serializable"})
 # What a block's end does to the ties at its depth.
 END_ALL, END, MOVE_UP, END_MANUAL = "end all", "end", "move up", "end manual"
 COMMITTED = "committed"  # the outermost block committed; its on_commit hooks run next
+# A place the running code is in: (connection, transaction number, own depth of its block).
+Place = tuple[Any, int, int]
 
 
 # --- the transactions the running code is in ---------------------------------------------
@@ -70,11 +88,21 @@ def open_transactions() -> list[Any]:
     return [conn for conn in connections.all(initialized_only=True) if own_depth(conn)]
 
 
-def transactions_here() -> list[tuple[Any, int]]:
-    """Return each transaction the running code is in, as (connection, own depth): the
-    connections of its open atomic blocks (this thread's, and in a coroutine that
+def transaction_number(conn: Any) -> int:
+    """Return the number of ``conn``'s current transaction, giving it one if it has none
+    (a transaction begun before distlock was imported, or autocommit off from the start)."""
+    number: int | None = getattr(conn, "distlock_transaction", None)
+    if number is None:
+        number = conn.distlock_transaction = next(_numbers)
+    return number
+
+
+def transactions_here() -> list[Place]:
+    """Return each transaction the running code is in, as (connection, number, own depth):
+    the connections of its open atomic blocks (this thread's, and in a coroutine that
     ``async_to_sync`` runs for a thread inside atomic blocks, that thread's), and this
-    thread's connections in a transaction managed by hand (depth 0).
+    thread's connections in a transaction managed by hand (an atomic block inside one
+    included).
 
     Cheap when there is none (every acquire asks): the open blocks are read from a context
     variable, and connections are looked at for a manual transaction only once this process
@@ -85,15 +113,16 @@ def transactions_here() -> list[tuple[Any, int]]:
         return []
     found = []
     for conn, number in entered:
-        if conn.distlock_transaction == number:  # not an earlier transaction's
+        if getattr(conn, "distlock_transaction", None) == number:  # not an earlier one's
             depth = own_depth(conn)
             if depth:
-                found.append((conn, depth))
+                found.append((conn, number, depth))
     if _manual_seen:
+        seen = {place[0] for place in found}
         found += [
-            (conn, 0)
+            (conn, transaction_number(conn), own_depth(conn))
             for conn in connections.all(initialized_only=True)
-            if _in_manual_transaction(conn)
+            if conn not in seen and conn.connection is not None and not conn.autocommit
         ]
     return found
 
@@ -116,60 +145,101 @@ def snapshot_isolation_aliases() -> list[str]:
 
 def _isolation(conn: Any) -> str:
     level = getattr(conn, "isolation_level", None)  # set by the postgresql and mysql backends
+    if level is None and conn.vendor == "mysql":
+        # OPTIONS["isolation_level"]: None leaves the server's own level, which InnoDB's
+        # default makes REPEATABLE READ (Django's default is READ COMMITTED).
+        return "repeatable read"
     name = getattr(level, "name", level)  # psycopg's IsolationLevel, or MySQL's text
     return str(name or "").replace("_", " ").lower()
 
 
 # --- holds and their ties ----------------------------------------------------------------
 _guard = threading.Lock()
-# The holds tied to each connection's transaction. Strong references: a tie lasts as long as
-# its block, and a thread always leaves its blocks. Empty (the common case): the wrappers
-# return at once.
+# The holds tied to each connection's transactions. Strong references: a tie lasts as long
+# as its block, and a thread always leaves its blocks (the renewer ends the ties of a thread
+# that died). Empty (the common case): the wrappers return at once.
 _tied: dict[Any, set[Hold]] = {}
+# The threads that may end a tied block, counted per tie: the connection's own and the one
+# that made the tie (async_to_sync's loop thread ties the calling thread's connection); None:
+# a tied connection shared between threads (any thread may). A block ended in any other
+# thread has nothing tied: its wrapper returns without looking its connection up.
+_enders: dict[int | None, int] = {}
+_get_ident = threading.get_ident
+
+
+def _link(hold: Hold, conn: Any) -> None:
+    """Tie ``hold`` to ``conn`` in the registry (under _guard)."""
+    _tied.setdefault(conn, set()).add(hold)
+    idents = {None} if conn.allow_thread_sharing else {conn._thread_ident, _get_ident()}
+    hold.enders[conn] = idents
+    for ident in idents:
+        _enders[ident] = _enders.get(ident, 0) + 1
+
+
+def _unlink(hold: Hold, conn: Any) -> None:
+    """Undo _link (under _guard)."""
+    holds = _tied.get(conn)
+    if holds is not None:
+        holds.discard(hold)
+        if not holds:
+            del _tied[conn]
+    for ident in hold.enders.pop(conn, ()):
+        left = _enders.get(ident, 0) - 1
+        if left > 0:
+            _enders[ident] = left
+        else:
+            _enders.pop(ident, None)
 
 
 class Hold:
     """One hold of a lock and its ties to the transactions it belongs to.
 
-    ``finish`` frees the lock; it is called once, after ``wait()``, from whichever thread
-    ends the last tie (the one leaving the block, or the releasing thread if none is left),
-    with the aliases found unreachable by the releases of the same block end (it adds to them):
-    a batch's locks do not each wait out a timeout inside Django's COMMIT.
+    ``owner`` is the Lock whose hold it is: its ``_release_after_transactions`` frees the
+    lock, once, from whichever thread ends the last tie (the one leaving the block, or the
+    releasing thread if none is left), with the aliases found unreachable by the releases of
+    the same block end (it adds to them): a batch's locks do not each wait out a timeout
+    inside Django's COMMIT.
     """
 
-    def __init__(self, finish: Callable[[set[str]], None]) -> None:
-        self.finish = finish
-        self.ties: dict[Any, int] = {}  # connection -> own depth of the block it is tied to
+    def __init__(self, owner: Any) -> None:
+        self.owner = owner
+        # connection -> (transaction number, own depth of the block it is tied to)
+        self.ties: dict[Any, tuple[int, int]] = {}
+        # The thread whose connection each tie is to, when the tie was made there: a tie
+        # to a thread that died ends (the renewer looks).
+        self.threads: dict[Any, weakref.ref[threading.Thread]] = {}
+        self.enders: dict[Any, set[int | None]] = {}  # connection -> its _link's threads
         self.waiting = False  # released: free the lock when the last tie ends
         # How many on_commit hooks each tied connection had at the release: with none, the
         # lock is freed at the COMMIT itself; else after those hooks (as documented).
         self.hooks_before: dict[Any, int] = {}
         self.done = False  # freed or dropped
 
-    def tie(self, transactions: Iterable[tuple[Any, int]]) -> None:
+    def tie(self, places: Iterable[Place]) -> None:
         """Tie this hold to the blocks it is taken (or taken back) in: a tie already made in
         the same transaction keeps its shallower block, as PostgreSQL's locks stack."""
         with _guard:
-            for conn, depth in transactions:
+            for conn, number, depth in places:
                 tied = self.ties.get(conn)
-                if tied is None or depth < tied:
-                    self._add(conn, depth)
+                if tied is None or tied[0] != number or depth < tied[1]:
+                    self._add(conn, number, depth)
 
-    def wait(self, transactions: Iterable[tuple[Any, int]]) -> bool:
-        """Mark the hold released inside ``transactions``: tie it to the outermost block of
-        each one it is not tied to yet. Return True if the release must wait for a tie to
+    def wait(self, places: Iterable[Place]) -> bool:
+        """Mark the hold released inside ``places``: tie it to the outermost block of each
+        transaction it is not tied to yet. Return True if the release must wait for a tie to
         end, False if the lock can be freed now."""
         with _guard:
-            for conn, depth in transactions:
-                if conn not in self.ties:
-                    self._add(conn, min(depth, 1))
+            for conn, number, depth in places:
+                tied = self.ties.get(conn)
+                if tied is None or tied[0] != number:
+                    self._add(conn, number, min(depth, 1))
             self.hooks_before = {conn: len(conn.run_on_commit) for conn in self.ties}
             self.waiting = bool(self.ties) and not self.done
             return self.waiting
 
     def resume(self) -> bool:
-        """Take the hold back (the same code asks for the lock again): stop waiting. Return
-        False if the lock is being freed already."""
+        """Take the hold back (code of the same transaction asks for the lock again): stop
+        waiting. Return False if the lock is being freed already."""
         with _guard:
             if self.done:
                 return False
@@ -181,68 +251,99 @@ class Hold:
         with _guard:
             self.done = True
             for conn in self.ties:
-                holds = _tied.get(conn)
-                if holds is not None:
-                    holds.discard(self)
-                    if not holds:
-                        del _tied[conn]
+                _unlink(self, conn)
             self.ties.clear()
+            self.threads.clear()
             self.hooks_before.clear()
 
-    def _add(self, conn: Any, depth: int) -> None:
-        self.ties[conn] = depth
-        _tied.setdefault(conn, set()).add(self)
+    def end_unseen(self) -> bool:
+        """End the ties whose transaction is over without a wrapper having seen it (its
+        thread died, a backend's commit() skipped the base class's, it was open when
+        distlock was imported). Return True if the lock is to be freed now. The renewer asks,
+        at each renewal of a waiting release: such a lock is never kept alive for ever."""
+        with _guard:
+            over = [conn for conn, tie in self.ties.items() if not self._open(conn, *tie)]
+            freed = False
+            for conn in over:
+                freed = self._untie(conn) or freed
+            return freed
+
+    def _open(self, conn: Any, number: int, depth: int) -> bool:
+        thread = self.threads.get(conn)
+        if thread is not None and (thread() is None or not thread().is_alive()):  # type: ignore[union-attr]
+            return False
+        if getattr(conn, "distlock_ending", None) == number:  # its on_commit hooks run
+            return True
+        if getattr(conn, "distlock_transaction", None) != number or conn.connection is None:
+            return False
+        return bool(conn.in_atomic_block or not conn.autocommit)
+
+    def _add(self, conn: Any, number: int, depth: int) -> None:
+        if conn not in self.ties:
+            _link(self, conn)
+        self.ties[conn] = (number, depth)
+        if conn._thread_ident == _get_ident():
+            self.threads[conn] = weakref.ref(threading.current_thread())
+        if depth == 0:
+            _watch_manual_endings(type(conn))
 
     def _untie(self, conn: Any) -> bool:
         """Remove the tie to ``conn``; return True if the lock is to be freed now."""
+        _unlink(self, conn)
         del self.ties[conn]
+        self.threads.pop(conn, None)
         self.hooks_before.pop(conn, None)
         if self.waiting and not self.ties and not self.done:
             self.done = True
             return True
         return False
 
-    def run_finish(self, unreachable: set[str]) -> None:
-        try:
-            self.finish(unreachable)
-        except Exception:  # called from Django's commit or rollback: never raise into it
-            logger.exception("distlock: releasing a lock after its transaction ended failed")
 
-
-def block_ended(conn: Any, depth: int, how: str) -> None:
-    """Apply the end of ``conn``'s block at own ``depth`` to the ties: END_ALL (its
-    transaction ended), END (a savepoint rolled back: the ties made inside it end), MOVE_UP
-    (a savepoint released: they move to the enclosing block), END_MANUAL (a transaction
-    managed by hand ended: the ties outside every atomic block end) or COMMITTED (the
-    outermost block committed: the ties of holds released before any on_commit hook end;
-    the others end with the block, once the hooks have run)."""
+def block_ended(conn: Any, number: int, depth: int, how: str) -> None:
+    """Apply the end of ``conn``'s block at own ``depth`` in transaction ``number`` to the
+    ties: END_ALL (its transaction ended), END (a savepoint rolled back: the ties made inside
+    it end), MOVE_UP (a savepoint released: they move to the enclosing block), END_MANUAL (a
+    transaction managed by hand ended: the ties outside every atomic block end) or COMMITTED
+    (the outermost block committed: the ties of holds released before any on_commit hook
+    end; the others end with the block, once the hooks have run). Ties to another
+    transaction of the connection (the committed one, while an on_commit hook runs a
+    transaction of its own) are left alone."""
     freed = []
     with _guard:
         holds = _tied.get(conn)
         if not holds:
             return
         for hold in list(holds):
-            tied = hold.ties[conn]
-            if how == COMMITTED:
-                if hold.waiting and hold.hooks_before.get(conn) == 0:
-                    holds.discard(hold)
-                    if hold._untie(conn):
-                        freed.append(hold)
-            elif (
-                how == END_ALL
-                or (how == END and tied >= depth)
-                or (how == END_MANUAL and tied == 0)
-            ):
-                holds.discard(hold)
-                if hold._untie(conn):
-                    freed.append(hold)
-            elif tied >= depth:
-                hold.ties[conn] = depth - 1
-        if not holds:
-            del _tied[conn]
+            tied_number, tied = hold.ties[conn]
+            if how == END_MANUAL:
+                ends = tied == 0
+            elif tied_number != number:
+                continue
+            elif how == COMMITTED:
+                ends = hold.waiting and hold.hooks_before.get(conn) == 0
+            else:
+                ends = how == END_ALL or (how == END and tied >= depth)
+            if ends and hold._untie(conn):
+                freed.append(hold)
+            elif not ends and how == MOVE_UP and tied >= depth:
+                hold.ties[conn] = (number, depth - 1)
+    finish(freed)
+
+
+def finish(freed: list[Hold]) -> None:
+    """Free the locks of ``freed`` (their last tie ended). A BaseException on the way
+    (KeyboardInterrupt, SystemExit, gevent's Timeout) goes on, but no lock is left behind:
+    the ones not freed yet stop being renewed, so their leases end them."""
     unreachable: set[str] = set()
-    for hold in freed:
-        hold.run_finish(unreachable)
+    for index, hold in enumerate(freed):
+        try:
+            hold.owner._release_after_transactions(unreachable)
+        except Exception:  # called from Django's commit or rollback: never raise into it
+            logger.exception("distlock: releasing a lock after its transaction ended failed")
+        except BaseException:
+            for rest in freed[index + 1 :]:
+                rest.owner._abandon_after_transactions()
+            raise
 
 
 # --- seeing the ends: wrappers around Django's own methods -------------------------------
@@ -257,6 +358,20 @@ _numbers = itertools.count(1)
 # Whether autocommit was ever turned off by hand in this process (set_autocommit(False), or
 # AUTOCOMMIT False): until then no connection needs a look for a manual transaction.
 _manual_seen = False
+_failures_logged: set[str] = set()
+
+
+def _bookkeeping_failed(where: str) -> None:
+    """Log, once per wrapper, that distlock's own bookkeeping raised: Django's method still
+    runs (fail-safe), only the ties of locks to transactions may be missed."""
+    if where not in _failures_logged:
+        _failures_logged.add(where)
+        logger.exception(
+            "distlock: its bookkeeping in %s failed; Django's own method ran as without "
+            "distlock, but locks may be released without waiting for their transaction. "
+            "Run `manage.py check` (distlock.E010).",
+            where,
+        )
 
 
 def _outermost(block: Any, conn: Any) -> bool:
@@ -268,57 +383,105 @@ def _outermost(block: Any, conn: Any) -> bool:
     return len(blocks) < 2 or blocks[-2]._from_testcase
 
 
-def _wrap_enter(enter: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(enter)
-    def __enter__(self: Any) -> Any:
-        result = enter(self)
-        conn: Any = connections[self.using or DEFAULT_DB_ALIAS]
-        if _outermost(self, conn):
-            number = conn.distlock_transaction = next(_numbers)
-            entered = _entered.get()
-            if len(entered) != 1 or entered[0][0] is not conn:  # not just this one's entry
-                entered = tuple(entry for entry in entered if entry[0] is not conn)
-                _entered.set((*entered, (conn, number)))
-            else:
-                _entered.set(((conn, number),))
-        return result
-
-    return __enter__
+def _note_transaction(conn: Any) -> None:
+    """A transaction begins on ``conn``: number it, and note it in this context."""
+    number = conn.distlock_transaction = next(_numbers)
+    entered = _entered.get()
+    if len(entered) != 1 or entered[0][0] is not conn:  # not just this one's entry
+        entered = tuple(entry for entry in entered if entry[0] is not conn)
+        _entered.set((*entered, (conn, number)))
+    else:
+        _entered.set(((conn, number),))
 
 
 def _wrap_exit(exit_: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(exit_)
-    def __exit__(self: Any, exc_type: Any, exc_value: Any, traceback: Any) -> Any:
-        if not _tied:  # no lock tied to any transaction (the common case)
-            return exit_(self, exc_type, exc_value, traceback)
-        conn: Any = connections[self.using or DEFAULT_DB_ALIAS]
-        if not _tied.get(conn):
-            return exit_(self, exc_type, exc_value, traceback)
-        outermost = _outermost(self, conn)
-        depth = own_depth(conn)
-        sid = conn.savepoint_ids[-1] if conn.savepoint_ids else None
-        rolls_back = exc_type is not None or conn.needs_rollback
-        # Django's COMMIT of this block ends the ties of holds released before any on_commit
-        # hook (_wrap_commit_hooks): handed on right after COMMIT, as PostgreSQL's are.
-        conn.distlock_ending = outermost and not self._from_testcase
-        try:
-            return exit_(self, exc_type, exc_value, traceback)
-        finally:
-            conn.distlock_ending = False
-            if self._from_testcase:  # a TestCase's block: the code's own have all ended
-                block_ended(conn, 0, END_ALL)
-            elif outermost and not _in_manual_transaction(conn):
-                block_ended(conn, depth, END_ALL)  # committed, rolled back, closed, killed
-            elif rolls_back and sid is not None and not conn.needs_rollback:
-                block_ended(conn, depth, END)  # rolled back to its savepoint
-            else:
-                block_ended(conn, depth, MOVE_UP)
+    """Wrap ``Atomic.__exit__``. Django's shape (three arguments, what ``with`` passes)
+    gets a wrapper of the same shape: a call through ``*args``/``**kwargs`` costs an atomic
+    block more than the rest of the wrapper. Any other shape gets one that takes and passes
+    on any arguments (and ``manage.py check`` says the shape changed)."""
+    if _parameters(exit_) == EXIT_PARAMETERS:
 
-    return __exit__
+        @functools.wraps(exit_)
+        def __exit__(self: Any, exc_type: Any, exc_value: Any, traceback: Any) -> Any:
+            if not _tied or (None not in _enders and _get_ident() not in _enders):
+                return exit_(self, exc_type, exc_value, traceback)  # nothing tied here
+            call = functools.partial(exit_, self, exc_type, exc_value, traceback)
+            return _exit_watched(self, exc_type, call)
+
+        return __exit__
+
+    @functools.wraps(exit_)
+    def any_exit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _tied or (None not in _enders and _get_ident() not in _enders):
+            return exit_(self, *args, **kwargs)
+        exc_type = args[0] if args else kwargs.get("exc_type")
+        return _exit_watched(self, exc_type, functools.partial(exit_, self, *args, **kwargs))
+
+    return any_exit
+
+
+def _exit_watched(block: Any, exc_type: Any, call: Callable[[], Any]) -> Any:
+    """Run Django's ``__exit__`` (``call``) for a block of a connection with ties, and apply
+    the block's end to them afterwards, whatever it raised. (distlock's wrapper twice in
+    the chain, a library's wrapper between them, is harmless: each end applies once.)"""
+    try:
+        conn: Any = connections[block.using or DEFAULT_DB_ALIAS]
+        if not _tied.get(conn):
+            return call()
+        end = _block_end(block, conn, exc_type)
+    except Exception:
+        _bookkeeping_failed("Atomic.__exit__")
+        return call()
+    ending_before = getattr(conn, "distlock_ending", None)
+    if end[3] == END_ALL and not block._from_testcase:
+        # Django's COMMIT of this block ends the ties of holds released before any
+        # on_commit hook (_commit_hooks_after_handing_on): handed on right after COMMIT.
+        conn.distlock_ending = end[0]
+    try:
+        return call()
+    finally:
+        conn.distlock_ending = ending_before
+        _apply_end(block, conn, end)
+
+
+def _parameters(method: Any) -> tuple[tuple[str, Any], ...] | None:
+    """Return ``method``'s parameters as (name, default) pairs, None if it has no signature."""
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    return tuple((parameter.name, parameter.default) for parameter in parameters)
+
+
+def _block_end(block: Any, conn: Any, exc_type: Any) -> tuple[int, int, Any, str]:
+    """Read, before Django's __exit__ runs, what the end of ``block`` is: (transaction
+    number, own depth, savepoint id, how; how is END_ALL for the code's own outermost block,
+    else decided after Django's work: END if it rolled back to its savepoint)."""
+    number = getattr(conn, "distlock_transaction", None) or 0
+    sid = conn.savepoint_ids[-1] if conn.savepoint_ids else None
+    rolls_back = exc_type is not None or conn.needs_rollback
+    how = END_ALL if block._from_testcase or _outermost(block, conn) else ""
+    return number, own_depth(conn), (sid, rolls_back), how
+
+
+def _apply_end(block: Any, conn: Any, end: tuple[int, int, Any, str]) -> None:
+    number, depth, (sid, rolls_back), how = end
+    try:
+        if block._from_testcase:  # a TestCase's block: the code's own have all ended
+            block_ended(conn, number, 0, END_ALL)
+        elif how == END_ALL and not _in_manual_transaction(conn):
+            block_ended(conn, number, depth, END_ALL)  # committed, rolled back, closed, killed
+        elif rolls_back and sid is not None and not conn.needs_rollback:
+            block_ended(conn, number, depth, END)  # rolled back to its savepoint
+        else:
+            block_ended(conn, number, depth, MOVE_UP)
+    except Exception:
+        _bookkeeping_failed("Atomic.__exit__")
 
 
 def _wrap_ending(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap ``commit``, ``rollback`` or ``close``: each ends a transaction managed by hand."""
+    """Wrap ``commit``, ``rollback`` or ``close``: each ends a transaction managed by hand
+    (wrapped once the process has one: _watch_manual_endings)."""
 
     @functools.wraps(method)
     def ending(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -329,115 +492,318 @@ def _wrap_ending(method: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             # Inside Atomic.__exit__ (the outermost block's COMMIT and the hooks after it)
             # only ties outside atomic blocks end here; the block's own end when it returns.
-            if not self.in_atomic_block:
-                block_ended(self, 0, END_MANUAL)
+            try:
+                if not self.in_atomic_block:
+                    block_ended(self, 0, 0, END_MANUAL)
+            except Exception:
+                _bookkeeping_failed(method.__qualname__)
 
     return ending
 
 
-def _wrap_commit_hooks(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap ``run_and_clear_commit_hooks``: in the outermost atomic block's ``__exit__`` it
-    runs once COMMIT succeeded and autocommit is back on, so the locks released before any
-    on_commit hook are freed there, before the hooks run (lock_released receivers run
-    outside any transaction, as after the block)."""
-
-    @functools.wraps(method)
-    def run_and_clear_commit_hooks(self: Any) -> Any:
-        if _tied and getattr(self, "distlock_ending", False):
-            block_ended(self, 0, COMMITTED)
-        return method(self)
-
-    return run_and_clear_commit_hooks
-
-
 def _wrap_set_autocommit(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Turning autocommit on ends a transaction managed by hand; turning it off by hand
-    (Atomic.__enter__ forces a BEGIN, connect() applies AUTOCOMMIT) begins one."""
+    """Turning autocommit off begins a transaction (the outermost atomic block's, or one
+    managed by hand): it is numbered. Turning it back on after the outermost block's COMMIT
+    runs the on_commit hooks: the locks released before any hook are freed first. Turning it
+    on ends a transaction managed by hand. Django's shape gets a wrapper of the same shape
+    (as for __exit__), any other one that takes and passes on any arguments."""
+    if _parameters(method) == SET_AUTOCOMMIT_PARAMETERS:
+
+        @functools.wraps(method)
+        def set_autocommit(
+            self: Any,
+            autocommit: bool,
+            force_begin_transaction_with_broken_autocommit: bool = False,
+        ) -> Any:
+            forced = force_begin_transaction_with_broken_autocommit
+            if _tied and autocommit and _hooks_follow_a_commit(self):
+                call = functools.partial(method, self, autocommit, forced)
+                return _commit_hooks_after_handing_on(self, call)
+            result = method(self, autocommit, forced)  # raises: nothing began or ended
+            if not autocommit:
+                _began(self, forced)
+            elif _tied:
+                _autocommit_set(self, autocommit, forced)
+            return result
+
+        return set_autocommit
 
     @functools.wraps(method)
-    def set_autocommit(
-        self: Any, autocommit: bool, force_begin_transaction_with_broken_autocommit: bool = False
-    ) -> Any:
-        global _manual_seen
-        if not autocommit and not force_begin_transaction_with_broken_autocommit:
-            _manual_seen = True
-        if not _tied:
-            return method(self, autocommit, force_begin_transaction_with_broken_autocommit)
+    def any_set_autocommit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        call = functools.partial(method, self, *args, **kwargs)
         try:
-            return method(self, autocommit, force_begin_transaction_with_broken_autocommit)
-        finally:
-            if autocommit and not self.in_atomic_block:
-                block_ended(self, 0, END_MANUAL)
+            autocommit = args[0] if args else kwargs["autocommit"]
+            forced = args[1] if len(args) > 1 else kwargs.get(FORCE_BEGIN, False)
+        except Exception:
+            _bookkeeping_failed("set_autocommit")
+            return call()
+        return _set_autocommit_watched(self, autocommit, forced, call)
 
-    return set_autocommit
+    return any_set_autocommit
+
+
+def _set_autocommit_watched(
+    conn: Any, autocommit: Any, forced: Any, call: Callable[[], Any]
+) -> Any:
+    if _tied and autocommit and _hooks_follow_a_commit(conn):
+        return _commit_hooks_after_handing_on(conn, call)
+    result = call()  # raises: no transaction began or ended
+    _autocommit_set(conn, autocommit, forced)
+    return result
+
+
+def _autocommit_set(conn: Any, autocommit: Any, forced: Any) -> None:
+    """Autocommit was turned off (a transaction began: number it) or on (a transaction
+    managed by hand ended)."""
+    if not autocommit:
+        _began(conn, forced)
+        return
+    try:
+        if _tied and not conn.in_atomic_block:
+            block_ended(conn, 0, 0, END_MANUAL)
+    except Exception:
+        _bookkeeping_failed("set_autocommit")
+
+
+def _hooks_follow_a_commit(conn: Any) -> bool:
+    """Return True if the code's outermost block on ``conn`` committed (its __exit__ marked
+    the connection) and Django is about to turn autocommit on and run its on_commit hooks."""
+    try:
+        if getattr(conn, "distlock_ending", None) is None:
+            return False
+        return bool(conn.run_commit_hooks_on_set_autocommit_on)
+    except Exception:
+        _bookkeeping_failed("set_autocommit")
+        return False
+
+
+def _commit_hooks_after_handing_on(conn: Any, call: Callable[[], Any]) -> Any:
+    """Turn autocommit on (Django's set_autocommit, told to leave the hooks), hand on the
+    locks released before any on_commit hook (their lock_released receivers run with
+    autocommit on, as after the block), then run the hooks as Django would."""
+    conn.run_commit_hooks_on_set_autocommit_on = False
+    try:
+        result = call()
+    except BaseException:
+        conn.run_commit_hooks_on_set_autocommit_on = True  # as Django leaves it
+        raise
+    try:
+        block_ended(conn, conn.distlock_ending, 0, COMMITTED)
+    except Exception:
+        _bookkeeping_failed("set_autocommit")
+    finally:
+        conn.run_and_clear_commit_hooks()
+    return result
+
+
+def _began(conn: Any, forced: Any) -> None:
+    """Autocommit was turned off: a transaction began on ``conn``. Number it, and note it in
+    this context (inlined _note_transaction: every outermost atomic block comes here)."""
+    global _manual_seen
+    try:
+        if not forced and not _manual_seen:  # by hand (Atomic.__enter__ forces a BEGIN)
+            _manual_seen = True
+            _watch_manual_endings(type(conn))
+        number = conn.distlock_transaction = next(_numbers)
+        entered = _entered.get()
+        if len(entered) == 1 and entered[0][0] is conn:  # the usual: this one's entry only
+            _entered.set(((conn, number),))
+        else:
+            entered = tuple(entry for entry in entered if entry[0] is not conn)
+            _entered.set((*entered, (conn, number)))
+    except Exception:
+        _bookkeeping_failed("set_autocommit")
+
+
+FORCE_BEGIN = "force_begin_transaction_with_broken_autocommit"
+# The shapes of Django's methods that get a wrapper of the same shape (_parameters).
+EXIT_PARAMETERS = (
+    ("self", inspect.Parameter.empty),
+    ("exc_type", inspect.Parameter.empty),
+    ("exc_value", inspect.Parameter.empty),
+    ("traceback", inspect.Parameter.empty),
+)
+SET_AUTOCOMMIT_PARAMETERS = (
+    ("self", inspect.Parameter.empty),
+    ("autocommit", inspect.Parameter.empty),
+    (FORCE_BEGIN, False),
+)
+# What is wrapped: (owner, attribute name, wrapper), at import. docs/transactions.md lists
+# the same, and checks.py checks that each is there, takes what the wrapper reads, and is
+# still wrapped. MANUAL_ENDINGS are wrapped too, once the process turns autocommit off by
+# hand (until then no transaction is managed by hand: nothing to see end there).
+TARGETS: tuple[tuple[type, str, Callable[..., Any]], ...] = (
+    (transaction.Atomic, "__exit__", _wrap_exit),
+    (BaseDatabaseWrapper, "set_autocommit", _wrap_set_autocommit),
+)
+MANUAL_ENDINGS = ("commit", "rollback", "close")
+_wrapping = threading.Lock()  # one thread wraps at a time (never under _guard's holders)
+
+
+def _wrap(cls: type, name: str, wrap: Callable[..., Any]) -> None:
+    """Wrap ``cls.name`` unless it is distlock's wrapper already (idempotent per target; a
+    wrapper another library put around Django's method after distlock's is wrapped too)."""
+    method = cls.__dict__.get(name, getattr(cls, name))
+    if _watched(method):
+        return
+    wrapped = wrap(method)
+    wrapped.distlock_watches = True
+    setattr(cls, name, wrapped)
+
+
+def _watched(method: Any) -> bool:
+    """Return True if distlock's wrapper is ``method`` or inside it (a library's wrapper of
+    it made with functools.wraps, as Sentry's and cacheops' are)."""
+    seen = 0
+    while method is not None and seen < 20:
+        if getattr(method, "distlock_watches", False):
+            return True
+        method, seen = getattr(method, "__wrapped__", None), seen + 1
+    return False
+
+
+def _watch_manual_endings(cls: type) -> None:
+    """A transaction managed by hand on a connection of ``cls``: wrap ``commit``,
+    ``rollback`` and ``close``, the base class's and each override of them on the way to
+    ``cls`` (a backend whose commit() skips BaseDatabaseWrapper's would end it unseen)."""
+    owners = [klass for klass in cls.__mro__ if issubclass(klass, BaseDatabaseWrapper)]
+    for name in MANUAL_ENDINGS:
+        for owner in owners:
+            if name in owner.__dict__:
+                try:
+                    with _wrapping:
+                        _wrap(owner, name, _wrap_ending)
+                except Exception:
+                    _bookkeeping_failed(f"wrapping {owner.__qualname__}.{name}")
 
 
 def install() -> None:
-    """Watch the ends of atomic blocks and of transactions managed by hand (once)."""
-    with _guard:
-        if getattr(transaction.Atomic.__exit__, "distlock_watches", False):
-            return
-        atomic = transaction.Atomic
-        for cls, name, wrap in (
-            (atomic, "__enter__", _wrap_enter),
-            (atomic, "__exit__", _wrap_exit),
-            (BaseDatabaseWrapper, "commit", _wrap_ending),
-            (BaseDatabaseWrapper, "rollback", _wrap_ending),
-            (BaseDatabaseWrapper, "close", _wrap_ending),
-            (BaseDatabaseWrapper, "set_autocommit", _wrap_set_autocommit),
-            (BaseDatabaseWrapper, "run_and_clear_commit_hooks", _wrap_commit_hooks),
-        ):
-            wrapped = wrap(getattr(cls, name))
-            wrapped.distlock_watches = True  # type: ignore[attr-defined]
-            setattr(cls, name, wrapped)
+    """Watch the ends of atomic blocks and of transactions managed by hand. Idempotent for
+    every target: run again (DistlockConfig.ready() does), it wraps only what is not
+    wrapped, such as a method another library replaced with its own wrapper meanwhile."""
+    with _wrapping:
+        for cls, name, wrap in TARGETS:
+            _wrap(cls, name, wrap)
+    _note_open_transactions()
 
 
-# --- the same code asking again ----------------------------------------------------------
-_here = threading.local()
+def _note_open_transactions() -> None:
+    """Number this thread's transactions already open (distlock imported inside one): their
+    end is not seen by the wrappers, but the renewer's look finds it."""
+    try:
+        for conn in connections.all(initialized_only=True):
+            if conn.in_atomic_block and getattr(conn, "distlock_transaction", None) is None:
+                _note_transaction(conn)
+    except Exception:  # no settings yet, or no database configured: nothing is open
+        pass
 
 
+# --- what the wrappers rely on (checks.py reports it at `manage.py check`) ---------------
+# A connection's attributes that the bookkeeping reads (the wrapped methods' shapes are
+# EXIT_PARAMETERS and SET_AUTOCOMMIT_PARAMETERS).
+CONNECTION_ATTRIBUTES = (
+    "in_atomic_block",
+    "atomic_blocks",
+    "savepoint_ids",
+    "needs_rollback",
+    "run_on_commit",
+    "autocommit",
+    "connection",
+    "closed_in_transaction",
+    "run_commit_hooks_on_set_autocommit_on",
+    "run_and_clear_commit_hooks",
+    "allow_thread_sharing",
+    "_thread_ident",
+)
+
+
+def django_problems() -> list[str]:
+    """Return what is missing or changed in the Django internals the wrappers rely on (this
+    Django's, as installed): each problem means locks may be released before their
+    transaction ends (Django itself is never affected: every wrapper is fail-safe)."""
+    problems = []
+    targets = [(cls, name) for cls, name, _ in TARGETS]
+    targets += [(BaseDatabaseWrapper, name) for name in MANUAL_ENDINGS]
+    for cls, name in targets:
+        method = getattr(cls, name, None)
+        if not callable(method):
+            problems.append(f"{cls.__qualname__}.{name} is missing.")
+        elif name in MANUAL_ENDINGS and not _manual_seen:
+            pass  # wrapped once a transaction is managed by hand
+        elif not _watched(method):
+            problems.append(
+                f"{cls.__qualname__}.{name} was replaced after distlock wrapped it (by "
+                "another library, after DistlockConfig.ready())."
+            )
+    for cls, name, expected in (
+        (transaction.Atomic, "__exit__", EXIT_PARAMETERS),
+        (BaseDatabaseWrapper, "set_autocommit", SET_AUTOCOMMIT_PARAMETERS),
+    ):
+        found = _parameters(inspect.unwrap(getattr(cls, name, None) or (lambda: None)))
+        if found != expected:
+            names = tuple(name for name, _default in found or ())
+            problems.append(
+                f"{cls.__qualname__}.{name} takes {names}, not the shape distlock knows."
+            )
+    block = transaction.atomic()  # made, not entered
+    missing = [name for name in ("using", "_from_testcase") if not hasattr(block, name)]
+    if missing:
+        problems.append(f"an Atomic block has no {', '.join(missing)}.")
+    for conn in connections.all():
+        missing = [name for name in CONNECTION_ATTRIBUTES if not hasattr(conn, name)]
+        if missing:
+            problems.append(f"connections[{conn.alias!r}] has no {', '.join(missing)}.")
+    return problems
+
+
+# --- the same transaction asking again ---------------------------------------------------
 def waiting_release(key: Hashable) -> Any:
-    """Return this thread's lock named by ``key`` whose release waits for a transaction,
-    or, failing that, one whose release waits for a transaction the running code is in
-    (async_to_sync runs a coroutine in another thread, inside the caller's transaction: a
-    release there, then a take-back here, or the reverse, must not wait for itself)."""
-    waiting: dict[Hashable, Any] = getattr(_here, "waiting", {})
-    lock = waiting.get(key)
-    if lock is not None and lock._pending is None:  # released meanwhile
-        waiting.pop(key, None)
-        lock = None
-    return lock if lock is not None else _waiting_in_transactions_here(key)
-
-
-def _waiting_in_transactions_here(key: Hashable) -> Any:
-    """Return the lock named by ``key`` whose release waits for one of the transactions
-    the running code is in, or None (cheap: the holds tied to those connections only)."""
+    """Return the Lock named by ``key`` whose release waits for a transaction the running
+    code is in (the same number: never another request's, task's or job's that ran on this
+    thread), or None. async_to_sync runs a coroutine in another thread, inside the caller's
+    transaction: a release there, then a take-back here, or the reverse, must not wait for
+    itself. An on_commit hook of that transaction, registered before the release, is still
+    part of its end (the lock is handed on once those hooks have run): it takes the release
+    back too, instead of waiting for itself. Cheap: the holds tied to those connections
+    only."""
     if not _tied:
         return None
-    for conn, _depth in transactions_here():
+    places = transactions_here() + _committing_here()
+    for conn, number, _depth in places:
         with _guard:  # another thread may end a tie meanwhile
-            holds = list(_tied.get(conn, ()))
+            holds = [hold for hold in _tied.get(conn, ()) if hold.ties[conn][0] == number]
         for hold in holds:
-            lock = getattr(hold.finish, "__self__", None)  # the Lock whose hold it is
-            mine = lock is not None and lock._pending is hold and lock._resource() == key
-            if hold.waiting and mine:
+            lock = hold.owner
+            if hold.waiting and lock._pending is hold and lock._resource() == key:
                 return lock
     return None
 
 
-def note_waiting_release(key: Hashable, lock: Any) -> None:
-    waiting = getattr(_here, "waiting", None)
-    if waiting is None:
-        waiting = _here.waiting = {}
-    for stale in [k for k, held in waiting.items() if held._pending is None]:
-        del waiting[stale]  # freed from another thread: forget here
-    waiting[key] = lock
+def _committing_here() -> list[Place]:
+    """Return the transactions of the running code's connections whose on_commit hooks are
+    running (the running code may be one of them)."""
+    found = []
+    for conn, _number in _entered.get():
+        number = getattr(conn, "distlock_ending", None)
+        if number is not None:
+            found.append((conn, number, 0))
+    return found
 
 
-def forget_waiting_release(key: Hashable, lock: Any) -> None:
-    waiting = getattr(_here, "waiting", {})
-    if waiting.get(key) is lock:
-        del waiting[key]
+def held_in_transactions_here(key: Hashable) -> bool:
+    """Return True if a hold of the lock named by ``key`` (held, not released) is tied to a
+    transaction the running code is in: another task of the same transaction (asyncio.gather
+    under async_to_sync) holds it, and its release will wait for the COMMIT, which waits for
+    this code: so this code looks for that release often instead of blocking on the server."""
+    if not _tied:
+        return False
+    places = transactions_here()
+    for conn, number, _depth in places:
+        with _guard:
+            holds = [hold for hold in _tied.get(conn, ()) if hold.ties[conn][0] == number]
+        if any(hold.owner._resource() == key for hold in holds):
+            return True
+    return False
 
 
 # Installed when distlock is imported, not only in DistlockConfig.ready(): a project that locks

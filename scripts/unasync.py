@@ -53,6 +53,7 @@ RENAMES = {
     "aacquire": "acquire",
     "_areenter": "_reenter",
     "_atake_back": "_take_back",
+    "_atake_back_from_queue": "_take_back_from_queue",
     "arelease": "release",
     "_arelease_now": "_release_now",
     "aextend": "extend",

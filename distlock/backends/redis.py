@@ -8,9 +8,10 @@ and an async one per event loop.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -105,8 +106,14 @@ class RedisBackend(ScriptedBackend):
         entry = self._async.get(loop)
         if entry is None:
             entry = self._async[loop] = _LoopClient(self.build_client(redis.asyncio))
-            await entry.close_with_loop()
+            await entry.close_with_loop(functools.partial(self._forget_loop, loop))
         return entry.client
+
+    def _forget_loop(self, loop: Any) -> None:
+        # The client's connections refer to their loop, so the weak key alone would never
+        # let go: each async_to_sync call from sync code (a new loop each) kept a client,
+        # a pool and a closed loop. Forgotten as the loop shuts down.
+        self._async.pop(loop, None)
 
     def close(self) -> None:
         client, self._client = self._client, None
@@ -123,20 +130,25 @@ class _LoopClient:
         self.client = client
         self._closer: Any = None
 
-    async def close_with_loop(self) -> None:
+    async def close_with_loop(self, forget: Callable[[], None]) -> None:
         # An async generator started in a loop is finalised by the loop's shutdown_asyncgens()
         # (asyncio.run, asgiref and pytest-asyncio all call it): its ``finally`` then closes
-        # the connections while the loop can still run, instead of leaking them.
-        self._closer = self._close_at_shutdown()
+        # the connections while the loop can still run, instead of leaking them, and has
+        # the backend forget this loop's client.
+        self._closer = self._close_at_shutdown(forget)
         await self._closer.__anext__()
 
-    async def _close_at_shutdown(self) -> AsyncIterator[None]:
+    async def _close_at_shutdown(self, forget: Callable[[], None]) -> AsyncIterator[None]:
         try:
             yield
         finally:
-            await _aclose(self.client)
-            for sentinel in _sentinel_clients(self.client):
-                await _aclose(sentinel)
+            forget()
+            try:
+                await _aclose(self.client)
+                for sentinel in _sentinel_clients(self.client):
+                    await _aclose(sentinel)
+            finally:
+                self._closer = None  # the generator itself: no cycle left behind
 
 
 async def _aclose(client: Any) -> None:

@@ -9,8 +9,6 @@ benchmarks/transactions.py, which measures the table of docs/transactions.md.
 
 from __future__ import annotations
 
-import json
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -19,9 +17,14 @@ import pytest
 
 from tests.support.databases import DatabaseServer
 from tests.support.lock_helpers import free_within
-from tests.support.processes import child_env, run_process
 from tests.support.redis_server import RedisServer
-from tests.support.shop.load import SETTINGS, Shop, serve_shop, shop_env, shop_locks
+from tests.support.shop.load import (
+    Shop,
+    isolation_run,
+    scenario_report,
+    serve_shop,
+    shop_locks,
+)
 
 ORDERS = 150
 CLICKS = 3  # a double click plus a retry
@@ -93,21 +96,7 @@ def test_every_end_of_a_transaction_frees_the_lock_within_100_ms(
     hook, a batch's rolled-back repeat (tests/support/shop/ends.py): the lock is held while
     the transaction runs and free within 100 ms of its end."""
     redis_server.flushall()
-    with serve_shop(real_database, redis_server.url, workers=0) as served:
-        env = child_env(
-            python_path=False,
-            settings=SETTINGS,
-            **shop_env(real_database, served.database, redis_server.url),
-        )
-        done = run_process(
-            [sys.executable, "-m", "tests.support.shop.ends"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = scenario_report(real_database, redis_server.url, "tests.support.shop.ends")
     expected = {"held": True, "freed": True}
     assert report == dict.fromkeys(("killed", "closed", "hook-fails", "batch"), expected)
 
@@ -120,27 +109,6 @@ def test_the_stock_is_never_oversold(shop: Shop) -> None:
     assert shop.sales() == UNITS and shop.units_left() == 0
     waited = sum(a.waited for a in answers)
     assert waited >= BUYERS // 5, f"only {waited} buyers waited for the lock: no contention"
-
-
-def isolation_run(
-    database: DatabaseServer, redis_url: str, name: str, level: str, order: str
-) -> dict[str, Any]:
-    env = child_env(
-        python_path=False,
-        settings="tests.support.shop.settings",
-        url=redis_url,
-        SHOP_ISOLATION=level,
-        **database.env(name=name),
-    )
-    done = run_process(
-        [sys.executable, "-m", "tests.support.shop.isolation", order],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def test_repeatable_read_reads_stale_rows_unless_the_lock_comes_first(

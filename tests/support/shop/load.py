@@ -7,6 +7,7 @@ import contextlib
 import http.client
 import json
 import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
@@ -63,6 +64,22 @@ class Shop:
         return self.send(
             [f"/{pattern}/{order}" for order in range(1, orders + 1) for _ in range(clicks)]
         )
+
+    def click_apart(self, pattern: str, orders: int, clicks: int, gap: float) -> list[Answer]:
+        """Place ``orders`` orders, then click each ``clicks`` times, ``gap`` seconds apart,
+        every order at once (a click does not wait for the previous one's answer)."""
+        self.query(
+            "INSERT INTO shop_order (id) VALUES "
+            + ", ".join(f"({order})" for order in range(1, orders + 1))
+        )
+        with ThreadPoolExecutor(orders * clicks) as pool:
+            futures = []
+            for _ in range(clicks):
+                futures += [
+                    pool.submit(self.post, f"/{pattern}/{order}") for order in range(1, orders + 1)
+                ]
+                time.sleep(gap)
+            return [future.result() for future in futures]
 
     def buy(self, buyers: int) -> list[Answer]:
         return self.send(["/buy"] * buyers)
@@ -122,10 +139,11 @@ def serve_shop(
     workers: int,
     hold_until_commit: bool = True,
     gc_disabled: bool = False,
+    server: str = "gunicorn",
 ) -> Iterator[Shop]:
     """A migrated database of its own on ``database``, served by ``workers`` gunicorn
-    workers (0: not served; ``gc_disabled``: with the garbage collector off in each), dropped
-    afterwards."""
+    workers (0: not served; ``gc_disabled``: with the garbage collector off in each; or
+    ``server="uvicorn"``: one uvicorn process, its ASGI application), dropped afterwards."""
     name = database.create_database()
     try:
         env = shop_env(database, name, redis_url, hold_until_commit)
@@ -141,8 +159,8 @@ def serve_shop(
             yield Shop(database, name, None)
             return
         with LiveServerProcess(
-            "tests.support.shop.wsgi:application",
-            server="gunicorn",
+            f"tests.support.shop.{'asgi' if server == 'uvicorn' else 'wsgi'}:application",
+            server=server,
             workers=workers,
             settings=SETTINGS,
             env=env,
@@ -150,3 +168,43 @@ def serve_shop(
             yield Shop(database, name, server)
     finally:
         database.drop_database(name)
+
+
+def printed_report(arguments: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """Run ``python -m *arguments`` with ``env``; return the JSON line it printed last."""
+    done = run_process(
+        [sys.executable, "-m", *arguments],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def isolation_run(
+    database: DatabaseServer, redis_url: str, name: str, level: str, order: str
+) -> dict[str, Any]:
+    """Run tests.support.shop.isolation ORDER at isolation ``level`` on database ``name``
+    of ``database``; return what it printed."""
+    env = child_env(
+        python_path=False,
+        settings="tests.support.shop.settings",
+        url=redis_url,
+        SHOP_ISOLATION=level,
+        **database.env(name=name),
+    )
+    return printed_report(["tests.support.shop.isolation", order], env)
+
+
+def scenario_report(database: DatabaseServer, redis_url: str, module: str) -> dict[str, Any]:
+    """Run ``python -m module`` (a scenario script of the shop: ends, holder) against a
+    migrated database of its own on ``database``; return the JSON it printed last."""
+    with serve_shop(database, redis_url, workers=0) as served:
+        env = child_env(
+            python_path=False,
+            settings=SETTINGS,
+            **shop_env(database, served.database, redis_url),
+        )
+        return printed_report([module], env)

@@ -17,7 +17,8 @@ WSGI_APPLICATION = "tests.support.shop.wsgi.application"
 DATABASES = databases_from_env() or {
     "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
 }
-# SHOP_ISOLATION: the isolation level of every connection (tests.support.shop.isolation).
+# SHOP_ISOLATION: the isolation level of every connection (tests.support.shop.isolation);
+# "server default": none set (MariaDB: OPTIONS["isolation_level"] None, InnoDB's own level).
 _ISOLATION = os.environ.get("SHOP_ISOLATION")
 _PSYCOPG_LEVELS = {"read committed": 2, "repeatable read": 3, "serializable": 4}
 for _database in DATABASES.values():
@@ -26,7 +27,10 @@ for _database in DATABASES.values():
     _database["ENGINE"] = _database["ENGINE"].replace(
         "django.db.backends.", "tests.support.shop.slow_commit."
     )
-    if _ISOLATION and "postgresql" in _database["ENGINE"]:
+    if _ISOLATION == "server default":
+        if "mysql" in _database["ENGINE"]:
+            _database.setdefault("OPTIONS", {})["isolation_level"] = None
+    elif _ISOLATION and "postgresql" in _database["ENGINE"]:
         _database.setdefault("OPTIONS", {})["isolation_level"] = _PSYCOPG_LEVELS[_ISOLATION]
     elif _ISOLATION and "mysql" in _database["ENGINE"]:
         _database.setdefault("OPTIONS", {})["isolation_level"] = _ISOLATION

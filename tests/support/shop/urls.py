@@ -14,4 +14,5 @@ urlpatterns = [
     path("pay-batch/<int:order_id>", views.pay_batch),
     path("pay-hook-fails/<int:order_id>", views.pay_hook_fails),
     path("pay-fenced/<int:order_id>", fenced.pay_fenced),
+    path("pay-service/<int:order_id>", views.pay_service),
 ]

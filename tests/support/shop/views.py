@@ -7,7 +7,11 @@
   per item, ``with atomic(): with distlock.lock(...)``; the repeat finds the order paid and
   its savepoint rolls back (issue 31: that rollback freed the lock before the COMMIT);
 * ``pay-hook-fails/N``: ``@lock_view`` under ``ATOMIC_REQUESTS`` whose transaction has a
-  failing ``on_commit`` hook, with a lock taken and released inside the view.
+  failing ``on_commit`` hook, with a lock taken and released inside the view;
+* ``pay-service/N``: a sync view under ``ATOMIC_REQUESTS`` that calls an async service
+  through ``async_to_sync``: ``async with distlock.lock(...)``, the charge through
+  ``sync_to_async``; the view works on and commits (issue 39: served by uvicorn, every
+  request's coroutine runs on the event loop's thread).
 
 Each answers what it did and whether its request waited for the lock (``lock_contended``).
 ``SHOP_HOLD_UNTIL_COMMIT=0`` makes every lock release at once, as distlock did before
@@ -16,12 +20,13 @@ Each answers what it did and whether its request waited for the lock (``lock_con
 
 from __future__ import annotations
 
+import contextvars
 import os
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from asgiref.sync import async_to_sync, sync_to_async
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -36,11 +41,18 @@ from .models import Charge, Order, Product, Sale
 HOLD = os.environ.get("SHOP_HOLD_UNTIL_COMMIT", "1") == "1"
 BATCH_REPEATS = 2  # how often a batch meets its order
 CHARGE_SECONDS = float(os.environ.get("SHOP_CHARGE_SECONDS", "0.03"))
-_request = threading.local()
+# The request's "waited" box: a context variable, so that a lock contended in a coroutine
+# that async_to_sync runs on the event loop's thread (a copy of the request's context) marks
+# its own request, never another one the same thread serves.
+_waited: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar(
+    "shop_waited", default=None
+)
 
 
 def _contended(sender: Any, **kwargs: Any) -> None:
-    _request.waited = True
+    box = _waited.get()
+    if box is not None:
+        box[0] = True
 
 
 lock_contended.connect(_contended)
@@ -50,9 +62,13 @@ def contention(get_response: Callable[[HttpRequest], HttpResponse]) -> Callable[
     """Middleware: answer ``X-Waited: 1`` when the request's lock was held by another."""
 
     def middleware(request: HttpRequest) -> HttpResponse:
-        _request.waited = False
-        response = get_response(request)
-        response["X-Waited"] = "1" if _request.waited else "0"
+        box = [False]
+        token = _waited.set(box)
+        try:
+            response = get_response(request)
+        finally:
+            _waited.reset(token)
+        response["X-Waited"] = "1" if box[0] else "0"
         return response
 
     return middleware
@@ -198,4 +214,19 @@ def pay_hook_fails(request: HttpRequest, order_id: int) -> JsonResponse:
     transaction.on_commit(_failing_hook)
     with distlock.lock(f"hook-inside:{order_id}", ttl=30):
         result = charge(order_id)
+    return JsonResponse({"result": result})
+
+
+async def charge_service(order_id: int) -> str:
+    """An async payment service: the lock in the coroutine, the charge in the caller's
+    thread (and transaction) through sync_to_async."""
+    async with distlock.lock(f"svc:{order_id}", ttl=30, wait=10, hold_until_commit=HOLD):
+        return await sync_to_async(charge)(order_id)
+
+
+@csrf_exempt
+@require_POST
+def pay_service(request: HttpRequest, order_id: int) -> JsonResponse:
+    result = async_to_sync(charge_service)(order_id)
+    time.sleep(CHARGE_SECONDS)  # the view works on before its transaction commits
     return JsonResponse({"result": result})
