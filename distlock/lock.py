@@ -665,9 +665,10 @@ class Lock:
         renewal found the lease gone.
 
         The count starts before each acquire or renewal was sent and runs 1% short of the
-        lease, so the server's lease never ends before it (unless the lock is force-released)
-        while this clock runs within 1% of the server's, however long the acquire waited; after a pause longer than
-        the lease (SIGSTOP, a stopped VM) it is 0.0 as soon as the process runs again.
+        lease, so the server's lease never ends before it (unless the lock is
+        force-released) while this clock runs within 1% of the server's, however long the
+        acquire waited; after a pause longer than the lease (SIGSTOP, a stopped VM) it is 0.0
+        as soon as the process runs again.
         """
         if self.token is None or self._lost:
             return 0.0
