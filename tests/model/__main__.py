@@ -14,11 +14,15 @@ from .mutants import MUTANTS
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.model", description=__doc__)
-    parser.add_argument("--depth", type=int, help="depth for every configuration (default: its CI depth)")
+    parser.add_argument(
+        "--depth", type=int, help="depth for every configuration (default: its CI depth)"
+    )
     parser.add_argument("--config", action="append", choices=sorted(CONFIGS), help="run only these")
     parser.add_argument("--mutants", action="store_true", help="only the mutants")
     parser.add_argument(
-        "--old-rule", action="store_true", help="the rate configuration on the drift rule before issue 44"
+        "--old-rule",
+        action="store_true",
+        help="the rate configuration on the drift rule before issue 44",
     )
     options = parser.parse_args(argv)
     failed = False
@@ -44,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
             caught = result.finding is not None
             failed |= not caught
             what = f"at step {len(result.finding.steps)}" if result.finding else "NOT CAUGHT"
-            print(f"mutant {'caught' if caught else 'MISSED'}: {mutant.name} ({mutant.config}, {what})", flush=True)
+            verdict = "caught" if caught else "MISSED"
+            print(f"mutant {verdict}: {mutant.name} ({mutant.config}, {what})", flush=True)
     return 1 if failed else 0
 
 

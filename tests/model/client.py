@@ -78,7 +78,9 @@ class Client:
     def relative(self, now_ms: int) -> tuple[Any, ...]:
         """This client with its times relative to its clock's now (the state's key)."""
         now = self.now(now_ms)
-        clock = None if self.clock is None else (round(self.clock[0] - now, 3), self.clock[1] - now_ms)
+        clock = (
+            None if self.clock is None else (round(self.clock[0] - now, 3), self.clock[1] - now_ms)
+        )
         times = (self.began, self.sent, self.end)
         return (self.pc, self.token, self.rounds, clock, *(round(t - now, 3) for t in times),
                 self.block, self.patience)  # fmt: skip
@@ -96,7 +98,9 @@ class Client:
         elif pc == "blocked":
             woken = bool(value_of(data, self.operations.wake_list(self.token)))
             if woken or self.now(now_ms) >= self.sent + self.block:
-                steps.append(("wake" if woken else "BLPOP timed out", lambda c: self.wake(c, lost=False)))
+                steps.append(
+                    ("wake" if woken else "BLPOP timed out", lambda c: self.wake(c, lost=False))
+                )
                 if self.faults:
                     steps.append(("wake, reply lost", lambda c: self.wake(c, lost=True)))
             if self.faults:
@@ -174,7 +178,9 @@ class Client:
         if place == 1:
             block = min(block, GRACE)
         block = max(round(block), 1)  # BLPOP takes ms (at least 1)
-        return dataclasses.replace(self, pc="blocked", sent=now, block=block, patience=self.patience_now(now))
+        return dataclasses.replace(
+            self, pc="blocked", sent=now, block=block, patience=self.patience_now(now)
+        )
 
     def patience_now(self, now: float) -> int:
         if self.wait == 0:

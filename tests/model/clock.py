@@ -18,6 +18,11 @@ class ServerClock:
     micro: int = 0  # µs past now_ms: each script call takes one, as no two run in the same µs
 
     def time(self) -> float:
+        """The clock keys expire by: whole ms, as Redis' (a key expires once it is past)."""
+        return self.now_ms / 1000
+
+    def time_us(self) -> float:
+        """The clock ``TIME`` reads: µs."""
         return self.now_ms / 1000 + self.micro / 1_000_000
 
 

@@ -37,7 +37,7 @@ CONFIGS = {
     "exclusive": Config(
         "exclusive",
         (_client("A", rate=1.01, wait=0, lease=500), _client("B", rate=0.99, lease=300, wait=1500)),
-        depth=9,
+        depth=8,
     ),
     "exclusive3": Config(
         "exclusive3",
@@ -46,7 +46,7 @@ CONFIGS = {
             _client("B", rate=0.99, lease=300, wait=1500, rounds=1),
             _client("C", rate=1.01, lease=300, wait=1500, rounds=1),
         ),
-        depth=8,
+        depth=6,
     ),
     "shared": Config(
         "shared",
@@ -55,7 +55,7 @@ CONFIGS = {
             _client("B", "shared", rate=0.99, lease=300, wait=1500, rounds=1),
             _client("C", "shared", rate=1.01, lease=300, wait=1500, rounds=1),
         ),
-        depth=8,
+        depth=6,
     ),
     "semaphore": Config(
         "semaphore",
@@ -64,7 +64,7 @@ CONFIGS = {
             _client("B", "semaphore", rate=0.99, lease=300, wait=1500, rounds=1),
             _client("C", "semaphore", lease=300, wait=1500, rounds=1),
         ),
-        depth=8,
+        depth=6,
     ),
     "rate": rate("new"),
 }

@@ -101,7 +101,9 @@ class Explorer:
             after = dataclasses.replace(world, now_ms=tick, data=self.server.dump(), micro=0)
             yield f"tick +{tick - world.now_ms} ms", after, check_state(after)
 
-    def _apply(self, world: World, index: int, label: str, step: Step) -> tuple[str, World, list[str]]:
+    def _apply(
+        self, world: World, index: int, label: str, step: Step
+    ) -> tuple[str, World, list[str]]:
         actor = world.clients[index]
         self.server.load(world.data, world.now_ms, world.micro)
         context = Context(self.server, world.now_ms, actor.operations)

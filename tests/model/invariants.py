@@ -57,12 +57,16 @@ def _limit(world: World) -> list[str]:
     semaphore = KINDS["semaphore"]
     assert isinstance(semaphore, Semaphore)
     holders = permit_holders(world.data, world.now_ms)
-    believers = [c for c in world.clients if c.kind == "semaphore" and c.believes_it_holds(world.now_ms)]
+    believers = [
+        c for c in world.clients if c.kind == "semaphore" and c.believes_it_holds(world.now_ms)
+    ]
     found = []
     if len(holders) > semaphore.limit:
         found.append(f"{len(holders)} permits held on the server, limit {semaphore.limit}")
     if len(believers) > semaphore.limit:
-        found.append(f"{len(believers)} clients believe they hold a permit, limit {semaphore.limit}")
+        found.append(
+            f"{len(believers)} clients believe they hold a permit, limit {semaphore.limit}"
+        )
     return found
 
 
@@ -93,13 +97,15 @@ def _order(before: World, after: World, actor: Client | None) -> list[str]:
         ahead = [t for t, arrival in registered.items() if arrival < mine and t != taker]
         if ahead:
             found.append(f"the lock went to {taker} while {ahead[0]}, registered, arrived first")
-    if old is not None and old.startswith("=") and old != "=~" and taker not in (None, old[1:]):
-        if not (new or "").startswith("="):
-            found.append(f"the lock reserved for {old[1:]} was taken by {taker}")
+    reserved = old is not None and old.startswith("=") and old != "=~"
+    if reserved and taker not in (None, old[1:]) and not (new or "").startswith("="):
+        found.append(f"the lock reserved for {old[1:]} was taken by {taker}")
     after_queue = {t for t, _ in value_of(after.data, LOCK.waiters) or ()}
     readers = {t for t, _ in value_of(after.data, f"{LOCK.waiters}|readers") or ()}
     for token in registered:
         kept = token in after_queue or token == taker or token in readers
         if not kept and token != own:
-            found.append(f"registered waiter {token} lost its place (not queued, not handed the lock)")
+            found.append(
+                f"registered waiter {token} lost its place (not queued, not handed the lock)"
+            )
     return found

@@ -72,7 +72,9 @@ class Exclusive(Kind):
         return Call("acquire", keys, (token, lease, "{}", NAME, patience, "01"[waited], GRACE))
 
     def release(self, token: str) -> Call:
-        return Call("release", (LOCK.lock, LOCK.waiters, LOCK.live, LOCK.index), (token, NAME, "1", GRACE))
+        return Call(
+            "release", (LOCK.lock, LOCK.waiters, LOCK.live, LOCK.index), (token, NAME, "1", GRACE)
+        )
 
     def leave(self, token: str) -> Call:
         return Call("leave_queue", (LOCK.lock, LOCK.waiters, LOCK.live), (token, GRACE))

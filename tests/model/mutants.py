@@ -23,12 +23,18 @@ MUTANTS = (
     ),
     Mutant(
         "a reservation is taken by another waiter",
-        Edit("acquire.lua", "if holder or (reserved and reserved ~= ARGV[1]) then", "if holder then"),
+        Edit(
+            "acquire.lua", "if holder or (reserved and reserved ~= ARGV[1]) then", "if holder then"
+        ),
         "exclusive3",
     ),
     Mutant(
         "a release hands the lock to the last waiter",
-        Edit("include/hand_over.lua", "redis.call('ZRANGE', KEYS[2], 0, 15)", "redis.call('ZREVRANGE', KEYS[2], 0, 15)"),
+        Edit(
+            "include/hand_over.lua",
+            "redis.call('ZRANGE', KEYS[2], 0, 15)",
+            "redis.call('ZREVRANGE', KEYS[2], 0, 15)",
+        ),
         "exclusive3",
     ),
     Mutant(
@@ -43,7 +49,11 @@ MUTANTS = (
     ),
     Mutant(
         "a claimed reservation is held without a lease",
-        Edit("include/take.lua", "redis.call('PSETEX', KEYS[1], ARGV[2], held_value)", "redis.call('SET', KEYS[1], held_value)"),
+        Edit(
+            "include/take.lua",
+            "redis.call('PSETEX', KEYS[1], ARGV[2], held_value)",
+            "redis.call('SET', KEYS[1], held_value)",
+        ),
         "exclusive",
     ),
     Mutant(

@@ -15,6 +15,7 @@ from typing import Any
 
 import fakeredis
 from fakeredis import _msgs
+from fakeredis._command_args_parsing import Int
 from fakeredis._commands import Key, command
 from fakeredis._core import CommandItem
 from fakeredis._helpers import OK, SimpleError, SimpleString
@@ -22,7 +23,6 @@ from fakeredis._socket import _base
 from fakeredis.commands_mixins import server_mixin, string_mixin
 from fakeredis.model._hash import Hash
 from fakeredis.model._zset import ZSet
-from fakeredis._command_args_parsing import Int
 
 from distlock.backends.redis_ops import scripts
 
@@ -57,11 +57,19 @@ CLOCK = ServerClock()
 
 
 class _Time:
-    """What fakeredis reads as the ``time`` module: the model's clock."""
+    """What fakeredis reads as the ``time`` module for a command's "now": the model's clock."""
 
     @staticmethod
     def time() -> float:
         return CLOCK.time()
+
+
+class _TimeCommand:
+    """What fakeredis' TIME command reads: the model's clock in µs."""
+
+    @staticmethod
+    def time() -> float:
+        return CLOCK.time_us()
 
 
 @command((Key(), Int, bytes))
@@ -85,7 +93,7 @@ def _setex(self: Any, key: CommandItem, seconds: int, value: bytes) -> SimpleStr
 def _patch_fakeredis() -> None:
     """Put fakeredis on the model's clock and make PSETEX and SETEX exact (see above)."""
     _base.time = _Time  # type: ignore[assignment]  # every command's "now"
-    server_mixin.time = _Time  # type: ignore[assignment]  # TIME
+    server_mixin.time = _TimeCommand  # type: ignore[assignment]  # TIME
     string_mixin.StringCommandsMixin.psetex = _psetex  # type: ignore[method-assign]
     string_mixin.StringCommandsMixin.setex = _setex  # type: ignore[method-assign]
 

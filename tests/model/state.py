@@ -29,8 +29,8 @@ class World:
 
     def key(self) -> str:
         """This state with every time relative to now and tokens renumbered per client."""
-        shift = _Relative(self.now_ms)
-        parts: list[Any] = [self.micro, shift.data(self.data)]
+        shift = _Relative(self.now_ms, self.micro)
+        parts: list[Any] = [shift.data(self.data)]
         for client in self.clients:
             parts.append(client.relative(self.now_ms))
         parts.append(shift.number(self.last_fence))
@@ -42,8 +42,8 @@ class _Relative:
     """Write the server's absolute times relative to now (a time in the past as just that:
     the scripts only compare it with now)."""
 
-    def __init__(self, now_ms: int) -> None:
-        self.now_ms = now_ms
+    def __init__(self, now_ms: int, micro: int) -> None:
+        self.now_ms, self.now_us = now_ms, now_ms * 1000 + micro
 
     def number(self, value: Any) -> Any:
         if isinstance(value, float) and value.is_integer():
@@ -55,7 +55,7 @@ class _Relative:
         if MS_RANGE[0] < value < MS_RANGE[1]:
             return f"ms{max(value - self.now_ms, -1)}"
         if US_RANGE[0] < value < US_RANGE[1]:
-            return f"us{max(value - self.now_ms * 1000, -1)}"
+            return f"us{max(value - self.now_us, -1)}"
         return value
 
     def text(self, value: str) -> str:
@@ -67,7 +67,9 @@ class _Relative:
             if kind == "string":
                 value = self.text(value)
             elif kind in ("zset", "hash"):
-                value = tuple((m, self.number(s) if kind == "zset" else self.text(s)) for m, s in value)
+                value = tuple(
+                    (m, self.number(s) if kind == "zset" else self.text(s)) for m, s in value
+                )
             out.append((name, kind, value, None if expiry is None else self.number(expiry)))
         return tuple(out)
 
