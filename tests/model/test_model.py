@@ -4,15 +4,14 @@ caught in the clock-rate configuration. Deterministic: the clock is virtual."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+
+from tests.support.paths import ROOT
 
 from .config import CONFIGS, rate
 from .explorer import Explorer
 from .mutants import MUTANTS, Mutant
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(900)  # the deepest configuration takes a minute or two
 
 
