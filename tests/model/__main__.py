@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .config import CONFIGS, rate
+from .config import CONFIGS, no_discard, rate
 from .explorer import Explorer
 from .mutants import MUTANTS
 
@@ -22,17 +22,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--old-rule",
         action="store_true",
-        help="the rate configuration on the drift rule before issue 44",
+        help="the client rules before issue 44 (the drift rule, a cancel without discard)",
     )
     options = parser.parse_args(argv)
     failed = False
     if options.old_rule:
-        config = rate("old")
-        result = Explorer(config).run(options.depth or config.depth)
-        print(result)
-        if result.finding:
-            print(result.finding)
-        return 0 if result.finding else 1  # the old rule must be caught
+        for config in (rate("old"), no_discard()):
+            result = Explorer(config).run(options.depth or config.depth)
+            print(result)
+            print(result.finding or "NOT caught")
+            failed |= result.finding is None  # each old rule must be caught
+        return 1 if failed else 0
     if not options.mutants:
         for name in options.config or sorted(CONFIGS):
             config = CONFIGS[name]

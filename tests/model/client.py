@@ -52,6 +52,7 @@ class Client:
     rounds: int  # acquires it may still start
     rule: str = "new"  # the drift allowance: "new" (the wait counted at 0.99) or "old"
     faults: bool = True  # may crash, lose replies, cancel
+    discard: bool = True  # the error path closes a pending pipeline's connection (a MUST)
     pc: str = "idle"
     serial: int = 0
     began: float = 0.0  # local ms the acquire began
@@ -60,10 +61,16 @@ class Client:
     block: float = 0.0
     patience: int = 0
     end: float = 0.0  # the local time the hold is counted on until (END)
+    # A pipeline left pending on a connection kept open (discard=False): the serial of its
+    # token, the local time its BLPOP times out, its acquire's patience.
+    ghost: tuple[int, float, int] | None = None
 
     @property
     def token(self) -> str:
-        return f"{'~' if self.kind == 'shared' else ''}t{self.name}{self.serial:04d}"
+        return self.token_of(self.serial)
+
+    def token_of(self, serial: int) -> str:
+        return f"{'~' if self.kind == 'shared' else ''}t{self.name}{serial:04d}"
 
     @property
     def operations(self) -> Kind:
@@ -82,8 +89,9 @@ class Client:
             None if self.clock is None else (round(self.clock[0] - now, 3), self.clock[1] - now_ms)
         )
         times = (self.began, self.sent, self.end)
+        ghost = None if self.ghost is None else (self.ghost[0], round(self.ghost[1] - now, 3))
         return (self.pc, self.token, self.rounds, clock, *(round(t - now, 3) for t in times),
-                self.block, self.patience)  # fmt: skip
+                self.block, self.patience, ghost)  # fmt: skip
 
     # --- what it may do next -----------------------------------------------------------
 
@@ -104,12 +112,18 @@ class Client:
                 if self.faults:
                     steps.append(("wake, reply lost", lambda c: self.wake(c, lost=True)))
             if self.faults:
-                steps.append(("cancel (connection discarded)", self.to_error_path))
+                kept = "discarded" if self.discard else "kept open"
+                steps.append((f"cancel (connection {kept})", self.to_error_path))
         elif pc == "hold":
             steps.append(("release", self.release))
             steps.append(("extend", self.extend))
         elif pc in CALLS:
             steps.append((pc, lambda c: CALLS[pc](self, c)))
+        if self.ghost is not None:
+            ghost_token = self.token_of(self.ghost[0])
+            woken = bool(value_of(data, self.operations.wake_list(ghost_token)))
+            if woken or self.now(now_ms) >= self.ghost[1]:
+                steps.append(("the abandoned pipeline's acquire runs", self.run_ghost))
         if self.faults and pc in ("blocked", "hold"):
             steps.append(("crash", lambda c: dataclasses.replace(self, pc="dead")))
         return steps
@@ -124,6 +138,8 @@ class Client:
             times.append(server_time_of(self.rate, self.began + self.wait) + 1)
         if self.pc == "hold":
             times.append(server_time_of(self.rate, self.end))
+        if self.ghost is not None:
+            times.append(server_time_of(self.rate, self.ghost[1]))
         return times
 
     # --- the steps -----------------------------------------------------------------------
@@ -210,8 +226,21 @@ class Client:
 
     def to_error_path(self, c: Context) -> Client:
         """A call failed or the caller cancelled: the pipeline's connection is discarded (its
-        EVALSHA never runs), then release and leave the queue."""
+        EVALSHA never runs), then release and leave the queue. Without the discard (a client
+        breaking the MUST), a pending pipeline stays, and its acquire runs when its BLPOP
+        returns."""
+        if self.pc == "blocked" and not self.discard:
+            ghost = (self.serial, self.sent + self.block, self.patience)
+            return dataclasses.replace(self, pc="err_release", ghost=ghost)
         return dataclasses.replace(self, pc="err_release")
+
+    def run_ghost(self, c: Context) -> Client:
+        assert self.ghost is not None
+        serial, _, patience = self.ghost
+        token = self.token_of(serial)
+        c.server.lpop(self.operations.wake_list(token))
+        c.run(self.operations.acquire(token, self.lease, patience, waited=True))
+        return dataclasses.replace(self, ghost=None)  # its reply is read by nobody
 
 
 def _release_then(pc: str) -> Callable[[Client, Context], Client]:

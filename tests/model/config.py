@@ -33,6 +33,19 @@ def rate(rule: str = "new") -> Config:
     )
 
 
+def no_discard() -> Config:
+    """A waiter that cancels but keeps the connection of its pending BLPOP + EVALSHA open
+    (breaking the error path's MUST): that acquire runs after the error path."""
+    return Config(
+        "cancel without discarding the connection",
+        (
+            _client("A", wait=0, lease=500, rounds=1, faults=False),
+            _client("B", lease=300, wait=1500, rounds=1, discard=False),
+        ),
+        depth=7,
+    )
+
+
 CONFIGS = {
     "exclusive": Config(
         "exclusive",

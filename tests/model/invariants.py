@@ -19,7 +19,24 @@ from .state import World
 
 def check_state(world: World) -> list[str]:
     """The invariants of one state."""
-    return [*_believers(world), *_ttls(world), *_limit(world)]
+    return [*_believers(world), *_ttls(world), *_limit(world), *_orphans(world)]
+
+
+def _orphans(world: World) -> list[str]:
+    """The lock is held (or reserved) only by a token whose acquire or hold is still going
+    on, or whose client died: a token its client gave up on is released by nobody, and keeps
+    the lock from everyone until its lease ends."""
+    holder = lock_holder(world.data)
+    if holder is None or holder == "=~":
+        return []
+    token = holder.lstrip("=")
+    for client in world.clients:
+        ours = any(token == client.token_of(n) for n in range(client.serial + 1))
+        if not ours or client.pc == "dead":
+            continue
+        if token != client.token or client.pc == "idle":
+            return [f"the lock is held by {holder}, which client {client.name} gave up on"]
+    return []
 
 
 def check_step(before: World, after: World, actor: Client | None, grants: list[int]) -> list[str]:

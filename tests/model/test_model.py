@@ -8,7 +8,7 @@ import pytest
 
 from tests.support.paths import ROOT
 
-from .config import CONFIGS, rate
+from .config import CONFIGS, no_discard, rate
 from .explorer import Explorer
 from .mutants import MUTANTS, Mutant
 
@@ -40,6 +40,16 @@ def test_the_drift_rule_before_issue_44_lets_a_slow_waiter_believe_it_holds() ->
     assert result.finding is not None
     print(result.finding)
     assert "client B (exclusive) believes it holds" in result.finding.problems[0]
+
+
+def test_a_cancel_that_keeps_the_pending_pipeline_open_leaves_an_orphan_hold() -> None:
+    """Without the error path's MUST (discard the connection of a pending BLPOP + EVALSHA),
+    the abandoned acquire runs after the error path and takes the lock for nobody."""
+    config = no_discard()
+    result = Explorer(config).run(config.depth)
+    assert result.finding is not None
+    print(result.finding)
+    assert "which client B gave up on" in result.finding.problems[0]
 
 
 def test_fakeredis_is_used_by_the_model_checker_alone() -> None:
