@@ -3,6 +3,9 @@ each configuration at its CI depth, each mutant, and the drift rule before issue
 
 from __future__ import annotations
 
+import os
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 from .config import CONFIGS, Config, no_discard, rate
@@ -12,6 +15,7 @@ from .mutants import MUTANTS
 
 def measure() -> dict[str, Any]:
     """Run the checker as CI does and return what it found, as plain values."""
+    began = time.perf_counter()
     configs = []
     for name in sorted(CONFIGS):
         result = Explorer(CONFIGS[name]).run(CONFIGS[name].depth)
@@ -34,7 +38,16 @@ def measure() -> dict[str, Any]:
             {"mutant": mutant.name, "file": mutant.edit.file, "caught": found is not None}
         )
     old_rules = [_found(rate("old")), _found(no_discard())]
-    return {"configs": configs, "mutants": mutants, "old_rules": old_rules}
+    seconds = round(time.perf_counter() - began)
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
+    return {
+        "configs": configs,
+        "mutants": mutants,
+        "old_rules": old_rules,
+        "total_seconds": seconds,
+        "when": when,
+        "load": round(os.getloadavg()[0], 1),
+    }
 
 
 def _found(config: Config) -> dict[str, Any]:
@@ -60,6 +73,10 @@ def section(figures: dict[str, Any]) -> list[str]:
         "the semaphore's limit, rising fencing tokens, FIFO among registered waiters and their "
         "places kept, a reservation taken by no one else, a TTL on every key. CI runs these "
         "(`pytest tests/model`); deeper by hand: `python -m tests.model --depth N`.",
+        "",
+        f"Run of {figures['when']} UTC, one process on a shared two-core machine (load "
+        f"average {figures['load']} as it ended): all of it (the configurations, the mutants "
+        f"and the rules below) took {figures['total_seconds']} s.",
         "",
         "| Configuration | Clients | Depth | States | Transitions | Seconds | Verdict |",
         "|---|---|---|---|---|---|---|",
