@@ -71,7 +71,8 @@ def section(figures: dict[str, Any]) -> list[str]:
         "slow or fast. Invariants at every state: a client that believes it holds holds by "
         "the server's data (mutual exclusion and the readers-writer rule as clients see them), "
         "the semaphore's limit, rising fencing tokens, FIFO among registered waiters and their "
-        "places kept, a reservation taken by no one else, a TTL on every key. CI runs these "
+        "places kept, a reservation taken by no one else, no lock held for a token its client "
+        "gave up on, a TTL on every key. CI runs these "
         "(`pytest tests/model`); deeper by hand: `python -m tests.model --depth N`.",
         "",
         f"Run of {figures['when']} UTC, one process on a shared two-core machine (load "
