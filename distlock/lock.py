@@ -17,7 +17,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
 from . import claims, eviction, handler, metrics, renewal, shared
-from .backends.base import DRIFT_FACTOR, DRIFT_MS, HANDOFF_GRACE_MS, Attempt, BaseLockBackend
+from .backends.base import (
+    DRIFT_FACTOR,
+    DRIFT_MS,
+    HANDOFF_GRACE_MS,
+    Attempt,
+    BaseLockBackend,
+    lease_end,
+)
 from .backends.operations import Operations, Request
 from .exceptions import (
     BackendUnavailable,
@@ -307,7 +314,7 @@ class Lock:
             shared.note_hold(self)
         else:
             shared.note_exclusive(self, self._owner)
-        self._lease_deadline = attempts.lease_started(attempt) + attempts.ttl_ms / 1000
+        self._lease_deadline = lease_end(attempts.lease_started(attempt), attempts.ttl_ms)
         self._lost = self._releasing = False
         self._lost_because = None
         self._evictions_before = None
@@ -624,7 +631,7 @@ class Lock:
             shared.note_hold(self)
         else:
             shared.note_exclusive(self, self._owner)
-        self._lease_deadline = started + ttl_ms / 1000
+        self._lease_deadline = lease_end(started, ttl_ms)
         if self.auto_renew and self._renewal is None:
             self._renewal = renewal.renewer.register(self, ttl_ms / 1000 * RENEW_FRACTION)
         self._tie_to_transactions()  # stacks: a tie made earlier keeps its shallower block
@@ -688,7 +695,7 @@ class Lock:
         if not extended:
             self._forget()
             raise self._expired_error("extend")
-        self._lease_deadline = started + (ttl_ms or self._ttl_ms) / 1000
+        self._lease_deadline = lease_end(started, ttl_ms or self._ttl_ms)
         self._depth += reentered
 
     # --- state --------------------------------------------------------------------------
@@ -728,9 +735,11 @@ class Lock:
         monotonic clock and without a round trip: 0.0 when it does not hold the lock or a
         renewal found the lease gone.
 
-        The count starts before each acquire or renewal was sent, so the server's lease
-        never ends before it (unless the lock is force-released); after a pause longer than
-        the lease (SIGSTOP, a stopped VM) it is 0.0 as soon as the process runs again.
+        The count starts before each acquire or renewal was sent and runs 1% short of the
+        lease, so the server's lease never ends before it (unless the lock is
+        force-released) while this clock runs within 1% of the server's, however long the
+        acquire waited; after a pause longer than the lease (SIGSTOP, a stopped VM) it is 0.0
+        as soon as the process runs again.
         """
         if self.token is None or self._lost:
             return 0.0
@@ -858,7 +867,7 @@ class Lock:
                 )
                 renewed = False
             if renewed:
-                self._lease_deadline = started + self._ttl_ms / 1000
+                self._lease_deadline = lease_end(started, self._ttl_ms)
             else:
                 if self._lost_because is None and time.monotonic() < self._lease_deadline:
                     # The key vanished before its lease ended: say so if it was evicted.
@@ -1111,11 +1120,14 @@ class _Attempts:
     def lease_started(self, attempt: Attempt) -> float:
         """Return a local time no later than when the server granted ``attempt``'s lease:
         the request's send time, or later when the server's clock shows it ran later (a wait
-        that blocked before it acquired)."""
+        that blocked before it acquired). The server's time since the clock pair is counted
+        at 1 - DRIFT_FACTOR on this clock, which may run that much slower than the server's
+        (counted at one rate, a 1% slow clock placed a 10 s wait's grant 100 ms late)."""
         started = attempt.sent or self.started
         if self.clock is not None and attempt.acquired_ms:
             local, server_ms = self.clock  # server_ms was read after ``local``
-            started = max(started, local + (attempt.acquired_ms - server_ms - 1) / 1000)
+            waited_ms = (attempt.acquired_ms - server_ms) * (1 - DRIFT_FACTOR)
+            started = max(started, local + (waited_ms - 1) / 1000)
         return started
 
     def next_block(self, attempt: Attempt) -> float | None:
@@ -1150,8 +1162,7 @@ class _Attempts:
         """Return True if the grant arrived with no lease left to use: less than the drift
         allowance (DRIFT_FACTOR of the lease + DRIFT_MS), so that acquire() never returns
         True for a lease that ends as it returns."""
-        allowance = (self.ttl_ms * DRIFT_FACTOR + DRIFT_MS) / 1000
-        return time.monotonic() + allowance >= self.lease_started(attempt) + self.ttl_ms / 1000
+        return time.monotonic() >= lease_end(self.lease_started(attempt), self.ttl_ms)
 
     def errored(self) -> None:
         if metrics.ENABLED:

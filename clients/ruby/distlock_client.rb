@@ -144,7 +144,6 @@ module Distlock
       @waiter = connect # a connection of its own for BLPOP pipelines
       @host = Socket.gethostname
       @default_purpose = default_purpose || [File.basename($PROGRAM_NAME), *ARGV].join(' ')[0, 200]
-      @offset_ms = nil # server clock - our monotonic clock, from the latest table reply
       @log = logger
       # Expand every script now, so the first acquire does not pay for reading files.
       SCRIPT_NAMES.each { |n| @scripts[n] }
@@ -180,6 +179,7 @@ module Distlock
       args = ->(patience, waited) { [token, ttl.to_s, meta, k.name, patience.to_s, waited] }
 
       queued = false
+      clock = nil # [sent, server ms] of the first held reply of this acquire: relates the clocks
       begin
         sent = mono_ms
         reply = run(@redis, script, kl, args.call(wait == 0 ? 0 : patience_for(left.call), '0'))
@@ -187,7 +187,7 @@ module Distlock
           if reply.is_a?(String)
             fence, acquired_ms = reply.split(' ')
             return Acquired.new(name: k.name, token: token, fence: fence,
-                                acquired_ms: acquired_ms, shared: shared) if fresh?(ttl, sent, acquired_ms)
+                                acquired_ms: acquired_ms, shared: shared) if fresh?(ttl, sent, acquired_ms, clock)
 
             # A grant with less lease left than the drift allowance is no hold:
             # give it back and go on waiting (protocol.md, Waiting, step 4).
@@ -203,7 +203,7 @@ module Distlock
           end
 
           _zero, pttl, place, server_ms = reply
-          @offset_ms = server_ms.to_i - mono_ms if server_ms
+          clock ||= [sent, server_ms.to_i] if server_ms
           queued ||= place.to_i >= 0
           l = left.call
           if wait == 0 || l <= 0
@@ -329,19 +329,17 @@ module Distlock
       ([left, MAX_BLOCK_MS].min + PATIENCE_MARGIN_MS).ceil
     end
 
-    # The drift allowance: a grant with less than 1% of the lease + 2 ms left (by our
-    # clock, from when we sent the call, or from when the server says the hold began,
-    # whichever is later) is no hold.
-    def fresh?(ttl, sent, acquired_ms)
-      now = mono_ms
+    # The drift allowance (protocol.md): a grant with less than 1% of the lease + 2 ms left
+    # (by our clock, from when we sent the call, or from when the server says the hold began,
+    # whichever is later) is no hold. The server's time since the clock pair counts at 0.99 on
+    # our clock, which may run 1% slower than the server's.
+    def fresh?(ttl, sent, acquired_ms, clock)
       start = sent
-      if @offset_ms && acquired_ms
-        began = acquired_ms.to_i - @offset_ms
+      if clock && acquired_ms
+        began = clock[0] + (acquired_ms.to_i - clock[1]) * 0.99 - 1
         start = began if began > start
       end
-      start = now if start > now
-      remaining = ttl - (now - start)
-      remaining >= ttl * 0.01 + 2
+      mono_ms + ttl * 0.01 + 2 < start + ttl
     end
 
     def release_token(k, token, shared)
@@ -387,6 +385,12 @@ module Distlock
         raise unless e.message.start_with?('NOSCRIPT')
 
         run(@waiter, script, keys, argv)
+      rescue StandardError
+        # The pending EVALSHA may still run: drop the connection before the error path gives
+        # back (protocol.md, "The error path"), so nothing of this wait runs after it.
+        @waiter.close
+        @waiter = nil
+        raise
       end
     end
 

@@ -47,11 +47,19 @@ HANDOFF_GRACE_MS = 250
 # and 2 ms for Redis' millisecond expiry. A grant with less left is given back.
 DRIFT_FACTOR = 0.01
 DRIFT_MS = 2
+
 # Locks read per batch (one round trip) while walking the held locks.
 HELD_BATCH = 2000
 # The kinds of hold, as a Lock (its ``kind``, "shared" for a shared hold) and the metrics'
 # distlock.kind name them.
 KINDS = ("lock", "shared", "semaphore")
+
+
+def lease_end(started: float, ttl_ms: int) -> float:
+    """Return the local (monotonic) time a lease of ``ttl_ms`` that began no earlier than
+    ``started`` lasts at least until: a client clock DRIFT_FACTOR slow sees the server's lease
+    end after ``ttl_ms`` x (1 - DRIFT_FACTOR), and Redis' millisecond expiry costs DRIFT_MS."""
+    return started + (ttl_ms * (1 - DRIFT_FACTOR) - DRIFT_MS) / 1000
 
 
 class BaseLockBackend:

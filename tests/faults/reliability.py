@@ -27,6 +27,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tests.model.report import measure as measure_model
+from tests.model.report import section as model_section
 from tests.support.paths import ROOT
 from tests.support.processes import child_env, run_process
 
@@ -71,8 +73,9 @@ def main(argv: list[str] | None = None) -> int:
             else []
         )
         outcomes = read_junit(junit) if junit.exists() else []
+    model = measure_model()
     arguments.out.parent.mkdir(parents=True, exist_ok=True)
-    arguments.out.write_text(render(entries, outcomes, arguments.scale, status))
+    arguments.out.write_text(render(entries, outcomes, arguments.scale, status, model))
     print(f"wrote {arguments.out}")
     return status
 
@@ -105,7 +108,11 @@ def read_junit(path: Path) -> list[dict[str, Any]]:
 
 # --- the document ---------------------------------------------------------------------
 def render(
-    entries: list[dict[str, Any]], outcomes: list[dict[str, Any]], scale: str, status: int
+    entries: list[dict[str, Any]],
+    outcomes: list[dict[str, Any]],
+    scale: str,
+    status: int,
+    model: dict[str, Any] | None = None,
 ) -> str:
     scenarios = [entry for entry in entries if "scenario" in entry]
     machine = {entry["machine"]: entry for entry in entries if "machine" in entry}
@@ -134,6 +141,8 @@ def render(
     soak = next((e for e in scenarios if e["scenario"].startswith("Soak")), None)
     if soak:
         lines += ["", *soak_section(soak["figures"])]
+    if model is not None:
+        lines += ["", *model_section(model)]
     lines += ["", *modules_section(outcomes)]
     if failed:
         lines += ["", "## Failed in this run", ""]

@@ -67,6 +67,21 @@ const commands = {
     }
   },
 
+  // Wait for NAME with this process's monotonic clock running 1% slow (the protocol's budget)
+  // and hold a TTL s lease: say "ready", "acquired" once held, then, once the server's key is
+  // gone (no renewal), "left SECONDS": what leaseLeft() still counts on.
+  async slowwaiter(name, ttl) {
+    const real = performance.now.bind(performance);
+    const base = real();
+    performance.now = () => base + (real() - base) * 0.99;
+    const lock = client.lock(name, { ttl: Number(ttl) });
+    say("ready");
+    if (!(await lock.acquire({ wait: 60 }))) throw new Error("not acquired in 60 s");
+    say("acquired");
+    while ((await client.holder(name)) !== null) await new Promise((done) => setTimeout(done, 5));
+    say("left", lock.leaseLeft());
+  },
+
   // Print who holds NAME, as JSON ("null" when nobody does).
   async holder(name) {
     const found = await client.holder(name);

@@ -293,6 +293,28 @@ def wait_for(name: str, acquired_at: list[float]) -> None:
         lock.release()
 
 
+@pytest.mark.slow
+def test_a_node_waiter_whose_clock_runs_one_percent_slow_counts_no_lease_past_the_servers(
+    fleet: Fleet,
+) -> None:
+    """The Node.js waiter (performance.now() 1% slow) waits 10 s for a Python release, then
+    holds a 1 s lease: once the server's key is gone, leaseLeft() is 0. (Projecting the wait
+    at one rate, its START was ~100 ms late: docs/protocol.md, "The drift allowance".)"""
+    holder = distlock.lock("node-slow-clock", ttl=60)
+    assert holder.acquire(wait=0)
+    waiter = fleet.node_process("slowwaiter", "node-slow-clock", "1")
+    assert read(waiter) == ["ready"]
+    deadline = time.monotonic() + 20
+    while (info := holder.holder()) is None or not info.waiters:  # queued: clock pair taken
+        assert time.monotonic() < deadline, "the Node.js waiter never queued"
+        time.sleep(0.01)
+    time.sleep(10)
+    holder.release()
+    assert read(waiter) == ["acquired"]
+    said, left = read(waiter)
+    assert (said, float(left)) == ("left", 0.0)
+
+
 # --- what operators see -------------------------------------------------------------------
 
 

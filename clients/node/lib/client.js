@@ -17,6 +17,10 @@ export const HANDOFF_GRACE_MS = 250; // how long a waiter handed the lock has to
 export const DRIFT_FACTOR = 0.01;
 export const DRIFT_MS = 2;
 const PATIENCE_MARGIN_MS = 1000; // a registration outlives the wait that renews it by this
+
+/** The local time (ms) a lease of `ttlMs` begun no earlier than `started` lasts at least until,
+ * on a clock up to DRIFT_FACTOR slow, with DRIFT_MS for Redis' millisecond expiry. */
+const leaseEnd = (started, ttlMs) => started + ttlMs * (1 - DRIFT_FACTOR) - DRIFT_MS;
 const PURPOSE_MAX_LENGTH = 200;
 
 export class LockError extends Error {
@@ -124,18 +128,25 @@ export class LockClient {
   async waitThenRun(wake, blockMs, name, keys, args) {
     const script = this.scripts[name];
     const connection = this.idle.pop() || this.redis.duplicate();
+    let replies;
     try {
-      const [, [error, reply]] = await connection
+      replies = await connection
         .pipeline()
         .blpop(wake, Math.max(blockMs / 1000, 0.001).toFixed(3))
         .evalsha(script.sha, keys.length, ...keys, ...args)
         .exec();
-      // NOSCRIPT (a restarted server) or a moved slot: ask again the usual way; the lock a
-      // release reserved for this waiter is kept for it for HANDOFF_GRACE_MS.
-      return error ? await this.run(name, keys, args) : reply;
-    } finally {
-      this.idle.push(connection);
+    } catch (error) {
+      // The pending EVALSHA may still run (ioredis resends unanswered commands after a
+      // reconnect): drop the connection before the error path gives back (protocol.md, "The
+      // error path"), or the script could grant the lock after it.
+      connection.disconnect();
+      throw error;
     }
+    this.idle.push(connection);
+    const [, [error, reply]] = replies;
+    // NOSCRIPT (a restarted server) or a moved slot: ask again the usual way; the lock a
+    // release reserved for this waiter is kept for it for HANDOFF_GRACE_MS.
+    return error ? await this.run(name, keys, args) : reply;
   }
 
   /** Close every connection. */
@@ -154,6 +165,15 @@ export class Lock {
     this.metadata = holderMetadata(purpose);
     this.token = null; // set while this object holds the lock
     this.fencingToken = null; // BigInt: greater than every earlier holder's of this name
+    this.leaseEnd = 0; // performance.now() the server's lease lasts at least until
+  }
+
+  /** Seconds this object can count on its lease, by this process's monotonic clock and
+   * without a round trip (0 when it does not hold the lock): the server's lease never ends
+   * before it while this clock runs within 1% of the server's, however long acquire waited. */
+  leaseLeft() {
+    if (this.token === null) return 0;
+    return Math.max(this.leaseEnd - performance.now(), 0) / 1000;
   }
 
   /**
@@ -183,6 +203,7 @@ export class Lock {
     }
     this.token = attempt.token;
     this.fencingToken = BigInt(reply.split(" ")[0]);
+    this.leaseEnd = attempt.leaseEnd;
     return true;
   }
 
@@ -203,11 +224,13 @@ export class Lock {
   async extend(ttl = this.ttl) {
     const keys = this.client.keys(this.name);
     const ttlMs = Math.round(checkSeconds("ttl", ttl, false) * 1000);
+    const sent = performance.now();
     const extended = await this.client.run("extend", [keys.lock, keys.index], [this.ownToken("extend"), ttlMs, this.name, "0", "0", ""]);
     if (extended !== 1) {
       this.token = null;
       throw this.notOwned("extend");
     }
+    this.leaseEnd = leaseEnd(sent, ttlMs);
   }
 
   ownToken(action) {
@@ -281,9 +304,12 @@ class Attempt {
       return reply;
     }
     const acquiredMs = Number(reply.split(" ")[1]);
-    const started = this.clock ? Math.max(sent, this.clock[0] + acquiredMs - this.clock[1] - 1) : sent;
-    const allowance = this.ttlMs * DRIFT_FACTOR + DRIFT_MS;
-    if (performance.now() + allowance < started + this.ttlMs) return reply;
+    // The server's time since the clock pair, counted at 1 - DRIFT_FACTOR on this clock (which
+    // may run that much slower): a local time no later than the server began the lease.
+    const waitedMs = this.clock ? (acquiredMs - this.clock[1]) * (1 - DRIFT_FACTOR) : 0;
+    const started = this.clock ? Math.max(sent, this.clock[0] + waitedMs - 1) : sent;
+    this.leaseEnd = leaseEnd(started, this.ttlMs);
+    if (performance.now() < this.leaseEnd) return reply;
     await this.giveBack();
     return [0, 0, -1];
   }

@@ -1,0 +1,74 @@
+"""Small edits of the scripts that break a promise: the checker must catch each one (its
+self-test). Each names the configuration that shows it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .server import Edit
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutant:
+    name: str
+    edit: Edit
+    config: str  # a key of config.CONFIGS
+
+
+MUTANTS = (
+    Mutant(
+        "a held lock is taken over (SET without NX)",
+        Edit("acquire.lua", "held_value, 'NX', 'PX'", "held_value, 'PX'"),
+        "exclusive",
+    ),
+    Mutant(
+        "a reservation is taken by another waiter",
+        Edit(
+            "acquire.lua", "if holder or (reserved and reserved ~= ARGV[1]) then", "if holder then"
+        ),
+        "exclusive3",
+    ),
+    Mutant(
+        "a release hands the lock to the last waiter",
+        Edit(
+            "include/hand_over.lua",
+            "redis.call('ZRANGE', KEYS[2], 0, 15)",
+            "redis.call('ZREVRANGE', KEYS[2], 0, 15)",
+        ),
+        "exclusive3",
+    ),
+    Mutant(
+        "a release by a token that does not hold the lock deletes it",
+        Edit("release.lua", "if ARGV[1] ~= '' and string.sub", "if false and string.sub"),
+        "exclusive",
+    ),
+    Mutant(
+        "the queue keys outlive every registration (no TTL)",
+        Edit("acquire.lua", "if redis.call('PTTL', key) < patience then", "if false then"),
+        "exclusive",
+    ),
+    Mutant(
+        "a claimed reservation is held without a lease",
+        Edit(
+            "include/take.lua",
+            "redis.call('PSETEX', KEYS[1], ARGV[2], held_value)",
+            "redis.call('SET', KEYS[1], held_value)",
+        ),
+        "exclusive",
+    ),
+    Mutant(
+        "a lapsed lease goes to whoever asks first, not to the queue's head",
+        Edit("include/lapsed.lua", "and redis.call('EXISTS', KEYS[1]) == 0 then", "and false then"),
+        "exclusive3",
+    ),
+    Mutant(
+        "a reader joins while a writer holds the lock",
+        Edit("shared_acquire.lua", "if not value then", "if true then"),
+        "shared",
+    ),
+    Mutant(
+        "a semaphore lets one more holder in than its limit",
+        Edit("semaphore_acquire.lua", ">= limit then", "> limit then"),
+        "semaphore",
+    ),
+)
