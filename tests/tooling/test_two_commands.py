@@ -172,7 +172,7 @@ def test_demo_then_tests_from_a_fresh_clone(fresh_clone) -> None:
         finally:  # whatever failed, nothing the demo started is left running
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(demo.pid, signal.SIGKILL)
-    assert "stopping redis-server" in rest
+    assert "stopping valkey-server" in rest  # the server it started, by its name
 
     # No compiler: scripts/test says what to install, in one line, before installing anything.
     told = run_process(
