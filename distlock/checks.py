@@ -25,6 +25,11 @@ REPLICATED_WITHOUT_WAIT = (
     "master fails over while its replicas lag, acknowledged locks are lost and a second "
     "client can take a lock its holder still works under."
 )
+NO_ANSWER = "DISTLOCK[{alias!r}]: no lock server answered at {address}: {error}"
+NO_ANSWER_HINT = (
+    "Start the server, or correct LOCATION and OPTIONS. `manage.py distlock status` says "
+    "which server answers for each alias (`manage.py check` without --deploy never connects)."
+)
 REPLICATED_HINT = (
     "Set OPTIONS['WAIT_REPLICAS'] to the number of replicas of each master (e.g. 1) and "
     "OPTIONS['WAIT_TIMEOUT'] (ms), see docs/deployments.md; or add 'distlock.W002' to "
@@ -112,3 +117,38 @@ def create_backend_error(alias: str, aliases: dict[str, Any]) -> InvalidLockBack
 
 def _error(exc: InvalidLockBackendError) -> Error:
     return Error(str(exc), hint=exc.hint, id=exc.check_id)
+
+
+@register("distlock", deploy=True)
+def check_servers_answer(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Warn, for ``manage.py check --deploy`` (it connects, so it is a deploy check), of
+    each server of each alias that does not answer within eviction.CHECK_TIMEOUT."""
+    try:
+        aliases = configured_aliases()
+    except InvalidLockBackendError:
+        return []  # check_settings reports it
+    messages: list[CheckMessage] = []
+    for alias in aliases:
+        try:
+            backend = create_backend(alias, aliases)
+        except InvalidLockBackendError:
+            continue
+        try:
+            reports = eviction.read_within(backend.server_reports, eviction.CHECK_TIMEOUT)
+            address = getattr(backend, "address", "")
+        finally:
+            backend.close()
+        silent = (
+            [(address, f"no answer within {eviction.CHECK_TIMEOUT:g} s")]
+            if reports is None
+            else [(report.address, report.error) for report in reports if report.error]
+        )
+        messages.extend(
+            Warning(
+                NO_ANSWER.format(alias=alias, address=where, error=error),
+                hint=NO_ANSWER_HINT,
+                id="distlock.W004",
+            )
+            for where, error in silent
+        )
+    return messages
