@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from django.core.management.base import CommandError
 
 from distlock.handler import locks
 from tests.conftest import _use
+from tests.support.processes import run_process
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db(databases=[])
@@ -30,7 +30,7 @@ def status(*arguments: str) -> str:
 
 def said_by(binary: str) -> tuple[str, str]:
     """("Redis" or "Valkey", its version) as the binary's --version says."""
-    words = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True)
+    words = run_process([binary, "--version"], capture_output=True, text=True, check=True)
     version = next(w[2:] for w in words.stdout.split() if w.startswith("v="))
     return ("Valkey" if words.stdout.startswith("Valkey") else "Redis"), version
 
