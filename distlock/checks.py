@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -35,6 +36,11 @@ DJANGO_INTERNALS_HINT = (
     "one. A library that patches these methods must do so before distlock's AppConfig.ready() "
     "(list it before 'distlock' in INSTALLED_APPS), or call distlock.transactions.install() "
     "after it."
+)
+NO_ANSWER = "DISTLOCK[{alias!r}]: no lock server answered at {address}: {error}"
+NO_ANSWER_HINT = (
+    "Start the server, or correct LOCATION and OPTIONS. `manage.py distlock status` says "
+    "which server answers for each alias (`manage.py check` without --deploy never connects)."
 )
 REPLICATED_HINT = (
     "Set OPTIONS['WAIT_REPLICAS'] to the number of replicas of each master (e.g. 1) and "
@@ -104,10 +110,47 @@ def check_eviction(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     """Warn, for ``manage.py check --deploy``, of each Redis server whose maxmemory-policy
     may evict lock keys (read from INFO: it connects, so it is a deploy check). A server
     that cannot be reached is passed over: nothing is claimed of it."""
+    return _on_each_backend(
+        lambda alias, backend: [
+            Warning(message, hint=eviction.CHECK_HINT, id=eviction.CHECK_ID)
+            for message in eviction.check_messages(alias, backend)
+        ]
+    )
+
+
+@register("distlock", deploy=True)
+def check_servers_answer(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Warn, for ``manage.py check --deploy`` (it connects, so it is a deploy check), of
+    each server of each alias that does not answer within eviction.CHECK_TIMEOUT."""
+    return _on_each_backend(_silent_servers)
+
+
+def _silent_servers(alias: str, backend: BaseLockBackend) -> list[CheckMessage]:
+    reports = eviction.read_within(backend.server_reports, eviction.CHECK_TIMEOUT)
+    silent = (
+        [(getattr(backend, "address", ""), f"no answer within {eviction.CHECK_TIMEOUT:g} s")]
+        if reports is None
+        else [(report.address, report.error) for report in reports if report.error]
+    )
+    return [
+        Warning(
+            NO_ANSWER.format(alias=alias, address=where, error=error),
+            hint=NO_ANSWER_HINT,
+            id="distlock.W004",
+        )
+        for where, error in silent
+    ]
+
+
+def _on_each_backend(
+    check: Callable[[str, BaseLockBackend], list[CheckMessage]],
+) -> list[CheckMessage]:
+    """Return ``check(alias, backend)`` for each alias, on a backend made for it and closed
+    after; aliases that cannot be made are check_settings' to report."""
     try:
         aliases = configured_aliases()
     except InvalidLockBackendError:
-        return []  # check_settings reports it
+        return []
     messages: list[CheckMessage] = []
     for alias in aliases:
         try:
@@ -115,12 +158,9 @@ def check_eviction(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         except InvalidLockBackendError:
             continue
         try:
-            found = eviction.check_messages(alias, backend)
+            messages += check(alias, backend)
         finally:
             backend.close()
-        messages.extend(
-            Warning(message, hint=eviction.CHECK_HINT, id=eviction.CHECK_ID) for message in found
-        )
     return messages
 
 

@@ -13,12 +13,15 @@ way.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from .backends.base import BaseLockBackend
 
 if TYPE_CHECKING:  # redis is not imported for LocMemBackend
     from .backends.redis_ops.memory import MemoryReport
+
+T = TypeVar("T")
 
 CHECK_ID = "distlock.W003"
 # How long the deploy check waits for an alias's servers: a firewalled address without a
@@ -55,22 +58,23 @@ def check_messages(alias: str, backend: BaseLockBackend) -> list[str]:
             policy=report.policy,
             maxmemory=report.maxmemory,
         )
-        for report in _reports_within(backend, CHECK_TIMEOUT)
+        for report in read_within(backend.memory_reports, CHECK_TIMEOUT) or []
         if report.may_evict
     ]
 
 
-def _reports_within(backend: BaseLockBackend, timeout: float) -> list[MemoryReport]:
-    """Return backend.memory_reports() if they come within ``timeout`` seconds, else []."""
-    found: list[MemoryReport] = []
+def read_within(read: Callable[[], list[T]], timeout: float) -> list[T] | None:
+    """Return ``read()`` (reports of an alias's servers) if it comes within ``timeout``
+    seconds, else None, without waiting any longer (the deploy checks' bound)."""
+    found: list[T] = []
     reader = threading.Thread(
-        target=lambda: found.extend(backend.memory_reports()),
-        name="distlock-memory-check",
+        target=lambda: found.extend(read()),
+        name="distlock-server-check",
         daemon=True,  # one still connecting never keeps the process alive
     )
     reader.start()
     reader.join(timeout)
-    return [] if reader.is_alive() else found
+    return None if reader.is_alive() else found
 
 
 def status_line(alias: str, backend: BaseLockBackend) -> str:

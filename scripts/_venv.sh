@@ -7,7 +7,8 @@
 #   VENV  the virtualenv ($DISTLOCK_VENV, default $ROOT/.venv)
 #   PY    $VENV/bin/python
 # The virtualenv is made with $PYTHON when set, else the newest supported Python found
-# (python3.13, 3.12, 3.11 on PATH or under pyenv), else python3. The install runs again only
+# (python3.13, 3.12, 3.11 on PATH or under pyenv, in that order: pyenv's 3.13 before a 3.12 on
+# PATH), else python3; the line that creates it names the one chosen and why. The install runs again only
 # when setup.cfg, constraints.txt (the pinned linter and type checker) or the pins change, or
 # an extra is asked for that was not installed: a stamp file records what last worked.
 
@@ -51,7 +52,14 @@ if [ ! -x "$PY" ] || ! "$PY" -c '' 2>/dev/null; then
             "first (Debian, Ubuntu: apt-get install -y python3-venv) and run again"
         exit 1
     fi
-    _venv_log "creating $VENV with $("$BOOTSTRAP_PYTHON" --version 2>&1)"
+    if [ -n "${PYTHON:-}" ]; then
+        _venv_chosen="PYTHON=$PYTHON"
+    else
+        _venv_chosen="the newest supported Python found; PYTHON=/path/to/python chooses another"
+    fi
+    _venv_log "creating $VENV with $(command -v "$BOOTSTRAP_PYTHON")," \
+        "$("$BOOTSTRAP_PYTHON" --version 2>&1) ($_venv_chosen)"
+    unset _venv_chosen
     rm -rf "$VENV"
     "$BOOTSTRAP_PYTHON" -m venv "$VENV"
 fi

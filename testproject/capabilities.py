@@ -4,6 +4,7 @@ without releasing), so that it can be seen on the admin's Held locks page meanwh
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -57,32 +58,74 @@ def shared(request: HttpRequest) -> HttpResponse:
     """Readers of the price list share its lock; an update needs it alone."""
     if request.method != "POST":
         return _shared_page(request)
-    update = request.POST.get("action") == "update"
-    lock = distlock.lock(
-        PRICE_LIST,
-        shared=not update,
-        ttl=5 if update else READ_SECONDS,
-        wait=0,
-        purpose="demo: price update" if update else "demo: price list reader",
-    )
     try:
-        if not lock.acquire():
-            return _refused(request, update)
-        if update:
-            try:
-                token = lock.fencing_token  # a real update would write the prices here
-            finally:
-                lock.release()
-            message = f"Prices updated under the exclusive lock (fencing token {token})."
-        else:  # the reader keeps its hold until its lease ends, to be seen in the admin
-            readers = len(distlock.locks["default"].shared.inspect(PRICE_LIST))
-            message = (
-                f"You read the price list, holding a shared lock for {READ_SECONDS} s. "
-                f"Readers now: {readers}."
-            )
+        if request.POST.get("action") == "update":
+            return _update_prices(request)
+        return _read_prices(request)
     except distlock.BackendUnavailable:
         return _unavailable(request, "shared.html", holders=(), read_seconds=READ_SECONDS)
+
+
+def _update_prices(request: HttpRequest) -> HttpResponse:
+    lock = distlock.lock(PRICE_LIST, ttl=5, wait=0, purpose="demo: price update")
+    if not lock.acquire():
+        return _refused(request, update=True)
+    try:
+        token = lock.fencing_token  # a real update would write the prices here
+    finally:
+        lock.release()
+    message = f"Prices updated under the exclusive lock (fencing token {token})."
     return _shared_page(request, message=message, level="success")
+
+
+def _read_prices(request: HttpRequest) -> HttpResponse:
+    """Start a reader that holds the price list shared for READ_SECONDS, in a thread of its
+    own, as a slow request of another visitor would: the request's thread holds nothing
+    after it. (Held by the request's thread, a browser's kept-open connection, served again
+    by that thread under runserver, would have the next "Update" ask for the exclusive lock
+    its own thread holds shared: SharedLockUpgrade, not the refusal this page shows.)"""
+    reader = _Reader()
+    reader.start()
+    reader.started.wait()
+    if reader.error is not None:
+        raise reader.error
+    if not reader.acquired:
+        return _refused(request, update=False)
+    readers = len(distlock.locks["default"].shared.inspect(PRICE_LIST))
+    message = (
+        f"You read the price list, holding a shared lock for {READ_SECONDS} s. "
+        f"Readers now: {readers}."
+    )
+    return _shared_page(request, message=message, level="success")
+
+
+class _Reader(threading.Thread):
+    """One reader: holds the price list shared for READ_SECONDS, then releases it."""
+
+    def __init__(self) -> None:
+        super().__init__(name="demo price list reader", daemon=True)
+        self.started = threading.Event()
+        self.acquired = False
+        self.error: distlock.BackendUnavailable | None = None
+
+    def run(self) -> None:
+        lock = distlock.lock(
+            PRICE_LIST,
+            shared=True,
+            ttl=READ_SECONDS + 5,  # released after READ_SECONDS: the lease outlasts it
+            wait=0,
+            purpose="demo: price list reader",
+        )
+        try:
+            self.acquired = lock.acquire()
+        except distlock.BackendUnavailable as error:
+            self.error = error
+        finally:
+            self.started.set()
+        if self.acquired:
+            time.sleep(READ_SECONDS)  # reading
+            with contextlib.suppress(distlock.LockError):  # a force release from the admin
+                lock.release()
 
 
 def _refused(request: HttpRequest, update: bool) -> HttpResponse:
@@ -90,10 +133,11 @@ def _refused(request: HttpRequest, update: bool) -> HttpResponse:
         readers = len(distlock.locks["default"].shared.inspect(PRICE_LIST))
         message = (
             f"Update refused: {readers} reader(s) hold the price list (shared). An update "
-            "needs the lock alone: it waits until every reader is done."
+            "needs the lock alone; this one tries once (wait=0), so it is refused while any "
+            "reader holds it (with wait=N it would wait up to N s for them)."
         )
     else:
-        message = "An update holds the price list; a reader waits until it is done."
+        message = "Refused: an update holds the price list; this reader tries once (wait=0)."
     return _shared_page(request, message=message, level="warning", status=409)
 
 

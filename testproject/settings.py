@@ -5,8 +5,8 @@ Everything that differs between machines comes from environment variables, so th
 
 ``REDIS_URL``             Redis used for locks (db as given) and the cache (db 1). Default:
                           the Redis of a running ``scripts/demo`` (which writes its URL to
-                          ``.demo-redis-url`` at the top of the clone), else
-                          ``redis://127.0.0.1:6379/0``.
+                          ``.demo-redis-url`` at the top of the clone, or to the file
+                          ``DEMO_REDIS_URL_FILE`` names), else ``redis://127.0.0.1:6379/0``.
 ``DJANGO_SECRET_KEY``     defaults to a development-only key.
 ``DJANGO_DEBUG``          "1" (default) or "0".
 ``DJANGO_ALLOWED_HOSTS``  comma-separated, default ``localhost,127.0.0.1``.
@@ -40,7 +40,8 @@ def _with_db(url: str, db: int) -> str:
 def _demo_redis_url() -> str | None:
     """The URL of the Redis that a running scripts/demo started, if one runs."""
     try:
-        return (BASE_DIR / ".demo-redis-url").read_text().strip() or None
+        named = os.environ.get("DEMO_REDIS_URL_FILE") or BASE_DIR / ".demo-redis-url"
+        return Path(named).read_text().strip() or None
     except FileNotFoundError:
         return None
 

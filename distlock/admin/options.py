@@ -169,7 +169,7 @@ class HeldLockList:
     def _row(self, info: LockInfo) -> Row:
         return Row(
             info=info,
-            holder=describe_holder(info),
+            holder=breakable(describe_holder(info)),
             ttl_ms=round(info.ttl_remaining * 1000),
             expires_in=format_remaining(info.ttl_remaining),
             release_url=release_url(self.release_base, info, urlencode(self.params)),

@@ -33,7 +33,7 @@ def permit_rows(holders: tuple[LockInfo, ...], release_base: str, filters: str) 
     return [
         PermitRow(
             info=holder,
-            holder=describe_holder(holder),
+            holder=breakable(describe_holder(holder)),
             expires_in=format_remaining(holder.ttl_remaining),
             release_url=release_url(release_base, holder, filters),
         )

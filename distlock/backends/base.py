@@ -36,6 +36,7 @@ from .settings import COMMON_OPTIONS, Problems, parse_common
 
 if TYPE_CHECKING:  # redis is not imported for LocMemBackend
     from .redis_ops.memory import MemoryReport
+    from .redis_ops.server_info import ServerReport
 
 # The longest a waiter blocks before trying again on its own. Releases wake waiters at once;
 # this bounds the cost of a missed notification.
@@ -280,6 +281,12 @@ class BaseLockBackend:
     def memory_reports(self) -> list[MemoryReport]:
         """Return what each Redis server keeping this alias's locks says of its memory
         (maxmemory, maxmemory-policy, keys evicted); empty for a store that is no server."""
+        return []
+
+    def server_reports(self) -> list[ServerReport]:
+        """Return what each Redis server keeping this alias's locks says of itself (Redis or
+        Valkey, version, role, maxmemory-policy, latency) or why it did not answer; empty for
+        a store that is no server."""
         return []
 
     def close(self) -> None:

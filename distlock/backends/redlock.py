@@ -44,6 +44,7 @@ from .redis import RedisBackend
 from .redis_ops import grants, holds, listing
 from .redis_ops.fanout import Results, Skipped, afan_out, fan_out
 from .redis_ops.memory import MemoryReport, is_out_of_memory
+from .redis_ops.server_info import ServerReport
 from .redis_ops.steps import Eval, Steps, adrive, drive
 from .settings import LIMIT_OPTIONS, Problems
 
@@ -665,6 +666,10 @@ class RedlockBackend(BaseLockBackend):
     def memory_reports(self) -> list[MemoryReport]:
         """Return each node's memory report (a node may evict the lock keys it keeps)."""
         return [report for node in self.nodes for report in node.memory_reports()]
+
+    def server_reports(self) -> list[ServerReport]:
+        """Return each node's report: which server answered there, or why none did."""
+        return [report for node in self.nodes for report in node.server_reports()]
 
     @property
     def address(self) -> str:

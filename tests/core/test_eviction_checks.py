@@ -164,7 +164,8 @@ def test_distlock_list_says_it_in_its_header(settings: Any) -> None:
         assert held.acquire()
         out = io.StringIO()
         call_command("distlock", "list", stdout=out)
-        header, *rest = out.getvalue().splitlines()
+        server, header, *rest = out.getvalue().splitlines()  # which server answered, first
+        assert server.startswith("DISTLOCK['default']: ")
         assert header.startswith("Warning: DISTLOCK['default'] is on a Redis that may evict")
         assert f"{s.url} (allkeys-lru)" in header
         assert any("pay:42" in line for line in rest)

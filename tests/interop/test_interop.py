@@ -26,6 +26,10 @@ from django.test import Client
 from django.urls import reverse
 
 import distlock
+
+# Loading these modules loads every script (each loads those its operations run): the test of
+# every script's SHA1 must not depend on which other tests imported them first.
+from distlock.backends.redis_ops import grants, holds, listing, semaphores, shared  # noqa: F401
 from distlock.backends.redis_ops.scripts import LOADED, LUA
 from distlock.handler import locks
 from tests.support.configs import distlock_settings

@@ -255,8 +255,10 @@ class LiveServerProcess(_Managed):
 
 
 def demo_project(redis_url: str, directory: Path) -> LiveServerProcess:
-    """The demo project (testproject) served by uvicorn on ``redis_url``; its SQLite file,
-    migrated here (the Pay page records payments in it), goes in ``directory``."""
+    """The demo project (testproject) served as scripts/demo serves it, by Django's threaded
+    runserver (a browser's kept-open connection is served by one thread, request after
+    request), on ``redis_url``; its SQLite file, migrated here (the Pay page records payments
+    in it), goes in ``directory``."""
     env = {
         "REDIS_URL": redis_url,
         "DJANGO_DB_PATH": str(directory / "db.sqlite3"),
@@ -269,8 +271,5 @@ def demo_project(redis_url: str, directory: Path) -> LiveServerProcess:
         timeout=120,
     )
     return LiveServerProcess(
-        "testproject.asgi:application",
-        settings="testproject.settings",
-        ready_path="/",
-        env=env,
+        settings="testproject.settings", server="runserver", ready_path="/", env=env
     )

@@ -1,6 +1,10 @@
 """``scripts/demo`` started in the background from a script, as a CI job or a tmux helper
 would: it serves the demo, tells other commands where its Redis is, and stops everything it
-started (runserver and redis-server) on SIGINT and on SIGTERM."""
+started (runserver and redis-server) on SIGINT and on SIGTERM.
+
+The test's demo runs beside the user's, if one runs in this clone (the README has the user
+run the tests "in another shell" while the demo serves): its Redis URL goes to a file of the
+test's own (DEMO_REDIS_URL_FILE), and the clone's ``.demo-redis-url`` is left as it was."""
 
 from __future__ import annotations
 
@@ -37,7 +41,9 @@ class Demo:
             for key, value in os.environ.items()
             if key not in {"REDIS_URL", "DJANGO_SETTINGS_MODULE"}
         }
+        self.url_file = tmp_path / "demo-redis-url"
         env.update(
+            DEMO_REDIS_URL_FILE=str(self.url_file),
             DEMO_PORT=str(self.port),
             DJANGO_DB_PATH=str(tmp_path / "demo.sqlite3"),
             DEMO_ADMIN_PASSWORD="demo-pw",
@@ -79,16 +85,22 @@ class Demo:
             self.script.communicate(timeout=10)
 
 
+def users_demo() -> str | None:
+    """What the clone's .demo-redis-url says: the user's running demo, if any."""
+    with contextlib.suppress(FileNotFoundError):
+        return URL_FILE.read_text()
+    return None
+
+
 @pytest.fixture
 def demo(tmp_path: Path) -> Iterator[Demo]:
-    if URL_FILE.exists():
-        pytest.fail(f"{URL_FILE} exists: is a demo running in this clone? Stop it first.")
+    before = users_demo()
     started = Demo(tmp_path)
     try:
         yield started
     finally:
         started.kill_everything()
-        URL_FILE.unlink(missing_ok=True)
+    assert users_demo() == before, "the test's demo changed the user's .demo-redis-url"
 
 
 def answers(port: int) -> bool:
@@ -110,11 +122,12 @@ def home_page(port: int) -> str:
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
 def test_the_demo_stops_everything_it_started(demo: Demo, stop: signal.Signals) -> None:
+    server = Path(demo.read_until(r"starting (\S+) on 127\.0\.0\.1:").group(1)).name
     redis_port = int(demo.read_until(r"Locks live in redis://127\.0\.0\.1:(\d+)/0").group(1))
     demo.read_until(r"Press Ctrl-C to stop")
     page = home_page(demo.port)
     assert "Coming soon" not in page and "manage.py send_digest" in page
-    assert URL_FILE.read_text().strip() == f"redis://127.0.0.1:{redis_port}/0"
+    assert demo.url_file.read_text().strip() == f"redis://127.0.0.1:{redis_port}/0"
 
     # Another shell of the clone, with no REDIS_URL: its manage.py uses the demo's Redis.
     env = {
@@ -122,6 +135,7 @@ def test_the_demo_stops_everything_it_started(demo: Demo, stop: signal.Signals) 
         for key, value in os.environ.items()
         if key not in {"REDIS_URL", "DJANGO_SETTINGS_MODULE"}
     }
+    env["DEMO_REDIS_URL_FILE"] = str(demo.url_file)
     shell = run_process(
         [
             sys.executable,
@@ -150,6 +164,6 @@ def test_the_demo_stops_everything_it_started(demo: Demo, stop: signal.Signals) 
     assert not demo.group_alive(), (
         "a process of the demo outlived it:\n" + "".join(demo.output) + rest
     )
-    assert "stopping redis-server" in rest
+    assert f"stopping {server} (pid" in rest  # valkey-server when it started one
     assert not answers(demo.port) and not answers(redis_port)
-    assert not URL_FILE.exists(), "the URL of a Redis that is gone was left for other shells"
+    assert not demo.url_file.exists(), "the URL of a Redis that is gone was left for other shells"

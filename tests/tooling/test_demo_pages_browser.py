@@ -39,7 +39,10 @@ def test_shared_locks_many_readers_then_a_refused_update(
 ) -> None:
     from playwright.sync_api import expect
 
+    # Served by runserver, as scripts/demo serves it: the browser keeps its connection open,
+    # so one server thread answers every click (the readers must not be that thread's).
     open_from_home(page, demo, "Shared locks")
+    expect(page.locator("main")).not_to_contain_text("waits until every reader")  # refused
     page.get_by_role("button", name="Update the prices").click()
     expect(page.locator("#message")).to_contain_text("Prices updated under the exclusive lock")
     page.get_by_role("button", name="Read the price list").click()

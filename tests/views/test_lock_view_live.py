@@ -8,6 +8,7 @@ import itertools
 import json
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -170,6 +171,13 @@ def test_demo_json_endpoint_charges_a_double_submission_once(
 ) -> None:
     with demo_project(redis_url, tmp_path) as demo:
         answers = post_together(demo, ["/api/pay/77/"] * 2, {"Accept": "application/json"})
+        plain = post_together(demo, ["/api/pay/78/"] * 2)  # no Accept header, as curl sends
+        with urllib.request.urlopen(f"{demo.url}/", timeout=10) as home:
+            says = " ".join(home.read().decode().split())
+    # The home page says what the endpoint's 409 is, with and without the Accept header.
+    [refused] = [answer for answer in plain if answer.status == 409]
+    assert refused.body.decode().startswith("This request is already in progress.")
+    assert "(<code>Accept: application/json</code>), a short plain text otherwise" in says
     by_status = {answer.status: json.loads(answer.body) for answer in answers}
     assert set(by_status) == {200, 409}
     assert by_status[200] == {"detail": "Payment recorded for order 77.", "payments": 1}

@@ -25,6 +25,7 @@ import redis
 
 from ...exceptions import BackendUnavailable
 from .memory import MemoryReport, is_out_of_memory, out_of_memory_message, read_memory
+from .server_info import ServerReport, read_server
 from .steps import (
     Confirmed,
     Eval,
@@ -40,6 +41,7 @@ from .steps import (
 from .threads import in_thread
 
 T = TypeVar("T")
+R = TypeVar("R")
 # The operation that gives back what an acquire may have taken (a release of its token).
 GiveBack = Callable[[], Steps[Any]] | None
 
@@ -162,18 +164,29 @@ class Runner:
         except CLIENT_ERRORS as exc:
             raise self.unavailable(exc) from exc
 
-    # --- memory -----------------------------------------------------------------------
+    # --- memory and identity -----------------------------------------------------------
     def memory_reports(self) -> list[MemoryReport]:
         """Return what each server keeping this backend's locks (every master of a Cluster)
         says of its memory; a server that cannot be read has a report with its error."""
+        return self._each_server(read_memory, MemoryReport)
+
+    def server_reports(self) -> list[ServerReport]:
+        """Return what each server keeping this backend's locks (every master of a Cluster)
+        says of itself (Redis or Valkey, version, role, latency); a server that does not
+        answer has a report with its error."""
+        return self._each_server(read_server, ServerReport)
+
+    def _each_server(self, read: Callable[[Any, str], R], failed: Callable[..., R]) -> list[R]:
+        """Return ``read(client, address)`` for each server (every master of a Cluster);
+        ``failed(address, error=...)`` when the servers cannot even be found."""
         try:
             client = self.client  # a Redis Cluster's connects to learn its masters
             masters = client.get_primaries() if self.cluster else None
         except CLIENT_ERRORS as exc:
-            return [MemoryReport(self.address, error=f"{type(exc).__name__}: {exc}")]
+            return [failed(self.address, error=f"{type(exc).__name__}: {exc}")]
         if masters is None:
-            return [read_memory(client, self.address)]
-        return [read_memory(client.get_redis_connection(node), node.name) for node in masters]
+            return [read(client, self.address)]
+        return [read(client.get_redis_connection(node), node.name) for node in masters]
 
     # --- Eval: one script ---------------------------------------------------------------
     def eval(self, step: Eval) -> Any:

@@ -1,5 +1,6 @@
 """``manage.py distlock``: list, inspect and force-release held locks.
 
+    manage.py distlock status [--using ALIAS] [--json]
     manage.py distlock list [--using ALIAS] [--prefix P] [--json]
     manage.py distlock info NAME [--using ALIAS] [--json]
     manage.py distlock release NAME [--token T] [--yes] [--using ALIAS]
@@ -10,11 +11,14 @@ its holders and ``release NAME --token T`` frees one permit (see distlock.manage
 A lock held shared (distlock.lock(shared=True)) is one row of ``list`` with its holders, as is
 a semaphore; ``info NAME`` lists each holder and ``release NAME --token T`` releases one
 (distlock.management.shared).
-``list`` without ``--using`` lists every alias of DISTLOCK; ``info`` and ``release`` act on
-``--using`` (default "default"). Django's common options (``-v``, ``--settings``, ...) may also
-follow the action. When a lock server cannot be reached nothing is listed or shown (the state
-is unknown, so nothing may look like "no lock is held"): the error goes to stderr and the exit
-status is UNKNOWN_EXIT_CODE.
+``status`` says, per alias, which server answered (Redis or Valkey, version, role,
+maxmemory-policy, latency) or why none did (distlock.management.status); ``list`` names them
+in its first lines (on stderr with ``--json``: stdout stays the JSON list; none with -v 0).
+``list`` and ``status`` without ``--using`` act on every alias of DISTLOCK; ``info`` and
+``release`` act on ``--using`` (default "default"). Django's common options (``-v``,
+``--settings``, ...) may also follow the action. When a lock server cannot be reached nothing
+is listed or shown (the state is unknown, so nothing may look like "no lock is held"): the
+error goes to stderr and the exit status is UNKNOWN_EXIT_CODE.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from ...eviction import status_line
 from ...exceptions import BackendUnavailable, LockError
 from ...handler import DEFAULT_ALIAS, locks
 from ...info import LockInfo, SemaphoreInfo, WaiterInfo, shorten
-from .. import semaphores, shared, waiters
+from .. import semaphores, shared, status, waiters
 from ..lead import add_lead_parser, lead
 from ..releasing import RELEASE_TEXTS
 from ..tables import aligned
@@ -65,6 +69,15 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+        state = actions.add_parser(
+            "status", help="Say which server answered for each alias, or why none did."
+        )
+        state.add_argument(
+            "--using", metavar="ALIAS", help="Only this DISTLOCK alias (default: every alias)."
+        )
+        state.add_argument(
+            "--json", action="store_true", dest="as_json", help="A JSON list, one object per alias."
+        )
         listing = actions.add_parser("list", help="Show the held locks.")
         listing.add_argument(
             "--using", metavar="ALIAS", help="Only this DISTLOCK alias (default: every alias)."
@@ -96,7 +109,7 @@ class Command(BaseCommand):
         )
         release.add_argument("--yes", action="store_true", help="Do not ask for confirmation.")
         release.add_argument("--using", default=DEFAULT_ALIAS, metavar="ALIAS")
-        for action_parser in (listing, info, release):
+        for action_parser in (state, listing, info, release):
             self._accept_common_options(action_parser)
         add_lead_parser(actions)  # takes the rest of the line after NAME (see lead.py)
 
@@ -115,12 +128,36 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         actions: dict[str, Callable[..., None]] = {
+            "status": self.show_status,
             "list": self.list_locks,
             "info": self.show_info,
             "release": self.release_lock,
             "lead": functools.partial(lead, self),
         }
         actions[action](**options)
+
+    # --- status -------------------------------------------------------------------------
+    def show_status(self, *, using: str | None, as_json: bool, **options: Any) -> None:
+        found = []
+        for alias in [using] if using else _aliases():
+            backend = _backend(alias)
+            found.append((alias, backend, backend.server_reports()))
+        if as_json:
+            self.stdout.write(_dumps([status.status_json(*each) for each in found]))
+        else:
+            for each in found:
+                self.stdout.write("\n".join(status.status_lines(*each)))
+        silent = [
+            f"{alias} ({report.address})"
+            for alias, _, reports in found
+            for report in reports
+            if report.error
+        ]
+        if silent:
+            raise CommandError(
+                f"No answer from {', '.join(silent)}: what is held there is unknown.",
+                returncode=UNKNOWN_EXIT_CODE,
+            )
 
     # --- list ---------------------------------------------------------------------------
     def list_locks(self, *, using: str | None, prefix: str, as_json: bool, **options: Any) -> None:
@@ -130,10 +167,12 @@ class Command(BaseCommand):
         held_shared: list[shared.Held] = []
         unreachable: dict[str, str] = {}
         evicting: list[str] = []  # servers that may evict lock keys
+        servers: list[str] = []  # which server answered, for each alias
         for alias in aliases:
             try:
                 backend = _backend(alias)
                 held.extend(_all_held(backend, prefix))
+                servers.append(status.server_line(alias, backend, backend.server_reports()))
                 evicting.append(status_line(alias, backend))
                 held_semaphores += _guarded(alias, semaphores.held_semaphores, backend, prefix)
                 held_shared.append(_guarded(alias, shared.held_shared, backend, prefix))
@@ -155,8 +194,10 @@ class Command(BaseCommand):
                 returncode=UNKNOWN_EXIT_CODE,
             )
         evicting = [line for line in evicting if line]
+        if options.get("verbosity", 1) < 1:  # -v 0: the listing alone
+            servers = []
         if as_json:
-            for line in evicting:  # stdout stays the JSON list
+            for line in servers + evicting:  # stdout stays the JSON list
                 self.stderr.write(line)
             self.stdout.write(
                 _dumps(
@@ -166,7 +207,7 @@ class Command(BaseCommand):
                 )
             )
             return
-        for line in evicting:
+        for line in servers + evicting:
             self.stdout.write(line)
         if held or held_semaphores or any(held_shared):
             tables = [lock_table(held, show_alias=len(aliases) > 1)] if held else []
