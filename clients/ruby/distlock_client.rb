@@ -129,6 +129,60 @@ module Distlock
   SCRIPT_NAMES = %w[acquire release extend leave_queue inspect shared_acquire shared_release
                     shared_extend shared_leave shared_inspect].freeze
 
+  # Ends a BLPOP on time (protocol.md, "Ending a BLPOP on time"): the server ends a blocked
+  # command's timeout on its hz timer (up to 100 ms late at hz 10), and also whenever it wakes
+  # for a command, from any connection. redis-rb holds the blocked connection until both
+  # replies are in, so a thread sends the command on the client's other connection to the same
+  # server: EXISTS of the wake-up list (routed by its key, it reaches the blocking node of a
+  # Cluster) SLACK_MS after the block, then after 2, 4, 8, 8... ms until stopped.
+  class OnTime
+    SLACK_MS = 1
+    LONGEST_PAUSE_MS = 8
+
+    def initialize(redis, key, block_ms)
+      @mutex = Mutex.new
+      @stopped = ConditionVariable.new
+      @done = false
+      @thread = Thread.new { nudge(redis, key, block_ms + SLACK_MS) }
+    end
+
+    # Stops the nudges; returns once none is in flight.
+    def stop
+      @mutex.synchronize do
+        @done = true
+        @stopped.signal
+      end
+      @thread.join
+    end
+
+    private
+
+    def nudge(redis, key, pause_ms)
+      @mutex.synchronize do
+        until pause(pause_ms)
+          begin
+            redis.exists(key)
+          rescue StandardError
+            nil # the pipeline's own error is the one the acquire reports
+          end
+          pause_ms = pause_ms > LONGEST_PAUSE_MS ? 2 : [pause_ms * 2, LONGEST_PAUSE_MS].min
+        end
+      end
+    end
+
+    # Waits pause_ms unless stopped first; returns whether it was stopped.
+    def pause(pause_ms)
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + pause_ms / 1000.0
+      until @done
+        left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        return false if left <= 0
+
+        @stopped.wait(@mutex, left)
+      end
+      true
+    end
+  end
+
   Acquired = Struct.new(:name, :token, :fence, :acquired_ms, :shared, keyword_init: true)
 
   class Client
@@ -375,17 +429,20 @@ module Distlock
     def blocked_acquire(list, timeout_ms, script, keys, argv)
       @waiter ||= connect
       secs = format('%.3f', timeout_ms / 1000.0)
+      on_time = OnTime.new(@redis, list, timeout_ms)
       begin
         res = @waiter.pipelined do |p|
           p.call('BLPOP', list, secs)
           p.call('EVALSHA', script.sha, keys.size.to_s, *keys, *argv)
         end
+        on_time.stop
         res[1]
       rescue Redis::CommandError => e
         raise unless e.message.start_with?('NOSCRIPT')
 
         run(@waiter, script, keys, argv)
       rescue StandardError
+        on_time.stop
         # The pending EVALSHA may still run: drop the connection before the error path gives
         # back (protocol.md, "The error path"), so nothing of this wait runs after it.
         @waiter.close

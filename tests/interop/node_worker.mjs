@@ -82,6 +82,23 @@ const commands = {
     say("left", lock.leaseLeft());
   },
 
+  // Hold NAME, then time COUNT acquires of it with a wait of WAIT_MS (each fails): print
+  // "late MS MS ..." , how long past WAIT_MS each returned (the monotonic clock).
+  async late(name, waitMs, count) {
+    const holder = client.lock(name, { ttl: 60 });
+    if (!(await holder.acquire({ wait: 0 }))) throw new Error(`${name} is held already`);
+    const late = [];
+    for (let i = 0; i < Number(count); i++) {
+      const began = performance.now();
+      if (await client.lock(name, { ttl: 60 }).acquire({ wait: Number(waitMs) / 1000 })) {
+        throw new Error("acquired a held lock");
+      }
+      late.push((performance.now() - began - Number(waitMs)).toFixed(1));
+    }
+    await holder.release();
+    say("late", ...late);
+  },
+
   // Print who holds NAME, as JSON ("null" when nobody does).
   async holder(name) {
     const found = await client.holder(name);

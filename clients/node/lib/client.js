@@ -17,6 +17,8 @@ export const HANDOFF_GRACE_MS = 250; // how long a waiter handed the lock has to
 export const DRIFT_FACTOR = 0.01;
 export const DRIFT_MS = 2;
 const PATIENCE_MARGIN_MS = 1000; // a registration outlives the wait that renews it by this
+const SLACK_MS = 1; // a BLPOP not answered this long after its timeout is ended by the client
+const MAX_NUDGE_PAUSE_MS = 8; // the longest pause between two commands that end a late BLPOP
 
 /** The local time (ms) a lease of `ttlMs` begun no earlier than `started` lasts at least until,
  * on a clock up to DRIFT_FACTOR slow, with DRIFT_MS for Redis' millisecond expiry. */
@@ -129,18 +131,22 @@ export class LockClient {
     const script = this.scripts[name];
     const connection = this.idle.pop() || this.redis.duplicate();
     let replies;
+    const pending = connection
+      .pipeline()
+      .blpop(wake, Math.max(blockMs / 1000, 0.001).toFixed(3))
+      .evalsha(script.sha, keys.length, ...keys, ...args)
+      .exec();
+    const stopNudging = endOnTime(connection, wake, blockMs);
     try {
-      replies = await connection
-        .pipeline()
-        .blpop(wake, Math.max(blockMs / 1000, 0.001).toFixed(3))
-        .evalsha(script.sha, keys.length, ...keys, ...args)
-        .exec();
+      replies = await pending;
     } catch (error) {
       // The pending EVALSHA may still run (ioredis resends unanswered commands after a
       // reconnect): drop the connection before the error path gives back (protocol.md, "The
       // error path"), or the script could grant the lock after it.
       connection.disconnect();
       throw error;
+    } finally {
+      stopNudging();
     }
     this.idle.push(connection);
     const [, [error, reply]] = replies;
@@ -327,6 +333,29 @@ class Attempt {
       .run("release", [keys.lock, keys.queue, keys.live, keys.index], release)
       .then(() => true, () => false);
   }
+}
+
+/** End a BLPOP on time (docs/protocol.md, "Ending a BLPOP on time"): the server ends a
+ * blocked command's timeout on its hz timer (100 ms late at hz 10), but also whenever it wakes
+ * for a command. So SLACK_MS after the block, with no reply yet, send a command on the blocked
+ * connection itself, then again after 2, 4, 8, 8... ms. EXISTS of the wake-up list rather
+ * than PING: it is routed by its key, so on a Cluster it reaches the node that blocks (ioredis
+ * sends a PING to any node). Its reply comes after the pipeline's and is dropped. */
+function endOnTime(connection, wake, blockMs) {
+  let timer;
+  let stopped = false;
+  const nudge = (pause, next) => {
+    timer = setTimeout(() => {
+      if (stopped) return;
+      connection.exists(wake).catch(() => {}); // the pipeline's own error is the one reported
+      nudge(next, Math.min(next * 2, MAX_NUDGE_PAUSE_MS));
+    }, pause);
+  };
+  nudge(blockMs + SLACK_MS, 2);
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+  };
 }
 
 /** The JSON stored beside the lock: who holds it, where and why (the admin shows it). */
