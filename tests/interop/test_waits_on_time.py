@@ -12,10 +12,10 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.node import Node
+from tests.support.paths import ROOT
 from tests.support.processes import child_env, run_process
 from tests.support.redis_server import RedisServer
 from tests.support.ruby import Ruby
-from tests.support.paths import ROOT
 
 WAIT_MS = 20
 CALLS = 7
