@@ -83,6 +83,40 @@ module Distlock
     name
   end
 
+  # protocol.md, "Keys": no braces, wildcards, control characters or white space (Python's
+  # str.isspace(), spelled out: Ruby's \s is ASCII only).
+  PREFIX_FORBIDDEN = /[{}*?\[\]\u0000-\u0020\u007f\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]/.freeze
+  MAX_LEASE_MS = 315_360_000_000 # 10 years: every lease ends
+
+  def self.validate_prefix!(prefix)
+    unless prefix.is_a?(String) && !prefix.empty? && !prefix.match?(PREFIX_FORBIDDEN)
+      raise ArgumentError, "a KEY_PREFIX has no braces, wildcards, spaces or control characters: #{prefix.inspect}"
+    end
+
+    prefix
+  end
+
+  # A lease in whole ms, 1 to MAX_LEASE_MS; 1 and 2 are refused too: every grant of a lease
+  # that short is inside the drift allowance (1% + 2 ms), so it is never held.
+  def self.validate_lease!(ttl_ms)
+    ttl = Integer(ttl_ms)
+    raise ArgumentError, 'ttl_ms must be positive' if ttl <= 0
+    raise ArgumentError, "ttl_ms #{ttl} is too short to be held" if ttl <= ttl * 0.01 + 2
+    raise ArgumentError, "ttl_ms #{ttl} is above 10 years" if ttl > MAX_LEASE_MS
+
+    ttl
+  end
+
+  # A token presented to release or extend. An empty one would be an operator's force
+  # release in release.lua (ARGV[1] = ''), so it is refused here.
+  def self.validate_token!(token)
+    unless token.is_a?(String) && !token.empty? && !token.include?(' ') && !token.start_with?('=')
+      raise ArgumentError, "not a lock token: #{token.inspect}"
+    end
+
+    token
+  end
+
   def self.encode_name(name)
     name.b.bytes.map { |b| SAFE_SET[b] ? b.chr : format('%%%02X', b) }.join
   end
@@ -190,7 +224,7 @@ module Distlock
 
     def initialize(url: 'redis://127.0.0.1:6379/0', prefix: 'distlock', scripts_dir:,
                    cluster: false, default_purpose: nil, logger: nil)
-      @prefix = prefix
+      @prefix = Distlock.validate_prefix!(prefix)
       @scripts = Scripts.new(scripts_dir)
       @cluster = cluster
       @url = url
@@ -217,10 +251,7 @@ module Distlock
     # wait_ms: nil = wait until acquired, 0 = try once.
     def acquire(name, ttl_ms:, wait_ms: nil, shared: false, purpose: nil)
       k = keys(name)
-      ttl = Integer(ttl_ms)
-      raise ArgumentError, 'ttl_ms must be positive' if ttl <= 0
-      # Every grant of a lease this short is inside the drift allowance (1% + 2 ms).
-      raise ArgumentError, "ttl_ms #{ttl} is too short to be held" if ttl <= ttl * 0.01 + 2
+      ttl = Distlock.validate_lease!(ttl_ms)
       wait = wait_ms.nil? ? nil : Integer(wait_ms)
       raise ArgumentError, 'wait_ms must not be negative' if wait && wait.negative?
 
@@ -294,8 +325,7 @@ module Distlock
     # true: extended; false: not held by the token.
     def extend(name, token, ttl_ms:, shared: false)
       k = keys(name)
-      ttl = Integer(ttl_ms)
-      raise ArgumentError, 'ttl_ms must be positive' if ttl <= 0
+      ttl = Distlock.validate_lease!(ttl_ms)
 
       args = [check_token!(token), ttl.to_s, k.name, '0', '0', '']
       r = if shared
@@ -357,15 +387,7 @@ module Distlock
         'remaining_ms' => remaining, 'waiters' => waiters }
     end
 
-    # A token presented to release or extend. An empty one would be an operator's force
-    # release in release.lua (ARGV[1] = ''), so it is refused here.
-    def check_token!(token)
-      unless token.is_a?(String) && !token.empty? && !token.include?(' ') && !token.start_with?('=')
-        raise ArgumentError, "not a lock token: #{token.inspect}"
-      end
-
-      token
-    end
+    def check_token!(token) = Distlock.validate_token!(token)
 
     def new_token(shared)
       hex = SecureRandom.hex(16)

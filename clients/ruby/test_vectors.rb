@@ -51,8 +51,33 @@ vectors['scripts'].each do |name, sha|
   check.call("script #{name}.lua sha1", scripts[name].sha, sha)
 end
 
+# The negative vectors: what a client MUST refuse before it sends anything.
+refuse = vectors['refuse']
+refused = lambda do |what, value, check|
+  check.call(value)
+  failures << "#{what} #{value.inspect[0, 40]} was not refused"
+rescue ArgumentError, Distlock::InvalidName
+  nil
+end
+taken = lambda do |what, value, check|
+  check.call(value)
+rescue ArgumentError, Distlock::InvalidName => e
+  failures << "#{what} #{value.inspect[0, 40]} was refused: #{e.message}"
+end
+name_check = Distlock.method(:validate_name!)
+prefix_check = Distlock.method(:validate_prefix!)
+lease_check = Distlock.method(:validate_lease!)
+refuse['names'].each { |v| refused.call('name', v['name'], name_check) }
+refuse['prefixes'].each { |v| refused.call('prefix', v['prefix'], prefix_check) }
+refuse['accepted_prefixes'].each { |p| taken.call('prefix', p, prefix_check) }
+refuse['leases_ms'].each { |ms| refused.call('lease', ms, lease_check) }
+refuse['accepted_leases_ms'].each { |ms| taken.call('lease', ms, lease_check) }
+refuse['tokens'].each { |t| refused.call('token', t, Distlock.method(:validate_token!)) }
+negatives = %w[names prefixes leases_ms tokens].sum { |list| refuse[list].size }
+
 failures.each { |line| puts "not ok - #{line}" }
-checked = "#{vectors['names'].size} names, #{vectors['scripts'].size} scripts"
+checked = "#{vectors['names'].size} names, #{vectors['scripts'].size} scripts, " \
+          "#{negatives} values to refuse"
 if failures.empty?
   puts "ok - #{checked}: every vector derived (#{FILE})"
 else

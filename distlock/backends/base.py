@@ -261,6 +261,8 @@ class BaseLockBackend:
         """Release ``name`` whoever holds it (only ``token``, when given). Return True if
         something was released; waiters are handed the lock as after a normal release."""
         _check_token(token)
+        if token is not None and not could_hold(token):
+            return False  # no holder has it: nothing of it to release
         if token is not None and token.startswith(SHARED_MARK):
             # A shared holder's token, as info() shows once readers hold the lock: release
             # that hold (the exclusive kind knows exclusive holds only: "not held"). A backend
@@ -320,6 +322,14 @@ class BaseLockBackend:
 def check_prefix(prefix: object) -> None:
     if not isinstance(prefix, str):
         raise TypeError(f'prefix must be a str ("" for every lock), not {type(prefix).__name__}.')
+
+
+def could_hold(token: str) -> bool:
+    """Whether ``token`` could be a holder's: none has a space (it separates the lock value's
+    fields) or starts with "=" (the form of a lock reserved for a waiter). A script given such
+    a token could read a reservation as a hold (docs/protocol.md, "Tokens"), so it is never
+    sent."""
+    return " " not in token and not token.startswith("=")
 
 
 def _check_token(token: object) -> None:

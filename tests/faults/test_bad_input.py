@@ -147,6 +147,10 @@ def test_an_empty_token_never_releases_someone_elses_lock(backend_kind) -> None:
     with pytest.raises(TypeError, match="token"):
         backend.force_release("mine", token=holder.fencing_token)
     assert backend.force_release("mine", token="0" * 32) is False  # a stale or made-up token
+    # No holder's token has a space or starts with "=" (docs/protocol.md, "Tokens"): such a
+    # token is never sent, whatever the script would read it as.
+    for token in (f"{holder.token} {holder.fencing_token}", f"={holder.token}"):
+        assert backend.force_release("mine", token=token) is False
     assert backend.force_release("unknown-name") is False
     assert backend.info("unknown-name") is None
     assert holder.owned()

@@ -44,10 +44,13 @@ def test_the_ruby_client_derives_every_vector(ruby_client: Ruby) -> None:
     result = check_with_ruby(ruby_client, vectors.FILE)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     names, scripts = len(vectors.read()["names"]), len(vectors.read()["scripts"])
-    assert f"ok - {names} names, {scripts} scripts: every vector derived" in result.stdout
+    refuse = vectors.read()["refuse"]
+    negatives = sum(len(refuse[kind]) for kind in ("names", "prefixes", "leases_ms", "tokens"))
+    expected = f"ok - {names} names, {scripts} scripts, {negatives} values to refuse"
+    assert f"{expected}: every vector derived" in result.stdout
 
 
-@pytest.mark.parametrize("where", ["bucket", "lock key", "encoding", "script sha1"])
+@pytest.mark.parametrize("where", ["bucket", "lock key", "encoding", "script sha1", "refused name"])
 def test_changing_one_vector_fails_the_ruby_checker(
     ruby_client: Ruby, tmp_path: Path, where: str
 ) -> None:

@@ -21,8 +21,19 @@ from typing import Any
 
 from redis.crc import key_slot
 
+from distlock.backends.base import _check_token, could_hold
 from distlock.backends.redis_ops.scripts import LUA, load
-from distlock.keys import ABOUT_WAITERS, BUCKETS, LAYOUT_VERSION, KeyLayout, encode_name
+from distlock.backends.settings import _parse_prefix as parse_prefix
+from distlock.exceptions import InvalidLockBackendError, InvalidLockName
+from distlock.keys import (
+    ABOUT_WAITERS,
+    BUCKETS,
+    LAYOUT_VERSION,
+    KeyLayout,
+    encode_name,
+    validate_name,
+)
+from distlock.validation import lease_milliseconds
 
 FILE = Path(str(LUA)) / "vectors.json"
 PREFIXES = ["distlock", "myproject:locks"]
@@ -45,6 +56,90 @@ NAMES = [
 ]
 # The longest names (1024 code points), under the first prefix only (they make the file big).
 LONG_NAMES = ["x" * 1024, "é" * 1023 + "🔒", "🔒" * 1024]
+
+
+# What a client MUST refuse before it sends anything (docs/protocol.md): each value with the
+# rule it breaks. build() checks that distlock's own code refuses every one of them.
+REFUSED_NAMES = [
+    ("", "empty"),
+    ("x" * 1025, "1025 code points"),
+    ("a\x00b", "U+0000, a control character"),
+    ("tab\there", "U+0009, a control character"),
+    ("line\nfeed", "U+000A, a control character"),
+    ("del\x7f", "U+007F, a control character"),
+    ("next\x85line", "U+0085, a C1 control character"),
+    ("c1\x9f", "U+009F, a C1 control character"),
+    ("line\u2028separator", "U+2028, the line separator"),
+    ("paragraph\u2029separator", "U+2029, the paragraph separator"),
+]
+REFUSED_PREFIXES = [
+    ("", "empty"),
+    ("a{b", "a brace"),
+    ("a}b", "a brace"),
+    ("{}", "braces"),
+    ("my locks", "U+0020, white space"),
+    ("tab\t", "U+0009, white space"),
+    ("nbsp\u00a0", "U+00A0, white space"),
+    ("ideographic\u3000space", "U+3000, white space"),
+    ("nel\x85", "U+0085, white space"),
+    ("unit\x1fseparator", "U+001F, a control character"),
+    ("nul\x00", "U+0000, a control character"),
+    ("del\x7f", "U+007F, a control character"),
+    ("star*", "a wildcard"),
+    ("what?", "a wildcard"),
+    ("[range]", "a wildcard"),
+]
+# Taken: not white space by the protocol's one definition (Python's str.isspace()).
+ACCEPTED_PREFIXES = [
+    "distlock",
+    "myproject:locks",
+    "app-1.locks/v2",
+    "verrou:é",
+    "zero\u200bwidth",
+    "bom\ufeff",
+]
+REFUSED_LEASES_MS = [0, -1, 315360000001]  # 1 <= LEASE <= 315360000000 (10 years)
+ACCEPTED_LEASES_MS = [3, 315360000000]  # 1 and 2 are never held: a client MAY refuse them
+# Presented to release or extend: empty, a space, a leading "=" (a reservation's form).
+REFUSED_TOKENS = ["", "0123456789abcdef 0123456789abcdef", "=0123456789abcdef0123456789abcdef"]
+
+
+def refused() -> dict[str, Any]:
+    """The negative vectors, each checked against distlock's own code first."""
+    for name, _ in REFUSED_NAMES:
+        assert refuses(validate_name, name), name
+    for prefix, _ in REFUSED_PREFIXES:
+        assert refuses(parse_prefix, "default", prefix), prefix
+    for prefix in ACCEPTED_PREFIXES:
+        assert not refuses(parse_prefix, "default", prefix), prefix
+    for lease in REFUSED_LEASES_MS:
+        assert refuses(lease_milliseconds, "ttl", lease / 1000), lease
+    for token in REFUSED_TOKENS:
+        assert refuses(check_token, token), token
+    return {
+        "about": "what a client MUST refuse before sending (docs/protocol.md, 'Test vectors')",
+        "names": [{"name": name, "why": why} for name, why in REFUSED_NAMES],
+        "prefixes": [{"prefix": prefix, "why": why} for prefix, why in REFUSED_PREFIXES],
+        "accepted_prefixes": ACCEPTED_PREFIXES,
+        "leases_ms": REFUSED_LEASES_MS,
+        "accepted_leases_ms": ACCEPTED_LEASES_MS,
+        "tokens": REFUSED_TOKENS,
+    }
+
+
+def check_token(token: str) -> None:
+    """Raise as distlock does for a token no holder can have (force_release sends none)."""
+    _check_token(token)
+    if not could_hold(token):
+        raise ValueError(f"no holder's token: {token!r}")
+
+
+def refuses(check: Any, *args: Any) -> bool:
+    try:
+        check(*args)
+    except (ValueError, TypeError, InvalidLockName, InvalidLockBackendError):
+        return True
+    return False
 
 
 def lock_keys(layout: KeyLayout, name: str) -> dict[str, str]:
@@ -102,6 +197,7 @@ def build() -> dict[str, Any]:
         "names": [derivation(prefix, name) for prefix in PREFIXES for name in NAMES]
         + [derivation(PREFIXES[0], name) for name in LONG_NAMES],
         "scripts": {name: load(name).sha for name in scripts},
+        "refuse": refused(),
     }
 
 

@@ -38,6 +38,22 @@ def test_every_script_file_has_its_sha1() -> None:
     assert set(vectors.read()["scripts"]) == files
 
 
+def test_distlock_refuses_every_negative_vector() -> None:
+    refuse = vectors.read()["refuse"]
+    for entry in refuse["names"]:
+        assert vectors.refuses(vectors.validate_name, entry["name"]), entry
+    for entry in refuse["prefixes"]:
+        assert vectors.refuses(vectors.parse_prefix, "default", entry["prefix"]), entry
+    for prefix in refuse["accepted_prefixes"]:
+        assert not vectors.refuses(vectors.parse_prefix, "default", prefix), prefix
+    for lease in refuse["leases_ms"]:
+        assert vectors.refuses(vectors.lease_milliseconds, "ttl", lease / 1000), lease
+    for lease in refuse["accepted_leases_ms"]:
+        assert not vectors.refuses(vectors.lease_milliseconds, "ttl", lease / 1000), lease
+    for token in refuse["tokens"]:
+        assert vectors.refuses(vectors.check_token, token), token
+
+
 def check_with_python(path: Path) -> subprocess.CompletedProcess[str]:
     return run_process(
         [sys.executable, "-m", "tests.support.vectors", "check", str(path)],
@@ -85,12 +101,14 @@ def mutate(data: dict[str, Any], where: str) -> None:
         entry["keys"]["lock"] = entry["keys"]["lock"].replace("%7B", "{")
     elif where == "encoding":
         entry["encoded"] = entry["encoded"].lower()
+    elif where == "refused name":
+        data["refuse"]["names"][0]["name"] = "a valid name"
     else:
         name = next(iter(data["scripts"]))
         data["scripts"][name] = "0" * 40
 
 
-@pytest.mark.parametrize("where", ["bucket", "lock key", "encoding", "script sha1"])
+@pytest.mark.parametrize("where", ["bucket", "lock key", "encoding", "script sha1", "refused name"])
 def test_changing_one_vector_fails_both_checkers(
     node_client: Node, tmp_path: Path, where: str
 ) -> None:

@@ -24,6 +24,11 @@ const MAX_NUDGE_PAUSE_MS = 8; // the longest pause between two commands that end
  * on a clock up to DRIFT_FACTOR slow, with DRIFT_MS for Redis' millisecond expiry. */
 const leaseEnd = (started, ttlMs) => started + ttlMs * (1 - DRIFT_FACTOR) - DRIFT_MS;
 const PURPOSE_MAX_LENGTH = 200;
+// What a KEY_PREFIX may not hold (docs/protocol.md, "Keys"): braces, wildcards, the control
+// characters, and white space as the protocol defines it (Python's str.isspace(); not
+// JavaScript's \s, which also takes U+FEFF).
+const PREFIX_FORBIDDEN = /[{}*?[\]\u0000-\u0020\u007f\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]/u;
+const MAX_LEASE_SECONDS = 10 * 365 * 24 * 3600; // 315360000000 ms: every lease ends
 
 export class LockError extends Error {
   constructor(message, name) {
@@ -50,7 +55,7 @@ export class LockClient {
   constructor({ url, cluster, prefix = "distlock", ttl = 60, maxBlock = 1, scriptsDir, redisOptions = {} } = {}) {
     if (!url === !cluster) throw new TypeError("Give either url (one server) or cluster (node URLs).");
     // A brace would move the Cluster hash tag into the prefix (docs/protocol.md, "Keys").
-    if (typeof prefix !== "string" || !prefix || /[{}\s\x00-\x1f\x7f*?[\]]/.test(prefix)) {
+    if (typeof prefix !== "string" || !prefix || PREFIX_FORBIDDEN.test(prefix)) {
       throw new RangeError(`prefix must be a KEY_PREFIX without braces, spaces or wildcards; got ${JSON.stringify(prefix)}.`);
     }
     this.prefix = prefix;
@@ -377,8 +382,9 @@ function shorten(text, limit = 80) {
 
 function checkSeconds(what, value, zeroAllowed) {
   const tooSmall = zeroAllowed ? value < 0 : !(value >= 0.001); // leases are whole ms
-  if (typeof value !== "number" || !Number.isFinite(value) || tooSmall) {
-    const bound = zeroAllowed ? ">= 0" : ">= 0.001";
+  const tooLarge = !zeroAllowed && value > MAX_LEASE_SECONDS; // a lease, not a wait
+  if (typeof value !== "number" || !Number.isFinite(value) || tooSmall || tooLarge) {
+    const bound = zeroAllowed ? ">= 0" : `from 0.001 to ${MAX_LEASE_SECONDS}`;
     throw new RangeError(`${what} is seconds, a finite number ${bound}; got ${String(value)}.`);
   }
   return value;

@@ -8,6 +8,7 @@ import { test } from "node:test";
 
 import { bucketOf, crc32, encodeName, lockKeys, validateName } from "../lib/keys.js";
 import { DEFAULT_SCRIPTS_DIR, loadScript } from "../lib/scripts.js";
+import { LockClient } from "../index.js";
 
 const file = process.env.DISTLOCK_VECTORS || join(DEFAULT_SCRIPTS_DIR, "vectors.json");
 const vectors = JSON.parse(readFileSync(file, "utf8"));
@@ -54,4 +55,43 @@ test("every script's SHA1, includes expanded", () => {
   const found = {};
   for (const name of Object.keys(vectors.scripts)) found[name] = loadScript(DEFAULT_SCRIPTS_DIR, name).sha;
   assert.deepEqual(found, vectors.scripts);
+});
+
+// The negative vectors: what a client MUST refuse before it sends anything. (This client
+// takes no token from its caller: release() and extend() use the Lock's own.)
+const refuse = vectors.refuse;
+const offline = { url: "redis://127.0.0.1:1/0", redisOptions: { lazyConnect: true } };
+
+test("the vectors list what to refuse", () => {
+  for (const list of ["names", "prefixes", "accepted_prefixes", "leases_ms", "accepted_leases_ms"]) {
+    assert.ok(refuse[list].length > 0, list);
+  }
+});
+
+for (const { name, why } of refuse.names) {
+  test(`the name ${JSON.stringify(name.slice(0, 20))} is refused (${why})`, () => {
+    assert.throws(() => validateName(name), RangeError);
+  });
+}
+
+for (const { prefix, why } of refuse.prefixes) {
+  test(`the prefix ${JSON.stringify(prefix)} is refused (${why})`, () => {
+    assert.throws(() => new LockClient({ ...offline, prefix }), RangeError);
+  });
+}
+
+test("the accepted prefixes and leases are taken", () => {
+  for (const prefix of refuse.accepted_prefixes) {
+    const client = new LockClient({ ...offline, prefix });
+    for (const ms of refuse.accepted_leases_ms) client.lock("a", { ttl: ms / 1000 });
+    client.redis.disconnect();
+  }
+});
+
+test("the leases out of range are refused", () => {
+  const client = new LockClient(offline);
+  for (const ms of refuse.leases_ms) {
+    assert.throws(() => client.lock("a", { ttl: ms / 1000 }), RangeError, String(ms));
+  }
+  client.redis.disconnect();
 });
