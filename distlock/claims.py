@@ -11,10 +11,14 @@ that acquired it (the holder's thread or asyncio task; ``sync_to_async`` and
 wrapper looks for fenced holds there; with none, it costs one context variable read. With
 one, the statement's connection is:
 
-- inside an atomic block: the claim runs once per transaction, before its first statement
-  (a no-op ``on_commit`` marker says the transaction is claimed: Django drops it when the
-  transaction ends, or when a savepoint the claim ran in rolls back, and then the next
-  statement claims again);
+- inside an atomic block: the claim runs once per transaction, before its first statement.
+  The connection notes it (``distlock_claims``: the transaction's number, from
+  transactions.py, and the innermost savepoint the claim ran in): a claim counts while its
+  transaction is the connection's current one and its savepoint is still open (or it ran
+  outside every savepoint). A rolled-back savepoint takes its claim along, and so does a
+  released one as far as this note knows: the next statement claims again (an extra claim is
+  harmless, a missing one is not). Nothing is registered with Django: ``on_commit`` and
+  ``captureOnCommitCallbacks()`` see only the user's own callbacks;
 - in autocommit: the statement is a transaction of its own, so it runs inside
   ``atomic()`` with the claim before it;
 - in a transaction managed by hand (``set_autocommit(False)``): refused with an error
@@ -40,6 +44,7 @@ from django.db import DatabaseError, connections, router, transaction
 from django.db.backends.signals import connection_created
 
 from .exceptions import FencedUpdateRejected, LockError
+from .transactions import transaction_number
 
 
 class Lock(Protocol):
@@ -63,19 +68,6 @@ TABLE = "distlock_fence"  # distlock.models.Fence's (the models are a surface: n
 # Statements that begin or end transactions and savepoints (Django sends SQLite's BEGIN and
 # every SAVEPOINT through cursors): they do no work, so they pass unclaimed.
 _CONTROL = re.compile(r"\s*(BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE|START\s+TRANSACTION)\b", re.I)
-
-
-class _Claimed:
-    """The on_commit marker of a claimed transaction: does nothing when run."""
-
-    __slots__ = ("digest", "token")
-
-    def __init__(self, digest: str, token: int) -> None:
-        self.digest = digest
-        self.token = token
-
-    def __call__(self) -> None:
-        return None
 
 
 def digest(alias: str, name: str) -> str:
@@ -151,11 +143,24 @@ def _has_fences(conn: Any) -> bool:
 
 
 def _claimed(conn: Any, lock: Lock, token: int) -> bool:
-    key = digest(lock.using, lock.name)
-    return any(
-        isinstance(func, _Claimed) and func.digest == key and func.token == token
-        for _, func, _ in conn.run_on_commit
-    )
+    """Return True if ``token`` was claimed for ``lock`` in ``conn``'s current transaction,
+    in a savepoint still open (or outside every savepoint)."""
+    noted = getattr(conn, "distlock_claims", None)
+    if noted is None or noted[0] != transaction_number(conn):
+        return False
+    sid = noted[1].get((digest(lock.using, lock.name), token), False)
+    return sid is None or (sid is not False and sid in conn.savepoint_ids)
+
+
+def _note_claim(conn: Any, key: str, token: int) -> None:
+    """Note on ``conn`` that ``token`` is claimed for the lock ``key`` in its current
+    transaction, at its innermost savepoint (None: outside every savepoint)."""
+    number = transaction_number(conn)
+    noted = getattr(conn, "distlock_claims", None)
+    if noted is None or noted[0] != number:  # an earlier transaction's notes: gone
+        noted = conn.distlock_claims = (number, {})
+    savepoints = [sid for sid in conn.savepoint_ids if sid is not None]
+    noted[1][key, token] = savepoints[-1] if savepoints else None
 
 
 def _claim(conn: Any, lock: Lock, token: int) -> None:
@@ -180,7 +185,7 @@ def _claim(conn: Any, lock: Lock, token: int) -> None:
     if newest > token:
         transaction.set_rollback(True, using=conn.alias)
         raise _refused(lock, token, newest, conn.alias)
-    transaction.on_commit(_Claimed(key, token), using=conn.alias)
+    _note_claim(conn, key, token)
 
 
 def _upsert(conn: Any, key: str, name: str, token: int) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 import distlock
 from distlock.claims import digest
@@ -119,3 +120,48 @@ def test_a_router_keeps_the_claims_off_a_database(settings) -> None:
     with distlock.lock("routed", ttl=10, fence=True), transaction.atomic(using="fencing"):
         Fence.objects.using("fencing").count()
     assert not Fence.objects.using("fencing").filter(name="routed").exists()
+
+
+@pytest.mark.django_db  # inside the test's own transaction, as in Django's TestCase
+def test_a_users_capture_of_on_commit_callbacks_sees_only_the_users_own(
+    django_capture_on_commit_callbacks,
+) -> None:
+    """The claim is noted by distlock, not registered with Django: a fenced block's
+    on_commit callbacks are the user's own (the contract's "Locks and database
+    transactions")."""
+
+    def mine() -> None:
+        return None
+
+    with (
+        distlock.lock("captured", ttl=10, fence=True) as lk,
+        django_capture_on_commit_callbacks() as callbacks,
+        transaction.atomic(),
+    ):
+        Fence.objects.count()  # claims
+        transaction.on_commit(mine)
+        assert [func for _, func, _ in connection.run_on_commit] == [mine]
+        Fence.objects.count()  # claimed already
+    assert callbacks == [mine]
+    row = Fence.objects.get(name="captured")
+    assert (row.token, row.claims) == (lk.fencing_token, 1)
+
+
+def test_a_claim_in_a_rolled_back_savepoint_is_made_again() -> None:
+    """A claim made in a savepoint that rolls back is gone with it: the next statement
+    claims again. A claim made outside every savepoint lasts for the transaction."""
+    with distlock.lock("savepoints", ttl=10, fence=True) as lk, transaction.atomic():
+        with pytest.raises(RuntimeError), transaction.atomic():
+            Fence.objects.count()  # claims inside the savepoint
+            raise RuntimeError("roll the savepoint back, and its claim with it")
+        with transaction.atomic():
+            Fence.objects.count()  # claims again, or the row would not be there
+        Fence.objects.count()  # outside every savepoint
+        with CaptureQueriesContext(connection) as statements:
+            with transaction.atomic():
+                Fence.objects.count()
+            Fence.objects.count()
+    row = Fence.objects.get(name="savepoints")
+    assert row.token == lk.fencing_token
+    claims = [query for query in statements if "INSERT" in query["sql"]]
+    assert claims == [], "a claim made outside every savepoint was made again"
