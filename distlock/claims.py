@@ -3,13 +3,17 @@ fencing token is claimed on the lock's row of distlock's Fence table, in that tr
 before the work's first statement; a holder whose token is older than one already claimed
 is refused (``FencedUpdateRejected``) and its transaction rolls back.
 
-How the claim gets in front of the work: every database connection carries
-:func:`claim_first` among its ``execute_wrappers`` (Django's public hook, added when the
-connection opens). A fenced lock, once granted, is noted in a context variable of the code
-that acquired it (the holder's thread or asyncio task; ``sync_to_async`` and
-``async_to_sync`` copy it, so an async view's ORM calls carry it). Before each statement the
-wrapper looks for fenced holds there; with none, it costs one context variable read. With
-one, the statement's connection is:
+How the claim gets in front of the work: while a fenced lock is held anywhere in the
+process, every database connection carries :func:`claim_first` among its
+``execute_wrappers`` (Django's public hook): the first fenced hold puts it on every connection
+opened so far, in every thread (the holder's code may run its ORM calls on another thread's
+connection: ``sync_to_async``), and a connection that opens meanwhile gets it then. Once no
+fenced hold is left, each connection takes it off at its next statement, from its own thread:
+a process that holds no fenced lock pays nothing per statement. A fenced lock, once granted,
+is noted in a context variable of the code that acquired it (the holder's thread or asyncio
+task; ``sync_to_async`` and ``async_to_sync`` copy it, so an async view's ORM calls carry
+it). Before each statement the wrapper looks for fenced holds there; with none, it costs one
+context variable read. With one, the statement's connection is:
 
 - inside an atomic block: the claim runs once per transaction, before its first statement.
   The connection notes it (``distlock_claims``: the transaction's number, from
@@ -37,6 +41,8 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import re
+import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -63,6 +69,14 @@ _held: contextvars.ContextVar[tuple[tuple[Lock, int], ...]] = contextvars.Contex
     "distlock_fenced_holds", default=()
 )
 _claiming: contextvars.ContextVar[bool] = contextvars.ContextVar("distlock_claiming", default=False)
+# The fenced holds of the whole process, by id of their Lock: while there is one, every
+# connection carries the wrapper. A Lock's hold leaves at its end (forget_fenced); one whose
+# Lock was dropped unreleased leaves when the next hold is noted or ends.
+_live: dict[int, tuple[weakref.ref[Lock], int]] = {}
+# Every connection opened since distlock was installed, in any thread (connections are
+# per thread: the first fenced hold puts the wrapper on all of them).
+_connections: weakref.WeakSet[Any] = weakref.WeakSet()
+_guard = threading.Lock()  # _live, _connections and the wrappers they put on
 VENDORS = ("postgresql", "sqlite", "mysql")
 TABLE = "distlock_fence"  # distlock.models.Fence's (the models are a surface: not imported)
 # Statements that begin or end transactions and savepoints (Django sends SQLite's BEGIN and
@@ -78,11 +92,35 @@ def digest(alias: str, name: str) -> str:
 # --- the holds ---------------------------------------------------------------------------
 def note_fenced(lock: Lock) -> None:
     """Fence the running code's transactions with ``lock``'s token, while it holds it."""
-    assert lock.fencing_token is not None
+    token = lock.fencing_token
+    assert token is not None
     holds = tuple(hold for hold in _held.get() if _active(hold) and hold[0] is not lock)
-    _held.set((*holds, (lock, lock.fencing_token)))
-    for conn in connections.all(initialized_only=True):  # opened before distlock was ready
-        _add_wrapper(conn)
+    _held.set((*holds, (lock, token)))
+    with _guard:
+        _prune()
+        first = not _live
+        _live[id(lock)] = (weakref.ref(lock), token)
+        _connections.update(connections.all(initialized_only=True))  # opened before install
+        if first:  # no connection carries the wrapper yet: every one does from now on
+            for conn in _connections:
+                _add_wrapper(conn)
+
+
+def forget_fenced(lock: Lock) -> None:
+    """``lock``'s hold ended (released, lost, given up): it fences no transaction any more.
+    With no fenced hold left, each connection takes the wrapper off at its next statement."""
+    with _guard:
+        _live.pop(id(lock), None)
+        _prune()
+
+
+def _prune() -> None:
+    """Drop the fenced holds that ended unseen (their Lock dropped, or acquired again with a
+    new token): they must not keep the wrapper on (under _guard)."""
+    for key, (ref, token) in list(_live.items()):
+        lock = ref()
+        if lock is None or not _active((lock, token)):
+            del _live[key]
 
 
 def _active(hold: tuple[Lock, int]) -> bool:
@@ -96,12 +134,26 @@ def install() -> None:
 
 
 def _on_connection_created(sender: Any, connection: Any, **kwargs: Any) -> None:
-    _add_wrapper(connection)
+    with _guard:
+        _connections.add(connection)
+        if _live:
+            _add_wrapper(connection)
 
 
 def _add_wrapper(conn: Any) -> None:
+    """Put the wrapper on ``conn`` (under _guard; the connection may be another thread's).
+    First in the list, in place: a ``connection.execute_wrapper()`` block open in that thread
+    pops its own wrapper, the last one, when it ends."""
     if claim_first not in conn.execute_wrappers:
-        conn.execute_wrappers.append(claim_first)
+        conn.execute_wrappers.insert(0, claim_first)
+
+
+def _take_off(conn: Any) -> None:
+    """No fenced hold is left in the process: take the wrapper off ``conn``, from the thread
+    running its statement (its list of wrappers is not being read)."""
+    with _guard:
+        if not _live and claim_first in conn.execute_wrappers:
+            conn.execute_wrappers.remove(claim_first)
 
 
 # --- the claim ---------------------------------------------------------------------------
@@ -112,11 +164,15 @@ def claim_first(
     statement's transaction before the statement runs."""
     fenced = _held.get()
     if not fenced or _claiming.get():
+        if not _live:
+            _take_off(context["connection"])
         return execute(sql, params, many, context)
     conn = context["connection"]
     holds = [hold for hold in fenced if _active(hold)]
     if not holds:
         _held.set(())  # every hold here has ended: back to one read per statement
+        if not _live:
+            _take_off(conn)
         return execute(sql, params, many, context)
     if (isinstance(sql, str) and _CONTROL.match(sql)) or not _has_fences(conn):
         return execute(sql, params, many, context)
@@ -156,9 +212,11 @@ def _note_claim(conn: Any, key: str, token: int) -> None:
     """Note on ``conn`` that ``token`` is claimed for the lock ``key`` in its current
     transaction, at its innermost savepoint (None: outside every savepoint)."""
     number = transaction_number(conn)
+    noted: tuple[int, dict[tuple[str, int], str | None]] | None
     noted = getattr(conn, "distlock_claims", None)
     if noted is None or noted[0] != number:  # an earlier transaction's notes: gone
-        noted = conn.distlock_claims = (number, {})
+        noted = (number, {})
+        conn.distlock_claims = noted
     savepoints = [sid for sid in conn.savepoint_ids if sid is not None]
     noted[1][key, token] = savepoints[-1] if savepoints else None
 

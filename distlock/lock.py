@@ -764,6 +764,8 @@ class Lock:
         if self._hold is not None:
             self._hold.drop()
             self._hold = self._pending = None
+        if self.fence:
+            claims.forget_fenced(self)
         if self._renewal is not None:
             renewal.renewer.unregister(self._renewal)
             self._renewal = None

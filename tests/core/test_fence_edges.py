@@ -4,12 +4,16 @@ a transaction managed by hand, a database without the fence table, and the Fence
 
 from __future__ import annotations
 
+import contextvars
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
 import pytest
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 import distlock
-from distlock.claims import digest
+from distlock.claims import claim_first, digest
 from distlock.models import Fence
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -165,3 +169,39 @@ def test_a_claim_in_a_rolled_back_savepoint_is_made_again() -> None:
     assert row.token == lk.fencing_token
     claims = [query for query in statements if "INSERT" in query["sql"]]
     assert claims == [], "a claim made outside every savepoint was made again"
+
+
+def test_the_fence_wrapper_is_on_the_connections_only_while_a_fenced_lock_is_held() -> None:
+    """No statement pays for the fence while no fenced lock is held in the process; while one
+    is, every connection carries the wrapper, also one another thread opened before, where
+    the holder's code may run (sync_to_async runs it in a copy of its context)."""
+
+    def open_connection() -> Any:
+        Fence.objects.count()
+        return connections["default"]
+
+    def claims_there() -> None:
+        with transaction.atomic():
+            Fence.objects.count()
+
+    def close() -> None:
+        connections.close_all()
+
+    with ThreadPoolExecutor(1) as pool:
+        try:
+            other = pool.submit(open_connection).result()
+            Fence.objects.count()
+            assert claim_first not in connection.execute_wrappers
+            assert claim_first not in other.execute_wrappers
+            with distlock.lock("wrapped", ttl=10, fence=True) as lk:
+                assert claim_first in connection.execute_wrappers
+                assert claim_first in other.execute_wrappers
+                pool.submit(contextvars.copy_context().run, claims_there).result()
+                row = pool.submit(Fence.objects.get, name="wrapped").result()  # unfenced
+                assert (row.token, row.claims) == (lk.fencing_token, 1)
+            Fence.objects.count()  # each connection takes it off at its next statement
+            pool.submit(open_connection).result()
+            assert claim_first not in connection.execute_wrappers
+            assert claim_first not in other.execute_wrappers
+        finally:
+            pool.submit(close).result()
