@@ -17,12 +17,14 @@ context variable read. With one, the statement's connection is:
 
 - inside an atomic block: the claim runs once per transaction, before its first statement.
   The connection notes it (``distlock_claims``: the transaction's number, from
-  transactions.py, and the innermost savepoint the claim ran in): a claim counts while its
-  transaction is the connection's current one and its savepoint is still open (or it ran
-  outside every savepoint). A rolled-back savepoint takes its claim along, and so does a
-  released one as far as this note knows: the next statement claims again (an extra claim is
-  harmless, a missing one is not). Nothing is registered with Django: ``on_commit`` and
-  ``captureOnCommitCallbacks()`` see only the user's own callbacks;
+  transactions.py, Django's list of its ``on_commit`` hooks, which Django replaces when a
+  transaction ends or a savepoint rolls back, and the innermost savepoint the claim ran in): a claim
+  counts while its transaction is the connection's current one, the list is the same, and
+  its savepoint is still open (or it ran outside every savepoint). A rolled-back savepoint
+  takes its claim along, and so does a released one as far as this note knows: the next
+  statement claims again (an extra claim is harmless, a missing one is not). Nothing is
+  registered with Django: ``on_commit`` and ``captureOnCommitCallbacks()`` see only the
+  user's own callbacks;
 - in autocommit: the statement is a transaction of its own, so it runs inside
   ``atomic()`` with the claim before it;
 - in a transaction managed by hand (``set_autocommit(False)``): refused with an error
@@ -202,23 +204,27 @@ def _claimed(conn: Any, lock: Lock, token: int) -> bool:
     """Return True if ``token`` was claimed for ``lock`` in ``conn``'s current transaction,
     in a savepoint still open (or outside every savepoint)."""
     noted = getattr(conn, "distlock_claims", None)
-    if noted is None or noted[0] != transaction_number(conn):
+    if noted is None or noted[0] != transaction_number(conn) or noted[1] is not conn.run_on_commit:
         return False
-    sid = noted[1].get((digest(lock.using, lock.name), token), False)
+    sid = noted[2].get((digest(lock.using, lock.name), token), False)
     return sid is None or (sid is not False and sid in conn.savepoint_ids)
 
 
 def _note_claim(conn: Any, key: str, token: int) -> None:
     """Note on ``conn`` that ``token`` is claimed for the lock ``key`` in its current
     transaction, at its innermost savepoint (None: outside every savepoint)."""
-    number = transaction_number(conn)
-    noted: tuple[int, dict[tuple[str, int], str | None]] | None
-    noted = getattr(conn, "distlock_claims", None)
-    if noted is None or noted[0] != number:  # an earlier transaction's notes: gone
-        noted = (number, {})
-        conn.distlock_claims = noted
     savepoints = [sid for sid in conn.savepoint_ids if sid is not None]
-    noted[1][key, token] = savepoints[-1] if savepoints else None
+    if not savepoints and not getattr(conn, "commit_on_exit", False):
+        # An atomic block without a savepoint inside a transaction managed by hand: its
+        # commit() ends the transaction unseen here. Not noted: each statement claims.
+        return
+    number, hooks = transaction_number(conn), conn.run_on_commit
+    noted: tuple[int, list[Any], dict[tuple[str, int], str | None]] | None
+    noted = getattr(conn, "distlock_claims", None)
+    if noted is None or noted[0] != number or noted[1] is not hooks:  # an earlier one's
+        noted = (number, hooks, {})
+        conn.distlock_claims = noted
+    noted[2][key, token] = savepoints[-1] if savepoints else None
 
 
 def _claim(conn: Any, lock: Lock, token: int) -> None:

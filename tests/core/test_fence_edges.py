@@ -205,3 +205,21 @@ def test_the_fence_wrapper_is_on_the_connections_only_while_a_fenced_lock_is_hel
             assert claim_first not in other.execute_wrappers
         finally:
             pool.submit(close).result()
+
+
+@pytest.mark.parametrize("savepoint", [True, False])
+def test_each_transaction_managed_by_hand_claims_in_its_atomic_blocks(savepoint: bool) -> None:
+    """An atomic block inside a transaction managed by hand, then commit() by hand: the next
+    transaction's block claims again (its commit() is no end a claim survives)."""
+    with distlock.lock("by-hand:atomic", ttl=10, fence=True) as lk:
+        connection.set_autocommit(False)
+        try:
+            for _ in range(2):
+                with transaction.atomic(savepoint=savepoint):
+                    Fence.objects.count()
+                connection.commit()
+        finally:
+            connection.rollback()
+            connection.set_autocommit(True)
+    row = Fence.objects.get(name="by-hand:atomic")
+    assert (row.token, row.claims) == (lk.fencing_token, 2)
