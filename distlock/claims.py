@@ -145,7 +145,10 @@ def _on_connection_created(sender: Any, connection: Any, **kwargs: Any) -> None:
 def _add_wrapper(conn: Any) -> None:
     """Put the wrapper on ``conn`` (under _guard; the connection may be another thread's).
     First in the list, in place: a ``connection.execute_wrapper()`` block open in that thread
-    pops its own wrapper, the last one, when it ends."""
+    pops its own wrapper, the last one, when it ends. (Put on another thread's connection
+    at the very moment that thread builds a statement's chain of two or more wrappers, it
+    shifts the list under Django's loop: that one statement may skip one wrapper. Only the
+    first fenced hold after none puts it on; a later statement sees the list whole.)"""
     if claim_first not in conn.execute_wrappers:
         conn.execute_wrappers.insert(0, claim_first)
 
