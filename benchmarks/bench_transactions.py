@@ -14,10 +14,12 @@ Writes benchmarks/results/transactions.json and prints the table.
 
     python benchmarks/bench_transactions.py --cost [--quick]
 
-measures, in this process, what watching the transactions costs an ``atomic()`` block with no
-lock in it, against plain Django in the same run (distlock's wrappers taken off): an
-outermost block, and one with ten nested ``savepoint=False`` blocks, on an SQLite file and a
-PostgreSQL server of its own; also while another thread's release waits for its COMMIT.
+measures, in this process, what distlock's hooks into Django cost an ``atomic()`` block with
+no lock in it, against plain Django in the same run (distlock's two wrappers and the fence's
+execute wrapper taken off): an outermost block, one with ten nested ``savepoint=False``
+blocks, and an outermost block running one query, on an SQLite file and a PostgreSQL server
+of its own; also while another thread's release waits for its COMMIT, and while another
+thread holds a fenced lock (``fence=True``: its execute wrapper is on every connection).
 Writes benchmarks/results/transactions_cost.json (docs/transactions.md quotes it).
 """
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import platform
 import sys
 import time
@@ -167,16 +170,28 @@ def table(rows: list[dict[str, Any]], orders: int, units: int) -> str:
     return "\n".join(lines)
 
 
-CASES = ("outermost atomic()", "outermost + ten nested atomic(savepoint=False)")
-MODES = ("plain Django", "distlock", "distlock, a release waiting in another thread")
+CASES = (
+    "outermost atomic()",
+    "outermost + ten nested atomic(savepoint=False)",
+    "outermost atomic() running one query",
+)
+MODES = (
+    "plain Django",
+    "distlock",
+    "distlock, a release waiting in another thread",
+    "distlock, a fenced lock held in another thread",
+)
 
 
 def cost(rounds: int = 300, calls: int = 50) -> dict[str, Any]:
-    """Return what watching transactions costs an atomic() block with no lock in it, against
-    plain Django in the same run and process: each case timed with distlock's wrappers taken
-    off (plain Django), on (nothing tied), and on while another thread's release waits for
-    its COMMIT (the wrappers' slow path is armed), interleaved, the best of ``rounds`` rounds
-    of ``calls`` blocks each (the machine is shared: the best is the least disturbed); on an
+    """Return what distlock's hooks cost an atomic() block with no lock in it, against plain
+    Django in the same run and process: each case timed with distlock's wrappers (the two
+    around Django's methods, and the fence's execute wrapper wherever distlock put it) taken
+    off (plain Django), on as distlock leaves them (nothing tied, nothing fenced), on while
+    another thread's release waits for its COMMIT (the wrappers' slow path is armed), and on
+    while another thread holds a fenced lock, interleaved with plain Django, the best of
+    ``rounds`` rounds of ``calls`` blocks each (the machine is shared: the best is the least
+    disturbed; each mode's ratio is to the plain Django batches of its own pass); on an
     SQLite file and on a PostgreSQL server of its own."""
     import tempfile
     import threading
@@ -201,7 +216,7 @@ def cost(rounds: int = 300, calls: int = 50) -> dict[str, Any]:
         from django.db import connections, transaction
 
         import distlock
-        from distlock import transactions
+        from distlock import claims, transactions
 
         def outermost(alias: str) -> None:
             with transaction.atomic(using=alias):
@@ -216,64 +231,106 @@ def cost(rounds: int = 300, calls: int = 50) -> dict[str, Any]:
                     with inner(), inner(), inner(), inner(), inner():
                         pass
 
-        wrapped = {(cls, name): getattr(cls, name) for cls, name, _ in transactions.TARGETS}
+        def one_query(alias: str) -> None:
+            with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+                cursor.execute("SELECT 1")
 
-        def wrappers(on: bool) -> None:
+        wrapped = {(cls, name): getattr(cls, name) for cls, name, _ in transactions.TARGETS}
+        fenced_off: list[Any] = []  # the connections the fence's wrapper was taken off
+
+        def wrappers(on: bool, alias: str) -> None:
             for (cls, name), method in wrapped.items():
                 setattr(cls, name, method if on else method.__wrapped__)
+            execute_wrappers = connections[alias].execute_wrappers
+            if on:
+                while fenced_off:
+                    execute_wrappers.insert(0, fenced_off.pop())
+            elif claims.claim_first in execute_wrappers:  # as distlock left it
+                execute_wrappers.remove(claims.claim_first)
+                fenced_off.append(claims.claim_first)
 
         waiting, done = threading.Event(), threading.Event()
 
-        def release_waiting_for_commit() -> None:  # another request's, in its transaction
-            with transaction.atomic():
-                lk = distlock.lock("cost:waiting", ttl=600)
-                lk.acquire()
-                lk.release()
-                waiting.set()
-                done.wait()
+        def hold_in_another_thread(fence: bool) -> None:  # another request's
+            if fence:  # held outside any transaction: the fence's wrapper is what it costs
+                with distlock.lock("cost:fenced", ttl=600, fence=True):
+                    waiting.set()
+                    done.wait()
+            else:  # released inside its transaction: the release waits for its COMMIT
+                with transaction.atomic():
+                    lk = distlock.lock("cost:waiting", ttl=600)
+                    lk.acquire()
+                    lk.release()
+                    waiting.set()
+                    done.wait()
             connections.close_all()
 
+        def in_another_thread(fence: bool) -> threading.Thread:
+            done.clear()
+            waiting.clear()
+            thread = threading.Thread(target=hold_in_another_thread, args=(fence,))
+            thread.start()
+            waiting.wait()
+            return thread
+
+        def end_in_other_thread(thread: threading.Thread | None) -> None:
+            if thread is not None:
+                done.set()
+                thread.join()
+
+        blocks = (outermost, nested, one_query)
         results: dict[str, Any] = {}
         for alias in ("default", "postgresql"):
             connections[alias].ensure_connection()
-            best = {(case, mode): float("inf") for case in CASES for mode in MODES}
-            waiter = threading.Thread(target=release_waiting_for_commit)
-            for mode in (MODES[0], MODES[1], MODES[2]):
-                # The first two modes interleaved batch by batch, then the third (another
-                # thread's release waits meanwhile) against plain Django again, interleaved.
+            one_query(alias)  # as distlock leaves the connection after its first statement
+            # (case, mode, distlock's hooks on): each mode against the plain Django batches
+            # interleaved with it (the machine's load drifts between the modes' passes).
+            best = {
+                (case, mode, on): float("inf")
+                for case in CASES
+                for mode in MODES[1:]
+                for on in (False, True)
+            }
+            for mode in MODES[1:]:
+                # Each mode interleaved with plain Django, batch by batch; the last two while
+                # another thread has a release waiting for its COMMIT, or holds a fenced lock.
+                other = None
                 if mode == MODES[2]:
-                    waiter.start()
-                    waiting.wait()
+                    other = in_another_thread(fence=False)
                     assert transactions._tied
-                if mode == MODES[1]:
-                    continue
-                pair = (MODES[0], mode) if mode != MODES[0] else (MODES[0], MODES[1])
+                elif mode == MODES[3]:
+                    other = in_another_thread(fence=True)
+                    assert claims.claim_first in connections[alias].execute_wrappers
                 for _ in range(rounds):
-                    for each in pair:
-                        wrappers(each != MODES[0])
-                        for case, block in zip(CASES, (outermost, nested), strict=True):
+                    for on in (False, True):
+                        wrappers(on, alias)
+                        for case, block in zip(CASES, blocks, strict=True):
                             started = time.perf_counter()
                             for _ in range(calls):
                                 block(alias)
                             spent = (time.perf_counter() - started) / calls * 1e6
-                            best[case, each] = min(best[case, each], spent)
-            done.set()
-            waiter.join()
-            done.clear()
-            waiting.clear()
-            wrappers(True)
+                            best[case, mode, on] = min(best[case, mode, on], spent)
+                wrappers(True, alias)
+                end_in_other_thread(other)
             vendor = connections[alias].vendor
+
             results[vendor] = {
                 case: {
-                    "plain_us": round(best[case, MODES[0]], 2),
-                    "distlock_us": round(best[case, MODES[1]], 2),
-                    "ratio": round(best[case, MODES[1]] / best[case, MODES[0]], 3),
-                    "ratio_while_waiting": round(best[case, MODES[2]] / best[case, MODES[0]], 3),
+                    "plain_us": round(best[case, MODES[1], False], 2),
+                    "distlock_us": round(best[case, MODES[1], True], 2),
+                    "ratio": _ratio(best, case, MODES[1]),
+                    "ratio_while_waiting": _ratio(best, case, MODES[2]),
+                    "ratio_while_fenced": _ratio(best, case, MODES[3]),
                 }
                 for case in CASES
             }
         connections.close_all()
     return results
+
+
+def _ratio(best: dict[tuple[str, str, bool], float], case: str, mode: str) -> float:
+    """Return ``case``'s time with distlock's hooks on over plain Django's, in ``mode``."""
+    return round(best[case, mode, True] / best[case, mode, False], 3)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -285,8 +342,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.cost:
+        load_before = os.getloadavg()[0]
         figures = cost(rounds=60) if args.quick else cost()
         figures["machine"] = platform.platform()
+        # The machine may be shared: its 1-minute load average before and after the run.
+        figures["load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
         COST_RESULTS.write_text(json.dumps(figures, indent=2) + "\n")
         print(json.dumps(figures, indent=2))
         return 0

@@ -3,18 +3,28 @@ fencing token is claimed on the lock's row of distlock's Fence table, in that tr
 before the work's first statement; a holder whose token is older than one already claimed
 is refused (``FencedUpdateRejected``) and its transaction rolls back.
 
-How the claim gets in front of the work: every database connection carries
-:func:`claim_first` among its ``execute_wrappers`` (Django's public hook, added when the
-connection opens). A fenced lock, once granted, is noted in a context variable of the code
-that acquired it (the holder's thread or asyncio task; ``sync_to_async`` and
-``async_to_sync`` copy it, so an async view's ORM calls carry it). Before each statement the
-wrapper looks for fenced holds there; with none, it costs one context variable read. With
-one, the statement's connection is:
+How the claim gets in front of the work: while a fenced lock is held anywhere in the
+process, every database connection carries :func:`claim_first` among its
+``execute_wrappers`` (Django's public hook): the first fenced hold puts it on every connection
+opened so far, in every thread (the holder's code may run its ORM calls on another thread's
+connection: ``sync_to_async``), and a connection that opens meanwhile gets it then. Once no
+fenced hold is left, each connection takes it off at its next statement, from its own thread:
+a process that holds no fenced lock pays nothing per statement. A fenced lock, once granted,
+is noted in a context variable of the code that acquired it (the holder's thread or asyncio
+task; ``sync_to_async`` and ``async_to_sync`` copy it, so an async view's ORM calls carry
+it). Before each statement the wrapper looks for fenced holds there; with none, it costs one
+context variable read. With one, the statement's connection is:
 
-- inside an atomic block: the claim runs once per transaction, before its first statement
-  (a no-op ``on_commit`` marker says the transaction is claimed: Django drops it when the
-  transaction ends, or when a savepoint the claim ran in rolls back, and then the next
-  statement claims again);
+- inside an atomic block: the claim runs once per transaction, before its first statement.
+  The connection notes it (``distlock_claims``: the transaction's number, from
+  transactions.py, Django's list of its ``on_commit`` hooks, which Django replaces when a
+  transaction ends or a savepoint rolls back, and the innermost savepoint the claim ran in): a claim
+  counts while its transaction is the connection's current one, the list is the same, and
+  its savepoint is still open (or it ran outside every savepoint). A rolled-back savepoint
+  takes its claim along, and so does a released one as far as this note knows: the next
+  statement claims again (an extra claim is harmless, a missing one is not). Nothing is
+  registered with Django: ``on_commit`` and ``captureOnCommitCallbacks()`` see only the
+  user's own callbacks;
 - in autocommit: the statement is a transaction of its own, so it runs inside
   ``atomic()`` with the claim before it;
 - in a transaction managed by hand (``set_autocommit(False)``): refused with an error
@@ -33,6 +43,8 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import re
+import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -40,6 +52,7 @@ from django.db import DatabaseError, connections, router, transaction
 from django.db.backends.signals import connection_created
 
 from .exceptions import FencedUpdateRejected, LockError
+from .transactions import transaction_number
 
 
 class Lock(Protocol):
@@ -58,24 +71,19 @@ _held: contextvars.ContextVar[tuple[tuple[Lock, int], ...]] = contextvars.Contex
     "distlock_fenced_holds", default=()
 )
 _claiming: contextvars.ContextVar[bool] = contextvars.ContextVar("distlock_claiming", default=False)
+# The fenced holds of the whole process, by id of their Lock: while there is one, every
+# connection carries the wrapper. A Lock's hold leaves at its end (forget_fenced); one whose
+# Lock was dropped unreleased leaves when the next hold is noted or ends.
+_live: dict[int, tuple[weakref.ref[Lock], int]] = {}
+# Every connection opened since distlock was installed, in any thread (connections are
+# per thread: the first fenced hold puts the wrapper on all of them).
+_connections: weakref.WeakSet[Any] = weakref.WeakSet()
+_guard = threading.Lock()  # _live, _connections and the wrappers they put on
 VENDORS = ("postgresql", "sqlite", "mysql")
 TABLE = "distlock_fence"  # distlock.models.Fence's (the models are a surface: not imported)
 # Statements that begin or end transactions and savepoints (Django sends SQLite's BEGIN and
 # every SAVEPOINT through cursors): they do no work, so they pass unclaimed.
 _CONTROL = re.compile(r"\s*(BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE|START\s+TRANSACTION)\b", re.I)
-
-
-class _Claimed:
-    """The on_commit marker of a claimed transaction: does nothing when run."""
-
-    __slots__ = ("digest", "token")
-
-    def __init__(self, digest: str, token: int) -> None:
-        self.digest = digest
-        self.token = token
-
-    def __call__(self) -> None:
-        return None
 
 
 def digest(alias: str, name: str) -> str:
@@ -86,11 +94,35 @@ def digest(alias: str, name: str) -> str:
 # --- the holds ---------------------------------------------------------------------------
 def note_fenced(lock: Lock) -> None:
     """Fence the running code's transactions with ``lock``'s token, while it holds it."""
-    assert lock.fencing_token is not None
+    token = lock.fencing_token
+    assert token is not None
     holds = tuple(hold for hold in _held.get() if _active(hold) and hold[0] is not lock)
-    _held.set((*holds, (lock, lock.fencing_token)))
-    for conn in connections.all(initialized_only=True):  # opened before distlock was ready
-        _add_wrapper(conn)
+    _held.set((*holds, (lock, token)))
+    with _guard:
+        _prune()
+        first = not _live
+        _live[id(lock)] = (weakref.ref(lock), token)
+        _connections.update(connections.all(initialized_only=True))  # opened before install
+        if first:  # no connection carries the wrapper yet: every one does from now on
+            for conn in _connections:
+                _add_wrapper(conn)
+
+
+def forget_fenced(lock: Lock) -> None:
+    """``lock``'s hold ended (released, lost, given up): it fences no transaction any more.
+    With no fenced hold left, each connection takes the wrapper off at its next statement."""
+    with _guard:
+        _live.pop(id(lock), None)
+        _prune()
+
+
+def _prune() -> None:
+    """Drop the fenced holds that ended unseen (their Lock dropped, or acquired again with a
+    new token): they must not keep the wrapper on (under _guard)."""
+    for key, (ref, token) in list(_live.items()):
+        lock = ref()
+        if lock is None or not _active((lock, token)):
+            del _live[key]
 
 
 def _active(hold: tuple[Lock, int]) -> bool:
@@ -104,12 +136,29 @@ def install() -> None:
 
 
 def _on_connection_created(sender: Any, connection: Any, **kwargs: Any) -> None:
-    _add_wrapper(connection)
+    with _guard:
+        _connections.add(connection)
+        if _live:
+            _add_wrapper(connection)
 
 
 def _add_wrapper(conn: Any) -> None:
+    """Put the wrapper on ``conn`` (under _guard; the connection may be another thread's).
+    First in the list, in place: a ``connection.execute_wrapper()`` block open in that thread
+    pops its own wrapper, the last one, when it ends. (Put on another thread's connection
+    at the very moment that thread builds a statement's chain of two or more wrappers, it
+    shifts the list under Django's loop: that one statement may skip one wrapper. Only the
+    first fenced hold after none puts it on; a later statement sees the list whole.)"""
     if claim_first not in conn.execute_wrappers:
-        conn.execute_wrappers.append(claim_first)
+        conn.execute_wrappers.insert(0, claim_first)
+
+
+def _take_off(conn: Any) -> None:
+    """No fenced hold is left in the process: take the wrapper off ``conn``, from the thread
+    running its statement (its list of wrappers is not being read)."""
+    with _guard:
+        if not _live and claim_first in conn.execute_wrappers:
+            conn.execute_wrappers.remove(claim_first)
 
 
 # --- the claim ---------------------------------------------------------------------------
@@ -120,11 +169,15 @@ def claim_first(
     statement's transaction before the statement runs."""
     fenced = _held.get()
     if not fenced or _claiming.get():
+        if not _live:
+            _take_off(context["connection"])
         return execute(sql, params, many, context)
     conn = context["connection"]
     holds = [hold for hold in fenced if _active(hold)]
     if not holds:
         _held.set(())  # every hold here has ended: back to one read per statement
+        if not _live:
+            _take_off(conn)
         return execute(sql, params, many, context)
     if (isinstance(sql, str) and _CONTROL.match(sql)) or not _has_fences(conn):
         return execute(sql, params, many, context)
@@ -151,11 +204,30 @@ def _has_fences(conn: Any) -> bool:
 
 
 def _claimed(conn: Any, lock: Lock, token: int) -> bool:
-    key = digest(lock.using, lock.name)
-    return any(
-        isinstance(func, _Claimed) and func.digest == key and func.token == token
-        for _, func, _ in conn.run_on_commit
-    )
+    """Return True if ``token`` was claimed for ``lock`` in ``conn``'s current transaction,
+    in a savepoint still open (or outside every savepoint)."""
+    noted = getattr(conn, "distlock_claims", None)
+    if noted is None or noted[0] != transaction_number(conn) or noted[1] is not conn.run_on_commit:
+        return False
+    sid = noted[2].get((digest(lock.using, lock.name), token), False)
+    return sid is None or (sid is not False and sid in conn.savepoint_ids)
+
+
+def _note_claim(conn: Any, key: str, token: int) -> None:
+    """Note on ``conn`` that ``token`` is claimed for the lock ``key`` in its current
+    transaction, at its innermost savepoint (None: outside every savepoint)."""
+    savepoints = [sid for sid in conn.savepoint_ids if sid is not None]
+    if not savepoints and not getattr(conn, "commit_on_exit", False):
+        # An atomic block without a savepoint inside a transaction managed by hand: its
+        # commit() ends the transaction unseen here. Not noted: each statement claims.
+        return
+    number, hooks = transaction_number(conn), conn.run_on_commit
+    noted: tuple[int, list[Any], dict[tuple[str, int], str | None]] | None
+    noted = getattr(conn, "distlock_claims", None)
+    if noted is None or noted[0] != number or noted[1] is not hooks:  # an earlier one's
+        noted = (number, hooks, {})
+        conn.distlock_claims = noted
+    noted[2][key, token] = savepoints[-1] if savepoints else None
 
 
 def _claim(conn: Any, lock: Lock, token: int) -> None:
@@ -180,7 +252,7 @@ def _claim(conn: Any, lock: Lock, token: int) -> None:
     if newest > token:
         transaction.set_rollback(True, using=conn.alias)
         raise _refused(lock, token, newest, conn.alias)
-    transaction.on_commit(_Claimed(key, token), using=conn.alias)
+    _note_claim(conn, key, token)
 
 
 def _upsert(conn: Any, key: str, name: str, token: int) -> int:

@@ -773,6 +773,8 @@ class Lock:
         if self._hold is not None:
             self._hold.drop()
             self._hold = self._pending = None
+        if self.fence:
+            claims.forget_fenced(self)
         if self._renewal is not None:
             renewal.renewer.unregister(self._renewal)
             self._renewal = None
@@ -845,6 +847,10 @@ class Lock:
             # backend's commit() skipped the base class's): free it now, never renew for ever.
             self._release_after_transactions(set())
             return None
+        waited = pending.give_up_manual() if pending is not None else None
+        if waited is not None:
+            self._give_up_waiting(waited)
+            return None
         with self._mutex:
             if self.token is None or self._operations is None or self._releasing or self._lost:
                 return None
@@ -882,6 +888,25 @@ class Lock:
         if self._evictions_before is None:  # once per hold, off the acquire's path
             self._evictions_before = self._read_evictions(eviction.evictions_now)
         return interval
+
+    def _give_up_waiting(self, waited: float) -> None:
+        """The release waited ``waited`` seconds, past MANUAL_COMMIT_WAIT, for a transaction
+        managed by hand that still looks open (committed through the raw driver, unseen):
+        report the lock lost and stop renewing it, so that its lease ends it."""
+        with self._mutex:
+            if self.token is None or self._lost:
+                return
+            self._lost_because = (
+                f"The release of {self.name!r} waited {waited:.0f}s for a transaction managed "
+                "by hand (set_autocommit(False)) that still looks open, longer than "
+                "distlock.transactions.MANUAL_COMMIT_WAIT: a commit through the raw driver "
+                "connection is not seen. "
+                "The lock is no longer renewed and its lease ends it. End such transactions "
+                "with connection.commit() or rollback(), or use transaction.atomic()."
+            )
+            self._lost = True
+        self._report_lost()
+        self._forget()
 
     def _eviction_reason(self) -> str | None:
         """Why the lease was lost, if its server evicted keys while it was held."""

@@ -35,7 +35,9 @@ changed shape at ``manage.py check``). What the wrappers cannot see (a thread th
 inside a hand-managed transaction, a backend whose ``commit()`` skips the base class's, a
 transaction already open when distlock was first imported) the renewer finds at the next
 renewal of a waiting release: the transaction it waits for is no longer open, so it is
-freed, never renewed for ever.
+freed, never renewed for ever. A commit through the raw driver while autocommit stays off
+leaves a transaction managed by hand looking open: a release waits for one at most
+MANUAL_COMMIT_WAIT, then is reported lost and left to its lease.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import inspect
 import itertools
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
@@ -60,6 +63,12 @@ SNAPSHOT_LEVELS = frozenset({"repeatable read", "serializable"})
 # What a block's end does to the ties at its depth.
 END_ALL, END, MOVE_UP, END_MANUAL = "end all", "end", "move up", "end manual"
 COMMITTED = "committed"  # the outermost block committed; its on_commit hooks run next
+# The longest a release waits for a transaction managed by hand (seconds): a commit through
+# the raw driver connection (``connection.connection.commit()``) while autocommit stays off
+# is seen by no wrapper, and the transaction still looks open. Past this wait the lock is no
+# longer renewed and is reported lost (its lease ends it). Atomic blocks need no such bound:
+# Django's __exit__ always runs, and a thread that dies is seen.
+MANUAL_COMMIT_WAIT = 600.0
 # A place the running code is in: (connection, transaction number, own depth of its block).
 Place = tuple[Any, int, int]
 
@@ -210,6 +219,7 @@ class Hold:
         self.threads: dict[Any, weakref.ref[threading.Thread]] = {}
         self.enders: dict[Any, set[int | None]] = {}  # connection -> its _link's threads
         self.waiting = False  # released: free the lock when the last tie ends
+        self.waiting_since = 0.0  # time.monotonic() at the release
         # How many on_commit hooks each tied connection had at the release: with none, the
         # lock is freed at the COMMIT itself; else after those hooks (as documented).
         self.hooks_before: dict[Any, int] = {}
@@ -235,6 +245,7 @@ class Hold:
                     self._add(conn, number, min(depth, 1))
             self.hooks_before = {conn: len(conn.run_on_commit) for conn in self.ties}
             self.waiting = bool(self.ties) and not self.done
+            self.waiting_since = time.monotonic()
             return self.waiting
 
     def resume(self) -> bool:
@@ -267,6 +278,19 @@ class Hold:
             for conn in over:
                 freed = self._untie(conn) or freed
             return freed
+
+    def give_up_manual(self) -> float | None:
+        """If this released hold has waited longer than MANUAL_COMMIT_WAIT for a transaction
+        managed by hand (a tie outside every atomic block), stop waiting: mark it done (no
+        tie's end frees it any more) and return the seconds waited; else return None. The
+        renewer asks, at each renewal of a waiting release, after end_unseen()."""
+        with _guard:
+            waited = time.monotonic() - self.waiting_since
+            manual = any(depth == 0 for _number, depth in self.ties.values())
+            if self.done or not self.waiting or not manual or waited <= MANUAL_COMMIT_WAIT:
+                return None
+            self.done = True
+            return waited
 
     def _open(self, conn: Any, number: int, depth: int) -> bool:
         thread = self.threads.get(conn)
@@ -387,11 +411,7 @@ def _note_transaction(conn: Any) -> None:
     """A transaction begins on ``conn``: number it, and note it in this context."""
     number = conn.distlock_transaction = next(_numbers)
     entered = _entered.get()
-    if len(entered) != 1 or entered[0][0] is not conn:  # not just this one's entry
-        entered = tuple(entry for entry in entered if entry[0] is not conn)
-        _entered.set((*entered, (conn, number)))
-    else:
-        _entered.set(((conn, number),))
+    _entered.set(((conn, number), *(entry for entry in entered if entry[0] is not conn)))
 
 
 def _wrap_exit(exit_: Callable[..., Any]) -> Callable[..., Any]:
@@ -516,14 +536,16 @@ def _wrap_set_autocommit(method: Callable[..., Any]) -> Callable[..., Any]:
             force_begin_transaction_with_broken_autocommit: bool = False,
         ) -> Any:
             forced = force_begin_transaction_with_broken_autocommit
-            if _tied and autocommit and _hooks_follow_a_commit(self):
-                call = functools.partial(method, self, autocommit, forced)
-                return _commit_hooks_after_handing_on(self, call)
+            if autocommit and _tied and _tied_to(self):  # else nothing of the end to see
+                if _hooks_follow_a_commit(self):
+                    call = functools.partial(method, self, autocommit, forced)
+                    return _commit_hooks_after_handing_on(self, call)
+                result = method(self, autocommit, forced)  # raises: nothing ended
+                _autocommit_set(self, autocommit, forced)
+                return result
             result = method(self, autocommit, forced)  # raises: nothing began or ended
             if not autocommit:
                 _began(self, forced)
-            elif _tied:
-                _autocommit_set(self, autocommit, forced)
             return result
 
         return set_autocommit
@@ -540,6 +562,14 @@ def _wrap_set_autocommit(method: Callable[..., Any]) -> Callable[..., Any]:
         return _set_autocommit_watched(self, autocommit, forced, call)
 
     return any_set_autocommit
+
+
+def _tied_to(conn: Any) -> bool:
+    """Return True if a hold is tied to ``conn`` (fail-safe: True if that cannot be told)."""
+    try:
+        return conn in _tied
+    except Exception:
+        return True
 
 
 def _set_autocommit_watched(
@@ -606,11 +636,10 @@ def _began(conn: Any, forced: Any) -> None:
             _watch_manual_endings(type(conn))
         number = conn.distlock_transaction = next(_numbers)
         entered = _entered.get()
-        if len(entered) == 1 and entered[0][0] is conn:  # the usual: this one's entry only
-            _entered.set(((conn, number),))
-        else:
-            entered = tuple(entry for entry in entered if entry[0] is not conn)
-            _entered.set((*entered, (conn, number)))
+        if entered and entered[0][0] is conn:  # the usual: the latest was this one's too
+            _entered.set(((conn, number),) + entered[1:])  # noqa: RUF005 - the faster
+        else:  # the latest goes first: a thread using two aliases in turn stays fast
+            _entered.set(((conn, number), *(entry for entry in entered if entry[0] is not conn)))
     except Exception:
         _bookkeeping_failed("set_autocommit")
 

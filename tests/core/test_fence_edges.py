@@ -4,11 +4,16 @@ a transaction managed by hand, a database without the fence table, and the Fence
 
 from __future__ import annotations
 
+import contextvars
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
 import pytest
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
 
 import distlock
-from distlock.claims import digest
+from distlock.claims import claim_first, digest
 from distlock.models import Fence
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -119,3 +124,102 @@ def test_a_router_keeps_the_claims_off_a_database(settings) -> None:
     with distlock.lock("routed", ttl=10, fence=True), transaction.atomic(using="fencing"):
         Fence.objects.using("fencing").count()
     assert not Fence.objects.using("fencing").filter(name="routed").exists()
+
+
+@pytest.mark.django_db  # inside the test's own transaction, as in Django's TestCase
+def test_a_users_capture_of_on_commit_callbacks_sees_only_the_users_own(
+    django_capture_on_commit_callbacks,
+) -> None:
+    """The claim is noted by distlock, not registered with Django: a fenced block's
+    on_commit callbacks are the user's own (the contract's "Locks and database
+    transactions")."""
+
+    def mine() -> None:
+        return None
+
+    with (
+        distlock.lock("captured", ttl=10, fence=True) as lk,
+        django_capture_on_commit_callbacks() as callbacks,
+        transaction.atomic(),
+    ):
+        Fence.objects.count()  # claims
+        transaction.on_commit(mine)
+        assert [func for _, func, _ in connection.run_on_commit] == [mine]
+        Fence.objects.count()  # claimed already
+    assert callbacks == [mine]
+    row = Fence.objects.get(name="captured")
+    assert (row.token, row.claims) == (lk.fencing_token, 1)
+
+
+def test_a_claim_in_a_rolled_back_savepoint_is_made_again() -> None:
+    """A claim made in a savepoint that rolls back is gone with it: the next statement
+    claims again. A claim made outside every savepoint lasts for the transaction."""
+    with distlock.lock("savepoints", ttl=10, fence=True) as lk, transaction.atomic():
+        with pytest.raises(RuntimeError), transaction.atomic():
+            Fence.objects.count()  # claims inside the savepoint
+            raise RuntimeError("roll the savepoint back, and its claim with it")
+        with transaction.atomic():
+            Fence.objects.count()  # claims again, or the row would not be there
+        Fence.objects.count()  # outside every savepoint
+        with CaptureQueriesContext(connection) as statements:
+            with transaction.atomic():
+                Fence.objects.count()
+            Fence.objects.count()
+    row = Fence.objects.get(name="savepoints")
+    assert row.token == lk.fencing_token
+    claims = [query for query in statements if "INSERT" in query["sql"]]
+    assert claims == [], "a claim made outside every savepoint was made again"
+
+
+def test_the_fence_wrapper_is_on_the_connections_only_while_a_fenced_lock_is_held() -> None:
+    """No statement pays for the fence while no fenced lock is held in the process; while one
+    is, every connection carries the wrapper, also one another thread opened before, where
+    the holder's code may run (sync_to_async runs it in a copy of its context)."""
+
+    def open_connection() -> Any:
+        Fence.objects.count()
+        return connections["default"]
+
+    def claims_there() -> None:
+        with transaction.atomic():
+            Fence.objects.count()
+
+    def close() -> None:
+        connections.close_all()
+
+    with ThreadPoolExecutor(1) as pool:
+        try:
+            other = pool.submit(open_connection).result()
+            Fence.objects.count()
+            assert claim_first not in connection.execute_wrappers
+            assert claim_first not in other.execute_wrappers
+            with distlock.lock("wrapped", ttl=10, fence=True) as lk:
+                assert claim_first in connection.execute_wrappers
+                assert claim_first in other.execute_wrappers
+                pool.submit(contextvars.copy_context().run, claims_there).result()
+                row = pool.submit(Fence.objects.get, name="wrapped").result()  # unfenced
+                assert (row.token, row.claims) == (lk.fencing_token, 1)
+            Fence.objects.count()  # each connection takes it off at its next statement
+            pool.submit(open_connection).result()
+            assert claim_first not in connection.execute_wrappers
+            assert claim_first not in other.execute_wrappers
+        finally:
+            pool.submit(close).result()
+
+
+@pytest.mark.parametrize("savepoint", [True, False])
+def test_each_transaction_managed_by_hand_claims_in_its_atomic_blocks(savepoint: bool) -> None:
+    """An atomic block inside a transaction managed by hand, then commit() by hand: the next
+    transaction's block claims again (its commit() is no end a claim survives)."""
+    with distlock.lock("by-hand:atomic", ttl=10, fence=True) as lk:
+        connection.set_autocommit(False)
+        try:
+            for _ in range(2):
+                with transaction.atomic(savepoint=savepoint):
+                    Fence.objects.count()
+                connection.commit()
+        finally:
+            connection.rollback()
+            connection.set_autocommit(True)
+    row = Fence.objects.get(name="by-hand:atomic")
+    assert (row.token, row.claims) == (lk.fencing_token, 2)

@@ -168,6 +168,31 @@ def test_a_thread_that_dies_inside_a_hand_managed_transaction_frees_its_lock() -
     assert free_within("holder:dead-thread", 8)  # within a renewal, long before the lease
 
 
+def test_a_release_waiting_for_a_commit_made_through_the_raw_driver_is_bounded(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hand-managed transaction committed through the driver (autocommit stays off) looks
+    open for ever: past MANUAL_COMMIT_WAIT the waiting release is reported lost, saying why,
+    and its lease ends it (before: renewed until the next commit(), without bound)."""
+    monkeypatch.setattr(transactions, "MANUAL_COMMIT_WAIT", 1.0)
+    lost = threading.Event()
+    conn = connections["default"]
+    conn.set_autocommit(False)
+    try:
+        lk = distlock.lock("holder:raw-commit", ttl=1, on_lost=lambda _lock: lost.set())
+        assert lk.acquire()
+        conn.cursor().execute("SELECT 1")
+        lk.release()  # waits for the transaction's end
+        conn.connection.commit()  # the driver's own: no wrapper sees it
+        assert lost.wait(20), "the waiting release was renewed without bound"
+        assert "MANUAL_COMMIT_WAIT" in caplog.text
+        assert free_within("holder:raw-commit", 5)  # the lease (1 s) ended it
+        assert not lk.owned() and not transactions._tied.get(conn)
+    finally:
+        conn.rollback()
+        conn.set_autocommit(True)
+
+
 def test_a_backend_whose_commit_skips_the_base_class_still_frees_at_commit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
