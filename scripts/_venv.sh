@@ -86,17 +86,19 @@ if [ -n "$(_venv_missing)" ] || [ ! -e "$_venv_stamp" ]; then
     # pip's own lines, less the noise: one line per package fetched, then what was installed.
     # The whole output goes to install.log, shown when the install fails.
     _venv_install_log="$VENV/install.log"
+    _venv_status="$VENV/install.status"
+    # pip's output goes through one pipe, straight as pip writes it (a log followed with
+    # `tail -f --pid` lost every line once, on a loaded machine); its exit status is written
+    # to a file, as a pipe's status would be grep's.
     # shellcheck disable=SC2086 # the pins are separate words
-    "$PY" -m pip install --disable-pip-version-check --progress-bar off -e ".[$DISTLOCK_EXTRAS]" \
-        $DISTLOCK_PINS -c "$ROOT/constraints.txt" --config-settings editable_mode=compat \
-        >"$_venv_install_log" 2>&1 &
-    _venv_pip=$!
-    # Follow the log while pip runs (a pipe would hide pip's exit status).
-    tail -n +1 -f --pid="$_venv_pip" "$_venv_install_log" 2>/dev/null \
+    { "$PY" -m pip install --disable-pip-version-check --progress-bar off -e ".[$DISTLOCK_EXTRAS]" \
+        $DISTLOCK_PINS -c "$ROOT/constraints.txt" --config-settings editable_mode=compat 2>&1
+      echo "$?" >"$_venv_status"; } \
+        | tee "$_venv_install_log" \
         | grep --line-buffered -E '^(Collecting|Building wheel|Successfully installed)' \
         | sed -u -e 's/^Successfully installed/installed:/' -e 's/^/    /' >&2 || true
     # A failed install must not leave the stamp behind (the next run would skip it): stop here.
-    if ! wait "$_venv_pip"; then
+    if [ "$(cat "$_venv_status" 2>/dev/null)" != 0 ]; then
         grep -v "^WARNING: Location" "$_venv_install_log" | tail -n 30 >&2
         _venv_log "error: the install into $VENV failed (above, and all of it in" \
             "$_venv_install_log); fix it and run again"
@@ -106,7 +108,7 @@ if [ -n "$(_venv_missing)" ] || [ ! -e "$_venv_stamp" ]; then
         | sort -u)"
     rm -f "$VENV"/.installed-*
     printf '%s\n' "$_venv_extras" >"$_venv_stamp"
-    unset _venv_install_log _venv_pip _venv_extras
+    unset _venv_install_log _venv_status _venv_extras
 fi
 unset _venv_sha _venv_stamp
 
