@@ -66,14 +66,17 @@ class Lock(Protocol):
     def lease_left(self) -> float: ...
 
 
-# The fenced holds of the running code: (lock, the fencing token it was granted).
-_held: contextvars.ContextVar[tuple[tuple[Lock, int], ...]] = contextvars.ContextVar(
+# The fenced holds of the running code: (its Lock, the fencing token it was granted). The
+# Lock is referenced weakly: a Lock dropped unreleased ends its fence.
+_held: contextvars.ContextVar[tuple[tuple[weakref.ref[Lock], int], ...]] = contextvars.ContextVar(
     "distlock_fenced_holds", default=()
 )
 _claiming: contextvars.ContextVar[bool] = contextvars.ContextVar("distlock_claiming", default=False)
 # The fenced holds of the whole process, by id of their Lock: while there is one, every
-# connection carries the wrapper. A Lock's hold leaves at its end (forget_fenced); one whose
-# Lock was dropped unreleased leaves when the next hold is noted or ends.
+# connection carries the wrapper. A hold is fenced from its grant until the holder ends it
+# on purpose (release(), the end of its with block: forget_fenced) or drops its Lock, not
+# when the Lock learns that its lease ended (a failed extend(), a renewal that found it
+# gone): the code that catches that error and carries on is still the stale holder.
 _live: dict[int, tuple[weakref.ref[Lock], int]] = {}
 # Every connection opened since distlock was installed, in any thread (connections are
 # per thread: the first fenced hold puts the wrapper on all of them).
@@ -81,9 +84,32 @@ _connections: weakref.WeakSet[Any] = weakref.WeakSet()
 _guard = threading.Lock()  # _live, _connections and the wrappers they put on
 VENDORS = ("postgresql", "sqlite", "mysql")
 TABLE = "distlock_fence"  # distlock.models.Fence's (the models are a surface: not imported)
-# Statements that begin or end transactions and savepoints (Django sends SQLite's BEGIN and
-# every SAVEPOINT through cursors): they do no work, so they pass unclaimed.
-_CONTROL = re.compile(r"\s*(BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE|START\s+TRANSACTION)\b", re.I)
+# The statements Django itself sends through cursors to begin transactions and handle
+# savepoints (SQLite's BEGIN; SAVEPOINT, RELEASE SAVEPOINT, ROLLBACK TO SAVEPOINT with a
+# quoted name): they do no work, so they pass unclaimed. Matched whole: raw SQL that only
+# starts so (``BEGIN; INSERT ...``, MariaDB's ``BEGIN NOT ATOMIC ... END``) is claimed.
+_NAME = r"(\"[^\"]+\"|`[^`]+`|\w+)"
+_CONTROL = re.compile(
+    rf"\s*(BEGIN(\s+(DEFERRED|IMMEDIATE|EXCLUSIVE))?|COMMIT|ROLLBACK|START\s+TRANSACTION|(RELEASE\s+|ROLLBACK\s+TO\s+)?"
+    rf"SAVEPOINT\s+{_NAME})\s*;?\s*",
+    re.I,
+)
+# Statements a database refuses to run inside a transaction (PostgreSQL's VACUUM, CREATE or
+# DROP INDEX CONCURRENTLY, ...; SQLite's VACUUM), alone in their string: they pass unclaimed
+# (wrapped in atomic() they could not run at all). They are maintenance, not the work whose
+# rows the fence protects (docs/fencing-and-limits.md).
+_NO_TRANSACTION = re.compile(
+    r"\s*(VACUUM|(CREATE|DROP)\s+(UNIQUE\s+)?INDEX\s+CONCURRENTLY|REINDEX\s[^;]*CONCURRENTLY"
+    r"|(CREATE|DROP)\s+(DATABASE|TABLESPACE)|ALTER\s+SYSTEM)\b[^;]*;?\s*",
+    re.I,
+)
+# Statements MySQL and MariaDB run after an implicit COMMIT (DDL, LOCK TABLES, ...): the
+# transaction the claim was made in ends there, so the next statement claims again.
+_IMPLICIT_COMMIT = re.compile(
+    r"\s*(CREATE|ALTER|DROP|TRUNCATE|RENAME|LOCK|UNLOCK|GRANT|REVOKE|ANALYZE|OPTIMIZE|REPAIR"
+    r"|FLUSH|INSTALL|UNINSTALL|RESET|LOAD\s+INDEX|CACHE\s+INDEX|BEGIN|START)\b",
+    re.I,
+)
 
 
 def digest(alias: str, name: str) -> str:
@@ -96,38 +122,56 @@ def note_fenced(lock: Lock) -> None:
     """Fence the running code's transactions with ``lock``'s token, while it holds it."""
     token = lock.fencing_token
     assert token is not None
-    holds = tuple(hold for hold in _held.get() if _active(hold) and hold[0] is not lock)
-    _held.set((*holds, (lock, token)))
     with _guard:
         _prune()
         first = not _live
-        _live[id(lock)] = (weakref.ref(lock), token)
+        _live[id(lock)] = (weakref.ref(lock, _dropped(id(lock))), token)
         _connections.update(connections.all(initialized_only=True))  # opened before install
         if first:  # no connection carries the wrapper yet: every one does from now on
             for conn in _connections:
                 _add_wrapper(conn)
+    holds = tuple(hold for hold in _held.get() if _lock_of(hold) not in (None, lock))
+    _held.set((*holds, (weakref.ref(lock), token)))
 
 
 def forget_fenced(lock: Lock) -> None:
-    """``lock``'s hold ended (released, lost, given up): it fences no transaction any more.
-    With no fenced hold left, each connection takes the wrapper off at its next statement."""
+    """``lock``'s holder ended its hold (released it, or acquires it anew): it fences no
+    transaction any more. With no fenced hold left, each connection takes the wrapper off at
+    its next statement."""
     with _guard:
         _live.pop(id(lock), None)
         _prune()
 
 
 def _prune() -> None:
-    """Drop the fenced holds that ended unseen (their Lock dropped, or acquired again with a
-    new token): they must not keep the wrapper on (under _guard)."""
-    for key, (ref, token) in list(_live.items()):
-        lock = ref()
-        if lock is None or not _active((lock, token)):
-            del _live[key]
+    """Drop the fenced holds whose Lock was dropped: they must not keep the wrapper on
+    (under _guard)."""
+    for key, (ref, _token) in list(_live.items()):
+        if ref() is None:
+            _live.pop(key, None)
 
 
-def _active(hold: tuple[Lock, int]) -> bool:
-    lock, token = hold
-    return lock.token is not None and lock.fencing_token == token
+def _dropped(key: int) -> Callable[[weakref.ref[Lock]], None]:
+    """Return the callback that ends the fence of the Lock ``key`` when it is collected
+    (not under _guard: the collector may run inside it; dict operations are atomic)."""
+
+    def drop(ref: weakref.ref[Lock]) -> None:
+        entry = _live.get(key)
+        if entry is not None and entry[0] is ref:
+            _live.pop(key, None)
+
+    return drop
+
+
+def _lock_of(hold: tuple[weakref.ref[Lock], int]) -> Lock | None:
+    """Return the Lock of ``hold`` while it still fences with the token noted there (not
+    ended by its holder, not dropped, not acquired again since with a newer token)."""
+    ref, token = hold
+    lock = ref()
+    if lock is None:
+        return None
+    entry = _live.get(id(lock))
+    return lock if entry is not None and entry[0]() is lock and entry[1] == token else None
 
 
 def install() -> None:
@@ -173,19 +217,35 @@ def claim_first(
             _take_off(context["connection"])
         return execute(sql, params, many, context)
     conn = context["connection"]
-    holds = [hold for hold in fenced if _active(hold)]
+    holds = _live_holds(fenced)
     if not holds:
         _held.set(())  # every hold here has ended: back to one read per statement
         if not _live:
             _take_off(conn)
         return execute(sql, params, many, context)
-    if (isinstance(sql, str) and _CONTROL.match(sql)) or not _has_fences(conn):
+    text = sql if isinstance(sql, str) else ""
+    if _CONTROL.fullmatch(text) or _NO_TRANSACTION.fullmatch(text) or not _has_fences(conn):
         return execute(sql, params, many, context)
     if conn.in_atomic_block:
         for lock, token in holds:
             if not _claimed(conn, lock, token):
                 _claim(conn, lock, token)
-        return execute(sql, params, many, context)
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            if conn.vendor == "mysql" and _IMPLICIT_COMMIT.match(text):
+                conn.distlock_claims = None  # committed: the next statement claims again
+    return _claim_alone(conn, holds, execute, sql, params, many, context)
+
+
+def _claim_alone(
+    conn: Any,
+    holds: list[tuple[Lock, int]],
+    execute: Callable[..., Any],
+    *args: Any,
+) -> Any:
+    """Run a statement outside any atomic block, claimed: in autocommit, in a transaction of
+    its own; in a transaction managed by hand, refused."""
     if not conn.get_autocommit():
         names = ", ".join(repr(lock.name) for lock, _ in holds)
         raise LockError(
@@ -196,7 +256,38 @@ def claim_first(
     with transaction.atomic(using=conn.alias):  # a statement in autocommit: its own transaction
         for lock, token in holds:
             _claim(conn, lock, token)
-        return execute(sql, params, many, context)
+        return execute(*args)
+
+
+def claim_now(lock: Lock, using: str) -> None:
+    """Claim ``lock``'s fencing token in the running transaction on ``using`` now, unless it
+    was claimed there already (distlock.fencing.claim: for work that bypasses Django's
+    execute wrappers)."""
+    entry = _live.get(id(lock))
+    if entry is None or entry[0]() is not lock:
+        raise LockError(
+            f"{lock.name!r} fences nothing: it was not acquired with fence=True, or its "
+            "holder released it. Claim inside the fenced lock's hold.",
+            name=lock.name,
+        )
+    conn = connections[using]
+    if not conn.in_atomic_block:
+        raise LockError(
+            f"The claim of {lock.name!r} needs a transaction on {using!r}: call it inside "
+            "transaction.atomic(), before the work it fences (the claim counts until that "
+            "transaction ends).",
+            name=lock.name,
+        )
+    token = entry[1]
+    if not _claimed(conn, lock, token):
+        _claim(conn, lock, token)
+
+
+def _live_holds(
+    fenced: tuple[tuple[weakref.ref[Lock], int], ...],
+) -> list[tuple[Lock, int]]:
+    """Return the Locks (with their tokens) of ``fenced`` that still fence."""
+    return [(lock, hold[1]) for hold in fenced if (lock := _lock_of(hold)) is not None]
 
 
 def _has_fences(conn: Any) -> bool:

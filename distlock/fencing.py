@@ -20,14 +20,37 @@ holder may write several times.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 
+from .claims import claim_now
 from .exceptions import FencedUpdateRejected
 
-__all__ = ["FencedUpdateRejected", "afenced_update", "fenced_update"]
+if TYPE_CHECKING:
+    from .lock import Lock
+
+__all__ = ["FencedUpdateRejected", "afenced_update", "claim", "fenced_update"]
+
+
+def claim(lock: Lock, *, using: str = "default") -> None:
+    """Claim the fencing token of ``lock`` (held with ``fence=True``) in the running
+    ``transaction.atomic()`` block on ``using``, now, unless it was claimed in that
+    transaction already; raise FencedUpdateRejected (the transaction then rolls back) if a
+    newer token was claimed.
+
+    ``fence=True`` claims before each statement Django runs through its cursors' ``execute``.
+    Work that reaches the database past them is not claimed on its own: a stored procedure
+    through ``cursor.callproc()``, psycopg's ``cursor.copy()``, the raw driver connection.
+    Call ``claim(lock)`` first, in the same atomic block (docs/fencing-and-limits.md)::
+
+        with distlock.lock("import", fence=True) as lk, transaction.atomic():
+            claim(lk)
+            with connection.cursor() as cursor, cursor.copy("COPY ... FROM STDIN") as rows:
+                ...
+    """
+    claim_now(lock, using)
 
 
 def fenced_update(

@@ -332,8 +332,13 @@ class Lock:
         """Drop a non-reentrant hold whose lease has ended (run out, or lost): this object
         then competes for the lock like any other contender instead of "already holding" it.
         Its lease is known to have ended: the local deadline is measured from before the
-        acquire was sent, so it passes no later than the server's."""
-        if self.token is None or self.reentrant:
+        acquire was sent, so it passes no later than the server's. A fence kept after the
+        lease was found gone ends here: the holder starts anew."""
+        if self.token is None:
+            if self.fence:
+                claims.forget_fenced(self)
+            return
+        if self.reentrant:
             return
         if self._lost or time.monotonic() >= self._lease_deadline:
             self._forget()
@@ -426,6 +431,8 @@ class Lock:
 
     def _begin_release(self) -> tuple[Operations, str, bool]:
         with self._mutex:
+            if self.fence and (self.token is None or self._lost):
+                claims.forget_fenced(self)  # the holder ends its hold: its fence too
             backend, token = self._holding()
             final = self._depth <= 1
             self._releasing = final  # from here on, the renewer leaves this lock alone
@@ -693,7 +700,7 @@ class Lock:
         self, extended: bool, started: float, *, ttl_ms: int | None = None, reentered: bool = False
     ) -> None:
         if not extended:
-            self._forget()
+            self._forget(fence_ends=False)  # a loop that catches this is still fenced
             raise self._expired_error("extend")
         self._lease_deadline = lease_end(started, ttl_ms or self._ttl_ms)
         self._depth += reentered
@@ -759,13 +766,16 @@ class Lock:
 
     def _holding(self) -> tuple[Operations, str]:
         if self._lost:
-            self._forget()
+            self._forget(fence_ends=False)  # the code that catches this is still fenced
             raise self._lost_error()
         if self.token is None or self._operations is None:
             raise LockNotOwned(f"This Lock object does not hold {self.name!r}.", name=self.name)
         return self._operations, self.token
 
-    def _forget(self) -> None:
+    def _forget(self, *, fence_ends: bool = True) -> None:
+        """Drop the hold. ``fence_ends=False``: the hold ended without its holder ending it
+        (the lease was found gone): a fenced lock goes on fencing the holder's transactions
+        until release() or a new acquire (claims.py)."""
         if self._held_since:  # however the hold ended: released, lost, run out, given up
             # A lease that ran out (or was lost) ended by its deadline at the latest.
             metrics.hold_ended(self, self._held_since, min(time.monotonic(), self._lease_deadline))
@@ -773,7 +783,7 @@ class Lock:
         if self._hold is not None:
             self._hold.drop()
             self._hold = self._pending = None
-        if self.fence:
+        if self.fence and fence_ends:
             claims.forget_fenced(self)
         if self._renewal is not None:
             renewal.renewer.unregister(self._renewal)

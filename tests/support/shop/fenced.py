@@ -51,4 +51,6 @@ def pay_fenced(request: HttpRequest, order_id: int) -> JsonResponse:
     if stop == "read":
         _stop_here(order_id, token)
     Charge.objects.create(order=order, worker_pid=os.getpid())
+    if stop == "write":  # written, not yet committed (ATOMIC_REQUESTS commits after the view)
+        _stop_here(order_id, token)
     return JsonResponse({"result": "charged", "token": token})
