@@ -30,6 +30,14 @@ context variable read. With one, the statement's connection is:
 - in a transaction managed by hand (``set_autocommit(False)``): refused with an error
   saying to use ``atomic()``, as ``on_commit`` refuses it.
 
+Only Django's own statements that begin a transaction or handle a savepoint pass unclaimed
+(matched whole), and the statements a database runs only outside a transaction (VACUUM, ...).
+On MySQL and MariaDB a statement that commits implicitly (DDL) ends the claim's transaction:
+the next statement claims again. Work past the execute wrappers (``callproc()``, psycopg's
+``copy()``) claims by hand: :func:`claim_now` (``distlock.fencing.claim``). A hold stays
+fenced until its holder ends it (release, a new acquire) or drops its Lock, not when the Lock
+learns that its lease ended: the code that catches that error is still the stale holder.
+
 The claim is one statement, an upsert that stores the token only when the stored one is not
 newer (PostgreSQL and SQLite ``ON CONFLICT ... DO UPDATE ... WHERE ... RETURNING``; MariaDB
 and MySQL ``ON DUPLICATE KEY UPDATE`` with ``IF()``). It locks the row: a newer holder's
@@ -130,7 +138,9 @@ def note_fenced(lock: Lock) -> None:
         if first:  # no connection carries the wrapper yet: every one does from now on
             for conn in _connections:
                 _add_wrapper(conn)
-    holds = tuple(hold for hold in _held.get() if _lock_of(hold) not in (None, lock))
+    holds = tuple(
+        hold for hold in _held.get() if (other := _lock_of(hold)) is not None and other is not lock
+    )
     _held.set((*holds, (weakref.ref(lock), token)))
 
 
