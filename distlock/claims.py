@@ -102,8 +102,8 @@ _CONTROL = re.compile(
     rf"SAVEPOINT\s+{_NAME})\s*;?\s*",
     re.I,
 )
-# Statements a database refuses to run inside a transaction (PostgreSQL's VACUUM, CREATE or
-# DROP INDEX CONCURRENTLY, ...; SQLite's VACUUM), alone in their string: they pass unclaimed
+# Statements PostgreSQL or SQLite refuse to run inside a transaction (VACUUM, CREATE or DROP
+# INDEX CONCURRENTLY, ...), alone in their string: they pass unclaimed
 # (wrapped in atomic() they could not run at all). They are maintenance, not the work whose
 # rows the fence protects (docs/fencing-and-limits.md).
 _NO_TRANSACTION = re.compile(
@@ -234,7 +234,7 @@ def claim_first(
             _take_off(conn)
         return execute(sql, params, many, context)
     text = sql if isinstance(sql, str) else ""
-    if _CONTROL.fullmatch(text) or _NO_TRANSACTION.fullmatch(text) or not _has_fences(conn):
+    if _CONTROL.fullmatch(text) or _outside_transactions(conn, text) or not _has_fences(conn):
         return execute(sql, params, many, context)
     if conn.in_atomic_block:
         for lock, token in holds:
@@ -246,6 +246,12 @@ def claim_first(
             if conn.vendor == "mysql" and _IMPLICIT_COMMIT.match(text):
                 conn.distlock_claims = None  # committed: the next statement claims again
     return _claim_alone(conn, holds, execute, sql, params, many, context)
+
+
+def _outside_transactions(conn: Any, sql: str) -> bool:
+    """Return True if ``sql`` runs only outside a transaction on ``conn``'s database (MySQL
+    and MariaDB have none such: their DDL commits implicitly, and is claimed after)."""
+    return conn.vendor != "mysql" and _NO_TRANSACTION.fullmatch(sql) is not None
 
 
 def _claim_alone(

@@ -172,3 +172,11 @@ def test_claim_claims_now_in_the_running_transaction() -> None:
     with pytest.raises(distlock.LockNotOwned):
         stale.release()  # its fence ends: the read below is not claimed
     assert Fence.objects.get(name=name).token == token, "the newer holder's claim stands"
+
+
+def test_a_fenced_holder_can_vacuum_sqlite() -> None:
+    """SQLite refuses VACUUM inside a transaction: under a fenced lock, in autocommit, it
+    passes unclaimed (wrapped in atomic() with the claim, it could not run)."""
+    with distlock.lock("vacuum", ttl=30, fence=True), connection.cursor() as cursor:
+        cursor.execute("VACUUM")
+    assert not Fence.objects.filter(name="vacuum").exists(), "nothing claimed for it"

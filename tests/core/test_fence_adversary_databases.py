@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import Any
 
+from tests.core.test_fence_claims import claims_report
 from tests.support.databases import DatabaseServer
-from tests.support.processes import child_env, run_process
 from tests.support.redis_server import RedisServer
-from tests.support.shop.load import SETTINGS, serve_shop, shop_env
+from tests.support.shop.load import serve_shop, shop_env
 
 _REPORTS: dict[str, dict[str, Any]] = {}
 
@@ -25,25 +23,18 @@ def attacks(database: DatabaseServer, redis_server: RedisServer) -> dict[str, An
 def run_attacks(database: DatabaseServer, redis_server: RedisServer) -> dict[str, Any]:
     redis_server.flushall()
     with serve_shop(database, redis_server.url, workers=0) as shop:
-        done = run_process(
-            [sys.executable, "-m", "tests.support.shop.fence_adversary"],
-            {**child_env(settings=SETTINGS), **shop_env(database, shop.database, redis_server.url)},
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return report
+        env = shop_env(database, shop.database, redis_server.url)
+        return claims_report(env, "tests.support.shop.fence_adversary")
 
 
 def test_mariadb_a_stale_holder_cannot_charge_through_a_stored_procedure_or_a_compound(
     mariadb_server: DatabaseServer, redis_server: RedisServer
 ) -> None:
-    """Django's ``cursor.callproc()`` skips ``execute_wrappers``, and a MariaDB compound
-    statement (``BEGIN NOT ATOMIC ... END``) passes as a transaction-control statement: a
-    stale holder's charge in either, in autocommit, is made without a claim. Expected:
-    refused, nothing charged."""
+    """Django's ``cursor.callproc()`` skips ``execute_wrappers``: the documented remedy
+    (docs/fencing-and-limits.md) claims by hand first, ``distlock.fencing.claim(lock)`` in
+    ``atomic()``. A MariaDB compound statement (``BEGIN NOT ATOMIC ... END``, in autocommit)
+    passed as a transaction-control statement and is now claimed. Expected: the stale
+    holder refused in both, nothing charged."""
     report = attacks(mariadb_server, redis_server)
     assert report["vendor"] == "mysql"
     assert report["callproc"] == {"verdict": "refused", "charged": 0}, report
@@ -66,8 +57,9 @@ def test_postgresql_a_fenced_holder_can_vacuum(
     postgres_server: DatabaseServer, redis_server: RedisServer
 ) -> None:
     """A statement PostgreSQL runs only outside a transaction (VACUUM, CREATE INDEX
-    CONCURRENTLY) in autocommit under a fenced lock: the fence wraps it in atomic() with its
-    claim, and PostgreSQL refuses it. Expected: it runs (claimed before it, or let pass)."""
+    CONCURRENTLY) in autocommit under a fenced lock: the fence wrapped it in atomic() with
+    its claim, and PostgreSQL refused it. Expected: it runs (let pass unclaimed, as
+    docs/fencing-and-limits.md says)."""
     assert attacks(postgres_server, redis_server)["vacuum"] == "ran"
 
 
@@ -75,8 +67,9 @@ def test_postgresql_a_stale_holder_cannot_charge_through_copy(
     postgres_server: DatabaseServer, redis_server: RedisServer
 ) -> None:
     """psycopg's ``cursor.copy()`` (COPY ... FROM STDIN, the bulk load of import commands)
-    reaches the driver's cursor past Django's ``execute_wrappers``: a stale holder's rows
-    are loaded without a claim. Expected: refused, nothing charged."""
+    reaches the driver's cursor past Django's ``execute_wrappers``: the documented remedy
+    claims by hand first (``distlock.fencing.claim(lock)`` in the same ``atomic()``).
+    Expected: the stale holder refused, nothing charged."""
     report = attacks(postgres_server, redis_server)["copy"]
     assert report == {"verdict": "refused", "charged": 0}, report
 

@@ -17,9 +17,12 @@ from tests.support.redis_server import RedisServer
 from tests.support.shop.load import SETTINGS, serve_shop, shop_env
 
 
-def claims_report(env: dict[str, str]) -> dict[str, Any]:
+def claims_report(
+    env: dict[str, str], module: str = "tests.support.shop.fence_claims"
+) -> dict[str, Any]:
+    """Run ``module`` (a script printing one line of JSON last) on the shop's settings."""
     done = run_process(
-        [sys.executable, "-m", "tests.support.shop.fence_claims"],
+        [sys.executable, "-m", module],
         {**child_env(settings=SETTINGS), **env},
         capture_output=True,
         text=True,
