@@ -442,26 +442,33 @@ def _wrap_exit(exit_: Callable[..., Any]) -> Callable[..., Any]:
 
 def _exit_watched(block: Any, exc_type: Any, call: Callable[[], Any]) -> Any:
     """Run Django's ``__exit__`` (``call``) for a block of a connection with ties, and apply
-    the block's end to them afterwards, whatever it raised. (distlock's wrapper twice in
-    the chain, a library's wrapper between them, is harmless: each end applies once.)"""
+    the block's end to them afterwards, whatever it raised. distlock's work, before and
+    after, is in one guarded place each: whatever it raises is logged, and Django's method
+    runs once, its result or exception the caller's. (distlock's wrapper twice in the
+    chain, a library's wrapper between them, is harmless: each end applies once.)"""
+    end = None
     try:
         conn: Any = connections[block.using or DEFAULT_DB_ALIAS]
-        if not _tied.get(conn):
-            return call()
-        end = _block_end(block, conn, exc_type)
+        if _tied.get(conn):
+            end = _block_end(block, conn, exc_type)
+            ending_before = getattr(conn, "distlock_ending", None)
+            if end[3] == END_ALL and not block._from_testcase:
+                # Django's COMMIT of this block ends the ties of holds released before any
+                # on_commit hook (_commit_hooks_after_handing_on): handed on right after COMMIT.
+                conn.distlock_ending = end[0]
     except Exception:
         _bookkeeping_failed("Atomic.__exit__")
+        end = None
+    if end is None:
         return call()
-    ending_before = getattr(conn, "distlock_ending", None)
-    if end[3] == END_ALL and not block._from_testcase:
-        # Django's COMMIT of this block ends the ties of holds released before any
-        # on_commit hook (_commit_hooks_after_handing_on): handed on right after COMMIT.
-        conn.distlock_ending = end[0]
     try:
         return call()
     finally:
-        conn.distlock_ending = ending_before
-        _apply_end(block, conn, end)
+        try:
+            conn.distlock_ending = ending_before
+            _apply_end(block, conn, end)
+        except Exception:
+            _bookkeeping_failed("Atomic.__exit__")
 
 
 def _parameters(method: Any) -> tuple[tuple[str, Any], ...] | None:
@@ -486,17 +493,14 @@ def _block_end(block: Any, conn: Any, exc_type: Any) -> tuple[int, int, Any, str
 
 def _apply_end(block: Any, conn: Any, end: tuple[int, int, Any, str]) -> None:
     number, depth, (sid, rolls_back), how = end
-    try:
-        if block._from_testcase:  # a TestCase's block: the code's own have all ended
-            block_ended(conn, number, 0, END_ALL)
-        elif how == END_ALL and not _in_manual_transaction(conn):
-            block_ended(conn, number, depth, END_ALL)  # committed, rolled back, closed, killed
-        elif rolls_back and sid is not None and not conn.needs_rollback:
-            block_ended(conn, number, depth, END)  # rolled back to its savepoint
-        else:
-            block_ended(conn, number, depth, MOVE_UP)
-    except Exception:
-        _bookkeeping_failed("Atomic.__exit__")
+    if block._from_testcase:  # a TestCase's block: the code's own have all ended
+        block_ended(conn, number, 0, END_ALL)
+    elif how == END_ALL and not _in_manual_transaction(conn):
+        block_ended(conn, number, depth, END_ALL)  # committed, rolled back, closed, killed
+    elif rolls_back and sid is not None and not conn.needs_rollback:
+        block_ended(conn, number, depth, END)  # rolled back to its savepoint
+    else:
+        block_ended(conn, number, depth, MOVE_UP)
 
 
 def _wrap_ending(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -536,17 +540,17 @@ def _wrap_set_autocommit(method: Callable[..., Any]) -> Callable[..., Any]:
             force_begin_transaction_with_broken_autocommit: bool = False,
         ) -> Any:
             forced = force_begin_transaction_with_broken_autocommit
-            if autocommit and _tied and _tied_to(self):  # else nothing of the end to see
-                if _hooks_follow_a_commit(self):
-                    call = functools.partial(method, self, autocommit, forced)
-                    return _commit_hooks_after_handing_on(self, call)
-                result = method(self, autocommit, forced)  # raises: nothing ended
-                _autocommit_set(self, autocommit, forced)
+            if not autocommit:  # every outermost block's BEGIN: kept fast
+                result = method(self, autocommit, forced)  # raises: nothing began
+                try:
+                    _began(self, forced)
+                except Exception:
+                    _bookkeeping_failed("set_autocommit")
                 return result
-            result = method(self, autocommit, forced)  # raises: nothing began or ended
-            if not autocommit:
-                _began(self, forced)
-            return result
+            if not (_tied and _tied_to(self)):  # nothing of an end to see
+                return method(self, autocommit, forced)
+            call = functools.partial(method, self, autocommit, forced)
+            return _set_autocommit_watched(self, autocommit, forced, call)
 
         return set_autocommit
 
@@ -575,73 +579,69 @@ def _tied_to(conn: Any) -> bool:
 def _set_autocommit_watched(
     conn: Any, autocommit: Any, forced: Any, call: Callable[[], Any]
 ) -> Any:
-    if _tied and autocommit and _hooks_follow_a_commit(conn):
-        return _commit_hooks_after_handing_on(conn, call)
-    result = call()  # raises: no transaction began or ended
-    _autocommit_set(conn, autocommit, forced)
-    return result
+    """Run Django's ``set_autocommit`` (``call``) once, whatever distlock's work raises:
+    that work, before and after, is in one guarded place each, and its failure is logged
+    (the ties may then end with the block, or the locks be left to their leases).
 
-
-def _autocommit_set(conn: Any, autocommit: Any, forced: Any) -> None:
-    """Autocommit was turned off (a transaction began: number it) or on (a transaction
-    managed by hand ended)."""
-    if not autocommit:
-        _began(conn, forced)
-        return
+    After the outermost block's COMMIT, Django's method is told to leave the on_commit
+    hooks: the locks released before any hook are handed on first (their lock_released
+    receivers run with autocommit on, as after the block), then the hooks run as Django
+    runs them, their exception the caller's."""
+    hand_on = False
     try:
-        if _tied and not conn.in_atomic_block:
-            block_ended(conn, 0, 0, END_MANUAL)
+        if autocommit and _tied and _hooks_follow_a_commit(conn):
+            conn.run_commit_hooks_on_set_autocommit_on = False
+            hand_on = True
     except Exception:
         _bookkeeping_failed("set_autocommit")
+    try:
+        result = call()
+    except BaseException:  # nothing began or ended
+        if hand_on:
+            conn.run_commit_hooks_on_set_autocommit_on = True  # as Django leaves it
+        raise
+    try:
+        if hand_on:
+            _commit_hooks_after_handing_on(conn)
+        elif not autocommit:
+            _began(conn, forced)
+        elif _tied and not conn.in_atomic_block:
+            block_ended(conn, 0, 0, END_MANUAL)  # a transaction managed by hand ended
+    except Exception:
+        _bookkeeping_failed("set_autocommit")
+    finally:
+        if hand_on:
+            conn.run_and_clear_commit_hooks()  # Django's own work, never guarded
+    return result
 
 
 def _hooks_follow_a_commit(conn: Any) -> bool:
     """Return True if the code's outermost block on ``conn`` committed (its __exit__ marked
     the connection) and Django is about to turn autocommit on and run its on_commit hooks."""
-    try:
-        if getattr(conn, "distlock_ending", None) is None:
-            return False
-        return bool(conn.run_commit_hooks_on_set_autocommit_on)
-    except Exception:
-        _bookkeeping_failed("set_autocommit")
+    if getattr(conn, "distlock_ending", None) is None:
         return False
+    return bool(conn.run_commit_hooks_on_set_autocommit_on)
 
 
-def _commit_hooks_after_handing_on(conn: Any, call: Callable[[], Any]) -> Any:
-    """Turn autocommit on (Django's set_autocommit, told to leave the hooks), hand on the
-    locks released before any on_commit hook (their lock_released receivers run with
-    autocommit on, as after the block), then run the hooks as Django would."""
-    conn.run_commit_hooks_on_set_autocommit_on = False
-    try:
-        result = call()
-    except BaseException:
-        conn.run_commit_hooks_on_set_autocommit_on = True  # as Django leaves it
-        raise
-    try:
-        block_ended(conn, conn.distlock_ending, 0, COMMITTED)
-    except Exception:
-        _bookkeeping_failed("set_autocommit")
-    finally:
-        conn.run_and_clear_commit_hooks()
-    return result
+def _commit_hooks_after_handing_on(conn: Any) -> None:
+    """Autocommit is on again after the outermost block's COMMIT, its on_commit hooks not
+    run yet: hand on the locks released before any hook."""
+    block_ended(conn, conn.distlock_ending, 0, COMMITTED)
 
 
 def _began(conn: Any, forced: Any) -> None:
     """Autocommit was turned off: a transaction began on ``conn``. Number it, and note it in
     this context (inlined _note_transaction: every outermost atomic block comes here)."""
     global _manual_seen
-    try:
-        if not forced and not _manual_seen:  # by hand (Atomic.__enter__ forces a BEGIN)
-            _manual_seen = True
-            _watch_manual_endings(type(conn))
-        number = conn.distlock_transaction = next(_numbers)
-        entered = _entered.get()
-        if entered and entered[0][0] is conn:  # the usual: the latest was this one's too
-            _entered.set(((conn, number),) + entered[1:])  # noqa: RUF005 - the faster
-        else:  # the latest goes first: a thread using two aliases in turn stays fast
-            _entered.set(((conn, number), *(entry for entry in entered if entry[0] is not conn)))
-    except Exception:
-        _bookkeeping_failed("set_autocommit")
+    if not forced and not _manual_seen:  # by hand (Atomic.__enter__ forces a BEGIN)
+        _manual_seen = True
+        _watch_manual_endings(type(conn))
+    number = conn.distlock_transaction = next(_numbers)
+    entered = _entered.get()
+    if entered and entered[0][0] is conn:  # the usual: the latest was this one's too
+        _entered.set(((conn, number),) + entered[1:])  # noqa: RUF005 - the faster
+    else:  # the latest goes first: a thread using two aliases in turn stays fast
+        _entered.set(((conn, number), *(entry for entry in entered if entry[0] is not conn)))
 
 
 FORCE_BEGIN = "force_begin_transaction_with_broken_autocommit"
