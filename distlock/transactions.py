@@ -351,23 +351,28 @@ def block_ended(conn: Any, number: int, depth: int, how: str) -> None:
                 freed.append(hold)
             elif not ends and how == MOVE_UP and tied >= depth:
                 hold.ties[conn] = (number, depth - 1)
-    finish(freed)
+    try:
+        finish(freed)
+    except BaseException:
+        # KeyboardInterrupt, SystemExit, gevent's Timeout: it goes on, but no lock whose
+        # ties ended is left behind, the one it cut short included (it may have come before
+        # that lock's release began): their hold is done, so no tie's end would free them
+        # and the renewer's look would renew them for ever. Left to their leases.
+        for hold in freed:
+            if hold.owner._pending is hold:  # its release never began
+                hold.owner._abandon_after_transactions()
+        raise
 
 
 def finish(freed: list[Hold]) -> None:
-    """Free the locks of ``freed`` (their last tie ended). A BaseException on the way
-    (KeyboardInterrupt, SystemExit, gevent's Timeout) goes on, but no lock is left behind:
-    the ones not freed yet stop being renewed, so their leases end them."""
+    """Free the locks of ``freed`` (their last tie ended). A BaseException on the way goes
+    on; block_ended leaves to their leases the locks not freed yet."""
     unreachable: set[str] = set()
-    for index, hold in enumerate(freed):
+    for hold in freed:
         try:
             hold.owner._release_after_transactions(unreachable)
         except Exception:  # called from Django's commit or rollback: never raise into it
             logger.exception("distlock: releasing a lock after its transaction ended failed")
-        except BaseException:
-            for rest in freed[index + 1 :]:
-                rest.owner._abandon_after_transactions()
-            raise
 
 
 # --- seeing the ends: wrappers around Django's own methods -------------------------------
