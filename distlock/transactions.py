@@ -212,17 +212,19 @@ class Hold:
 
     def __init__(self, owner: Any) -> None:
         self.owner = owner
-        # connection -> (transaction number, own depth of the block it is tied to)
-        self.ties: dict[Any, tuple[int, int]] = {}
+        # (connection, transaction number) -> own depth of the block it is tied to. One tie
+        # per transaction, several per connection: an on_commit hook's own block that takes
+        # the lock back is tied besides the committed transaction, never instead of it.
+        self.ties: dict[tuple[Any, int], int] = {}
         # The thread whose connection each tie is to, when the tie was made there: a tie
         # to a thread that died ends (the renewer looks).
-        self.threads: dict[Any, weakref.ref[threading.Thread]] = {}
+        self.threads: dict[tuple[Any, int], weakref.ref[threading.Thread]] = {}
         self.enders: dict[Any, set[int | None]] = {}  # connection -> its _link's threads
         self.waiting = False  # released: free the lock when the last tie ends
         self.waiting_since = 0.0  # time.monotonic() at the release
-        # How many on_commit hooks each tied connection had at the release: with none, the
+        # How many on_commit hooks each tied transaction had at the release: with none, the
         # lock is freed at the COMMIT itself; else after those hooks (as documented).
-        self.hooks_before: dict[Any, int] = {}
+        self.hooks_before: dict[tuple[Any, int], int] = {}
         self.done = False  # freed or dropped
 
     def tie(self, places: Iterable[Place]) -> None:
@@ -230,8 +232,8 @@ class Hold:
         the same transaction keeps its shallower block, as PostgreSQL's locks stack."""
         with _guard:
             for conn, number, depth in places:
-                tied = self.ties.get(conn)
-                if tied is None or tied[0] != number or depth < tied[1]:
+                tied = self.ties.get((conn, number))
+                if tied is None or depth < tied:
                     self._add(conn, number, depth)
 
     def wait(self, places: Iterable[Place]) -> bool:
@@ -240,10 +242,10 @@ class Hold:
         end, False if the lock can be freed now."""
         with _guard:
             for conn, number, depth in places:
-                tied = self.ties.get(conn)
-                if tied is None or tied[0] != number:
+                if (conn, number) not in self.ties:
                     self._add(conn, number, min(depth, 1))
-            self.hooks_before = {conn: len(conn.run_on_commit) for conn in self.ties}
+            # (Only the connection's current transaction's count is ever read: COMMITTED.)
+            self.hooks_before = {key: len(key[0].run_on_commit) for key in self.ties}
             self.waiting = bool(self.ties) and not self.done
             self.waiting_since = time.monotonic()
             return self.waiting
@@ -261,7 +263,7 @@ class Hold:
         """Forget every tie: the hold ended some other way (released, lost, taken over)."""
         with _guard:
             self.done = True
-            for conn in self.ties:
+            for conn in list(self.enders):
                 _unlink(self, conn)
             self.ties.clear()
             self.threads.clear()
@@ -273,10 +275,10 @@ class Hold:
         distlock was imported). Return True if the lock is to be freed now. The renewer asks,
         at each renewal of a waiting release: such a lock is never kept alive for ever."""
         with _guard:
-            over = [conn for conn, tie in self.ties.items() if not self._open(conn, *tie)]
+            over = [key for key in self.ties if not self._open(*key)]
             freed = False
-            for conn in over:
-                freed = self._untie(conn) or freed
+            for key in over:
+                freed = self._untie(key) or freed
             return freed
 
     def give_up_manual(self) -> float | None:
@@ -286,14 +288,14 @@ class Hold:
         renewer asks, at each renewal of a waiting release, after end_unseen()."""
         with _guard:
             waited = time.monotonic() - self.waiting_since
-            manual = any(depth == 0 for _number, depth in self.ties.values())
+            manual = any(depth == 0 for depth in self.ties.values())
             if self.done or not self.waiting or not manual or waited <= MANUAL_COMMIT_WAIT:
                 return None
             self.done = True
             return waited
 
-    def _open(self, conn: Any, number: int, depth: int) -> bool:
-        thread = self.threads.get(conn)
+    def _open(self, conn: Any, number: int) -> bool:
+        thread = self.threads.get((conn, number))
         if thread is not None and (thread() is None or not thread().is_alive()):  # type: ignore[union-attr]
             return False
         if getattr(conn, "distlock_ending", None) == number:  # its on_commit hooks run
@@ -303,20 +305,23 @@ class Hold:
         return bool(conn.in_atomic_block or not conn.autocommit)
 
     def _add(self, conn: Any, number: int, depth: int) -> None:
-        if conn not in self.ties:
+        if conn not in self.enders:  # its first tie to this connection
             _link(self, conn)
-        self.ties[conn] = (number, depth)
+        self.ties[conn, number] = depth
         if conn._thread_ident == _get_ident():
-            self.threads[conn] = weakref.ref(threading.current_thread())
+            self.threads[conn, number] = weakref.ref(threading.current_thread())
         if depth == 0:
             _watch_manual_endings(type(conn))
 
-    def _untie(self, conn: Any) -> bool:
-        """Remove the tie to ``conn``; return True if the lock is to be freed now."""
-        _unlink(self, conn)
-        del self.ties[conn]
-        self.threads.pop(conn, None)
-        self.hooks_before.pop(conn, None)
+    def _untie(self, key: tuple[Any, int]) -> bool:
+        """Remove the tie to ``key`` (connection, transaction number); return True if the
+        lock is to be freed now."""
+        del self.ties[key]
+        self.threads.pop(key, None)
+        self.hooks_before.pop(key, None)
+        conn = key[0]
+        if not any(tied is conn for tied, _number in self.ties):  # its last one there
+            _unlink(self, conn)
         if self.waiting and not self.ties and not self.done:
             self.done = True
             return True
@@ -338,19 +343,20 @@ def block_ended(conn: Any, number: int, depth: int, how: str) -> None:
         if not holds:
             return
         for hold in list(holds):
-            tied_number, tied = hold.ties[conn]
-            if how == END_MANUAL:
-                ends = tied == 0
-            elif tied_number != number:
-                continue
-            elif how == COMMITTED:
-                ends = hold.waiting and hold.hooks_before.get(conn) == 0
-            else:
-                ends = how == END_ALL or (how == END and tied >= depth)
-            if ends and hold._untie(conn):
-                freed.append(hold)
-            elif not ends and how == MOVE_UP and tied >= depth:
-                hold.ties[conn] = (number, depth - 1)
+            for key in [key for key in hold.ties if key[0] is conn]:
+                tied = hold.ties[key]
+                if how == END_MANUAL:
+                    ends = tied == 0
+                elif key[1] != number:
+                    continue
+                elif how == COMMITTED:
+                    ends = hold.waiting and hold.hooks_before.get(key) == 0
+                else:
+                    ends = how == END_ALL or (how == END and tied >= depth)
+                if ends and hold._untie(key):
+                    freed.append(hold)
+                elif not ends and how == MOVE_UP and tied >= depth:
+                    hold.ties[key] = depth - 1
     try:
         finish(freed)
     except BaseException:
@@ -805,7 +811,7 @@ def waiting_release(key: Hashable) -> Any:
     places = transactions_here() + _committing_here()
     for conn, number, _depth in places:
         with _guard:  # another thread may end a tie meanwhile
-            holds = [hold for hold in _tied.get(conn, ()) if hold.ties[conn][0] == number]
+            holds = [hold for hold in _tied.get(conn, ()) if (conn, number) in hold.ties]
         for hold in holds:
             lock = hold.owner
             if hold.waiting and lock._pending is hold and lock._resource() == key:
@@ -834,7 +840,7 @@ def held_in_transactions_here(key: Hashable) -> bool:
     places = transactions_here()
     for conn, number, _depth in places:
         with _guard:
-            holds = [hold for hold in _tied.get(conn, ()) if hold.ties[conn][0] == number]
+            holds = [hold for hold in _tied.get(conn, ()) if (conn, number) in hold.ties]
         if any(hold.owner._resource() == key for hold in holds):
             return True
     return False
