@@ -611,8 +611,13 @@ def _set_autocommit_watched(
         if hand_on:
             conn.run_commit_hooks_on_set_autocommit_on = True  # as Django leaves it
         raise
+    hooks = None
     try:
         if hand_on:
+            # The committed transaction's hooks are out of reach while the locks are handed
+            # on: a lock_released receiver's own atomic block would run them at its COMMIT
+            # (and swallow their exception) or drop them at its ROLLBACK.
+            hooks, conn.run_on_commit = conn.run_on_commit, []
             _commit_hooks_after_handing_on(conn)
         elif not autocommit:
             _began(conn, forced)
@@ -622,6 +627,8 @@ def _set_autocommit_watched(
         _bookkeeping_failed("set_autocommit")
     finally:
         if hand_on:
+            if hooks is not None:  # back before any a receiver left (none, normally)
+                conn.run_on_commit = hooks + conn.run_on_commit
             conn.run_and_clear_commit_hooks()  # Django's own work, never guarded
     return result
 
