@@ -298,7 +298,7 @@ class Hold:
         thread = self.threads.get((conn, number))
         if thread is not None and (thread() is None or not thread().is_alive()):  # type: ignore[union-attr]
             return False
-        if getattr(conn, "distlock_ending", None) == number:  # its on_commit hooks run
+        if number in getattr(conn, "distlock_endings", ()):  # its on_commit hooks run
             return True
         if getattr(conn, "distlock_transaction", None) != number or conn.connection is None:
             return False
@@ -463,10 +463,14 @@ def _exit_watched(block: Any, exc_type: Any, call: Callable[[], Any]) -> Any:
         if _tied.get(conn):
             end = _block_end(block, conn, exc_type)
             ending_before = getattr(conn, "distlock_ending", None)
+            endings_before = getattr(conn, "distlock_endings", ())
             if end[3] == END_ALL and not block._from_testcase:
                 # Django's COMMIT of this block ends the ties of holds released before any
                 # on_commit hook (_commit_hooks_after_handing_on): handed on right after COMMIT.
                 conn.distlock_ending = end[0]
+                # Every transaction whose hooks are running on conn (a hook's own block's
+                # hooks run inside the committed one's): all still open (Hold._open).
+                conn.distlock_endings = (*endings_before, end[0])
     except Exception:
         _bookkeeping_failed("Atomic.__exit__")
         end = None
@@ -476,7 +480,7 @@ def _exit_watched(block: Any, exc_type: Any, call: Callable[[], Any]) -> Any:
         return call()
     finally:
         try:
-            conn.distlock_ending = ending_before
+            conn.distlock_ending, conn.distlock_endings = ending_before, endings_before
             _apply_end(block, conn, end)
         except Exception:
             _bookkeeping_failed("Atomic.__exit__")
