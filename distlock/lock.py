@@ -474,9 +474,11 @@ class Lock:
                 "transaction to end.",
                 name=self.name,
             )
-        if not self.hold_until_commit or self._depth > 1 or self._lost or self.token is None:
+        if self._depth > 1 or self._lost or self.token is None:
             return False
-        transactions = transactions_here()
+        # hold_until_commit=False ties to no transaction of its own, but a hold it took back
+        # keeps its ties: the holds stack, so the earlier one's still waits for its end.
+        transactions = transactions_here() if self.hold_until_commit else []
         hold = self._hold
         if hold is None and not transactions:
             return False

@@ -18,6 +18,7 @@ from typing import Any
 
 from .exceptions import SharedLockUpgrade
 from .info import LockInfo
+from .transactions import waiting_release
 
 # The shared Lock objects of this process holding each (kind, alias, name) (Lock.acquire
 # reads it first: empty, the upgrade check costs an exclusive acquire nothing more).
@@ -80,7 +81,7 @@ async def arefuse_upgrade(kind: str, using: str, name: str, owner: tuple[int, in
     semaphore of the same name is another thing.)"""
     mine = _local_holds(kind, using, name, owner)
     if mine and _still_held(mine, await mine[0].operations.ainspect(name)):
-        raise _upgrade_error(name, using)
+        raise _upgrade_error(name, using, mine)
 
 
 # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
@@ -90,7 +91,7 @@ def refuse_upgrade(kind: str, using: str, name: str, owner: tuple[int, int | Non
     semaphore of the same name is another thing.)"""
     mine = _local_holds(kind, using, name, owner)
     if mine and _still_held(mine, mine[0].operations.inspect(name)):
-        raise _upgrade_error(name, using)
+        raise _upgrade_error(name, using, mine)
 
 
 # unasync: end
@@ -104,7 +105,14 @@ def _local_holds(kind: str, using: str, name: str, owner: tuple[int, int | None]
     # A coroutine run by a thread that holds the lock outside any task (asyncio.run from
     # sync code) is that thread too: it would wait for itself as well.
     owners = {owner, (owner[0], None)}
-    return [lock for lock in held if any(lock.holds_for(other) for other in owners)]
+    mine = [lock for lock in held if any(lock.holds_for(other) for other in owners)]
+    # A shared release waiting for a transaction the running code is in (another task of
+    # it, under asyncio.gather) is this code's too: the exclusive lock would wait for the
+    # COMMIT, which waits for this code.
+    waiting = waiting_release(("shared", using, name))
+    if waiting is not None and waiting.kind == kind and waiting not in mine:
+        mine.append(waiting)
+    return mine
 
 
 def _still_held(mine: list[Any], holders: tuple[LockInfo, ...]) -> bool:
@@ -115,7 +123,16 @@ def _still_held(mine: list[Any], holders: tuple[LockInfo, ...]) -> bool:
     return any(lock.token in tokens for lock in mine)
 
 
-def _upgrade_error(name: str, using: str) -> SharedLockUpgrade:
+def _upgrade_error(name: str, using: str, mine: list[Any]) -> SharedLockUpgrade:
+    if any(lock._pending is not None for lock in mine):
+        return SharedLockUpgrade(
+            f"The shared lock {name!r} (alias {using!r}) was released in this database "
+            "transaction, but its release waits for this transaction's COMMIT "
+            "(docs/transactions.md), so the exclusive lock of the same name would wait for "
+            "itself. Take the exclusive lock first (it covers the read too), or after the "
+            "transaction, or take the shared one with hold_until_commit=False.",
+            name=name,
+        )
     return SharedLockUpgrade(
         f"This thread holds the shared lock {name!r} (alias {using!r}) and asked for the "
         "exclusive lock of the same name, which would wait for itself. Release the shared "

@@ -212,17 +212,19 @@ class Hold:
 
     def __init__(self, owner: Any) -> None:
         self.owner = owner
-        # connection -> (transaction number, own depth of the block it is tied to)
-        self.ties: dict[Any, tuple[int, int]] = {}
+        # (connection, transaction number) -> own depth of the block it is tied to. One tie
+        # per transaction, several per connection: an on_commit hook's own block that takes
+        # the lock back is tied besides the committed transaction, never instead of it.
+        self.ties: dict[tuple[Any, int], int] = {}
         # The thread whose connection each tie is to, when the tie was made there: a tie
         # to a thread that died ends (the renewer looks).
-        self.threads: dict[Any, weakref.ref[threading.Thread]] = {}
+        self.threads: dict[tuple[Any, int], weakref.ref[threading.Thread]] = {}
         self.enders: dict[Any, set[int | None]] = {}  # connection -> its _link's threads
         self.waiting = False  # released: free the lock when the last tie ends
         self.waiting_since = 0.0  # time.monotonic() at the release
-        # How many on_commit hooks each tied connection had at the release: with none, the
+        # How many on_commit hooks each tied transaction had at the release: with none, the
         # lock is freed at the COMMIT itself; else after those hooks (as documented).
-        self.hooks_before: dict[Any, int] = {}
+        self.hooks_before: dict[tuple[Any, int], int] = {}
         self.done = False  # freed or dropped
 
     def tie(self, places: Iterable[Place]) -> None:
@@ -230,8 +232,8 @@ class Hold:
         the same transaction keeps its shallower block, as PostgreSQL's locks stack."""
         with _guard:
             for conn, number, depth in places:
-                tied = self.ties.get(conn)
-                if tied is None or tied[0] != number or depth < tied[1]:
+                tied = self.ties.get((conn, number))
+                if tied is None or depth < tied:
                     self._add(conn, number, depth)
 
     def wait(self, places: Iterable[Place]) -> bool:
@@ -240,10 +242,10 @@ class Hold:
         end, False if the lock can be freed now."""
         with _guard:
             for conn, number, depth in places:
-                tied = self.ties.get(conn)
-                if tied is None or tied[0] != number:
+                if (conn, number) not in self.ties:
                     self._add(conn, number, min(depth, 1))
-            self.hooks_before = {conn: len(conn.run_on_commit) for conn in self.ties}
+            # (Only the connection's current transaction's count is ever read: COMMITTED.)
+            self.hooks_before = {key: len(key[0].run_on_commit) for key in self.ties}
             self.waiting = bool(self.ties) and not self.done
             self.waiting_since = time.monotonic()
             return self.waiting
@@ -261,7 +263,7 @@ class Hold:
         """Forget every tie: the hold ended some other way (released, lost, taken over)."""
         with _guard:
             self.done = True
-            for conn in self.ties:
+            for conn in list(self.enders):
                 _unlink(self, conn)
             self.ties.clear()
             self.threads.clear()
@@ -273,10 +275,10 @@ class Hold:
         distlock was imported). Return True if the lock is to be freed now. The renewer asks,
         at each renewal of a waiting release: such a lock is never kept alive for ever."""
         with _guard:
-            over = [conn for conn, tie in self.ties.items() if not self._open(conn, *tie)]
+            over = [key for key in self.ties if not self._open(*key)]
             freed = False
-            for conn in over:
-                freed = self._untie(conn) or freed
+            for key in over:
+                freed = self._untie(key) or freed
             return freed
 
     def give_up_manual(self) -> float | None:
@@ -286,37 +288,40 @@ class Hold:
         renewer asks, at each renewal of a waiting release, after end_unseen()."""
         with _guard:
             waited = time.monotonic() - self.waiting_since
-            manual = any(depth == 0 for _number, depth in self.ties.values())
+            manual = any(depth == 0 for depth in self.ties.values())
             if self.done or not self.waiting or not manual or waited <= MANUAL_COMMIT_WAIT:
                 return None
             self.done = True
             return waited
 
-    def _open(self, conn: Any, number: int, depth: int) -> bool:
-        thread = self.threads.get(conn)
+    def _open(self, conn: Any, number: int) -> bool:
+        thread = self.threads.get((conn, number))
         if thread is not None and (thread() is None or not thread().is_alive()):  # type: ignore[union-attr]
             return False
-        if getattr(conn, "distlock_ending", None) == number:  # its on_commit hooks run
+        if number in getattr(conn, "distlock_endings", ()):  # its on_commit hooks run
             return True
         if getattr(conn, "distlock_transaction", None) != number or conn.connection is None:
             return False
         return bool(conn.in_atomic_block or not conn.autocommit)
 
     def _add(self, conn: Any, number: int, depth: int) -> None:
-        if conn not in self.ties:
+        if conn not in self.enders:  # its first tie to this connection
             _link(self, conn)
-        self.ties[conn] = (number, depth)
+        self.ties[conn, number] = depth
         if conn._thread_ident == _get_ident():
-            self.threads[conn] = weakref.ref(threading.current_thread())
+            self.threads[conn, number] = weakref.ref(threading.current_thread())
         if depth == 0:
             _watch_manual_endings(type(conn))
 
-    def _untie(self, conn: Any) -> bool:
-        """Remove the tie to ``conn``; return True if the lock is to be freed now."""
-        _unlink(self, conn)
-        del self.ties[conn]
-        self.threads.pop(conn, None)
-        self.hooks_before.pop(conn, None)
+    def _untie(self, key: tuple[Any, int]) -> bool:
+        """Remove the tie to ``key`` (connection, transaction number); return True if the
+        lock is to be freed now."""
+        del self.ties[key]
+        self.threads.pop(key, None)
+        self.hooks_before.pop(key, None)
+        conn = key[0]
+        if not any(tied is conn for tied, _number in self.ties):  # its last one there
+            _unlink(self, conn)
         if self.waiting and not self.ties and not self.done:
             self.done = True
             return True
@@ -338,36 +343,42 @@ def block_ended(conn: Any, number: int, depth: int, how: str) -> None:
         if not holds:
             return
         for hold in list(holds):
-            tied_number, tied = hold.ties[conn]
-            if how == END_MANUAL:
-                ends = tied == 0
-            elif tied_number != number:
-                continue
-            elif how == COMMITTED:
-                ends = hold.waiting and hold.hooks_before.get(conn) == 0
-            else:
-                ends = how == END_ALL or (how == END and tied >= depth)
-            if ends and hold._untie(conn):
-                freed.append(hold)
-            elif not ends and how == MOVE_UP and tied >= depth:
-                hold.ties[conn] = (number, depth - 1)
-    finish(freed)
+            for key in [key for key in hold.ties if key[0] is conn]:
+                tied = hold.ties[key]
+                if how == END_MANUAL:
+                    ends = tied == 0
+                elif key[1] != number:
+                    continue
+                elif how == COMMITTED:
+                    ends = hold.waiting and hold.hooks_before.get(key) == 0
+                else:
+                    ends = how == END_ALL or (how == END and tied >= depth)
+                if ends and hold._untie(key):
+                    freed.append(hold)
+                elif not ends and how == MOVE_UP and tied >= depth:
+                    hold.ties[key] = depth - 1
+    try:
+        finish(freed)
+    except BaseException:
+        # KeyboardInterrupt, SystemExit, gevent's Timeout: it goes on, but no lock whose
+        # ties ended is left behind, the one it cut short included (it may have come before
+        # that lock's release began): their hold is done, so no tie's end would free them
+        # and the renewer's look would renew them for ever. Left to their leases.
+        for hold in freed:
+            if hold.owner._pending is hold:  # its release never began
+                hold.owner._abandon_after_transactions()
+        raise
 
 
 def finish(freed: list[Hold]) -> None:
-    """Free the locks of ``freed`` (their last tie ended). A BaseException on the way
-    (KeyboardInterrupt, SystemExit, gevent's Timeout) goes on, but no lock is left behind:
-    the ones not freed yet stop being renewed, so their leases end them."""
+    """Free the locks of ``freed`` (their last tie ended). A BaseException on the way goes
+    on; block_ended leaves to their leases the locks not freed yet."""
     unreachable: set[str] = set()
-    for index, hold in enumerate(freed):
+    for hold in freed:
         try:
             hold.owner._release_after_transactions(unreachable)
         except Exception:  # called from Django's commit or rollback: never raise into it
             logger.exception("distlock: releasing a lock after its transaction ended failed")
-        except BaseException:
-            for rest in freed[index + 1 :]:
-                rest.owner._abandon_after_transactions()
-            raise
 
 
 # --- seeing the ends: wrappers around Django's own methods -------------------------------
@@ -442,26 +453,37 @@ def _wrap_exit(exit_: Callable[..., Any]) -> Callable[..., Any]:
 
 def _exit_watched(block: Any, exc_type: Any, call: Callable[[], Any]) -> Any:
     """Run Django's ``__exit__`` (``call``) for a block of a connection with ties, and apply
-    the block's end to them afterwards, whatever it raised. (distlock's wrapper twice in
-    the chain, a library's wrapper between them, is harmless: each end applies once.)"""
+    the block's end to them afterwards, whatever it raised. distlock's work, before and
+    after, is in one guarded place each: whatever it raises is logged, and Django's method
+    runs once, its result or exception the caller's. (distlock's wrapper twice in the
+    chain, a library's wrapper between them, is harmless: each end applies once.)"""
+    end = None
     try:
         conn: Any = connections[block.using or DEFAULT_DB_ALIAS]
-        if not _tied.get(conn):
-            return call()
-        end = _block_end(block, conn, exc_type)
+        if _tied.get(conn):
+            end = _block_end(block, conn, exc_type)
+            ending_before = getattr(conn, "distlock_ending", None)
+            endings_before = getattr(conn, "distlock_endings", ())
+            if end[3] == END_ALL and not block._from_testcase:
+                # Django's COMMIT of this block ends the ties of holds released before any
+                # on_commit hook (_commit_hooks_after_handing_on): handed on right after COMMIT.
+                conn.distlock_ending = end[0]
+                # Every transaction whose hooks are running on conn (a hook's own block's
+                # hooks run inside the committed one's): all still open (Hold._open).
+                conn.distlock_endings = (*endings_before, end[0])
     except Exception:
         _bookkeeping_failed("Atomic.__exit__")
+        end = None
+    if end is None:
         return call()
-    ending_before = getattr(conn, "distlock_ending", None)
-    if end[3] == END_ALL and not block._from_testcase:
-        # Django's COMMIT of this block ends the ties of holds released before any
-        # on_commit hook (_commit_hooks_after_handing_on): handed on right after COMMIT.
-        conn.distlock_ending = end[0]
     try:
         return call()
     finally:
-        conn.distlock_ending = ending_before
-        _apply_end(block, conn, end)
+        try:
+            conn.distlock_ending, conn.distlock_endings = ending_before, endings_before
+            _apply_end(block, conn, end)
+        except Exception:
+            _bookkeeping_failed("Atomic.__exit__")
 
 
 def _parameters(method: Any) -> tuple[tuple[str, Any], ...] | None:
@@ -486,17 +508,14 @@ def _block_end(block: Any, conn: Any, exc_type: Any) -> tuple[int, int, Any, str
 
 def _apply_end(block: Any, conn: Any, end: tuple[int, int, Any, str]) -> None:
     number, depth, (sid, rolls_back), how = end
-    try:
-        if block._from_testcase:  # a TestCase's block: the code's own have all ended
-            block_ended(conn, number, 0, END_ALL)
-        elif how == END_ALL and not _in_manual_transaction(conn):
-            block_ended(conn, number, depth, END_ALL)  # committed, rolled back, closed, killed
-        elif rolls_back and sid is not None and not conn.needs_rollback:
-            block_ended(conn, number, depth, END)  # rolled back to its savepoint
-        else:
-            block_ended(conn, number, depth, MOVE_UP)
-    except Exception:
-        _bookkeeping_failed("Atomic.__exit__")
+    if block._from_testcase:  # a TestCase's block: the code's own have all ended
+        block_ended(conn, number, 0, END_ALL)
+    elif how == END_ALL and not _in_manual_transaction(conn):
+        block_ended(conn, number, depth, END_ALL)  # committed, rolled back, closed, killed
+    elif rolls_back and sid is not None and not conn.needs_rollback:
+        block_ended(conn, number, depth, END)  # rolled back to its savepoint
+    else:
+        block_ended(conn, number, depth, MOVE_UP)
 
 
 def _wrap_ending(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -536,17 +555,17 @@ def _wrap_set_autocommit(method: Callable[..., Any]) -> Callable[..., Any]:
             force_begin_transaction_with_broken_autocommit: bool = False,
         ) -> Any:
             forced = force_begin_transaction_with_broken_autocommit
-            if autocommit and _tied and _tied_to(self):  # else nothing of the end to see
-                if _hooks_follow_a_commit(self):
-                    call = functools.partial(method, self, autocommit, forced)
-                    return _commit_hooks_after_handing_on(self, call)
-                result = method(self, autocommit, forced)  # raises: nothing ended
-                _autocommit_set(self, autocommit, forced)
+            if not autocommit:  # every outermost block's BEGIN: kept fast
+                result = method(self, autocommit, forced)  # raises: nothing began
+                try:
+                    _began(self, forced)
+                except Exception:
+                    _bookkeeping_failed("set_autocommit")
                 return result
-            result = method(self, autocommit, forced)  # raises: nothing began or ended
-            if not autocommit:
-                _began(self, forced)
-            return result
+            if not (_tied and _tied_to(self)):  # nothing of an end to see
+                return method(self, autocommit, forced)
+            call = functools.partial(method, self, autocommit, forced)
+            return _set_autocommit_watched(self, autocommit, forced, call)
 
         return set_autocommit
 
@@ -575,73 +594,76 @@ def _tied_to(conn: Any) -> bool:
 def _set_autocommit_watched(
     conn: Any, autocommit: Any, forced: Any, call: Callable[[], Any]
 ) -> Any:
-    if _tied and autocommit and _hooks_follow_a_commit(conn):
-        return _commit_hooks_after_handing_on(conn, call)
-    result = call()  # raises: no transaction began or ended
-    _autocommit_set(conn, autocommit, forced)
-    return result
+    """Run Django's ``set_autocommit`` (``call``) once, whatever distlock's work raises:
+    that work, before and after, is in one guarded place each, and its failure is logged
+    (the ties may then end with the block, or the locks be left to their leases).
 
-
-def _autocommit_set(conn: Any, autocommit: Any, forced: Any) -> None:
-    """Autocommit was turned off (a transaction began: number it) or on (a transaction
-    managed by hand ended)."""
-    if not autocommit:
-        _began(conn, forced)
-        return
+    After the outermost block's COMMIT, Django's method is told to leave the on_commit
+    hooks: the locks released before any hook are handed on first (their lock_released
+    receivers run with autocommit on, as after the block), then the hooks run as Django
+    runs them, their exception the caller's."""
+    hand_on = False
     try:
-        if _tied and not conn.in_atomic_block:
-            block_ended(conn, 0, 0, END_MANUAL)
+        if autocommit and _tied and _hooks_follow_a_commit(conn):
+            conn.run_commit_hooks_on_set_autocommit_on = False
+            hand_on = True
     except Exception:
         _bookkeeping_failed("set_autocommit")
+    try:
+        result = call()
+    except BaseException:  # nothing began or ended
+        if hand_on:
+            conn.run_commit_hooks_on_set_autocommit_on = True  # as Django leaves it
+        raise
+    hooks = None
+    try:
+        if hand_on:
+            # The committed transaction's hooks are out of reach while the locks are handed
+            # on: a lock_released receiver's own atomic block would run them at its COMMIT
+            # (and swallow their exception) or drop them at its ROLLBACK.
+            hooks, conn.run_on_commit = conn.run_on_commit, []
+            _commit_hooks_after_handing_on(conn)
+        elif not autocommit:
+            _began(conn, forced)
+        elif _tied and not conn.in_atomic_block:
+            block_ended(conn, 0, 0, END_MANUAL)  # a transaction managed by hand ended
+    except Exception:
+        _bookkeeping_failed("set_autocommit")
+    finally:
+        if hand_on:
+            if hooks is not None:  # back before any a receiver left (none, normally)
+                conn.run_on_commit = hooks + conn.run_on_commit
+            conn.run_and_clear_commit_hooks()  # Django's own work, never guarded
+    return result
 
 
 def _hooks_follow_a_commit(conn: Any) -> bool:
     """Return True if the code's outermost block on ``conn`` committed (its __exit__ marked
     the connection) and Django is about to turn autocommit on and run its on_commit hooks."""
-    try:
-        if getattr(conn, "distlock_ending", None) is None:
-            return False
-        return bool(conn.run_commit_hooks_on_set_autocommit_on)
-    except Exception:
-        _bookkeeping_failed("set_autocommit")
+    if getattr(conn, "distlock_ending", None) is None:
         return False
+    return bool(conn.run_commit_hooks_on_set_autocommit_on)
 
 
-def _commit_hooks_after_handing_on(conn: Any, call: Callable[[], Any]) -> Any:
-    """Turn autocommit on (Django's set_autocommit, told to leave the hooks), hand on the
-    locks released before any on_commit hook (their lock_released receivers run with
-    autocommit on, as after the block), then run the hooks as Django would."""
-    conn.run_commit_hooks_on_set_autocommit_on = False
-    try:
-        result = call()
-    except BaseException:
-        conn.run_commit_hooks_on_set_autocommit_on = True  # as Django leaves it
-        raise
-    try:
-        block_ended(conn, conn.distlock_ending, 0, COMMITTED)
-    except Exception:
-        _bookkeeping_failed("set_autocommit")
-    finally:
-        conn.run_and_clear_commit_hooks()
-    return result
+def _commit_hooks_after_handing_on(conn: Any) -> None:
+    """Autocommit is on again after the outermost block's COMMIT, its on_commit hooks not
+    run yet: hand on the locks released before any hook."""
+    block_ended(conn, conn.distlock_ending, 0, COMMITTED)
 
 
 def _began(conn: Any, forced: Any) -> None:
     """Autocommit was turned off: a transaction began on ``conn``. Number it, and note it in
     this context (inlined _note_transaction: every outermost atomic block comes here)."""
     global _manual_seen
-    try:
-        if not forced and not _manual_seen:  # by hand (Atomic.__enter__ forces a BEGIN)
-            _manual_seen = True
-            _watch_manual_endings(type(conn))
-        number = conn.distlock_transaction = next(_numbers)
-        entered = _entered.get()
-        if entered and entered[0][0] is conn:  # the usual: the latest was this one's too
-            _entered.set(((conn, number),) + entered[1:])  # noqa: RUF005 - the faster
-        else:  # the latest goes first: a thread using two aliases in turn stays fast
-            _entered.set(((conn, number), *(entry for entry in entered if entry[0] is not conn)))
-    except Exception:
-        _bookkeeping_failed("set_autocommit")
+    if not forced and not _manual_seen:  # by hand (Atomic.__enter__ forces a BEGIN)
+        _manual_seen = True
+        _watch_manual_endings(type(conn))
+    number = conn.distlock_transaction = next(_numbers)
+    entered = _entered.get()
+    if entered and entered[0][0] is conn:  # the usual: the latest was this one's too
+        _entered.set(((conn, number),) + entered[1:])  # noqa: RUF005 - the faster
+    else:  # the latest goes first: a thread using two aliases in turn stays fast
+        _entered.set(((conn, number), *(entry for entry in entered if entry[0] is not conn)))
 
 
 FORCE_BEGIN = "force_begin_transaction_with_broken_autocommit"
@@ -800,7 +822,7 @@ def waiting_release(key: Hashable) -> Any:
     places = transactions_here() + _committing_here()
     for conn, number, _depth in places:
         with _guard:  # another thread may end a tie meanwhile
-            holds = [hold for hold in _tied.get(conn, ()) if hold.ties[conn][0] == number]
+            holds = [hold for hold in _tied.get(conn, ()) if (conn, number) in hold.ties]
         for hold in holds:
             lock = hold.owner
             if hold.waiting and lock._pending is hold and lock._resource() == key:
@@ -829,7 +851,7 @@ def held_in_transactions_here(key: Hashable) -> bool:
     places = transactions_here()
     for conn, number, _depth in places:
         with _guard:
-            holds = [hold for hold in _tied.get(conn, ()) if hold.ties[conn][0] == number]
+            holds = [hold for hold in _tied.get(conn, ()) if (conn, number) in hold.ties]
         if any(hold.owner._resource() == key for hold in holds):
             return True
     return False

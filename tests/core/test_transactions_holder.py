@@ -257,13 +257,14 @@ def test_async_locks_through_async_to_sync_keep_no_client_per_call(redis_backend
 @pytest.fixture
 def failing_bookkeeping(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """distlock's bookkeeping raises in every wrapper (a renamed Django attribute, say),
-    with a tie on the connection so that no wrapper takes its fast path."""
+    the numbering of each BEGIN included, with a tie on the connection so that no wrapper
+    takes its fast path."""
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise AttributeError("'DatabaseWrapper' object has no attribute 'renamed'")
 
     monkeypatch.setitem(transactions._tied, connections["default"], {object()})
-    for name in ("own_depth", "block_ended", "_note_transaction"):
+    for name in ("own_depth", "block_ended", "_note_transaction", "_began", "_apply_end"):
         monkeypatch.setattr(transactions, name, broken, raising=False)
     yield
 
