@@ -38,6 +38,8 @@ from ..lock import Lock
 ENDED_PREFIX = "distlock-ended:"
 TAKEN_PREFIX = "distlock-taken:"
 CHECK_PREFIX = "distlock-check:"
+# How a try that sent its retry ended (the purpose of its ended marker ends with it).
+HANDED_OVER = "handed over to its retry"
 # How long the evidence of an ended run is kept past two leases (a check looks about one
 # lease after the skip): a check or a message delivered again that looks later than that
 # (a queue backed up for longer) finds none and does the work again.
@@ -87,9 +89,9 @@ def claim_check(lock: Lock, token: str, purpose: str) -> Iterator[bool]:
             marker.extend(_keep(lock))
 
 
-def mark_ended(lock: Lock, delivery: str, redelivered_too: bool) -> None:
-    """Record that the run of ``delivery`` holding ``lock`` ended its body; call before
-    releasing it.
+def mark_ended(lock: Lock, delivery: str, redelivered_too: bool, how: str = "ended") -> None:
+    """Record that the run of ``delivery`` holding ``lock`` ended its body (``how``: "ended",
+    or HANDED_OVER: it sent its retry, which does its work); call before releasing it.
 
     ``redelivered_too``: record it even if no check was scheduled (this run's message may be
     delivered again: acks_late). Otherwise taking the check marker first is enough when no
@@ -98,7 +100,7 @@ def mark_ended(lock: Lock, delivery: str, redelivered_too: bool) -> None:
     that runs the work again).
     """
     assert lock.token is not None
-    ended = f"{delivery} ended"
+    ended = f"{delivery} {how}"
     if not redelivered_too and _take(CHECK_PREFIX, lock, lock.token, CLAIM_SECONDS, ended):
         return
     _take(ENDED_PREFIX, lock, delivery, _keep(lock), ended)
@@ -117,6 +119,13 @@ def take_over(lock: Lock, delivery: str, me: str) -> bool:
         return True
     taker = marker.operations.holder(marker.name)  # an error raises: never a silent drop
     return taker is not None and taker.purpose == me[:PURPOSE_MAX_LENGTH]
+
+
+def handed_over(lock: Lock, delivery: str) -> bool:
+    """Return True if the run of ``delivery`` handed its work to its retry."""
+    marker = marker_name(ENDED_PREFIX, delivery, lock.name)
+    ended = lock.operations.holder(marker)
+    return ended is not None and ended.purpose.endswith(f" {HANDED_OVER}")
 
 
 def has_ended(lock: Lock, delivery: str) -> bool:
