@@ -34,11 +34,12 @@ The lock is released when the task ends: success, exception, retry, and revoke w
 ``"celery task NAME[ID]"`` (``... retry N`` for a retry), as the admin and ``manage.py
 distlock list`` show it.
 
-Delivery (docs/tasks-and-leaders.md): a message that finds the lock held by its own task id
-and try is a message delivered again, not a duplicate: it waits for that run's lease and
-runs if the run was killed. The first duplicate a run skips schedules one check of that run,
-which does the work once if the run was killed. What tells a killed run from one that ended
-is in run_markers.py.
+Delivery (docs/tasks-and-leaders.md): a message the broker flags redelivered that finds the
+lock held by its own task id and try is a message delivered again, not a duplicate: it waits
+for that run's lease and runs if the run was killed (the same id sent twice, not flagged, is
+a duplicate). A try that sends its retry records that its work is the retry's. The first
+duplicate a run skips schedules one check of that run, which does the work once if the run
+was killed. What tells a killed run from one that ended is in run_markers.py.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ server) and never released: their lease ends them, so nothing is left behind for
 
 - ``distlock-ended:DELIVERY:NAME``: a run of DELIVERY ended its body (returned, raised,
   retried, was revoked); taken before the run releases NAME. Its absence once the run's lease
-  has ended means the run was killed (SIGKILL, OOM, a host lost).
+  has ended means the run was killed (SIGKILL, OOM, a host lost). A run that sends its retry
+  takes it then (its purpose ends with HANDED_OVER), before its message is acknowledged: its
+  work is the retry's even if it is killed before its body ends.
 - ``distlock-taken:DELIVERY:NAME``: the work of DELIVERY, whose run was killed, is done by the
   delivery this marker's purpose names: a check of the killed run, or its message delivered
   again. Among all the messages waiting for one killed run only the first does its work (or
