@@ -359,11 +359,21 @@ class LockedTask(celery.Task):
         except LockError as exc:  # a check of this run will then run the work again
             logger.warning("distlock: %s could not record that it ended: %s", lock.purpose, exc)
 
-    def retry(self, *args: Any, **kwargs: Any) -> Any:
+    def retry(  # Celery's own signature (the public API pins it)
+        self,
+        args=None,
+        kwargs=None,
+        exc=None,
+        throw=True,
+        eta=None,
+        countdown=None,
+        max_retries=None,
+        **options,
+    ):
         """Celery's retry; a run holding its lock then records that its work is its retry's
         (before its message is acknowledged)."""
         try:
-            sent = super().retry(*args, **kwargs)
+            sent = super().retry(args, kwargs, exc, throw, eta, countdown, max_retries, **options)
         except Retry:  # sent (throw=True)
             self._hand_over()
             raise

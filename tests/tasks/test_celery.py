@@ -144,7 +144,19 @@ def tasks(workers: Workers, settings: Any) -> Iterator[Any]:
     celery_app.app.conf.update(
         broker_url=previous["broker_url"], result_backend=previous["result_backend"]
     )
+    forget_connections(celery_app.app)
     locks.reset()
+
+
+def forget_connections(app: Any) -> None:
+    """Drop the app's result backend and broker connections, which Celery keeps once made:
+    the workers of another test module have a broker of their own, and a result consumer
+    still subscribed to a stopped server never recovers. (Celery has no public way to; these
+    are where its app keeps them.)"""
+    app._backend_cache = None
+    vars(app._local).pop("backend", None)
+    app._pool = None
+    app.amqp._producer_pool = None
 
 
 def settled(results: list[Any], timeout: float = 30) -> list[str]:
