@@ -124,9 +124,13 @@ def take_over(lock: Lock, delivery: str, me: str) -> bool:
 
 
 def handed_over(lock: Lock, delivery: str) -> bool:
-    """Return True if the run of ``delivery`` handed its work to its retry."""
+    """Return True if the run of ``delivery`` handed its work to its retry (False if that
+    cannot be read: the caller then only records a state that the retry's replaces)."""
     marker = marker_name(ENDED_PREFIX, delivery, lock.name)
-    ended = lock.operations.holder(marker)
+    try:
+        ended = lock.operations.holder(marker)
+    except LockError:
+        return False
     return ended is not None and ended.purpose.endswith(f" {HANDED_OVER}")
 
 
