@@ -34,11 +34,12 @@ The lock is released when the task ends: success, exception, retry, and revoke w
 ``"celery task NAME[ID]"`` (``... retry N`` for a retry), as the admin and ``manage.py
 distlock list`` show it.
 
-Delivery (docs/tasks-and-leaders.md): a message that finds the lock held by its own task id
-and try is a message delivered again, not a duplicate: it waits for that run's lease and
-runs if the run was killed. The first duplicate a run skips schedules one check of that run,
-which does the work once if the run was killed. What tells a killed run from one that ended
-is in run_markers.py.
+Delivery (docs/tasks-and-leaders.md): a message the broker flags redelivered that finds the
+lock held by its own task id and try is a message delivered again, not a duplicate: it waits
+for that run's lease and runs if the run was killed (the same id sent twice, not flagged, is
+a duplicate). A try that sends its retry records that its work is the retry's. The first
+duplicate a run skips schedules one check of that run, which does the work once if the run
+was killed. What tells a killed run from one that ended is in run_markers.py.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ try:
     import celery
     from celery import states
     from celery.backends.base import DisabledBackend
-    from celery.exceptions import Ignore
+    from celery.exceptions import Ignore, Retry
     from celery.utils import uuid
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImproperlyConfigured(
@@ -68,7 +69,14 @@ from ..exceptions import BackendUnavailable, LockError, LockNotAcquired
 from ..handler import locks
 from ..info import PURPOSE_MAX_LENGTH, LockInfo
 from ..lock import Lock
-from .run_markers import claim_check, has_ended, mark_ended, take_over
+from .run_markers import (
+    HANDED_OVER,
+    claim_check,
+    handed_over,
+    has_ended,
+    mark_ended,
+    take_over,
+)
 from .task_lock import (
     TaskLockName,
     check_on_duplicate,
@@ -213,7 +221,7 @@ class LockedTask(celery.Task):
             raise
         if not taken:
             release_quietly(lock, self.name, self.request.id)
-            return self._drop(lock, why)
+            return self._drop(lock, why, delivery)
         if after is not None:
             logger.info(
                 "distlock: %s[%s] runs: the run of %r it waited for was killed (%s)",
@@ -228,19 +236,26 @@ class LockedTask(celery.Task):
         self, lock: Lock, info: LockInfo, after: dict[str, str] | None, args: Any, kwargs: Any
     ) -> Any:
         eager = self.request.is_eager or self.request.called_directly
-        if not eager and info.purpose == _delivery(lock):
+        held_try = None if eager else _try_of(info.purpose, self._purpose(self.request.id))
+        my_try = self.request.retries or 0
+        again = _redelivered(self.request) or (after is not None and after["why"] == "redelivered")
+        if held_try == my_try and again:
             # This very message holds the lock: delivered again (acks_late and its worker
-            # lost, a broker's visibility timeout). Never a duplicate of itself: it waits
-            # for that run's lease, then runs unless the run ended.
+            # lost, a broker's visibility timeout: the broker flags it redelivered). Never a
+            # duplicate of itself: it waits for that run's lease, then runs unless the run
+            # ended. The same id sent twice (not flagged) is a duplicate, below.
             return self._wait_for(info, "redelivered", info.ttl_remaining)
-        task = self._purpose(self.request.id)
-        if not eager and (info.purpose == task or info.purpose.startswith(f"{task} retry ")):
+        if held_try is not None and held_try < my_try:
             # Its earlier try is releasing the lock (or was killed): look again soon.
             return self._wait_for(info, "retried", min(info.ttl_remaining, 1.0))
+        if held_try is not None and held_try > my_try:
+            # A later try of this task holds the lock: this try handed its work to its
+            # retry (and was killed before its message was acknowledged).
+            return self._drop(lock, HANDED_OVER, None)
         if after is not None and info.token == after["token"]:
             return self._wait_for(info, after["why"], info.ttl_remaining)  # still there
         if after is not None and after["why"] != "retried" and has_ended(lock, after["purpose"]):
-            return self._drop(lock, after["why"])
+            return self._drop(lock, after["why"], after["purpose"])
         return self._duplicate(lock, info, args, kwargs)
 
     def _duplicate(self, lock: Lock, info: LockInfo | None, args: Any, kwargs: Any) -> Any:
@@ -258,7 +273,8 @@ class LockedTask(celery.Task):
             with claim_check(lock, info.token, f"check after {info.purpose}") as first:
                 if first:
                     self._check_after(info, args, kwargs)
-        self._record_ignored(result)
+        if info is None or not info.purpose.startswith(self._purpose(self.request.id)):
+            self._record_ignored(result)  # the same id sent twice: its state is the run's
         raise Ignore()
 
     def _check_after(self, info: LockInfo, args: Any, kwargs: Any) -> None:
@@ -303,7 +319,7 @@ class LockedTask(celery.Task):
         headers = self.request.as_execution_options().get("headers") or {}  # no x-death
         return {**headers, AFTER_HEADER: _waiting_for(info, why)}
 
-    def _drop(self, lock: Lock, why: str) -> Any:
+    def _drop(self, lock: Lock, why: str, delivery: str | None) -> Any:
         logger.info(
             "distlock: %s[%s] not run: the run of %r it waited for ended, or another took its "
             "work over (%s)",
@@ -313,9 +329,12 @@ class LockedTask(celery.Task):
             why,
         )
         # A check has an id of its own; a message delivered again keeps the result its run
-        # stored, if that run ended (its work taken over by another message, it has none).
+        # stored, if that run ended (its work taken over by another message, it has none);
+        # one whose try handed its work to a retry leaves the id's state to that retry.
         if why == "skipped" or (
-            not isinstance(self.backend, DisabledBackend)
+            delivery is not None
+            and not handed_over(lock, delivery)
+            and not isinstance(self.backend, DisabledBackend)
             and self.AsyncResult(self.request.id).state not in states.READY_STATES
         ):
             self._record_ignored(
@@ -328,13 +347,43 @@ class LockedTask(celery.Task):
         if not self.ignore_result and self.request.id:
             self.update_state(state=states.IGNORED, meta=result)
 
-    def _mark_ended(self, lock: Lock) -> None:
+    def _mark_ended(self, lock: Lock, how: str = "ended") -> None:
         if lock.token is None or self.request.is_eager or self.request.called_directly:
             return  # in the caller's process: no message to deliver again, no check
         try:
-            mark_ended(lock, _delivery(lock), redelivered_too=bool(self.acks_late))
+            # A try that hands its work to its retry records it whatever its acks: its
+            # message delivered again, or a check of its duplicates, then leave the work
+            # to the retry.
+            redelivered_too = bool(self.acks_late) or how == HANDED_OVER
+            mark_ended(lock, _delivery(lock), redelivered_too, how)
         except LockError as exc:  # a check of this run will then run the work again
             logger.warning("distlock: %s could not record that it ended: %s", lock.purpose, exc)
+
+    def retry(  # Celery's own signature (the public API pins it)
+        self,
+        args=None,
+        kwargs=None,
+        exc=None,
+        throw=True,
+        eta=None,
+        countdown=None,
+        max_retries=None,
+        **options,
+    ):
+        """Celery's retry; a run holding its lock then records that its work is its retry's
+        (before its message is acknowledged)."""
+        try:
+            sent = super().retry(args, kwargs, exc, throw, eta, countdown, max_retries, **options)
+        except Retry:  # sent (throw=True)
+            self._hand_over()
+            raise
+        self._hand_over()
+        return sent
+
+    def _hand_over(self) -> None:
+        lock = running_lock()
+        if lock is not None and _delivery(lock) == self._run_purpose()[:PURPOSE_MAX_LENGTH]:
+            self._mark_ended(lock, HANDED_OVER)
 
     def _forget_queued(self) -> None:
         """Release the lock taken when this message was enqueued (lock_at_enqueue): from now
@@ -388,6 +437,15 @@ def _delivery(lock: Lock) -> str:
 def _waiting_for(info: LockInfo, why: str) -> dict[str, str]:
     """The AFTER_HEADER of a message that waits for the run ``info`` names."""
     return {"token": info.token, "purpose": info.purpose, "why": why}
+
+
+def _try_of(purpose: str, task: str) -> int | None:
+    """The try (0 for the first) of the task ``task`` (its purpose without a try) that the
+    lock purpose ``purpose`` names; None if it names another task or id."""
+    if purpose == task:
+        return 0
+    number = purpose.removeprefix(f"{task} retry ")
+    return int(number) if number != purpose and number.isdigit() else None
 
 
 def _redelivered(request: Any) -> bool:

@@ -9,7 +9,9 @@ server) and never released: their lease ends them, so nothing is left behind for
 
 - ``distlock-ended:DELIVERY:NAME``: a run of DELIVERY ended its body (returned, raised,
   retried, was revoked); taken before the run releases NAME. Its absence once the run's lease
-  has ended means the run was killed (SIGKILL, OOM, a host lost).
+  has ended means the run was killed (SIGKILL, OOM, a host lost). A run that sends its retry
+  takes it then (its purpose ends with HANDED_OVER), before its message is acknowledged: its
+  work is the retry's even if it is killed before its body ends.
 - ``distlock-taken:DELIVERY:NAME``: the work of DELIVERY, whose run was killed, is done by the
   delivery this marker's purpose names: a check of the killed run, or its message delivered
   again. Among all the messages waiting for one killed run only the first does its work (or
@@ -38,6 +40,8 @@ from ..lock import Lock
 ENDED_PREFIX = "distlock-ended:"
 TAKEN_PREFIX = "distlock-taken:"
 CHECK_PREFIX = "distlock-check:"
+# How a try that sent its retry ended (the purpose of its ended marker ends with it).
+HANDED_OVER = "handed over to its retry"
 # How long the evidence of an ended run is kept past two leases (a check looks about one
 # lease after the skip): a check or a message delivered again that looks later than that
 # (a queue backed up for longer) finds none and does the work again.
@@ -87,9 +91,9 @@ def claim_check(lock: Lock, token: str, purpose: str) -> Iterator[bool]:
             marker.extend(_keep(lock))
 
 
-def mark_ended(lock: Lock, delivery: str, redelivered_too: bool) -> None:
-    """Record that the run of ``delivery`` holding ``lock`` ended its body; call before
-    releasing it.
+def mark_ended(lock: Lock, delivery: str, redelivered_too: bool, how: str = "ended") -> None:
+    """Record that the run of ``delivery`` holding ``lock`` ended its body (``how``: "ended",
+    or HANDED_OVER: it sent its retry, which does its work); call before releasing it.
 
     ``redelivered_too``: record it even if no check was scheduled (this run's message may be
     delivered again: acks_late). Otherwise taking the check marker first is enough when no
@@ -98,7 +102,7 @@ def mark_ended(lock: Lock, delivery: str, redelivered_too: bool) -> None:
     that runs the work again).
     """
     assert lock.token is not None
-    ended = f"{delivery} ended"
+    ended = f"{delivery} {how}"
     if not redelivered_too and _take(CHECK_PREFIX, lock, lock.token, CLAIM_SECONDS, ended):
         return
     _take(ENDED_PREFIX, lock, delivery, _keep(lock), ended)
@@ -117,6 +121,17 @@ def take_over(lock: Lock, delivery: str, me: str) -> bool:
         return True
     taker = marker.operations.holder(marker.name)  # an error raises: never a silent drop
     return taker is not None and taker.purpose == me[:PURPOSE_MAX_LENGTH]
+
+
+def handed_over(lock: Lock, delivery: str) -> bool:
+    """Return True if the run of ``delivery`` handed its work to its retry (False if that
+    cannot be read: the caller then only records a state that the retry's replaces)."""
+    marker = marker_name(ENDED_PREFIX, delivery, lock.name)
+    try:
+        ended = lock.operations.holder(marker)
+    except LockError:
+        return False
+    return ended is not None and ended.purpose.endswith(f" {HANDED_OVER}")
 
 
 def has_ended(lock: Lock, delivery: str) -> bool:

@@ -123,3 +123,25 @@ def retried_job(self: LockedTask, key: str) -> str:
         time.sleep(0.5)
         raise retry
     return _work("retried", key, 0.1)
+
+
+@app.task(
+    bind=True,
+    base=LockedTask,
+    lock_name="lateretry:{key}",
+    lock_ttl=4,  # renewals that a loaded machine delays do not let the retry in early
+    acks_late=True,
+    reject_on_worker_lost=True,
+)
+def late_retry_job(self: LockedTask, key: str) -> str:
+    """The first try sends its retry (``throw=False``, as code that cleans up before raising
+    does) and is killed by the test before it returns: its message comes again (acks_late)
+    while its retry is queued. Later deliveries do the work."""
+    if not self.request.retries and not _data().get(f"retried:{key}"):
+        # Due after Celery's main process has seen its pool process die (up to seconds on a
+        # loaded machine): a retry that already succeeded would stop the redelivery.
+        retry = self.retry(countdown=10, throw=False)
+        _data().set(f"retried:{key}", os.getpid())
+        time.sleep(60)  # killed here
+        raise retry
+    return _work("lateretry", key, 0.1)
