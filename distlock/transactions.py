@@ -91,6 +91,14 @@ def _in_manual_transaction(conn: Any) -> bool:
     return conn.connection is not None and not conn.autocommit and not conn.in_atomic_block
 
 
+def _testcase_transaction(conn: Any) -> bool:
+    """Return True if ``conn``'s transaction is one Django's TestCase wraps around a test (it
+    is not the code's, and autocommit cannot be turned off by hand inside it)."""
+    return bool(
+        conn.in_atomic_block and conn.atomic_blocks and conn.atomic_blocks[0]._from_testcase
+    )
+
+
 def open_transactions() -> list[Any]:
     """Return this thread's database connections that are inside an atomic block of the
     code's own (the blocks Django's TestCase wraps around a test do not count)."""
@@ -131,7 +139,10 @@ def transactions_here() -> list[Place]:
         found += [
             (conn, transaction_number(conn), own_depth(conn))
             for conn in connections.all(initialized_only=True)
-            if conn not in seen and conn.connection is not None and not conn.autocommit
+            if conn not in seen
+            and conn.connection is not None
+            and not conn.autocommit
+            and not _testcase_transaction(conn)
         ]
     return found
 

@@ -125,3 +125,16 @@ def test_pytest_django_db_marker_counts_only_the_codes_own_blocks(redis_backend:
             pass
         assert is_held("pd:atomic")
     assert free_within("pd:atomic")
+
+
+@pytest.mark.django_db
+def test_the_tests_transaction_never_counts_once_the_process_managed_one_by_hand(
+    redis_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once any code of the process has turned autocommit off by hand, every acquire looks
+    at the connections for a transaction managed by hand: the test's own transaction (also
+    autocommit off) is still not one (a reverse-order run caught it counted as one)."""
+    monkeypatch.setattr(distlock.transactions, "_manual_seen", True)
+    with distlock.lock("pd:after-manual", ttl=5, wait=0):
+        pass
+    assert not is_held("pd:after-manual")
