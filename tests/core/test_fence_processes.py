@@ -100,7 +100,8 @@ def trial(shop: Shop, order: int, stop: str, restart: RedisServer | None = None)
             lock_key_gone = free_within(f"fenced:{order}", 30)
             with ThreadPoolExecutor(1) as second_thread:
                 second_answer = second_thread.submit(post, shop, f"/pay-fenced/{order}")
-                if stop == "read":  # it holds the lock; its claim waits for the stopped one's
+                if stop in ("read", "write"):  # it holds the lock; its claim waits for
+                    # the stopped one's transaction, whose row lock is taken
                     wait_until(
                         lambda: newer_holder(order, first_token) or second_answer.done(),
                         30,
