@@ -25,6 +25,7 @@ from typing import Any
 
 from .exceptions import BackendUnavailable, LockError
 from .lock import Lock
+from .offload import in_thread
 from .validation import seconds
 
 logger = logging.getLogger("distlock")
@@ -108,7 +109,7 @@ class Leader:
 
     async def await_elected(self, timeout: float | None = None) -> bool:
         """Async twin of wait_elected()."""
-        return await asyncio.to_thread(self.wait_elected, timeout)
+        return await in_thread(self.wait_elected, timeout)
 
     # --- start and stop -----------------------------------------------------------------
     def start(self) -> Leader:
@@ -139,7 +140,7 @@ class Leader:
 
     async def astop(self, timeout: float | None = None) -> None:
         """Async twin of stop()."""
-        await asyncio.to_thread(self.stop, timeout)
+        await in_thread(self.stop, timeout)
 
     def __enter__(self) -> Leader:
         return self.start()

@@ -8,8 +8,6 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-from asgiref.sync import sync_to_async
-
 from .. import metrics
 from ..exceptions import (
     InvalidLockBackendError,
@@ -20,6 +18,7 @@ from ..exceptions import (
 )
 from ..info import LockInfo, WaiterInfo
 from ..keys import KeyLayout
+from ..offload import in_thread
 from ..signals import lock_force_released
 from ..tokens import SHARED_MARK
 from ..validation import lease_milliseconds
@@ -307,13 +306,13 @@ class BaseLockBackend:
 
     # --- async twins --------------------------------------------------------------------
     async def ainfo(self, name: str) -> LockInfo | None:
-        return await sync_to_async(self.info, thread_sensitive=False)(name)
+        return await in_thread(self.info, name)
 
     async def aheld(self, prefix: str = "", limit: int = 100, offset: int = 0) -> list[LockInfo]:
-        return await sync_to_async(self.held, thread_sensitive=False)(prefix, limit, offset)
+        return await in_thread(self.held, prefix, limit, offset)
 
     async def aforce_release(self, name: str, token: str | None = None) -> bool:
-        return await sync_to_async(self.force_release, thread_sensitive=False)(name, token)
+        return await in_thread(self.force_release, name, token)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} alias={self.alias!r} prefix={self.key_prefix!r}>"

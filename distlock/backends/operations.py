@@ -9,11 +9,10 @@ calls the object of its kind; the admin, the command and the metrics loop over t
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, NamedTuple, Protocol
-
-from asgiref.sync import sync_to_async
+from typing import ClassVar, NamedTuple, Protocol
 
 from ..info import LockInfo, SemaphoreInfo
+from ..offload import in_thread
 
 
 class Attempt(NamedTuple):
@@ -203,34 +202,33 @@ class Operations:
 
     # --- async twins --------------------------------------------------------------------
     async def atry_acquire(self, request: Request, grant: str | None = None) -> Attempt:
-        return await _in_thread(self.try_acquire)(request, grant)
+        return await in_thread(self.try_acquire, request, grant)
 
     async def aacquire_when_free(self, request: Request, timeout: float) -> Attempt:
-        return await _in_thread(self.acquire_when_free)(request, timeout)
+        return await in_thread(self.acquire_when_free, request, timeout)
 
     async def aleave(self, name: str, token: str) -> None:
-        await _in_thread(self.leave)(name, token)
+        await in_thread(self.leave, name, token)
 
     async def arelease(self, name: str, token: str, *, every_level: bool = False) -> int:
-        return await _in_thread(self.release)(name, token, every_level=every_level)
+        return await in_thread(self.release, name, token, every_level=every_level)
 
     async def aextend(
         self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
     ) -> bool:
-        extend = _in_thread(self.extend)
-        return await extend(name, token, ttl_ms, renewal=renewal, reenter=reenter)
+        return await in_thread(self.extend, name, token, ttl_ms, renewal=renewal, reenter=reenter)
 
     async def ainspect(self, name: str) -> tuple[LockInfo, ...]:
-        return await _in_thread(self.inspect)(name)
+        return await in_thread(self.inspect, name)
 
     async def aholder(self, name: str, token: str | None = None) -> LockInfo | None:
         return pick(await self.ainspect(name), token)
 
     async def aforce_release(self, name: str, token: str) -> bool:
-        return await _in_thread(self.force_release)(name, token)
+        return await in_thread(self.force_release, name, token)
 
     async def alist(self, prefix: str = "") -> Listing:
-        return await _in_thread(self.list)(prefix)
+        return await in_thread(self.list, prefix)
 
 
 class ExclusiveKind(Operations):
@@ -274,7 +272,7 @@ class SemaphoreKind(Operations):
         raise NotImplementedError(f"{type(self).__name__} must provide describe()")
 
     async def adescribe(self, name: str) -> SemaphoreInfo | None:
-        return await _in_thread(self.describe)(name)
+        return await in_thread(self.describe, name)
 
     def held_one(self, name: str) -> SemaphoreInfo | None:
         """Return semaphore ``name`` if someone holds a permit, else None (what operators
@@ -394,7 +392,3 @@ class UnsupportedSemaphores(Unsupported, SemaphoreKind):
 
     async def ainspect(self, name: str) -> tuple[LockInfo, ...]:
         return ()
-
-
-def _in_thread(call: Callable[..., Any]) -> Callable[..., Any]:
-    return sync_to_async(call, thread_sensitive=False)

@@ -31,6 +31,7 @@ CORE = [
     "metrics",
     "eviction",
     "claims",
+    "offload",
 ]
 SURFACES = [
     "views",

@@ -3,12 +3,12 @@ so the async twins call the sync operations on the loop; only a wait blocks, in 
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Protocol
 
 from ...exceptions import RenewalLimitReached
 from ...info import LockInfo
+from ...offload import in_thread
 from ..operations import AtOnce, Attempt, Backend, Operations, Request
 from .store import Held, Permit, Store
 
@@ -58,7 +58,7 @@ class InMemory(AtOnce):
         # Wait in a thread (blocking on the condition would stall the event loop), acquire
         # on the loop: acquired in the thread, a cancelled task's hold would outlive it for
         # its whole lease; this way a task cancelled while it waits takes nothing.
-        await asyncio.to_thread(self.wait_turn, request, timeout)
+        await in_thread(self.wait_turn, request, timeout)
         sent = time.monotonic()
         return self.try_acquire(request)._replace(sent=sent)
 

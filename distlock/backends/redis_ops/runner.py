@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import redis
 
 from ...exceptions import BackendUnavailable
+from ...offload import in_thread
 from .memory import MemoryReport, is_out_of_memory, out_of_memory_message, read_memory
 from .server_info import ServerReport, read_server
 from .steps import (
@@ -38,7 +39,6 @@ from .steps import (
     drive,
     text,
 )
-from .threads import in_thread
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -341,7 +341,7 @@ class Runner:
         return self.rerouted(lambda: self._pipelined_per_node(step.calls))
 
     async def aeval_many(self, step: EvalMany, client: Any) -> list[Any]:
-        return await asyncio.to_thread(self.eval_many, step)  # listings: in a thread
+        return await in_thread(self.eval_many, step)  # listings: in a thread
 
     def _pipelined(self, client: Any, calls: list[Eval]) -> list[Any]:
         for _ in range(2):

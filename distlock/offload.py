@@ -1,5 +1,10 @@
-"""in_thread: run a blocking call in a worker thread for a coroutine, and give back what it
+"""in_thread: the one way distlock runs a blocking call in a worker thread for a coroutine (a
+backend's sync operation, a wait on a condition, a leader's stop), and gives back what it
 took when the coroutine is cancelled before the thread ends.
+
+The context is copied into the thread, as ``asyncio.to_thread`` does; the call runs in the
+loop's default executor. Nothing here is thread-sensitive: Django's ORM calls go through
+``sync_to_async`` (its own policy), never through this.
 
 A thread cannot be stopped: cancelling the task that awaits it leaves it blocked on Redis
 (BLPOP, WAIT) until it returns, and a grant it receives then lands after the lock's
@@ -21,17 +26,20 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ...exceptions import LockError
+from .exceptions import LockError
 
 T = TypeVar("T")
 
 
 async def in_thread(
-    call: Callable[..., T], *args: Any, give_back: Callable[[], object] | None = None
+    call: Callable[..., T],
+    *args: Any,
+    give_back: Callable[[], object] | None = None,
+    **kwargs: Any,
 ) -> T:
-    """Return ``call(*args)``, run in the event loop's default executor."""
+    """Return ``call(*args, **kwargs)``, run in the event loop's default executor."""
     abandoned = threading.Event()
-    work = functools.partial(_run, abandoned, give_back, call, *args)
+    work = functools.partial(_run, abandoned, give_back, functools.partial(call, *args, **kwargs))
     context = contextvars.copy_context()  # as asyncio.to_thread
     future = asyncio.get_running_loop().run_in_executor(None, context.run, work)
     try:
@@ -44,11 +52,10 @@ async def in_thread(
 def _run(
     abandoned: threading.Event,
     give_back: Callable[[], object] | None,
-    call: Callable[..., T],
-    *args: Any,
+    call: Callable[[], T],
 ) -> T:
     try:
-        return call(*args)
+        return call()
     finally:
         if give_back is not None and abandoned.is_set():
             with contextlib.suppress(LockError):  # unreachable: the lease ends it
