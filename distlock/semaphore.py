@@ -12,22 +12,16 @@ from collections.abc import Callable
 from typing import Any
 
 from . import handler
-from .backends.base import BaseLockBackend
 from .backends.operations import SemaphoreKind
 from .exceptions import LockError, SemaphoreFull
 from .info import SemaphoreInfo
 from .lock import Lock
 
 
-def semaphore_backend(using: str) -> BaseLockBackend:
-    """Return the backend of alias ``using`` (its ``semaphores`` raise
-    SemaphoresNotSupported when it has none)."""
-    return handler.locks[using]
-
-
 def _permits(using: str) -> SemaphoreKind:
-    """The semaphore operations of alias ``using``."""
-    return semaphore_backend(using).semaphores
+    """The semaphore operations of alias ``using`` (they raise SemaphoresNotSupported when
+    its backend keeps none)."""
+    return handler.locks[using].semaphores
 
 
 class Semaphore(Lock):
