@@ -2,7 +2,7 @@
 
     python benchmarks/bench_admin.py [--locks 10000] [--keys 1000000] [--repeat 15]
 
-Starts a redis-server of its own (tests/support/redis_server.py), fills it with ``--keys`` unrelated
+Starts a redis-server of its own (devkit/redis_server.py), fills it with ``--keys`` unrelated
 keys (DEBUG POPULATE) and ``--locks`` held locks (real distlock.lock() acquisitions, with
 metadata), then renders the changelist through the Django test client as a logged-in
 superuser: the whole request (session, permissions, Redis reads, template), as an operator
@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the clone, for its imports
-from tests.support.paths import ROOT
+from devkit.paths import ROOT
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.support.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "devkit.settings")
 
 TARGET_SECONDS = 1.0
 RESULTS = ROOT / "benchmarks" / "results" / "admin.json"
@@ -43,7 +43,7 @@ def main() -> None:
     import django
 
     django.setup()
-    from tests.support.redis_server import RedisServer
+    from devkit.redis_server import RedisServer
 
     with RedisServer() as server:
         client = setup_django(server.url)

@@ -1,14 +1,14 @@
 """What the fence costs (``fence=True``, docs/fencing-and-limits.md): the time of one
 acquisition of ``distlock.lock`` with one database transaction under it (read an order, write
 a charge), fenced and unfenced, in the same run, alternating, on SQLite (in memory), a real
-PostgreSQL and a real MariaDB server of its own (tests/support/databases.py) and a real
+PostgreSQL and a real MariaDB server of its own (devkit/databases.py) and a real
 redis-server. The fenced one adds one statement to the transaction: the claim, an upsert on
 the lock's row of ``distlock_fence``.
 
     python benchmarks/bench_fence.py [--quick]
 
 Writes benchmarks/results/fence.json and prints the table. Each database is measured in a
-process of its own (``--child``: the shop's settings, tests/support/shop), commits at the
+process of its own (``--child``: the shop's settings, devkit/shop), commits at the
 server's own speed (SHOP_COMMIT_DELAY=0).
 """
 
@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the clone, for its imports
-from tests.support.paths import ROOT
+from devkit.paths import ROOT
 
 RESULTS = ROOT / "benchmarks" / "results" / "fence.json"
 NAMES = 20  # lock names used in turn (each one's fence row exists after the warm-up)
 
 
 def child(iterations: int, rounds: int) -> None:
-    """Measure in this process (DJANGO_SETTINGS_MODULE tests.support.shop.settings)."""
+    """Measure in this process (DJANGO_SETTINGS_MODULE devkit.shop.settings)."""
     import django
 
     django.setup()
@@ -40,7 +40,7 @@ def child(iterations: int, rounds: int) -> None:
     from django.db import connection, transaction
 
     import distlock
-    from tests.support.shop.models import Charge, Order
+    from devkit.shop.models import Charge, Order
 
     if connection.vendor == "sqlite":
         call_command("migrate", verbosity=0)
@@ -82,8 +82,8 @@ def child(iterations: int, rounds: int) -> None:
 
 
 def run_child(env: dict[str, str], iterations: int, rounds: int) -> dict[str, Any]:
-    from tests.support.processes import child_env, run_process
-    from tests.support.shop.load import SETTINGS
+    from devkit.processes import child_env, run_process
+    from devkit.shop.load import SETTINGS
 
     done = run_process(
         [sys.executable, str(Path(__file__)), "--child", str(iterations), str(rounds)],
@@ -99,10 +99,10 @@ def run_child(env: dict[str, str], iterations: int, rounds: int) -> dict[str, An
 
 
 def measure(iterations: int, rounds: int) -> list[dict[str, Any]]:
-    from tests.support.databases import MariaDBServer, PostgresServer
-    from tests.support.processes import distlock_variables
-    from tests.support.redis_server import RedisServer
-    from tests.support.shop.load import serve_shop, shop_env
+    from devkit.databases import MariaDBServer, PostgresServer
+    from devkit.processes import distlock_variables
+    from devkit.redis_server import RedisServer
+    from devkit.shop.load import serve_shop, shop_env
 
     rows = []
     with RedisServer() as redis:

@@ -1,6 +1,6 @@
 """What @lock_view costs a request, against the lock it takes.
 
-Through a real server process (uvicorn, tests/support/live_project) on a private redis-server, the
+Through a real server process (uvicorn, devkit/live_project) on a private redis-server, the
 same trivial view is requested with and without @lock_view, interleaved with bare
 acquire()+release() pairs timed inside the same server process. The view's own time (from the
 X-View-Seconds header, measured around the view in the server) gives
@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the clone, for its imports
-from tests.support.live_server_process import LiveServerProcess
-from tests.support.paths import ROOT
-from tests.support.processes import distlock_variables
-from tests.support.redis_server import RedisServer
+from devkit.live_server_process import LiveServerProcess
+from devkit.paths import ROOT
+from devkit.processes import distlock_variables
+from devkit.redis_server import RedisServer
 
 RESULTS = ROOT / "benchmarks" / "results" / "lock_view.json"
 TARGET = 1.2
@@ -115,8 +115,8 @@ def main() -> int:
     with (
         RedisServer() as redis_server,
         LiveServerProcess(
-            "tests.support.live_project.asgi:application",
-            settings="tests.support.live_project.settings",
+            "devkit.live_project.asgi:application",
+            settings="devkit.live_project.settings",
             env=distlock_variables(url=redis_server.url),
             ready_path="/health/",
         ) as server,

@@ -33,8 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the clone, for its imports
-from tests.support.paths import ROOT
-from tests.support.redis_server import RedisServer
+from devkit.paths import ROOT
+from devkit.redis_server import RedisServer
 
 RESULTS = ROOT / "benchmarks" / "results" / "redlock.json"
 TARGETS = {  # (nodes, other library): the largest allowed ratio of medians

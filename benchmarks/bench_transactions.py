@@ -1,12 +1,12 @@
 """The table of docs/transactions.md: how often a lock taken inside a database transaction lets
 an order be charged twice, or a stock be oversold, with and without ``hold_until_commit``.
 
-On a real PostgreSQL and a real MariaDB server of its own (tests/support/databases.py), the shop of
-tests/support/shop is served by 6 gunicorn worker processes; each order gets 3 POSTs at once (a
+On a real PostgreSQL and a real MariaDB server of its own (devkit/databases.py), the shop of
+devkit/shop is served by 6 gunicorn worker processes; each order gets 3 POSTs at once (a
 double click plus a retry), and 200 buyers compete for 100 units. ``hold_until_commit=False``
 is distlock's behaviour before locks followed the transaction (a release hands the lock on at
 once, before COMMIT); ``True`` is today's default. Commits are made 5 ms slower than the
-servers' (tests/support/shop/slow_commit), as a commit that waits for a disk is.
+servers' (devkit/shop/slow_commit), as a commit that waits for a disk is.
 
     python benchmarks/bench_transactions.py [--quick] [--runs N]
 
@@ -37,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the clone, for its imports
-from tests.support.databases import DatabaseServer, MariaDBServer, PostgresServer
-from tests.support.paths import ROOT
-from tests.support.redis_server import RedisServer
-from tests.support.shop.load import Shop, serve_shop
+from devkit.databases import DatabaseServer, MariaDBServer, PostgresServer
+from devkit.paths import ROOT
+from devkit.redis_server import RedisServer
+from devkit.shop.load import Shop, serve_shop
 
 RESULTS = ROOT / "benchmarks" / "results" / "transactions.json"
 COST_RESULTS = ROOT / "benchmarks" / "results" / "transactions_cost.json"

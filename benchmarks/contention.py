@@ -30,7 +30,7 @@ from typing import Any
 
 import redis
 
-from tests.support.processes import start_process
+from devkit.processes import start_process
 
 from . import anchors, cpu_load
 from .contention_analysis import fairness, time_budget

@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Iterator
 
-from tests.support.processes import start_process
+from devkit.processes import start_process
 
 # Pure Python, no I/O: runnable all the time, as a CPU-bound request or a report job is.
 BUSY_LOOP = "while True: pass"

@@ -20,18 +20,18 @@ from typing import Any
 
 import django
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.support.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "devkit.settings")
 django.setup()
 
 from django.test.utils import override_settings  # noqa: E402
 
 import distlock  # noqa: E402
+from devkit.configs import distlock_settings  # noqa: E402
+from devkit.memory import write_entries  # noqa: E402
+from devkit.redis_server import RedisCluster, RedisSentinelGroup, RedisServer  # noqa: E402
 from distlock import BackendUnavailable  # noqa: E402
 from distlock.checks import check_eviction  # noqa: E402
 from distlock.handler import locks  # noqa: E402
-from tests.support.configs import distlock_settings  # noqa: E402
-from tests.support.memory import write_entries  # noqa: E402
-from tests.support.redis_server import RedisCluster, RedisSentinelGroup, RedisServer  # noqa: E402
 
 ENTRIES = 20_000
 POLICIES = ["allkeys-lru", "volatile-lru", "noeviction"]

@@ -18,8 +18,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from tests.support.paths import ROOT
-from tests.support.processes import run_process
+from devkit.paths import ROOT
+from devkit.processes import run_process
 
 RESULTS = ROOT / "benchmarks" / "results"
 KEY_PREFIX = "bench"

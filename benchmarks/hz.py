@@ -81,8 +81,8 @@ def wait_late(client: object) -> float:
 
 
 def measure(hz: int, rounds: int) -> dict[str, list[float]]:
+    from devkit.redis_server import RedisServer
     from distlock.backends.redis_ops.holds import ACQUIRE
-    from tests.support.redis_server import RedisServer
 
     with RedisServer(["--hz", str(hz)]) as server:
         configure(server.url)

@@ -1,6 +1,6 @@
 """Delaying proxies in a process of their own: ``python -m benchmarks.latency_proxy PORT...``.
 
-One tests.support.tcp_proxy.TcpProxy per Redis port on 127.0.0.1. The process prints the proxies'
+One devkit.tcp_proxy.TcpProxy per Redis port on 127.0.0.1. The process prints the proxies'
 ports (one JSON list), then reads one delay in seconds per line from stdin, gives it to every
 proxy as its one-way latency and answers ``ok``; it exits when stdin closes.
 
@@ -17,7 +17,7 @@ import ctypes
 import json
 import sys
 
-from tests.support.tcp_proxy import TcpProxy
+from devkit.tcp_proxy import TcpProxy
 
 PR_SET_TIMERSLACK = 29  # prctl(2)
 

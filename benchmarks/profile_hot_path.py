@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the clone, fo
 import redis
 
 from benchmarks.harness import configure_distlock
+from devkit.processes import run_process
+from devkit.redis_server import RedisServer
 from distlock.backends.operations import Request
-from tests.support.processes import run_process
-from tests.support.redis_server import RedisServer
 
 NAME = "profile:hot"
 

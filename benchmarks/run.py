@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-# the package under test, tests.support.redis_server, benchmarks.*
+# the package under test, devkit.redis_server, benchmarks.*
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import (
     contention,
@@ -33,9 +33,9 @@ from benchmarks import (
     uncontended,
 )
 from benchmarks.harness import FULL, QUICK, RESULTS, Profile, configure_distlock, environment, log
-from tests.support.paths import ROOT
-from tests.support.processes import child_env, run_process
-from tests.support.redis_server import RedisServer
+from devkit.paths import ROOT
+from devkit.processes import child_env, run_process
+from devkit.redis_server import RedisServer
 
 SECTIONS: dict[str, Callable[[Profile, str], dict[str, Any]]] = {
     "uncontended": uncontended.run,

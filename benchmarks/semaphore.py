@@ -46,8 +46,8 @@ from benchmarks.harness import (
     paired_ratio,
     summary,
 )
-from tests.support.paths import ROOT
-from tests.support.redis_server import RedisServer
+from devkit.paths import ROOT
+from devkit.redis_server import RedisServer
 
 OUTPUT = RESULTS / "semaphore.json"
 LIMIT, TTL = 3, 10

@@ -36,8 +36,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the clone, for its imports
 from benchmarks.harness import RESULTS, environment, log
-from tests.support.paths import ROOT
-from tests.support.redis_server import RedisServer
+from devkit.paths import ROOT
+from devkit.redis_server import RedisServer
 
 OUTPUT = RESULTS / "shared.json"
 TTL = 10

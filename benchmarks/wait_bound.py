@@ -4,7 +4,7 @@ distribution of the time past W (ms, the monotonic clock around each call).
 
     python -m benchmarks.wait_bound [CALLS]   (default 200 per W, sync, then async)
 
-It starts a redis-server of its own (tests.support.redis_server) and points DISTLOCK at it.
+It starts a redis-server of its own (devkit.redis_server) and points DISTLOCK at it.
 """
 
 from __future__ import annotations
@@ -63,14 +63,14 @@ def report(kind: str, mode: str, wait: float, late: list[float]) -> None:
 
 
 def main(calls: int) -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.support.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "devkit.settings")
     import django
     from django.conf import settings
 
     django.setup()
+    from devkit.configs import distlock_settings
+    from devkit.redis_server import RedisServer
     from distlock.handler import locks
-    from tests.support.configs import distlock_settings
-    from tests.support.redis_server import RedisServer
 
     server = RedisServer().start()
     try:

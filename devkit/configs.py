@@ -6,7 +6,7 @@ import uuid
 from typing import Any
 
 SOCKET_TIMEOUT = 1.0
-# The Sentinel service name of tests.support.redis_server.RedisSentinelGroup.
+# The Sentinel service name of devkit.redis_server.RedisSentinelGroup.
 SENTINEL_SERVICE = "distlock"
 
 

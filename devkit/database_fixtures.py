@@ -1,4 +1,4 @@
-"""Real PostgreSQL and MariaDB servers (tests/support/databases.py) as session fixtures: each
+"""Real PostgreSQL and MariaDB servers (devkit/databases.py) as session fixtures: each
 started once, only when a test asks for it, and stopped (its data removed) at the end of the
 session.
 
@@ -16,7 +16,7 @@ from typing import TypeVar
 
 import pytest
 
-from tests.support.databases import (
+from devkit.databases import (
     REQUIRE_ENV,
     DatabaseServer,
     DatabaseUnavailable,

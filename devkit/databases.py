@@ -1,6 +1,6 @@
 """Real PostgreSQL and MariaDB servers for the test suite, on free loopback ports.
 
-Shaped like tests/support/redis_server.py, and nothing here touches a database server that
+Shaped like devkit/redis_server.py, and nothing here touches a database server that
 happens to be running already (such as the machine's PostgreSQL on 5432 or MariaDB on 3306): every
 server is a child process of the test run, initialised in a temporary directory of its own
 (mode 0700, removed by :meth:`DatabaseServer.stop` or at exit), listening on a port picked
@@ -22,12 +22,12 @@ Each creates a database and a user with a password, as a project would have, whi
 connects to over TCP (``HOST`` 127.0.0.1, never ``localhost``: that would mean the machine's
 default socket). Processes a test starts read the DATABASES it gives them from the
 ``DISTLOCK_TEST_DATABASES`` environment variable (:func:`databases_from_env`; the settings of
-tests/support/live_project and tests/support/env_settings.py do).
+devkit/live_project and tests/support/env_settings.py do).
 
 Missing binaries or Python drivers raise :class:`DatabaseUnavailable`; the fixtures
-(tests/support/database_fixtures.py) then skip, or fail when ``DISTLOCK_REQUIRE_DATABASES`` is set
+(devkit/database_fixtures.py) then skip, or fail when ``DISTLOCK_REQUIRE_DATABASES`` is set
 (CI). Server processes never outlive the test run: they are started like the redis-servers
-(:func:`tests.support.redis_server.spawn_managed`: own process group, killed at exit, and when the
+(:func:`devkit.redis_server.spawn_managed`: own process group, killed at exit, and when the
 process that started them dies).
 """
 
@@ -49,8 +49,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from tests.support.processes import DATABASES_VARIABLE, distlock_variables
-from tests.support.redis_server import (
+from devkit.processes import DATABASES_VARIABLE, distlock_variables
+from devkit.redis_server import (
     HOST,
     _kill_process,
     _Managed,

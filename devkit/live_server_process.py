@@ -5,18 +5,18 @@ process: ``uvicorn`` for an ASGI application, ``gunicorn`` with N sync worker pr
 a WSGI one, or ``django runserver --noreload`` (threaded WSGI), on a free loopback port,
 configured through environment variables::
 
-    with LiveServerProcess("tests.support.live_project.asgi:application",
-                           settings="tests.support.live_project.settings",
+    with LiveServerProcess("devkit.live_project.asgi:application",
+                           settings="devkit.live_project.settings",
                            env=distlock_variables(url=redis_url)) as server:
         urllib.request.urlopen(server.url + "/health/")
 
-    with LiveServerProcess("tests.support.live_project.wsgi:application", server="gunicorn",
-                           workers=3, settings="tests.support.live_project.settings",
+    with LiveServerProcess("devkit.live_project.wsgi:application", server="gunicorn",
+                           workers=3, settings="devkit.live_project.settings",
                            env={**distlock_variables(url=redis_url),
                                 **postgres_server.env()}) as server:
         server.worker_pids()  # the three worker processes
 
-Like the redis-server processes of tests/support/redis_server.py, it runs in its own process group,
+Like the redis-server processes of devkit/redis_server.py, it runs in its own process group,
 is killed at exit and when the process that started it dies.
 """
 
@@ -30,9 +30,9 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from tests.support.paths import ROOT
-from tests.support.processes import child_env, run_process
-from tests.support.redis_server import (
+from devkit.paths import ROOT
+from devkit.processes import child_env, run_process
+from devkit.redis_server import (
     HOST,
     _kill_process,
     _Managed,

@@ -11,8 +11,8 @@ from typing import Any
 
 import redis
 
-from tests.support.processes import run_process
-from tests.support.redis_server import RedisServer, find_redis_server
+from devkit.processes import run_process
+from devkit.redis_server import RedisServer, find_redis_server
 
 FILLER = "cache:filler:"
 ENTRY = b"x" * 2048  # a 2 KB cache entry, as in the scenario

@@ -16,9 +16,9 @@ import subprocess
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from tests.support.paths import ROOT
+from devkit.paths import ROOT
 
-#: The variable that gives a child its DATABASES (JSON; tests.support.databases reads it back).
+#: The variable that gives a child its DATABASES (JSON; devkit.databases reads it back).
 DATABASES_VARIABLE = "DISTLOCK_TEST_DATABASES"
 
 
@@ -33,11 +33,11 @@ def distlock_variables(
     databases: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, str]:
     """Return the DISTLOCK_TEST_* variables a child's settings read, and only those (a value
-    of None is left out): ``kind`` (a backend kind of tests.support.configs) and ``url`` (its
+    of None is left out): ``kind`` (a backend kind of devkit.configs) and ``url`` (its
     location), read by tests.support.env_settings; ``data_url``, the Redis holding the test's
     shared data; ``down_url``, a Redis that is down (tests.support.outage_settings);
     ``broker``, Celery's; ``tasks_db``, django.tasks' SQLite file; ``databases``, the
-    DATABASES (tests.support.databases). The one place these names are written for a child."""
+    DATABASES (devkit.databases). The one place these names are written for a child."""
     named = {
         "DISTLOCK_TEST_KIND": kind,
         "DISTLOCK_TEST_URL": url,

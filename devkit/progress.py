@@ -1,5 +1,5 @@
 """A pytest plugin that prints one line of progress every ``DISTLOCK_PROGRESS_SECONDS``
-(default 20) while the tests run: ``scripts/test`` loads it (``-p tests.support.progress``),
+(default 20) while the tests run: ``scripts/test`` loads it (``-p devkit.progress``),
 as its dots alone can stay silent for minutes during a slow file.
 
 The line says how long the run has taken, how many tests are done of how many, what pytest

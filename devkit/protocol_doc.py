@@ -6,7 +6,7 @@ file, with its KEYS and ARGV as a table, its reply and its effect, in the words 
 header (the header is the single source; distlock.backends.redis_ops.scripts reads it too).
 After changing a header, or adding a script, run::
 
-    python -m tests.support.protocol_doc      # rewrites docs/protocol.md's generated part
+    python -m devkit.protocol_doc      # rewrites docs/protocol.md's generated part
 
 A new script is one new subsection, in its group (GROUPS; a name no group claims goes to
 "Locks"). The rest of the document is prose, written by hand.
@@ -19,12 +19,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from devkit.paths import ROOT
 from distlock.backends.redis_ops.scripts import LUA, header
-from tests.support.paths import ROOT
 
 DOCUMENT = ROOT / "docs" / "protocol.md"
 FOLDER = Path(str(LUA))
-BEGIN = "<!-- BEGIN SCRIPTS: generated from the .lua headers by python -m tests.support.protocol_doc -->"  # noqa: E501
+BEGIN = "<!-- BEGIN SCRIPTS: generated from the .lua headers by python -m devkit.protocol_doc -->"
 END = "<!-- END SCRIPTS -->"
 # A parameter line of a header: KEYS[1], ARGV[2], KEYS[1..n], KEYS[1..7], then its name.
 PARAMETER = re.compile(r"^(KEYS|ARGV)\[(\d+(?:\.\.(?:\d+|n))?)\]\s+(\w+)\s*(.*)$")

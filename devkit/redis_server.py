@@ -49,7 +49,7 @@ import redis.cluster
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from tests.support.processes import run_process, start_process
+from devkit.processes import run_process, start_process
 
 __all__ = [
     "HOST",

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import ROOT
-from tests.support.processes import run_process
+from devkit.paths import ROOT
+from devkit.processes import run_process
 
 CLIENT = ROOT / "clients" / "ruby"
 REQUIRE_ENV = "DISTLOCK_REQUIRE_RUBY"

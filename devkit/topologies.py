@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.redis_server import RedisCluster, RedisSentinelGroup, RedisServer
+from devkit.redis_server import RedisCluster, RedisSentinelGroup, RedisServer
 
-# The backend kinds of tests.support.configs that need servers of their own, and their fixtures.
+# The backend kinds of devkit.configs that need servers of their own, and their fixtures.
 TOPOLOGY_FIXTURES = {
     "redlock3": "redlock3_servers",
     "redlock5": "redlock5_servers",
@@ -54,7 +54,7 @@ def sentinel_group() -> Iterator[RedisSentinelGroup]:
 def location_of(
     kind: str, request: pytest.FixtureRequest, redis_url: str, flush: bool = True
 ) -> str:
-    """Return the location tests.support.configs.distlock_settings takes for ``kind``, its servers
+    """Return the location devkit.configs.distlock_settings takes for ``kind``, its servers
     started (once) and, with ``flush``, emptied."""
     if kind not in TOPOLOGY_FIXTURES:
         return redis_url

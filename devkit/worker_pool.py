@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 
 import redis
 
-from tests.support.processes import child_env, end_processes, start_process
-from tests.support.redis_server import RedisServer
+from devkit.processes import child_env, end_processes, start_process
+from devkit.redis_server import RedisServer
 
 P = TypeVar("P", bound="WorkerPool")
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the clone, for its imports
-from tests.support.processes import child_env, run_process
+from devkit.processes import child_env, run_process
 
 TEST = "tests/admin/test_admin_kinds_browser.py"
 

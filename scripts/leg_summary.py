@@ -22,7 +22,7 @@ def version(package: str) -> str:
 
 
 def server_version() -> str:
-    from tests.support.redis_server import find_redis_server
+    from devkit.redis_server import find_redis_server
 
     binary = find_redis_server()
     output = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False)

@@ -37,8 +37,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the clone, for its imports
 
-from tests.support.paths import ROOT
-from tests.support.processes import run_process
+from devkit.paths import ROOT
+from devkit.processes import run_process
 
 PACKAGE = ROOT / "distlock"
 BEGIN = "# unasync: the async source of the sync code after it"

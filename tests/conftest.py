@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from devkit.configs import distlock_settings
+from devkit.processes import Start, started_processes
+from devkit.redis_server import RedisServer
 from distlock.handler import locks
-from tests.support.configs import distlock_settings
-from tests.support.processes import Start, started_processes
-from tests.support.redis_server import RedisServer
 
 
 def chosen(kinds: list[str]) -> list[str]:
@@ -49,7 +49,7 @@ SHARED_BACKENDS = chosen(["redis", "django_redis", "redlock3", "cluster"])
 @pytest.fixture
 def processes() -> Iterator[Start]:
     """``start(command, env=None, **options)``: start a process the one way
-    (tests.support.processes.start_process, env from child_env); each is ended after the test."""
+    (devkit.processes.start_process, env from child_env); each is ended after the test."""
     with started_processes() as start:
         yield start
 
@@ -70,7 +70,7 @@ def redis_url(redis_server: RedisServer) -> str:
 def location_of(
     kind: str, request: pytest.FixtureRequest, redis_url: str, flush: bool = True
 ) -> str:
-    from tests.support.topologies import location_of  # a plugin: imported by pytest_plugins first
+    from devkit.topologies import location_of  # a plugin: imported by pytest_plugins first
 
     return location_of(kind, request, redis_url, flush=flush)
 
@@ -118,7 +118,7 @@ def shared_backend_kind(request: pytest.FixtureRequest, settings: Any, redis_url
 def backend_location(
     shared_backend_kind: str, request: pytest.FixtureRequest, redis_url: str
 ) -> str:
-    """The location (tests.support.configs) of the shared backend the test runs against."""
+    """The location (devkit.configs) of the shared backend the test runs against."""
     return location_of(shared_backend_kind, request, redis_url, flush=False)
 
 
@@ -162,11 +162,11 @@ def nodes(settings: Any) -> Iterator[list[RedisServer]]:
 
 
 pytest_plugins = [
-    "tests.support.browser",
-    "tests.support.database_fixtures",
-    "tests.support.node",
-    "tests.support.ruby",
-    "tests.support.topologies",
+    "devkit.browser",
+    "devkit.database_fixtures",
+    "devkit.node",
+    "devkit.ruby",
+    "devkit.topologies",
 ]
 
 

@@ -2,6 +2,6 @@ from django.apps import AppConfig
 
 
 class FencingAppConfig(AppConfig):
-    name = "tests.support.fencingapp"
+    name = "devkit.fencingapp"
     label = "fencingapp"
     default_auto_field = "django.db.models.BigAutoField"

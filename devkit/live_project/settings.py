@@ -3,12 +3,12 @@
 Nothing but what the served views need: no sessions, no CSRF (the clients are test code), so
 that a request costs the server as little as possible; and no database unless the test gives
 it DATABASES in DISTLOCK_TEST_DATABASES (JSON: a real server's ``env()``,
-tests/support/databases.py).
+devkit/databases.py).
 """
 
 import os
 
-from tests.support.databases import databases_from_env
+from devkit.databases import databases_from_env
 
 SECRET_KEY = "live-tests-only-not-secret"
 DEBUG = False
@@ -16,8 +16,8 @@ ALLOWED_HOSTS = ["*"]
 USE_TZ = True
 INSTALLED_APPS = ["distlock"]
 MIDDLEWARE: list[str] = []
-ROOT_URLCONF = "tests.support.live_project.urls"
-WSGI_APPLICATION = "tests.support.live_project.wsgi.application"
+ROOT_URLCONF = "devkit.live_project.urls"
+WSGI_APPLICATION = "devkit.live_project.wsgi.application"
 DATABASES = databases_from_env()
 DISTLOCK = {
     "default": {

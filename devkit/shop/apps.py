@@ -2,6 +2,6 @@ from django.apps import AppConfig
 
 
 class ShopConfig(AppConfig):
-    name = "tests.support.shop"
+    name = "devkit.shop"
     label = "shop"
     default_auto_field = "django.db.models.BigAutoField"

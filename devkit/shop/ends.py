@@ -1,5 +1,5 @@
 """How a transaction ends, on a real database, run in a process of its own (``python -m
-tests.support.shop.ends``, with DJANGO_SETTINGS_MODULE tests.support.shop.settings,
+devkit.shop.ends``, with DJANGO_SETTINGS_MODULE devkit.shop.settings,
 DISTLOCK_TEST_DATABASES and DISTLOCK_TEST_URL set): for tests/core/test_transactions_databases.py.
 
 Each scenario takes and releases a lock inside ``transaction.atomic()`` and ends the
@@ -29,7 +29,7 @@ django.setup()
 from django.db import DatabaseError, connection, transaction  # noqa: E402
 
 import distlock  # noqa: E402
-from tests.support.shop.models import Order  # noqa: E402
+from devkit.shop.models import Order  # noqa: E402
 
 kept: list[BaseException] = []
 

@@ -1,10 +1,10 @@
-"""Attacks on the fence on a real database: ``python -m tests.support.shop.fence_adversary``
-(DJANGO_SETTINGS_MODULE tests.support.shop.settings; the database in
+"""Attacks on the fence on a real database: ``python -m devkit.shop.fence_adversary``
+(DJANGO_SETTINGS_MODULE devkit.shop.settings; the database in
 DISTLOCK_TEST_DATABASES, migrated; the locks on DISTLOCK_TEST_URL), for
 tests/core/test_fence_adversary_databases.py. Prints one line of JSON: for each way a stale
 holder reaches the database, "refused" or "accepted", and the charges it left.
 
-The stale holder is made as a paused one is (tests/support/shop/fence_claims.py): a short
+The stale holder is made as a paused one is (devkit/shop/fence_claims.py): a short
 lease held past its end, a newer holder that took the lock and claimed it.
 """
 
@@ -23,10 +23,10 @@ django.setup()
 from django.db import connection, transaction  # noqa: E402
 
 import distlock  # noqa: E402
+from devkit.shop.fence_claims import stale_and_newer  # noqa: E402
+from devkit.shop.models import Charge, Order  # noqa: E402
 from distlock.exceptions import FencedUpdateRejected  # noqa: E402
 from distlock.fencing import claim  # noqa: E402
-from tests.support.shop.fence_claims import stale_and_newer  # noqa: E402
-from tests.support.shop.models import Charge, Order  # noqa: E402
 
 
 def attempt(name: str, order: Order, work: Callable[[distlock.Lock], Any]) -> dict[str, Any]:

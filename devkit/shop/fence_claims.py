@@ -1,5 +1,5 @@
-"""The fence's claim on one database, step by step: ``python -m tests.support.shop.fence_claims``
-(DJANGO_SETTINGS_MODULE tests.support.shop.settings; the database in DISTLOCK_TEST_DATABASES,
+"""The fence's claim on one database, step by step: ``python -m devkit.shop.fence_claims``
+(DJANGO_SETTINGS_MODULE devkit.shop.settings; the database in DISTLOCK_TEST_DATABASES,
 or SQLite in memory, migrated here; the locks on DISTLOCK_TEST_URL), for
 tests/core/test_fence_claims.py. Prints one line of JSON: what each step saw.
 
@@ -23,9 +23,9 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 
 import distlock  # noqa: E402
+from devkit.shop.models import Charge, Order  # noqa: E402
 from distlock.claims import digest  # noqa: E402
 from distlock.models import Fence  # noqa: E402
-from tests.support.shop.models import Charge, Order  # noqa: E402
 
 LEASE = 0.3
 

@@ -1,6 +1,6 @@
 """The holder of a waiting release is the transaction, on a real database, run in a process of
-its own (``python -m tests.support.shop.holder``, with DJANGO_SETTINGS_MODULE
-tests.support.shop.settings, DISTLOCK_TEST_DATABASES and DISTLOCK_TEST_URL set): for
+its own (``python -m devkit.shop.holder``, with DJANGO_SETTINGS_MODULE
+devkit.shop.settings, DISTLOCK_TEST_DATABASES and DISTLOCK_TEST_URL set): for
 tests/core/test_transactions_holder_databases.py (issue 39). Prints one line of JSON:
 
 * ``pool``: a request's transaction charges order N under a lock, and a ``ThreadPoolExecutor``
@@ -35,9 +35,9 @@ from asgiref.sync import async_to_sync  # noqa: E402
 from django.db import transaction  # noqa: E402
 
 import distlock  # noqa: E402
-from tests.support.shop.ends import free_for_others, free_within  # noqa: E402
-from tests.support.shop.models import Order, Product, Sale  # noqa: E402
-from tests.support.shop.views import charge  # noqa: E402
+from devkit.shop.ends import free_for_others, free_within  # noqa: E402
+from devkit.shop.models import Order, Product, Sale  # noqa: E402
+from devkit.shop.views import charge  # noqa: E402
 
 POOL_ORDERS = 10
 

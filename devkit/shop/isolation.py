@@ -1,6 +1,6 @@
 """The isolation-level scenario of docs/transactions.md, run in a process of its own against a
-real database (``python -m tests.support.shop.isolation ORDER``, with DJANGO_SETTINGS_MODULE
-tests.support.shop.settings, DISTLOCK_TEST_DATABASES and SHOP_ISOLATION set).
+real database (``python -m devkit.shop.isolation ORDER``, with DJANGO_SETTINGS_MODULE
+devkit.shop.settings, DISTLOCK_TEST_DATABASES and SHOP_ISOLATION set).
 
 A holder has the lock; the reader takes it in one of three ORDERs, the holder meanwhile
 decrements the stock, commits, and releases (handed on after COMMIT). The reader prints
@@ -26,7 +26,7 @@ django.setup()
 from django.db import connections, transaction  # noqa: E402
 
 import distlock  # noqa: E402
-from tests.support.shop.models import Product  # noqa: E402
+from devkit.shop.models import Product  # noqa: E402
 
 NAME = "isolation"
 

@@ -1,4 +1,4 @@
-"""Serve the shop (tests/support/shop) on a real database and send it the clicks of many buyers at
+"""Serve the shop (devkit/shop) on a real database and send it the clicks of many buyers at
 once: for tests/core/test_transactions_databases.py and benchmarks/transactions.py."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
-from tests.support.databases import DatabaseServer
-from tests.support.live_server_process import LiveServerProcess
-from tests.support.processes import child_env, distlock_variables, run_process
-from tests.support.redis_server import HOST
+from devkit.databases import DatabaseServer
+from devkit.live_server_process import LiveServerProcess
+from devkit.processes import child_env, distlock_variables, run_process
+from devkit.redis_server import HOST
 
-SETTINGS = "tests.support.shop.settings"
+SETTINGS = "devkit.shop.settings"
 CLIENTS = 18  # requests in flight at once: three per gunicorn worker
 
 
@@ -159,7 +159,7 @@ def serve_shop(
             yield Shop(database, name, None)
             return
         with LiveServerProcess(
-            f"tests.support.shop.{'asgi' if server == 'uvicorn' else 'wsgi'}:application",
+            f"devkit.shop.{'asgi' if server == 'uvicorn' else 'wsgi'}:application",
             server=server,
             workers=workers,
             settings=SETTINGS,
@@ -186,16 +186,16 @@ def printed_report(arguments: list[str], env: dict[str, str]) -> dict[str, Any]:
 def isolation_run(
     database: DatabaseServer, redis_url: str, name: str, level: str, order: str
 ) -> dict[str, Any]:
-    """Run tests.support.shop.isolation ORDER at isolation ``level`` on database ``name``
+    """Run devkit.shop.isolation ORDER at isolation ``level`` on database ``name``
     of ``database``; return what it printed."""
     env = child_env(
         python_path=False,
-        settings="tests.support.shop.settings",
+        settings="devkit.shop.settings",
         url=redis_url,
         SHOP_ISOLATION=level,
         **database.env(name=name),
     )
-    return printed_report(["tests.support.shop.isolation", order], env)
+    return printed_report(["devkit.shop.isolation", order], env)
 
 
 def scenario_report(database: DatabaseServer, redis_url: str, module: str) -> dict[str, Any]:

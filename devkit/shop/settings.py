@@ -1,31 +1,31 @@
 """Settings of the shop served by gunicorn in tests/core/test_transactions_databases.py: the
-database from DISTLOCK_TEST_DATABASES (tests/support/databases.py), the locks on DISTLOCK_TEST_URL,
+database from DISTLOCK_TEST_DATABASES (devkit/databases.py), the locks on DISTLOCK_TEST_URL,
 every request in a transaction (ATOMIC_REQUESTS)."""
 
 import os
 
-from tests.support.databases import databases_from_env
+from devkit.databases import databases_from_env
 
 SECRET_KEY = "shop-tests-only-not-secret"
 DEBUG = False
 ALLOWED_HOSTS = ["*"]
 USE_TZ = True
-INSTALLED_APPS = ["distlock", "tests.support.shop"]
-MIDDLEWARE = ["tests.support.shop.views.contention"]
-ROOT_URLCONF = "tests.support.shop.urls"
-WSGI_APPLICATION = "tests.support.shop.wsgi.application"
+INSTALLED_APPS = ["distlock", "devkit.shop"]
+MIDDLEWARE = ["devkit.shop.views.contention"]
+ROOT_URLCONF = "devkit.shop.urls"
+WSGI_APPLICATION = "devkit.shop.wsgi.application"
 DATABASES = databases_from_env() or {
     "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
 }
-# SHOP_ISOLATION: the isolation level of every connection (tests.support.shop.isolation);
+# SHOP_ISOLATION: the isolation level of every connection (devkit.shop.isolation);
 # "server default": none set (MariaDB: OPTIONS["isolation_level"] None, InnoDB's own level).
 _ISOLATION = os.environ.get("SHOP_ISOLATION")
 _PSYCOPG_LEVELS = {"read committed": 2, "repeatable read": 3, "serializable": 4}
 for _database in DATABASES.values():
     _database["ATOMIC_REQUESTS"] = True
-    # A commit as slow as one that waits for a disk (tests/support/shop/slow_commit).
+    # A commit as slow as one that waits for a disk (devkit/shop/slow_commit).
     _database["ENGINE"] = _database["ENGINE"].replace(
-        "django.db.backends.", "tests.support.shop.slow_commit."
+        "django.db.backends.", "devkit.shop.slow_commit."
     )
     if _ISOLATION == "server default":
         if "mysql" in _database["ENGINE"]:

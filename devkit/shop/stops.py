@@ -1,4 +1,4 @@
-"""Where a shop request that stops its own worker says so (tests/support/shop/fenced.py): no
+"""Where a shop request that stops its own worker says so (devkit/shop/fenced.py): no
 Django import, so that the test process can read it too."""
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """A worker process of tests/core/test_transactions_surfaces.py: ``python -m
-tests.support.shop.surface_worker SURFACE ORDERS`` (DJANGO_SETTINGS_MODULE
-tests.support.shop.settings, the database in DISTLOCK_TEST_DATABASES, the locks on
+devkit.shop.surface_worker SURFACE ORDERS`` (DJANGO_SETTINGS_MODULE
+devkit.shop.settings, the database in DISTLOCK_TEST_DATABASES, the locks on
 DISTLOCK_TEST_URL).
 
 It connects to the database and to Redis, says ``ready``, waits for a line on stdin (so that
 the workers start together), then charges orders 1 to ORDERS in turn, each inside
-``transaction.atomic()``, through one surface of tests/support/shop/surfaces.py. An attempt the
+``transaction.atomic()``, through one surface of devkit/shop/surfaces.py. An attempt the
 surface skipped (a duplicate, while another worker held the lock) is tried again, in a new
 transaction, until it runs: as a caller does whose run was skipped. Without that, a skipped
 worker never read the order again, and a lock handed on before COMMIT would show only when a
@@ -33,8 +33,8 @@ django.setup()
 from django.db import connection  # noqa: E402
 
 import distlock  # noqa: E402
+from devkit.shop import surfaces  # noqa: E402
 from distlock.signals import lock_contended  # noqa: E402
-from tests.support.shop import surfaces  # noqa: E402
 
 RETRY_PAUSE = 0.002  # seconds between a skipped attempt and the next
 RETRY_FOR = 10.0  # seconds an order is retried for, as long as the other surfaces wait

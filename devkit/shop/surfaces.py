@@ -1,6 +1,6 @@
 """The ways distlock locks besides ``distlock.lock``, each charging an order with
-:func:`tests.support.shop.views.charge` under the lock ``pay:{order}``: for the worker processes of
-tests/core/test_transactions_surfaces.py (tests/support/shop/surface_worker.py), which call
+:func:`devkit.shop.views.charge` under the lock ``pay:{order}``: for the worker processes of
+tests/core/test_transactions_surfaces.py (devkit/shop/surface_worker.py), which call
 them inside a ``transaction.atomic()`` block of their own.
 
 Each surface is a function ``order_id -> result``: ``"charged"``, ``"already paid"``, or
@@ -20,7 +20,7 @@ caller's thread, inside its transaction:
   a savepoint of the caller's transaction, inside the lock).
 
 Each takes its default, ``hold_until_commit=True``; ``SHOP_HOLD_UNTIL_COMMIT=0``
-(tests/support/shop/views.py) gives every one ``hold_until_commit=False`` instead.
+(devkit/shop/views.py) gives every one ``hold_until_commit=False`` instead.
 """
 
 from __future__ import annotations
@@ -68,14 +68,14 @@ def worker_transaction() -> Iterator[None]:
 
 
 def charge(order_id: int) -> str:
-    """tests.support.shop.views.charge, noting a call made outside the worker's transaction."""
+    """devkit.shop.views.charge, noting a call made outside the worker's transaction."""
     blocks = transaction.get_connection().atomic_blocks
     if not any(block in blocks for block in _open):
         charged_outside.append(order_id)
     return views.charge(order_id)
 
 
-# --- LockedCommandMixin (tests/support/shop/management/commands/shop_charge.py) ------------
+# --- LockedCommandMixin (devkit/shop/management/commands/shop_charge.py) ------------
 def by_command(order_id: int) -> str:
     output = call_command("shop_charge", order=order_id, stdout=StringIO(), stderr=StringIO())
     return output or SKIPPED  # None: lock_wait ran out

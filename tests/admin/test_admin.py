@@ -17,11 +17,11 @@ from django.urls import reverse
 from django.utils.timezone import localtime
 
 import distlock
+from devkit.redis_server import free_port
 from distlock.admin import format_remaining
 from distlock.handler import locks
 from distlock.models import HeldLock
 from distlock.signals import lock_force_released
-from tests.support.redis_server import free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -64,24 +64,6 @@ def other_alias(settings: Any, redis_backend: str) -> str:
     }
     locks.reset()
     return "other"
-
-
-@pytest.fixture
-def staff(django_user_model: Any) -> Any:
-    """Return a logged-in client for a staff user with the given distlock permissions."""
-
-    def login(*codenames: str, client: Client | None = None) -> Client:
-        user = django_user_model.objects.create_user(
-            f"staff-{'-'.join(codenames) or 'none'}", password="pw", is_staff=True
-        )
-        user.user_permissions.set(
-            Permission.objects.filter(content_type__app_label="distlock", codename__in=codenames)
-        )
-        client = client or Client()
-        client.force_login(user)
-        return client
-
-    return login
 
 
 def changelist(client: Client, **params: Any) -> Any:

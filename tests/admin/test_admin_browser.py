@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import distlock
-from tests.support.processes import Start, child_env
+from devkit.processes import Start, child_env
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

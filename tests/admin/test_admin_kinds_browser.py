@@ -23,8 +23,8 @@ import django
 import pytest
 
 import distlock
+from devkit.paths import ROOT
 from distlock.handler import locks
-from tests.support.paths import ROOT
 
 README_IMAGES = ROOT / "docs" / "img"
 README_DJANGO = (6, 1)  # the version the README's screenshots show

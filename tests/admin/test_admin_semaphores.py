@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 import distlock
-from tests.admin.test_admin import CHANGELIST, message_texts, staff  # noqa: F401 - a fixture
+from tests.admin.test_admin import CHANGELIST, message_texts
 
 pytestmark = pytest.mark.django_db
 RELEASE_PERMIT = "admin:distlock_heldlock_release_permit"
@@ -54,7 +54,7 @@ def test_freeing_one_permit_confirms_logs_and_keeps_the_others(
     assert any("Nothing was freed" in text for text in message_texts(again))
 
 
-def test_view_only_staff_sees_holders_but_cannot_free(staff, permits) -> None:  # noqa: F811
+def test_view_only_staff_sees_holders_but_cannot_free(staff, permits) -> None:
     client = staff("view_heldlock")
     page = client.get(reverse(CHANGELIST)).content.decode()
     assert "exports" in page and ">Free permit</a>" not in page

@@ -11,7 +11,7 @@ from django.test import Client
 from django.urls import reverse
 
 import distlock
-from tests.admin.test_admin import CHANGELIST, message_texts, staff  # noqa: F401 - a fixture
+from tests.admin.test_admin import CHANGELIST, message_texts
 
 pytestmark = pytest.mark.django_db
 RELEASE_SHARED = "admin:distlock_heldlock_release_shared"
@@ -60,7 +60,7 @@ def test_releasing_one_hold_confirms_logs_and_keeps_the_others(
     assert any("Nothing was released" in text for text in message_texts(again))
 
 
-def test_view_only_staff_sees_holders_but_cannot_release(staff, readers) -> None:  # noqa: F811
+def test_view_only_staff_sees_holders_but_cannot_release(staff, readers) -> None:
     client = staff("view_heldlock")
     page = client.get(reverse(CHANGELIST)).content.decode()
     assert "price-list" in page and ">Release this hold</a>" not in page

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import distlock
+from devkit.processes import child_env
 from tests.support.lock_helpers import queued_in_turn, read_line, spawner
-from tests.support.processes import child_env
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

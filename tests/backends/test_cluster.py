@@ -9,11 +9,11 @@ import pytest
 from django.test import override_settings
 
 import distlock
+from devkit.configs import distlock_settings
+from devkit.redis_server import RedisCluster
 from distlock import BackendUnavailable
 from distlock.checks import check_settings
 from distlock.handler import locks
-from tests.support.configs import distlock_settings
-from tests.support.redis_server import RedisCluster
 
 pytestmark = pytest.mark.django_db(databases=[])
 REDIS = "distlock.backends.redis.RedisBackend"

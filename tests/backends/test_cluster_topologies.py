@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from devkit.configs import distlock_settings
+from devkit.redis_server import RedisCluster, RedisServer
 from distlock.backends.redis import RedisBackend
 from distlock.handler import locks
 from tests.support.cluster_load import ClusterLoad
-from tests.support.configs import distlock_settings
 from tests.support.lock_helpers import hold_many, release_many
-from tests.support.redis_server import RedisCluster, RedisServer
 
 pytestmark = pytest.mark.django_db(databases=[])
 SPREAD_NAMES = 10_000

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 import distlock
+from devkit.configs import distlock_settings
 from distlock import SemaphoresNotSupported, SharedLocksNotSupported, metrics
 from distlock.backends.operations import Operations, Request, SemaphoreKind, Unsupported
 from distlock.handler import locks
 from distlock.signals import lock_force_released
-from tests.support.configs import distlock_settings
 
 pytestmark = pytest.mark.django_db(databases=[])
 

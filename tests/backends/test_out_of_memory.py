@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 
 import distlock
+from devkit.configs import distlock_settings
+from devkit.memory import fill_until_full, free_memory, lock_keys, server_binaries
+from devkit.redis_server import RedisServer
 from distlock import BackendUnavailable
 from distlock.handler import locks
 from tests.core import test_contract as contract
-from tests.support.configs import distlock_settings
 from tests.support.lock_helpers import contenders
-from tests.support.memory import fill_until_full, free_memory, lock_keys, server_binaries
-from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db(databases=[])
 

@@ -22,8 +22,8 @@ import redis
 from django.core.cache import caches
 
 import distlock
+from devkit.configs import distlock_settings
 from distlock.handler import locks
-from tests.support.configs import distlock_settings
 
 pytestmark = pytest.mark.django_db(databases=[])
 

@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 
 import distlock
+from devkit.configs import SOCKET_TIMEOUT, distlock_settings
+from devkit.redis_server import RedisServer
 from distlock import BackendUnavailable, LockNotAcquired
 from distlock.backends.operations import Request
 from distlock.backends.redlock import BACKOFF, GRACE
 from distlock.checks import check_settings
 from distlock.handler import locks
-from tests.support.configs import SOCKET_TIMEOUT, distlock_settings
 from tests.support.lock_helpers import handoff_delay
-from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db(databases=[])
 REDLOCK = "distlock.backends.redlock.RedlockBackend"
@@ -391,7 +391,7 @@ def test_a_fan_out_costs_one_round_trip_not_one_per_node(settings: Any, count: i
     # Every node 50 ms away each way: asked one after another, an acquire would take one
     # round trip of 0.1 s per node (0.3 s or 0.5 s); asked at once, about one (0.1 s). The
     # same for release and extend.
-    from tests.support.tcp_proxy import TcpProxy
+    from devkit.tcp_proxy import TcpProxy
 
     with contextlib.ExitStack() as stack:
         servers = [stack.enter_context(RedisServer()) for _ in range(count)]

@@ -23,11 +23,11 @@ import pytest
 import redis
 
 import distlock
+from devkit.configs import distlock_settings
 from distlock.backends.redis_ops import grants
 from distlock.backends.redis_ops.detached import detached
 from distlock.exceptions import BackendUnavailable
 from distlock.handler import locks
-from tests.support.configs import distlock_settings
 
 pytestmark = pytest.mark.django_db(databases=[])
 

@@ -13,14 +13,14 @@ import pytest
 from django.test import override_settings
 
 import distlock
+from devkit.configs import SENTINEL_SERVICE, distlock_settings
+from devkit.redis_server import RedisSentinelGroup, RedisServer
 from distlock import BackendUnavailable
 from distlock.backends.redis import RedisBackend
 from distlock.checks import check_settings
 from distlock.handler import locks
 from distlock.keys import bucket_of
-from tests.support.configs import SENTINEL_SERVICE, distlock_settings
 from tests.support.lock_helpers import Acknowledged, Holds
-from tests.support.redis_server import RedisSentinelGroup, RedisServer
 
 pytestmark = pytest.mark.django_db(databases=[])
 REDIS = "distlock.backends.redis.RedisBackend"

@@ -11,12 +11,12 @@ import pytest
 import redis
 
 import distlock
+from devkit.redis_server import RedisCluster, RedisServer
 from distlock import LockError, SharedLocksNotSupported
 from distlock.backends.operations import Request
 from distlock.handler import locks
 from distlock.keys import bucket_of
 from tests.support.lock_helpers import contenders
-from tests.support.redis_server import RedisCluster, RedisServer
 
 pytestmark = pytest.mark.django_db(databases=[])
 
@@ -77,7 +77,7 @@ def test_exclusive_locks_store_what_they_stored_before(data) -> None:
 def test_cluster_keeps_every_key_of_a_shared_lock_in_one_slot(
     settings: Any, redis_cluster: RedisCluster
 ) -> None:
-    from tests.support.configs import distlock_settings
+    from devkit.configs import distlock_settings
 
     for node in redis_cluster.nodes:
         node.flushall()

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 import distlock
+from devkit.configs import SOCKET_TIMEOUT, distlock_settings
+from devkit.redis_server import RedisServer
+from devkit.tcp_proxy import TcpProxy
 from distlock import BackendUnavailable
 from distlock.backends.redis_ops import grants
 from distlock.handler import locks
-from tests.support.configs import SOCKET_TIMEOUT, distlock_settings
-from tests.support.redis_server import RedisServer
-from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.django_db(databases=[])
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import distlock
-from tests.support.processes import child_env, end_processes, start_process
-from tests.support.redis_server import RedisServer
+from devkit.processes import child_env, end_processes, start_process
+from devkit.redis_server import RedisServer
 
 LOCK = "send_digest:weekly"
 SKIP_LINE = re.compile(

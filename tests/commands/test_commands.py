@@ -19,13 +19,13 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
 import distlock
+from devkit.configs import distlock_settings
+from devkit.paths import ROOT
+from devkit.processes import child_env, run_process
 from distlock.management import LockedCommandMixin, LockSkipped
 from distlock.management.mixin import FINISHED_BUT_LOST_EXIT_CODE
 from distlock.signals import lock_force_released
 from testproject.management.commands.send_digest import Command as SendDigest
-from tests.support.configs import distlock_settings
-from tests.support.paths import ROOT
-from tests.support.processes import child_env, run_process
 
 pytestmark = pytest.mark.django_db(databases=[])
 
@@ -419,7 +419,7 @@ def test_common_options_after_the_action(redis_backend: str):
     assert distlock_command("list", "-v", "0").splitlines()[1].startswith("reports:daily ")
     listed = json.loads(
         distlock_command(
-            "list", "--json", "--settings", "tests.support.settings", "--traceback", "--no-color"
+            "list", "--json", "--settings", "devkit.settings", "--traceback", "--no-color"
         )
     )
     assert [entry["name"] for entry in listed] == ["reports:daily"]

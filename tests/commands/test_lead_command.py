@@ -20,10 +20,10 @@ import pytest
 from django.core.management import CommandError, call_command
 
 import distlock
+from devkit.processes import child_env, end_processes, start_process
+from devkit.redis_server import RedisServer
+from devkit.tcp_proxy import TcpProxy
 from tests.support.lock_helpers import holder_index
-from tests.support.processes import child_env, end_processes, start_process
-from tests.support.redis_server import RedisServer
-from tests.support.tcp_proxy import TcpProxy
 
 TTL = 2.0
 LOCK = "scheduler"

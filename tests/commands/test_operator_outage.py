@@ -17,12 +17,12 @@ from django.test import Client
 from django.urls import reverse
 
 import distlock
+from devkit.configs import with_alias_down
+from devkit.paths import ROOT
+from devkit.processes import child_env, run_process
+from devkit.redis_server import RedisServer
 from distlock.handler import locks
 from distlock.management.commands.distlock import UNKNOWN_EXIT_CODE
-from tests.support.configs import with_alias_down
-from tests.support.paths import ROOT
-from tests.support.processes import child_env, run_process
-from tests.support.redis_server import RedisServer
 
 CHANGELIST = "admin:distlock_heldlock_changelist"
 

@@ -14,10 +14,10 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from devkit.processes import run_process
+from devkit.redis_server import RedisServer
 from distlock.handler import locks
 from tests.conftest import _use
-from tests.support.processes import run_process
-from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db(databases=[])
 

@@ -13,8 +13,8 @@ import pytest
 from django.core.management import call_command
 
 import distlock
+from devkit.processes import child_env
 from tests.support.lock_helpers import queued_in_turn, read_line, spawner
-from tests.support.processes import child_env
 
 pytestmark = pytest.mark.django_db(databases=[])
 

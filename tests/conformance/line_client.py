@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.support.processes import child_env, start_process
+from devkit.processes import child_env, start_process
 
 # How long past its own wait an answer may take before the client counts as hung.
 ANSWER_MARGIN = 15.0

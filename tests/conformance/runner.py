@@ -16,9 +16,9 @@ from typing import Any
 
 import redis
 
+from devkit.paths import ROOT
 from distlock.backends.redis_ops.scripts import LUA
 from distlock.keys import KeyLayout
-from tests.support.paths import ROOT
 
 from .line_client import ClientFailed, LineClient
 
@@ -416,7 +416,7 @@ def run_checks(run: Run, say: Callable[[str], None]) -> bool:
 @contextmanager
 def servers(cluster: bool) -> Iterator[str]:
     """Start a real server (or a 3-master Cluster) on free ports; yield a node's URL."""
-    from tests.support.redis_server import RedisCluster, RedisServer
+    from devkit.redis_server import RedisCluster, RedisServer
 
     started: Any = RedisCluster(masters=3) if cluster else RedisServer()
     with started:

@@ -26,10 +26,10 @@ from django.core.cache import caches
 from django_redis.cache import RedisCache
 
 import distlock.cache
+from devkit.processes import child_env
 from distlock.cache import PerProcessCacheWarning, aget_or_set, get_or_set
 from distlock.signals import lock_contended
 from tests.support.lock_helpers import read_line, spawner
-from tests.support.processes import child_env
 
 pytestmark = pytest.mark.django_db(databases=[])
 BUILD_SECONDS = 0.2

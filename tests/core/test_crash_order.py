@@ -13,11 +13,11 @@ from collections.abc import Iterator
 import pytest
 
 import distlock
+from devkit.processes import child_env
 from distlock.backends.operations import Request
 from distlock.info import holder_metadata
 from distlock.tokens import new_token
 from tests.support.lock_helpers import queued_in_turn, read_line, spawner
-from tests.support.processes import child_env
 
 pytestmark = pytest.mark.django_db(databases=[])
 

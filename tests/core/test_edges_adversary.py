@@ -26,8 +26,8 @@ import pytest
 import redis
 
 import distlock
+from devkit.configs import distlock_settings
 from distlock.handler import locks
-from tests.support.configs import distlock_settings
 from tests.support.lock_helpers import elsewhere
 
 pytestmark = pytest.mark.django_db(databases=[])

@@ -17,13 +17,13 @@ from django.test import Client
 from django.urls import reverse
 
 import distlock
+from devkit.configs import distlock_settings
+from devkit.memory import evicting
+from devkit.redis_server import RedisServer
 from distlock import eviction
 from distlock.checks import check_eviction
 from distlock.handler import locks
 from tests.conftest import location_of
-from tests.support.configs import distlock_settings
-from tests.support.memory import evicting
-from tests.support.redis_server import RedisServer
 
 REDIS = "distlock.backends.redis.RedisBackend"
 EVICTING = [

@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 import distlock
+from devkit.configs import distlock_settings
+from devkit.memory import FILLER, evicting, write_entries
+from devkit.redis_server import RedisServer
 from distlock import LockLost
 from distlock.handler import locks
 from distlock.signals import lock_lost
 from tests.conftest import location_of
-from tests.support.configs import distlock_settings
-from tests.support.memory import FILLER, evicting, write_entries
-from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db(databases=[])
 

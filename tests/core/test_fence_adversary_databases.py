@@ -1,14 +1,14 @@
 """Issue 40 adversary: ways a stale holder reaches a real database past the fence
-(tests/support/shop/fence_adversary.py). Each failed on the code it attacked."""
+(devkit/shop/fence_adversary.py). Each failed on the code it attacked."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from devkit.databases import DatabaseServer
+from devkit.redis_server import RedisServer
+from devkit.shop.load import serve_shop, shop_env
 from tests.core.test_fence_claims import claims_report
-from tests.support.databases import DatabaseServer
-from tests.support.redis_server import RedisServer
-from tests.support.shop.load import serve_shop, shop_env
 
 _REPORTS: dict[str, dict[str, Any]] = {}
 
@@ -24,7 +24,7 @@ def run_attacks(database: DatabaseServer, redis_server: RedisServer) -> dict[str
     redis_server.flushall()
     with serve_shop(database, redis_server.url, workers=0) as shop:
         env = shop_env(database, shop.database, redis_server.url)
-        return claims_report(env, "tests.support.shop.fence_adversary")
+        return claims_report(env, "devkit.shop.fence_adversary")
 
 
 def test_mariadb_a_stale_holder_cannot_charge_through_a_stored_procedure_or_a_compound(

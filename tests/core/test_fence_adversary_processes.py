@@ -1,14 +1,13 @@
-"""Issue 40 adversary: the fenced pay view (tests/support/shop/fenced.py) under gunicorn on a
+"""Issue 40 adversary: the fenced pay view (devkit/shop/fenced.py) under gunicorn on a
 real PostgreSQL and MariaDB, its worker stopped (SIGSTOP) after its write and before the
 request's COMMIT (``?stop=write``), past its lease, while a second request takes the lock.
 The steps before (``before``, ``read``) are tests/core/test_fence_processes.py's."""
 
 from __future__ import annotations
 
+from devkit.shop.load import Shop
 from tests.core import test_fence_processes as processes
-from tests.support.shop.load import Shop
 
-shop = processes.shop  # the fixture: gunicorn workers on each real database
 TRIALS = 4
 
 

@@ -1,5 +1,5 @@
 """Issue 40: the fence's claim (``fence=True``, distlock/claims.py) on SQLite, PostgreSQL and
-MariaDB, step by step in one process (tests/support/shop/fence_claims.py): the first claim is
+MariaDB, step by step in one process (devkit/shop/fence_claims.py): the first claim is
 accepted and stored, the same token again is accepted in each later transaction, an older
 holder's transaction (atomic, autocommit, a read alone) is refused and rolled back, a
 savepoint that rolls back takes its claim along and the next statement claims again, and
@@ -11,15 +11,13 @@ import json
 import sys
 from typing import Any
 
-from tests.support.databases import DatabaseServer
-from tests.support.processes import child_env, distlock_variables, run_process
-from tests.support.redis_server import RedisServer
-from tests.support.shop.load import SETTINGS, serve_shop, shop_env
+from devkit.databases import DatabaseServer
+from devkit.processes import child_env, distlock_variables, run_process
+from devkit.redis_server import RedisServer
+from devkit.shop.load import SETTINGS, serve_shop, shop_env
 
 
-def claims_report(
-    env: dict[str, str], module: str = "tests.support.shop.fence_claims"
-) -> dict[str, Any]:
+def claims_report(env: dict[str, str], module: str = "devkit.shop.fence_claims") -> dict[str, Any]:
     """Run ``module`` (a script printing one line of JSON last) on the shop's settings."""
     done = run_process(
         [sys.executable, "-m", module],

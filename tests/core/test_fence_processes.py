@@ -2,7 +2,7 @@
 cannot commit work twice once the fence is on.
 
 ``@lock_view(..., fence=True)`` under ``ATOMIC_REQUESTS``, served by gunicorn on a real
-PostgreSQL and MariaDB (tests/support/shop/fenced.py). In each trial a request takes the
+PostgreSQL and MariaDB (devkit/shop/fenced.py). In each trial a request takes the
 order's lock (a 1 s lease, no renewal) and its worker stops itself (SIGSTOP); once the lock
 is free on Redis (the lease ran out), a second request takes it; then the first worker
 resumes. Each trial is shown to have overlapped: the second request held the lock, with a
@@ -33,7 +33,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -46,27 +45,18 @@ import psutil
 import pytest
 
 import distlock
-from tests.support.databases import DatabaseServer
+from devkit.databases import DatabaseServer
+from devkit.processes import child_env
+from devkit.redis_server import HOST, RedisServer, wait_until
+from devkit.shop.load import SETTINGS, Shop, serve_shop, shop_env, shop_locks
+from devkit.shop.stops import stop_file
+from tests.core.conftest import AT_ONCE
 from tests.support.lock_helpers import free_within, read_line
-from tests.support.processes import child_env
-from tests.support.redis_server import HOST, RedisServer, wait_until
-from tests.support.shop.load import SETTINGS, Shop, serve_shop, shop_env, shop_locks
-from tests.support.shop.stops import stop_file
 
 TRIALS = 20
 TRIALS_AFTER_READ = 8
 TRIALS_AFTER_RESTART = 4
-AT_ONCE = 4  # trials in flight together: each needs two gunicorn workers
 INVOICES = 40
-
-
-@pytest.fixture
-def shop(real_database: DatabaseServer, redis_server: RedisServer, settings: Any) -> Iterator[Shop]:
-    redis_server.flushall()
-    settings.DISTLOCK = shop_locks(redis_server.url)  # to see the shop's locks
-    with serve_shop(real_database, redis_server.url, workers=AT_ONCE * 2) as served:
-        yield served
-    shutil.rmtree(stop_file(served.database, 0).parent, ignore_errors=True)
 
 
 def post(shop: Shop, path: str) -> tuple[int, dict[str, Any]]:

@@ -16,12 +16,12 @@ import pytest
 import redis
 
 import distlock
+from devkit.configs import distlock_settings
+from devkit.processes import Start, child_env
+from devkit.tcp_proxy import TcpProxy
 from distlock.backends.base import HANDOFF_GRACE_MS
 from distlock.handler import locks
-from tests.support.configs import distlock_settings
 from tests.support.lock_helpers import handoff_delay
-from tests.support.processes import Start, child_env
-from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.django_db(databases=[])
 # The documented bound on what a waiter that died while queued costs the next one: the

@@ -10,7 +10,7 @@ import time
 import pytest
 
 import distlock
-from tests.support.redis_server import RedisServer
+from devkit.redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db(databases=[])
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from tests.support.processes import child_env, run_process
+from devkit.processes import child_env, run_process
 
 NO_OTEL = """
 import sys

@@ -14,12 +14,12 @@ import redis
 from django.test import override_settings
 
 import distlock
+from devkit.processes import child_env
 from distlock import LockError
 from distlock.backends.operations import Request
 from distlock.info import holder_metadata
 from distlock.views.decorators import ViewLock, ViewLockOptions
 from tests.support.lock_helpers import assert_counted_exactly, spawner
-from tests.support.processes import child_env
 
 pytestmark = pytest.mark.django_db(databases=[])
 WAITER = "0123456789abcdef0123456789abcdef"

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 import distlock
+from devkit.processes import child_env
 from tests.support.lock_helpers import assert_counted_exactly, read_line, spawner
-from tests.support.processes import child_env
 
 pytestmark = pytest.mark.django_db(databases=[])
 

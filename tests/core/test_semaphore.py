@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 import distlock
+from devkit.redis_server import wait_until
 from distlock import LockError, LockLost, LockNotAcquired, LockNotOwned
 from distlock.exceptions import SemaphoreFull
 from distlock.signals import lock_force_released, lock_lost
 from tests.conftest import _use, chosen, location_of
-from tests.support.redis_server import wait_until
 
 pytestmark = pytest.mark.django_db(databases=[])
 # Every backend kind of conftest.BACKENDS but Redlock's, which refuses semaphores.

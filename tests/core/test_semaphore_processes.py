@@ -15,9 +15,9 @@ import pytest
 import redis
 
 import distlock
+from devkit.processes import child_env
 from distlock.backends.redis_ops.steps import Eval, PopThenEval
 from tests.support.lock_helpers import read_line, spawner
-from tests.support.processes import child_env
 
 pytestmark = pytest.mark.django_db(databases=[])
 Spawn = Callable[..., subprocess.Popen]

@@ -13,8 +13,8 @@ import pytest
 import redis
 
 import distlock
+from devkit.processes import child_env
 from tests.support.lock_helpers import contenders, read_line, spawner
-from tests.support.processes import child_env
 
 pytestmark = pytest.mark.django_db(databases=[])
 Spawn = Callable[..., subprocess.Popen]

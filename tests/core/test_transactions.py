@@ -16,12 +16,12 @@ from asgiref.sync import sync_to_async
 from django.db import connections, transaction
 
 import distlock
+from devkit.redis_server import RedisServer, wait_until
 from distlock import LockNotOwned
 from distlock.handler import locks
 from distlock.signals import lock_lost, lock_released
 from tests.conftest import _use, location_of
 from tests.support.lock_helpers import free_within, is_held
-from tests.support.redis_server import RedisServer, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "fencing"])
 

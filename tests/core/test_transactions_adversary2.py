@@ -14,9 +14,9 @@ from asgiref.sync import async_to_sync
 from django.db import IntegrityError, connections, transaction
 
 import distlock
+from devkit.fencingapp.models import Account
 from distlock import transactions
 from distlock.signals import lock_released
-from tests.support.fencingapp.models import Account
 from tests.support.lock_helpers import free_within, is_held
 
 pytestmark = [

@@ -1,5 +1,5 @@
 """Locks and database transactions on real PostgreSQL and MariaDB servers, with the requests
-served by gunicorn's worker processes (tests/support/shop): a double click plus a retry per order,
+served by gunicorn's worker processes (devkit/shop): a double click plus a retry per order,
 and a stock that many buyers decrement, must charge once and never oversell.
 
 Each test also checks that requests really waited for a lock: without contention, a run
@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from tests.support.databases import DatabaseServer
-from tests.support.lock_helpers import free_within
-from tests.support.redis_server import RedisServer
-from tests.support.shop.load import (
+from devkit.databases import DatabaseServer
+from devkit.redis_server import RedisServer
+from devkit.shop.load import (
     Shop,
     isolation_run,
     scenario_report,
     serve_shop,
     shop_locks,
 )
+from tests.support.lock_helpers import free_within
 
 ORDERS = 150
 CLICKS = 3  # a double click plus a retry
@@ -93,10 +93,10 @@ def test_every_end_of_a_transaction_frees_the_lock_within_100_ms(
     real_database: DatabaseServer, redis_server: RedisServer
 ) -> None:
     """A connection killed by the server or closed inside the block, a failing on_commit
-    hook, a batch's rolled-back repeat (tests/support/shop/ends.py): the lock is held while
+    hook, a batch's rolled-back repeat (devkit/shop/ends.py): the lock is held while
     the transaction runs and free within 100 ms of its end."""
     redis_server.flushall()
-    report = scenario_report(real_database, redis_server.url, "tests.support.shop.ends")
+    report = scenario_report(real_database, redis_server.url, "devkit.shop.ends")
     expected = {"held": True, "freed": True}
     assert report == dict.fromkeys(("killed", "closed", "hook-fails", "batch"), expected)
 

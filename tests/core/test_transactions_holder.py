@@ -25,11 +25,11 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 import distlock
+from devkit.fencingapp.models import Account
+from devkit.processes import child_env, run_process
 from distlock import transactions
 from distlock.cache import _lock_name, get_or_set
-from tests.support.fencingapp.models import Account
 from tests.support.lock_helpers import free_within, is_held
-from tests.support.processes import child_env, run_process
 
 pytestmark = [
     pytest.mark.django_db(transaction=True, databases=["default", "fencing"]),

@@ -1,16 +1,16 @@
 """Issue 39 on real PostgreSQL and MariaDB servers: the holder of a release waiting for a COMMIT
 is the transaction, never the thread. Requests served by uvicorn (every request's coroutine on
 one event-loop thread), a pool thread that runs two jobs, blocks that ``on_commit`` hooks open,
-two tasks of one transaction (tests/support/shop/holder.py).
+two tasks of one transaction (devkit/shop/holder.py).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
-from tests.support.databases import DatabaseServer
-from tests.support.redis_server import RedisServer
-from tests.support.shop.load import isolation_run, scenario_report, serve_shop
+from devkit.databases import DatabaseServer
+from devkit.redis_server import RedisServer
+from devkit.shop.load import isolation_run, scenario_report, serve_shop
 
 ORDERS = 12
 CLICKS = 3  # a double click plus a retry
@@ -40,7 +40,7 @@ def test_pool_threads_hooks_and_tasks_never_take_a_release_of_another_transactio
     real_database: DatabaseServer, redis_server: RedisServer
 ) -> None:
     redis_server.flushall()
-    report = scenario_report(real_database, redis_server.url, "tests.support.shop.holder")
+    report = scenario_report(real_database, redis_server.url, "devkit.shop.holder")
     # The pool thread's second job waited for the request's COMMIT (before: 10 of 10 twice).
     assert report["pool"] == {"twice": 0, "results": ["already paid", "charged"]}
     # Each hook's own block left the committed transaction's ties alone (before: freed

@@ -1,12 +1,12 @@
 """Issue 22, acceptance item 3: a lock released inside the caller's transaction is handed on
 only after COMMIT through every way distlock locks, not only ``distlock.lock`` and
 ``@lock_view``: ``LockedCommandMixin``, Celery's ``LockedTask``, ``contrib.tasks.locked``
-(django.tasks), semaphores and ``@lock_view(limit=)`` (tests/support/shop/surfaces.py).
+(django.tasks), semaphores and ``@lock_view(limit=)`` (devkit/shop/surfaces.py).
 
 For each surface, on a real PostgreSQL and a real MariaDB server, 3 worker processes
-(tests/support/shop/surface_worker.py) start together and go through the same orders in the same
+(devkit/shop/surface_worker.py) start together and go through the same orders in the same
 order, each order inside ``transaction.atomic()``: read the order's charges, and if there is
-none, pay (30 ms) and write one; every COMMIT takes 5 ms more (tests/support/shop/slow_commit). The
+none, pay (30 ms) and write one; every COMMIT takes 5 ms more (devkit/shop/slow_commit). The
 surfaces that skip a duplicate (``LockedTask``, ``locked``: wait=0) have the skipped order
 tried again, in a new transaction, until it runs. Every order must end with exactly one
 charge, and the workers must have found the lock held often (without contention a run proves
@@ -29,11 +29,11 @@ from typing import Any
 import django
 import pytest
 
-from tests.support.databases import DatabaseServer
+from devkit.databases import DatabaseServer
+from devkit.processes import child_env
+from devkit.redis_server import RedisServer
+from devkit.shop.load import SETTINGS, Shop, serve_shop, shop_env
 from tests.support.lock_helpers import read_line, spawner
-from tests.support.processes import child_env
-from tests.support.redis_server import RedisServer
-from tests.support.shop.load import SETTINGS, Shop, serve_shop, shop_env
 
 pytest.importorskip("celery", reason="pip install 'django-distlock[celery]'")
 
@@ -70,7 +70,7 @@ def run_workers(
     shop: Shop, database: DatabaseServer, redis_url: str, surface: str
 ) -> list[dict[str, Any]]:
     env = child_env(settings=SETTINGS, **shop_env(database, shop.database, redis_url, HOLD))
-    with spawner("tests.support.shop.surface_worker", env, stdin=True) as start:
+    with spawner("devkit.shop.surface_worker", env, stdin=True) as start:
         workers = [start(surface, str(ORDERS)) for _ in range(WORKERS)]
         for worker in workers:
             read_line(worker, "ready")

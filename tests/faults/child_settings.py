@@ -2,7 +2,7 @@
 (the guarded resource) as the default database. tests.faults.roles.configure() names the
 file and points DISTLOCK at the test's Redis in each child."""
 
-from tests.support.settings import *  # noqa: F403
+from devkit.settings import *  # noqa: F403
 
 DATABASES = {
     "default": {

@@ -32,7 +32,7 @@ scaled_timeout = pytest.mark.timeout(scaled(ci=120, full=3600))
 # The fault tests fork their holders from the zygote (tests/faults/zygote.py), not through the
 # processes fixture: they kill and replace holders hundreds of times, and a fork of a process
 # that has imported Django costs a millisecond where a fresh one costs half a second of CPU.
-# The zygote itself is started the one way (tests.support.processes.start_process).
+# The zygote itself is started the one way (devkit.processes.start_process).
 @pytest.fixture(scope="session")
 def zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Zygote]:
     process = Zygote(tmp_path_factory.mktemp("zygote") / "zygote.log").start()

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.support.processes import child_env, start_process
+from devkit.processes import child_env, start_process
 
 
 class Zygote:

@@ -27,10 +27,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from devkit.paths import ROOT
+from devkit.processes import child_env, run_process
 from tests.model.report import measure as measure_model
 from tests.model.report import section as model_section
-from tests.support.paths import ROOT
-from tests.support.processes import child_env, run_process
 
 SUITE = ROOT / "tests" / "faults"
 NOT_A_SOAK_FIGURE = {"violations", "kills", "pauses", "worker_errors"}
@@ -283,7 +283,7 @@ def code_version() -> str:
 
 def redis_version() -> str:
     try:
-        from tests.support.redis_server import find_redis_server
+        from devkit.redis_server import find_redis_server
 
         output = run_process(
             [find_redis_server(), "--version"], capture_output=True, text=True, timeout=10

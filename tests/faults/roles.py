@@ -17,7 +17,7 @@ from typing import Any
 def configure(kind: str, url: str, db: str | None = None) -> None:
     from django.conf import settings
 
-    from tests.support.configs import distlock_settings
+    from devkit.configs import distlock_settings
 
     settings.DISTLOCK, settings.CACHES = distlock_settings(kind, url)
     if db:
@@ -56,8 +56,8 @@ def stale_writer(
     from django.db.models import F
 
     import distlock
+    from devkit.fencingapp.models import Account
     from distlock.fencing import fenced_update
-    from tests.support.fencingapp.models import Account
 
     lost = threading.Event()
     lk = distlock.lock(
@@ -112,7 +112,7 @@ def create_resource(accounts: int = 1) -> None:
     """Create the guarded resource's tables (without migrate) and its account rows."""
     from django.db import connection
 
-    from tests.support.fencingapp.models import Account, FencedWrite
+    from devkit.fencingapp.models import Account, FencedWrite
 
     with connection.cursor() as cursor:
         cursor.execute("PRAGMA journal_mode=WAL")  # kept by the file: readers never block
@@ -135,8 +135,8 @@ def soak_worker(name: str, lease: float, target: int, counter: str, log: str) ->
     from django.db.models import F
 
     import distlock
+    from devkit.fencingapp.models import Account, FencedWrite
     from distlock.fencing import fenced_update
-    from tests.support.fencingapp.models import Account, FencedWrite
 
     pid = os.getpid()
     out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

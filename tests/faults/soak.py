@@ -123,7 +123,7 @@ class Soak:
         self.db = str(directory / "resource.sqlite3")
         self.logs = directory / "logs"
         self.logs.mkdir(exist_ok=True)
-        # KEY_PREFIX as in tests.support.configs, which the workers use.
+        # KEY_PREFIX as in devkit.configs, which the workers use.
         self.backend = RedisBackend("soak", {"LOCATION": redis_url, "KEY_PREFIX": "test"})
         self.children: dict[int, Child] = {}
         self.log_of: dict[int, str] = {}  # pid -> its log (pids are reused after reaping)
@@ -369,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--json", type=Path, help="also write the figures here")
     arguments = parser.parse_args(argv)
-    from tests.support.redis_server import RedisServer
+    from devkit.redis_server import RedisServer
 
     with (
         tempfile.TemporaryDirectory(prefix="distlock-soak-", dir=_fast_tmp()) as directory,

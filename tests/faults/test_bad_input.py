@@ -271,7 +271,7 @@ def test_cluster_option_is_checked_without_connecting_and_fails_closed(settings)
     # Before: `manage.py check` built a RedisCluster client, which connects: with the cluster
     # unreachable the check crashed with RedisClusterException, and so did every acquire
     # (instead of BackendUnavailable).
-    from tests.support.redis_server import free_port
+    from devkit.redis_server import free_port
 
     config = {
         "BACKEND": REDIS,

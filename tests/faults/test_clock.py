@@ -79,7 +79,7 @@ def test_auto_renewal_keeps_going_across_jumps(backend_kind, jump) -> None:
 
 
 def test_fencing_tokens_of_the_in_process_backend_survive_a_backward_jump(settings, jump):
-    from tests.support.configs import distlock_settings
+    from devkit.configs import distlock_settings
 
     settings.DISTLOCK, settings.CACHES = distlock_settings("locmem", "unused")
     with distlock.lock("clock-fence") as first:

@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
+from devkit.configs import distlock_settings
+from devkit.redis_server import RedisCluster, RedisServer
 from distlock import BackendUnavailable
 from distlock.backends.operations import Request
 from distlock.backends.redis import RedisBackend
 from distlock.handler import locks
 from tests.support.cluster_load import ClusterLoad
-from tests.support.configs import distlock_settings
 from tests.support.lock_helpers import Acknowledged, hold_many, release_many
-from tests.support.redis_server import RedisCluster, RedisServer
 
 pytestmark = [pytest.mark.django_db(databases=[]), pytest.mark.slow, pytest.mark.timeout(300)]
 CONFIRMED = {"WAIT_REPLICAS": 1, "WAIT_TIMEOUT": 100}

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from devkit.configs import distlock_settings
+from devkit.redis_server import RedisSentinelGroup
 from distlock.handler import locks
 from tests.backends.test_sentinel import kill_while_lagging, planned_failover_holds
-from tests.support.configs import distlock_settings
-from tests.support.redis_server import RedisSentinelGroup
 
 pytestmark = [pytest.mark.django_db(databases=[]), pytest.mark.slow, pytest.mark.timeout(600)]
 ROUNDS = 3

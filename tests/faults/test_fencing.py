@@ -17,10 +17,10 @@ from django.db import connections
 from django.db.models import F
 
 import distlock
+from devkit.fencingapp.models import Account, FencedWrite
 from distlock import FencedUpdateRejected, LockNotOwned
 from distlock.fencing import afenced_update, fenced_update
 from tests.faults.helpers import exit_story, wait_for_report
-from tests.support.fencingapp.models import Account, FencedWrite
 
 
 @pytest.fixture

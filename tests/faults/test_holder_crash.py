@@ -19,10 +19,10 @@ import time
 import pytest
 
 import distlock
+from devkit.redis_server import RedisServer
 from tests.conftest import _use
 from tests.faults.conftest import scaled, scaled_timeout
 from tests.faults.helpers import wait_for_holder
-from tests.support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.django_db(databases=[]), scaled_timeout]
 LEASE = 0.3  # seconds: short, so that 200 crashes take about a minute

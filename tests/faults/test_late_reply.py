@@ -16,10 +16,10 @@ import pytest
 import redis
 
 import distlock
+from devkit.configs import distlock_settings
+from devkit.redis_server import RedisServer
 from distlock import BackendUnavailable
 from distlock.handler import locks
-from tests.support.configs import distlock_settings
-from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db(databases=[])
 

@@ -152,7 +152,7 @@ def test_reentrant_acquires_are_not_renewals(backend_kind, settings) -> None:
 @pytest.mark.parametrize("kind", ["redis", "locmem"])
 def test_the_limit_holds_under_concurrent_extends(kind, settings, redis_url, record) -> None:
     """Checked and counted in one atomic step: 16 racing extends, exactly MAX_RENEWALS win."""
-    from tests.support.configs import distlock_settings
+    from devkit.configs import distlock_settings
 
     settings.DISTLOCK, settings.CACHES = distlock_settings(kind, redis_url)
     limit(settings, MAX_RENEWALS=5)

@@ -1,4 +1,4 @@
-"""Network faults between the client and Redis, injected by tests/support/tcp_proxy.py: latency,
+"""Network faults between the client and Redis, injected by devkit/tcp_proxy.py: latency,
 dropped traffic, lost replies and reset connections.
 
 The default alias goes through the proxy; the alias "direct" reaches the same server without
@@ -14,12 +14,12 @@ from collections.abc import Iterator
 import pytest
 
 import distlock
+from devkit.configs import SOCKET_TIMEOUT, distlock_settings
+from devkit.tcp_proxy import TcpProxy
 from distlock import BackendUnavailable
 from distlock.handler import locks
 from tests.faults.conftest import scaled, scaled_timeout
 from tests.faults.helpers import SLACK
-from tests.support.configs import SOCKET_TIMEOUT, distlock_settings
-from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.django_db(databases=[]), scaled_timeout]
 

@@ -17,11 +17,11 @@ import pytest
 from django.db.models import F
 
 import distlock
+from devkit.configs import SOCKET_TIMEOUT
+from devkit.fencingapp.models import Account
 from distlock import BackendUnavailable, LockLost, LockNotOwned
 from distlock.fencing import fenced_update
 from tests.faults.helpers import SLACK, lost_locks
-from tests.support.configs import SOCKET_TIMEOUT
-from tests.support.fencingapp.models import Account
 
 pytestmark = pytest.mark.django_db(databases=[])
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from devkit.redis_server import RedisServer
 from tests.faults.conftest import scaled
 from tests.faults.soak import VIOLATIONS, Section, Soak, _fast_tmp, check
-from tests.support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.django_db(databases=[]), pytest.mark.timeout(scaled(ci=300, full=7200))]
 

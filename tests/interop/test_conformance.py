@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.node import Node
-from tests.support.paths import ROOT
-from tests.support.processes import run_process
+from devkit.node import Node
+from devkit.paths import ROOT
+from devkit.processes import run_process
 
 CHECKS = [
     "hello",

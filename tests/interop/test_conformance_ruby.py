@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from devkit import vectors
+from devkit.processes import run_process
+from devkit.ruby import Ruby
 from tests.interop.test_conformance import CHECKS, conformance
-from tests.support import vectors
-from tests.support.processes import run_process
-from tests.support.ruby import Ruby
 from tests.tooling.test_vectors import mutate
 
 

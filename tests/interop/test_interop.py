@@ -26,17 +26,17 @@ from django.test import Client
 from django.urls import reverse
 
 import distlock
+from devkit.configs import distlock_settings
+from devkit.node import Node
+from devkit.processes import child_env, end_processes, start_process
+from devkit.redis_server import RedisServer
+from devkit.tcp_proxy import TcpProxy
 
 # Loading these modules loads every script (each loads those its operations run): the test of
 # every script's SHA1 must not depend on which other tests imported them first.
 from distlock.backends.redis_ops import grants, holds, listing, semaphores, shared  # noqa: F401
 from distlock.backends.redis_ops.scripts import LOADED, LUA
 from distlock.handler import locks
-from tests.support.configs import distlock_settings
-from tests.support.node import Node
-from tests.support.processes import child_env, end_processes, start_process
-from tests.support.redis_server import RedisServer
-from tests.support.tcp_proxy import TcpProxy
 
 HERE = Path(__file__).resolve().parent
 NODE_WORKER = HERE / "node_worker.mjs"

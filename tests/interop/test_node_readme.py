@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 import distlock
-from tests.support.configs import distlock_settings
-from tests.support.node import CLIENT, ROOT, Node
-from tests.support.processes import child_env, run_process
-from tests.support.redis_server import RedisServer
+from devkit.configs import distlock_settings
+from devkit.node import CLIENT, ROOT, Node
+from devkit.processes import child_env, run_process
+from devkit.redis_server import RedisServer
 
 README = CLIENT / "README.md"
 LUA = Path("distlock") / "backends" / "redis_ops" / "lua"

@@ -11,11 +11,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.node import Node
-from tests.support.paths import ROOT
-from tests.support.processes import child_env, run_process
-from tests.support.redis_server import RedisServer
-from tests.support.ruby import Ruby
+from devkit.node import Node
+from devkit.paths import ROOT
+from devkit.processes import child_env, run_process
+from devkit.redis_server import RedisServer
+from devkit.ruby import Ruby
 
 WAIT_MS = 20
 CALLS = 7

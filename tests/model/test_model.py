@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.paths import ROOT
+from devkit.paths import ROOT
 
 from .config import CONFIGS, no_discard, rate
 from .explorer import Explorer

@@ -3,7 +3,7 @@ worker``.
 
 Configured like tests.support.workers (DISTLOCK_TEST_KIND, DISTLOCK_TEST_URL); the broker and the
 result backend are the redis-server at DISTLOCK_TEST_BROKER, and each task records its run
-in a Redis list (tests.support.worker_pool), so the test sees what ran when.
+in a Redis list (devkit.worker_pool), so the test sees what ran when.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ if "DISTLOCK_TEST_KIND" in os.environ:  # a worker; the test process has its own
     if "DISTLOCK_TEST_DOWN_URL" in os.environ:  # the alias "down": a Redis the test stops
         from django.conf import settings
 
-        from tests.support.configs import with_alias_down
+        from devkit.configs import with_alias_down
 
         settings.DISTLOCK, settings.CACHES = with_alias_down(
             os.environ["DISTLOCK_TEST_URL"], os.environ["DISTLOCK_TEST_DOWN_URL"]

@@ -16,12 +16,12 @@ from typing import Any
 
 import distlock
 from benchmarks import held
+from devkit.processes import started_processes
 from distlock import BackendUnavailable
 from distlock.backends.operations import Request
 from distlock.backends.redis_ops.backend import ScriptedBackend
 from distlock.handler import locks
 from distlock.info import holder_metadata
-from tests.support.processes import started_processes
 
 
 def renewer_threads() -> int:

@@ -3,8 +3,8 @@ settings with two aliases, "default" on $DISTLOCK_TEST_URL and "down" on $DISTLO
 
 import os
 
-from tests.support.configs import with_alias_down
-from tests.support.settings import *  # noqa: F403
+from devkit.configs import with_alias_down
+from devkit.settings import *  # noqa: F403
 
 DISTLOCK, CACHES = with_alias_down(
     os.environ["DISTLOCK_TEST_URL"], os.environ["DISTLOCK_TEST_DOWN_URL"]

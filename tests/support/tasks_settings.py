@@ -4,8 +4,8 @@ plus django-tasks-db's database backend on an SQLite file that the enqueuing pro
 
 import os
 
+from devkit.settings import DATABASES, INSTALLED_APPS
 from tests.support.env_settings import *  # noqa: F403
-from tests.support.settings import DATABASES, INSTALLED_APPS
 
 INSTALLED_APPS = [*INSTALLED_APPS, "django_tasks_db"]
 DATABASES = {

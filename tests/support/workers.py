@@ -1,7 +1,7 @@
 """Worker processes for the multi-process tests: ``python -m tests.support.workers COMMAND ...``.
 
 Each worker is a real, separate Python process with its own connections, configured like
-the test process through DISTLOCK_TEST_KIND and DISTLOCK_TEST_URL (tests.support.configs); the data
+the test process through DISTLOCK_TEST_KIND and DISTLOCK_TEST_URL (devkit.configs); the data
 the locks protect lives on the Redis server at DISTLOCK_TEST_DATA_URL.
 """
 
@@ -13,11 +13,11 @@ import time
 
 
 def setup() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.support.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "devkit.settings")
     import django
     from django.conf import settings
 
-    from tests.support.configs import distlock_settings
+    from devkit.configs import distlock_settings
 
     django.setup()
     settings.DISTLOCK, settings.CACHES = distlock_settings(

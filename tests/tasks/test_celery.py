@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import time
-from collections.abc import Iterator
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -18,145 +16,15 @@ import redis
 from django.core.management import call_command
 from django.urls import reverse
 
+from devkit.worker_pool import overlapping
 from distlock.handler import locks
-from tests.support.configs import distlock_settings
-from tests.support.redis_server import RedisServer
-from tests.support.worker_pool import WorkerPool, overlapping, running
+from tests.support.celery_workers import Workers
 
 pytest.importorskip("celery", reason="pip install 'django-distlock[celery]'")
 from distlock.contrib.celery import TaskAlreadyQueued, was_skipped
 
 TTL = 2.0  # the lock_ttl of the test tasks (tests/support/celery_app.py)
 pytestmark = pytest.mark.django_db(databases=[])
-
-
-class Workers(WorkerPool):
-    """Two ``celery worker`` processes (prefork, concurrency 4)."""
-
-    def __init__(self, server: RedisServer, directory: Path) -> None:
-        # The lock server of the alias "down", which a test stops while the broker runs on.
-        self.down = RedisServer().start()
-        super().__init__(server, directory, "tests.support.settings", down_url=self.down.url)
-
-    def start(self) -> None:
-        logs = [self.directory / f"worker{index}.log" for index in range(2)]
-        for index, log in enumerate(logs):
-            self.spawn(
-                [
-                    "-m",
-                    "celery",
-                    "-A",
-                    "tests.support.celery_app",
-                    "worker",
-                    "--pool",
-                    "prefork",
-                    "--concurrency",
-                    "4",
-                    "--loglevel",
-                    "INFO",
-                    "--hostname",
-                    f"w{index}@%h",
-                    "--without-gossip",
-                    "--without-mingle",
-                    "--without-heartbeat",
-                ],
-                log,
-            )
-        deadline = time.monotonic() + 60
-        while not all(log.exists() and b"ready." in log.read_bytes() for log in logs):
-            assert time.monotonic() < deadline, f"the workers did not start:\n{self.logs()}"
-            time.sleep(0.2)
-
-    def stop(self) -> None:
-        super().stop()
-        self.down.stop()
-
-    def starts(self, key: str) -> list[list[Any]]:
-        """The runs of ``key`` that began (kind, key, wall clock, pid), killed ones too."""
-        starts = [json.loads(item) for item in self.data.lrange("starts", 0, -1)]
-        return [start for start in starts if start[1] == key]
-
-    def wait_started(self, key: str, timeout: float = 20) -> None:
-        """Wait until a run of ``key`` is in its body (its long first sleep)."""
-        deadline = time.monotonic() + timeout
-        while not self.data.get(f"started:{key}"):
-            assert time.monotonic() < deadline, f"no run of {key!r} began:\n{self.logs()}"
-            time.sleep(0.02)
-
-    def full_logs(self) -> str:
-        return "\n".join(
-            path.read_text(errors="replace") for path in sorted(self.directory.glob("worker*.log"))
-        )
-
-    def wait_for_checks(self, timeout: float = 30) -> None:
-        """Wait until every check a skipped duplicate scheduled has run (ignored or ran)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            logs = self.full_logs()
-            checks = re.findall(r"will check, as \S+\[([0-9a-f-]+)\]", logs)
-            # A check that finds the run still there sends itself again: received twice.
-            pending = [
-                check
-                for check in checks
-                if len(re.findall(rf"\[{check}\] (ignored|succeeded|raised)", logs))
-                < max(1, len(re.findall(rf"\[{check}\] received", logs)))
-            ]
-            if not pending:
-                return
-            assert time.monotonic() < deadline, f"checks {pending} did not run:\n{self.logs()}"
-            time.sleep(0.1)
-
-    def wait_for_log(self, text: str, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while text not in self.full_logs():
-            assert time.monotonic() < deadline, f"no {text!r} in the logs:\n{self.logs()}"
-            time.sleep(0.1)
-
-    def logs(self) -> str:
-        return "\n".join(
-            path.read_text(errors="replace")[-3000:]
-            for path in sorted(self.directory.glob("worker*.log"))
-        )
-
-
-@pytest.fixture(scope="module")
-def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
-    with running(Workers, tmp_path_factory.mktemp("celery")) as pool:
-        yield pool
-
-
-@pytest.fixture
-def tasks(workers: Workers, settings: Any) -> Iterator[Any]:
-    """The test tasks, sent to the workers' broker; DISTLOCK points at their lock server."""
-    from tests.support import celery_app
-
-    url = workers.env["DISTLOCK_TEST_URL"]
-    settings.DISTLOCK, settings.CACHES = distlock_settings("redis", url)
-    locks.reset()
-    workers.server.flushall()
-    previous = dict(celery_app.app.conf)
-    celery_app.app.conf.update(
-        broker_url=workers.env["DISTLOCK_TEST_BROKER"],
-        result_backend=workers.env["DISTLOCK_TEST_BROKER"],
-    )
-    yield celery_app
-    workers.wait_for_checks()  # none may run into the next test
-    celery_app.app.conf.update(
-        broker_url=previous["broker_url"], result_backend=previous["result_backend"]
-    )
-    forget_connections(celery_app.app)
-    locks.reset()
-
-
-def forget_connections(app: Any) -> None:
-    """Drop the app's result backend and broker connections, which Celery keeps once made:
-    the workers of another test module have a broker of their own, and a result consumer
-    still subscribed to a stopped server never recovers. (Celery has no public way to; these
-    are where its app keeps them.)"""
-    app._backend_cache = None
-    vars(app._local).pop("backend", None)
-    app._pool = None
-    app.amqp._producer_pool = None
 
 
 def settled(results: list[Any], timeout: float = 30) -> list[str]:

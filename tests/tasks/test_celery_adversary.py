@@ -1,5 +1,5 @@
 """Issue 40 adversary: LockedTask delivery with real Celery workers (the workers and tasks
-of tests/tasks/test_celery.py). Each test failed on the code it attacked."""
+of tests/tasks/conftest.py). Each test failed on the code it attacked."""
 
 from __future__ import annotations
 
@@ -11,18 +11,14 @@ from typing import Any
 
 import pytest
 
-from tests.support.worker_pool import overlapping
-from tests.tasks import test_celery
+from devkit.worker_pool import overlapping
+from tests.support.celery_workers import Workers
 from tests.tasks.test_celery import (
     TTL,
-    Workers,
     long_run_and_duplicates,
     wait_for_holder,
     wait_until_free,
 )
-
-workers = test_celery.workers  # the fixtures: workers of this module's own
-tasks = test_celery.tasks
 
 pytest.importorskip("celery", reason="pip install 'django-distlock[celery]'")
 pytestmark = pytest.mark.django_db(databases=[])

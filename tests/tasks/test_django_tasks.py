@@ -14,10 +14,10 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 import distlock
-from tests.support.paths import ROOT
-from tests.support.processes import run_process
-from tests.support.redis_server import RedisServer
-from tests.support.worker_pool import WorkerPool, running
+from devkit.paths import ROOT
+from devkit.processes import run_process
+from devkit.redis_server import RedisServer
+from devkit.worker_pool import WorkerPool, running
 
 if django.VERSION < (6, 0):
     pytest.skip("django.tasks needs Django >= 6.0", allow_module_level=True)

@@ -21,8 +21,8 @@ from django.core.management import call_command
 from django.urls import reverse
 
 import distlock
+from devkit.processes import child_env, end_processes, start_process
 from tests.support.lock_helpers import holder_index
-from tests.support.processes import child_env, end_processes, start_process
 
 TTL = 2.0
 pytestmark = pytest.mark.django_db(databases=[])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import configparser
 import tomllib
 
-from tests.support.paths import ROOT
+from devkit.paths import ROOT
 
 SCATTERED = ("pytest.ini", ".coveragerc", "mypy.ini", ".mypy.ini", "tox.ini", ".flake8", "setup.py")
 

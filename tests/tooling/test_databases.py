@@ -1,5 +1,5 @@
-"""The real PostgreSQL and MariaDB servers of tests/support/databases.py, and gunicorn's workers of
-tests/support/live_server_process.py: ports and data of their own, Django connects and transactions
+"""The real PostgreSQL and MariaDB servers of devkit/databases.py, and gunicorn's workers of
+devkit/live_server_process.py: ports and data of their own, Django connects and transactions
 work, nothing is left behind, and the workers are separate processes on the database."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.support import redis_server as rs
-from tests.support.database_fixtures import serving
-from tests.support.databases import (
+from devkit import redis_server as rs
+from devkit.database_fixtures import serving
+from devkit.databases import (
     DATABASES_ENV,
     REQUIRE_ENV,
     RESERVED_PORTS,
@@ -30,9 +30,9 @@ from tests.support.databases import (
     databases_from_env,
     django_connections,
 )
-from tests.support.live_server_process import LiveServerProcess
-from tests.support.processes import child_env, distlock_variables, run_process
-from tests.support.redis_server import RedisServer, wait_until
+from devkit.live_server_process import LiveServerProcess
+from devkit.processes import child_env, distlock_variables, run_process
+from devkit.redis_server import RedisServer, wait_until
 
 # The SQL asking a server where its data directory is, per Django vendor.
 DATA_DIRECTORY_SQL = {"postgresql": "SHOW data_directory", "mysql": "SELECT @@datadir"}
@@ -201,11 +201,11 @@ def test_gunicorn_workers_are_processes_on_the_databases(
     servers = {"default": postgres_server, "mariadb": mariadb_server}
     workers = requests = 3
     with LiveServerProcess(
-        "tests.support.live_project.wsgi:application",
+        "devkit.live_project.wsgi:application",
         server="gunicorn",
         workers=workers,
         preload=True,
-        settings="tests.support.live_project.settings",
+        settings="devkit.live_project.settings",
         ready_path="/health/",
         env=distlock_variables(
             url=redis_server.url,
@@ -248,7 +248,7 @@ def test_manage_py_check_is_clean_on_each_database(
 
     env = child_env(
         python_path=False,
-        settings="tests.support.shop.settings",
+        settings="devkit.shop.settings",
         url=redis_server.url,
         **real_database.env(),
     )

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import ROOT
-from tests.support.processes import run_process, start_process
-from tests.support.redis_server import free_port
+from devkit.paths import ROOT
+from devkit.processes import run_process, start_process
+from devkit.redis_server import free_port
 
 pytestmark = pytest.mark.timeout(300)
 URL_FILE = ROOT / ".demo-redis-url"

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.live_server_process import LiveServerProcess, demo_project
-from tests.support.redis_server import RedisServer
+from devkit.live_server_process import LiveServerProcess, demo_project
+from devkit.redis_server import RedisServer
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(databases=[])]
 

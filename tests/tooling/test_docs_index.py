@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from tests.support.paths import ROOT
+from devkit.paths import ROOT
 
 DOCS = ROOT / "docs"
 INDEX = (DOCS / "index.md").read_text()

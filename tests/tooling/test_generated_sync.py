@@ -16,7 +16,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.support.paths import ROOT
+from devkit.paths import ROOT
 
 # distlock.lock the module (``from distlock import lock`` is the function).
 lock = importlib.import_module("distlock.lock")

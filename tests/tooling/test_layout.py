@@ -1,16 +1,23 @@
 """The package's layout (docs/architecture.md): every module belongs to the lock core or to a
 surface, the core imports no surface, surfaces use only the core's public names, no modules
-import each other in a circle, and no module only re-exports another's names."""
+import each other in a circle, and no module only re-exports another's names. Outside the
+package: nothing outside tests/ imports tests.support, and the development infrastructure
+(devkit/) imports nothing of tests/."""
 
 from __future__ import annotations
 
 import ast
 import importlib
+import os
+import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent.parent / "distlock"
+from devkit.paths import ROOT
+
+PACKAGE = ROOT / "distlock"
 CORE = [
     "lock",
     "handler",
@@ -235,3 +242,104 @@ def test_the_admin_page_is_registered() -> None:
 
     assert admin.site.is_registered(HeldLock)
     assert reverse("admin:distlock_heldlock_changelist") == "/admin/distlock/heldlock/"
+
+
+# --- the tests' helpers stay in the tests --------------------------------------------------------
+# Directories of the clone that hold no source of ours.
+NOT_SOURCE = {"node_modules", "build", "dist", "results", "__pycache__"}
+# Files that are not Python but name Python modules to run (-p, -m, DJANGO_SETTINGS_MODULE).
+COMMAND_FILES = {"Makefile", "setup.cfg", "pyproject.toml", "ruff.toml"}
+
+
+def files_outside_tests() -> Iterator[Path]:
+    """Every source file of the clone outside tests/: Python, the scripts, CI and configs."""
+    for directory, subdirectories, files in os.walk(ROOT):
+        here = Path(directory)
+        subdirectories[:] = [
+            name
+            for name in subdirectories
+            if name not in NOT_SOURCE
+            and not (name.startswith(".") and name != ".ci")
+            and not name.endswith(".egg-info")
+            and not (here == ROOT and name == "tests")
+        ]
+        for name in files:
+            path = here / name
+            if path.suffix == ".py" or name in COMMAND_FILES or here.name in {"scripts", ".ci"}:
+                yield path
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    """Return (line, module) for each module ``path`` imports, and for each string in it that
+    is a whole dotted module name (``python -m NAME``, DJANGO_SETTINGS_MODULE, INSTALLED_APPS,
+    ``NAME:application``); in a file that is not Python, each dotted name of ``tests``."""
+    text = path.read_text(errors="replace")
+    if path.suffix != ".py":
+        return [
+            (text.count("\n", 0, match.start()) + 1, match.group())
+            for match in re.finditer(r"\btests(?:\.\w+)+", text)
+        ]
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and re.fullmatch(r"\w+(\.\w+)+(:\w+)?", node.value)
+        ):
+            found.append((node.lineno, node.value.split(":")[0]))
+    return found
+
+
+def importers_of(paths: Iterable[Path], prefix: str) -> list[str]:
+    return [
+        f"{path}:{line} {module}"
+        for path in paths
+        for line, module in imported_modules(path)
+        if module == prefix or module.startswith(prefix + ".")
+    ]
+
+
+def test_nothing_outside_tests_imports_tests_support() -> None:
+    # What benchmarks and scripts share with the tests (servers, databases, processes, the
+    # proxy, the Django projects) is in devkit/; tests.support is what only tests use.
+    files = list(files_outside_tests())
+    assert {"benchmarks", "scripts", "devkit", ".ci"} <= {
+        path.relative_to(ROOT).parts[0] for path in files
+    }
+    assert importers_of(files, "tests.support") == [], "move what they use to devkit/"
+
+
+def test_devkit_imports_nothing_of_the_tests() -> None:
+    devkit = [path for path in files_outside_tests() if path.is_relative_to(ROOT / "devkit")]
+    assert len(devkit) > 20
+    assert importers_of(devkit, "tests") == []
+
+
+def test_the_import_rule_sees_imports_module_names_and_commands(tmp_path: Path) -> None:
+    module = tmp_path / "module.py"
+    module.write_text(
+        '"""A docstring that names tests.support.paths."""\n'
+        "import tests.support.paths\n"
+        "from tests.support import processes\n"
+        "def f():\n"
+        "    from tests.support.redis_server import RedisServer\n"
+        "SETTINGS = 'tests.support.settings'\n"
+        "APP = 'tests.support.shop.asgi:application'\n"
+        "OTHER = ['devkit.settings', 'tests/support/shop']\n"
+    )
+    script = tmp_path / "run"
+    script.write_text("# the whole suite in reverse\npytest -p tests.support.reverse_order\n")
+    assert [
+        entry.split(":", 1)[1] for entry in importers_of([module, script], "tests.support")
+    ] == [
+        "2 tests.support.paths",
+        "3 tests.support.processes",
+        "5 tests.support.redis_server.RedisServer",
+        "6 tests.support.settings",
+        "7 tests.support.shop.asgi",
+        "2 tests.support.reverse_order",
+    ]

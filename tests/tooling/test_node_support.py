@@ -1,12 +1,12 @@
-"""tests/support/node.py: without Node.js the Node.js client's tests skip, saying why, and
+"""devkit/node.py: without Node.js the Node.js client's tests skip, saying why, and
 fail instead when DISTLOCK_REQUIRE_NODE is set (CI)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.support import node
-from tests.support.node import REQUIRE_ENV
+from devkit import node
+from devkit.node import REQUIRE_ENV
 
 
 @pytest.fixture

@@ -7,8 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from distlock.keys import LAYOUT_VERSION
-from tests.support.protocol_doc import (
+from devkit.protocol_doc import (
     DOCUMENT,
     FOLDER,
     disagreements,
@@ -16,6 +15,7 @@ from tests.support.protocol_doc import (
     headers,
     render,
 )
+from distlock.keys import LAYOUT_VERSION
 
 TEXT = DOCUMENT.read_text()
 
@@ -26,7 +26,7 @@ def test_the_document_and_the_script_files_agree() -> None:
 
 def test_the_scripts_section_is_generated_from_the_headers_as_they_are() -> None:
     assert generated_part(TEXT) == render(headers()), (
-        "a Lua header changed: run python -m tests.support.protocol_doc"
+        "a Lua header changed: run python -m devkit.protocol_doc"
     )
 
 

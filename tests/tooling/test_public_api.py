@@ -145,7 +145,7 @@ if __name__ == "__main__":  # record the API anew (see the module's docstring)
 
     import django
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.support.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "devkit.settings")
     django.setup()
     json.dump(record(), sys.stdout, indent=1, sort_keys=True)
     sys.stdout.write("\n")

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.support.paths import ROOT
-from tests.support.processes import end_processes, start_process
-from tests.support.redis_server import free_port, wait_until
+from devkit.paths import ROOT
+from devkit.processes import end_processes, start_process
+from devkit.redis_server import free_port, wait_until
 
 README = (ROOT / "README.md").read_text()
 QUICK_START = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]

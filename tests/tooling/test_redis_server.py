@@ -1,4 +1,4 @@
-"""The real-redis-server helpers in tests/support/redis_server.py work and never leak processes."""
+"""The real-redis-server helpers in devkit/redis_server.py work and never leak processes."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import redis
 import redis.cluster
 import redis.sentinel
 
-from tests.support import redis_server as rs
-from tests.support.paths import ROOT
-from tests.support.processes import run_process
-from tests.support.redis_server import (
+from devkit import redis_server as rs
+from devkit.paths import ROOT
+from devkit.processes import run_process
+from devkit.redis_server import (
     RedisCluster,
     RedisSentinelGroup,
     RedisServer,
@@ -234,7 +234,7 @@ def test_two_servers_at_once() -> None:
 
 def test_atexit_kills_servers_the_test_forgot() -> None:
     script = textwrap.dedent("""
-        from tests.support.redis_server import RedisServer
+        from devkit.redis_server import RedisServer
         server = RedisServer().start()
         print(server.pid, server.port, flush=True)
     """)

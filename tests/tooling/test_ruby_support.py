@@ -1,12 +1,12 @@
-"""tests/support/ruby.py: without ruby (or redis-rb) the Ruby client's tests skip, saying why,
+"""devkit/ruby.py: without ruby (or redis-rb) the Ruby client's tests skip, saying why,
 and fail instead when DISTLOCK_REQUIRE_RUBY is set (CI)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.support import ruby
-from tests.support.ruby import REQUIRE_ENV
+from devkit import ruby
+from devkit.ruby import REQUIRE_ENV
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from tests.support.paths import ROOT
-from tests.support.processes import run_process
+from devkit.paths import ROOT
+from devkit.processes import run_process
 
 # Every test that sets up only the "fencing" database (databases=["fencing"]).
 ALONE = [

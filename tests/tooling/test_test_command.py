@@ -1,7 +1,7 @@
 """What ``scripts/test`` prints around pytest (issue 41): a line of progress while the tests
-run (tests.support.progress, never silent for minutes), one summary line that counts what
+run (devkit.progress, never silent for minutes), one summary line that counts what
 pytest counted (scripts/leg_summary.py: failed and errors apart), and the reverse order CI
-runs the whole suite in once (tests.support.reverse_order), all on a small suite of its own."""
+runs the whole suite in once (devkit.reverse_order), all on a small suite of its own."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import re
 import sys
 from pathlib import Path
 
-from tests.support.paths import ROOT
-from tests.support.processes import child_env, run_process
+from devkit.paths import ROOT
+from devkit.processes import child_env, run_process
 
 SUITE = """
 import time
@@ -71,7 +71,7 @@ def pytest_run(tmp_path: Path, *arguments: str, progress: str = "20") -> str:
 
 
 def test_progress_is_printed_while_a_test_runs(tmp_path: Path) -> None:
-    output = pytest_run(tmp_path, "-q", "-p", "tests.support.progress", progress="0.3")
+    output = pytest_run(tmp_path, "-q", "-p", "devkit.progress", progress="0.3")
     lines = re.findall(r"^\[progress\] 0:0\d: (\d+) of 6 tests done \(.*", output, re.MULTILINE)
     assert lines, output
     assert "running " in output and "test_passes" in output, output
@@ -100,6 +100,6 @@ def test_the_summary_line_counts_what_pytest_counted(tmp_path: Path) -> None:
 
 def test_the_reverse_order_plugin_runs_the_last_test_first(tmp_path: Path) -> None:
     forward = pytest_run(tmp_path, "--collect-only", "-q")
-    backward = pytest_run(tmp_path, "--collect-only", "-q", "-p", "tests.support.reverse_order")
+    backward = pytest_run(tmp_path, "--collect-only", "-q", "-p", "devkit.reverse_order")
     tests = re.compile(r"^\S+::(test_\w+)$", re.M)
     assert tests.findall(backward) == tests.findall(forward)[::-1] != []

@@ -1,16 +1,16 @@
 """The test harness keeps one way to start a process and one ROOT (issue 34): a process a test
-or a benchmark starts goes through tests.support.processes (start_process, run_process, the
+or a benchmark starts goes through devkit.processes (start_process, run_process, the
 ``processes`` fixture), its environment built there (child_env, distlock_variables), and the
-clone's top directory is tests.support.paths.ROOT, never computed again. The fault suite's
+clone's top directory is devkit.paths.ROOT, never computed again. The fault suite's
 zygote forks its children for speed, and is itself started by start_process."""
 
 from __future__ import annotations
 
 import re
 
-from tests.support.paths import ROOT
+from devkit.paths import ROOT
 
-HELPER = "tests/support/processes.py"
+HELPER = "devkit/processes.py"
 # Written as patterns, which this file therefore does not match.
 STARTS = re.compile(
     r"\bsubprocess\.(Popen|run|call|check_call|check_output)\("
@@ -44,11 +44,11 @@ def offenders(pattern: re.Pattern[str], *folders: str) -> list[str]:
 
 
 def test_only_the_helper_starts_a_process() -> None:
-    assert offenders(STARTS, "tests", "benchmarks") == []
+    assert offenders(STARTS, "tests", "devkit", "benchmarks") == []
 
 
 def test_only_the_helper_builds_a_childs_distlock_test_variables() -> None:
-    assert offenders(BUILDS_ENV, "tests", "benchmarks", "scripts") == []
+    assert offenders(BUILDS_ENV, "tests", "devkit", "benchmarks", "scripts") == []
 
 
 def test_the_helper_starts_and_builds() -> None:
@@ -59,7 +59,7 @@ def test_the_helper_starts_and_builds() -> None:
 def test_root_is_defined_once() -> None:
     defining = [
         name
-        for name, text in sources("tests", "benchmarks", "scripts").items()
+        for name, text in sources("tests", "devkit", "benchmarks", "scripts").items()
         if re.search(r"^\s*ROOT\s*=", text, re.M)
     ]
-    assert defining == ["tests/support/paths.py"], defining
+    assert defining == ["devkit/paths.py"], defining

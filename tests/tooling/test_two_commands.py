@@ -28,9 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import ROOT
-from tests.support.processes import run_process, start_process
-from tests.support.redis_server import free_port
+from devkit.paths import ROOT
+from devkit.processes import run_process, start_process
+from devkit.redis_server import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 # What building against a -dev package needs: pkg-config, MariaDB's mariadb_config.
@@ -211,7 +211,7 @@ def test_demo_then_tests_from_a_fresh_clone(fresh_clone) -> None:
         [
             ".venv/bin/python",
             "-c",
-            "import tests.support.databases, MySQLdb, django.db.backends.mysql.base; "
+            "import devkit.databases, MySQLdb, django.db.backends.mysql.base; "
             "print(MySQLdb.__name__)",
         ],
         cwd=clone,

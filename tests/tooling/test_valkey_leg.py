@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from tests.support.paths import ROOT
+from devkit.paths import ROOT
 
 README = (ROOT / "README.md").read_text()
 LEG = (ROOT / "scripts" / "test-valkey").read_text()

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from tests.support import vectors
-from tests.support.node import Node
-from tests.support.paths import ROOT
-from tests.support.processes import child_env, run_process
+from devkit import vectors
+from devkit.node import Node
+from devkit.paths import ROOT
+from devkit.processes import child_env, run_process
 
 NODE_TEST = ROOT / "clients" / "node" / "test" / "vectors.test.mjs"
 
@@ -56,7 +56,7 @@ def test_distlock_refuses_every_negative_vector() -> None:
 
 def check_with_python(path: Path) -> subprocess.CompletedProcess[str]:
     return run_process(
-        [sys.executable, "-m", "tests.support.vectors", "check", str(path)],
+        [sys.executable, "-m", "devkit.vectors", "check", str(path)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.live_server_process import LiveServerProcess, demo_project
+from devkit.live_server_process import LiveServerProcess, demo_project
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(databases=[])]
 

@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
-from tests.support.live_server_process import LiveServerProcess, demo_project
-from tests.support.processes import distlock_variables
-from tests.support.redis_server import RedisServer
+from devkit.live_server_process import LiveServerProcess, demo_project
+from devkit.processes import distlock_variables
+from devkit.redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db(databases=[])
 VIEW_SECONDS = 0.3
@@ -30,8 +30,8 @@ DUPLICATED_VIEW_SECONDS = 1.5  # the 50 identical POSTs: see that test
 @pytest.fixture(scope="module")
 def server(redis_server: RedisServer) -> Iterator[LiveServerProcess]:
     with LiveServerProcess(
-        "tests.support.live_project.asgi:application",
-        settings="tests.support.live_project.settings",
+        "devkit.live_project.asgi:application",
+        settings="devkit.live_project.settings",
         env=distlock_variables(url=redis_server.url),
         ready_path="/health/",
     ) as live:

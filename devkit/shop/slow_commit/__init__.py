@@ -2,7 +2,7 @@
 waits for a disk or a replica (the report this test grew from measured 2-12 ms): the window
 in which a lock released before COMMIT lets the next holder read the rows as they were.
 
-ENGINE ``tests.support.shop.slow_commit.postgresql`` or ``tests.support.shop.slow_commit.mysql``:
+ENGINE ``devkit.shop.slow_commit.postgresql`` or ``devkit.shop.slow_commit.mysql``:
 Django's own backend, with the delay before the driver's commit.
 """
 

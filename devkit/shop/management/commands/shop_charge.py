@@ -8,8 +8,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from devkit.shop.surfaces import HOLD, charge
 from distlock.management import LockedCommandMixin
-from tests.support.shop.surfaces import HOLD, charge
 
 
 class Command(LockedCommandMixin, BaseCommand):

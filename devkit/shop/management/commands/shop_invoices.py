@@ -22,8 +22,8 @@ from typing import Any
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
+from devkit.shop.models import Charge, Order
 from distlock.management import LockedCommandMixin
-from tests.support.shop.models import Charge, Order
 
 ROW_SECONDS = float(os.environ.get("SHOP_ROW_SECONDS", "0.05"))
 STOP_AT_ROW = int(os.environ.get("SHOP_STOP_AT_ROW", "0"))

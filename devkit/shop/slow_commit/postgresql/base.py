@@ -1,5 +1,5 @@
 from django.db.backends.postgresql import base
 
-from tests.support.shop.slow_commit import slowed
+from devkit.shop.slow_commit import slowed
 
 DatabaseWrapper = slowed(base.DatabaseWrapper)
