@@ -221,6 +221,16 @@ class _Plan:
             return _MISSING
         return entry[1]
 
+    # unasync: the async source of the sync code after it
+    async def arebuild(self) -> Any:
+        """Under the rebuild lock: read the key again and return what another caller stored
+        since this one judged it, else build and store the value. The lock alone would let
+        a second build through: a caller descheduled between its read and its lock attempt
+        finds the lock free once the other caller's rebuild is stored."""
+        value = self.newer_value(await self.aread())
+        return await self.astore() if value is _MISSING else value
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def rebuild(self) -> Any:
         """Under the rebuild lock: read the key again and return what another caller stored
         since this one judged it, else build and store the value. The lock alone would let
@@ -229,15 +239,17 @@ class _Plan:
         value = self.newer_value(self.read())
         return self.store() if value is _MISSING else value
 
-    async def arebuild(self) -> Any:
-        value = self.newer_value(await self.aread())
-        return await self.astore() if value is _MISSING else value
+    # unasync: end
 
+    # unasync: the async source of the sync code after it
+    async def aread(self) -> Any:
+        return await self.cache.aget(self.key, _MISSING, version=self.version)
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def read(self) -> Any:
         return self.cache.get(self.key, _MISSING, version=self.version)
 
-    async def aread(self) -> Any:
-        return await self.cache.aget(self.key, _MISSING, version=self.version)
+    # unasync: end
 
     def _entry(self, value: Any, started: float) -> tuple[Any, ...]:
         return (TAG, value, time.time() + self.timeout, time.monotonic() - started)
@@ -261,6 +273,22 @@ class _Plan:
         )
         return value
 
+    # unasync: the async source of the sync code after it
+    async def abuild_missing(self) -> Any:
+        """Build a missing value, or wait for whoever is building it and read theirs."""
+        if not await self.lock.aacquire(wait=self.wait):
+            logger.warning(
+                "distlock.cache: waited %.1fs for the rebuild of %r; building it here as well",
+                self.wait,
+                self.key,
+            )
+            return await self.astore()
+        try:
+            return await self.arebuild()  # built by the caller it waited for?
+        finally:
+            await self.lock.arelease()
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def build_missing(self) -> Any:
         """Build a missing value, or wait for whoever is building it and read theirs."""
         if not self.lock.acquire(wait=self.wait):
@@ -275,19 +303,19 @@ class _Plan:
         finally:
             self.lock.release()
 
-    async def abuild_missing(self) -> Any:
-        if not await self.lock.aacquire(wait=self.wait):
-            logger.warning(
-                "distlock.cache: waited %.1fs for the rebuild of %r; building it here as well",
-                self.wait,
-                self.key,
-            )
-            return await self.astore()
+    # unasync: end
+
+    # unasync: the async source of the sync code after it
+    async def abuild_now(self, current: Any) -> Any:
+        """Rebuild a fresh value early (XFetch), unless someone else is at it."""
+        if not await self.lock.aacquire(wait=0):
+            return current
         try:
             return await self.arebuild()
         finally:
             await self.lock.arelease()
 
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def build_now(self, current: Any) -> Any:
         """Rebuild a fresh value early (XFetch), unless someone else is at it."""
         if not self.lock.acquire(wait=0):
@@ -297,13 +325,7 @@ class _Plan:
         finally:
             self.lock.release()
 
-    async def abuild_now(self, current: Any) -> Any:
-        if not await self.lock.aacquire(wait=0):
-            return current
-        try:
-            return await self.arebuild()
-        finally:
-            await self.lock.arelease()
+    # unasync: end
 
     def refresh_in_background(self) -> None:
         """Rebuild a stale value in a thread, unless someone else is at it."""

@@ -53,6 +53,33 @@ def claim(lock: Lock, *, using: str = "default") -> None:
     claim_now(lock, using)
 
 
+# unasync: the async source of the sync code after it
+async def afenced_update(
+    queryset: models.QuerySet[Any],
+    token: int,
+    *,
+    field: str = "fence",
+    strict: bool = False,
+    **values: Any,
+) -> int:
+    """Update the rows of ``queryset`` with ``values`` and set ``field`` to ``token``, only
+    where ``field`` <= ``token``; return how many rows were updated.
+
+    With ``strict=True``, raise FencedUpdateRejected when no row was updated although the
+    queryset matches rows: they were written under a newer token, so this holder's lease has
+    ended. Without ``values`` the update only claims the rows for ``token`` (read them after
+    a claim, and no older holder can write them any more).
+    """
+    fenced = _fenced(queryset, token, field, strict, values)
+    updated = await fenced.aupdate(**{field: token}, **values)
+    if strict and updated == 0:
+        newest = (await queryset.aaggregate(newest=models.Max(field)))["newest"]
+        if newest is not None and newest > token:
+            raise _rejected(queryset, token, newest)
+    return updated
+
+
+# Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
 def fenced_update(
     queryset: models.QuerySet[Any],
     token: int,
@@ -72,28 +99,13 @@ def fenced_update(
     fenced = _fenced(queryset, token, field, strict, values)
     updated = fenced.update(**{field: token}, **values)
     if strict and updated == 0:
-        newest = queryset.aggregate(newest=models.Max(field))["newest"]
+        newest = (queryset.aggregate(newest=models.Max(field)))["newest"]
         if newest is not None and newest > token:
             raise _rejected(queryset, token, newest)
     return updated
 
 
-async def afenced_update(
-    queryset: models.QuerySet[Any],
-    token: int,
-    *,
-    field: str = "fence",
-    strict: bool = False,
-    **values: Any,
-) -> int:
-    """Async twin of fenced_update()."""
-    fenced = _fenced(queryset, token, field, strict, values)
-    updated = await fenced.aupdate(**{field: token}, **values)
-    if strict and updated == 0:
-        newest = (await queryset.aaggregate(newest=models.Max(field)))["newest"]
-        if newest is not None and newest > token:
-            raise _rejected(queryset, token, newest)
-    return updated
+# unasync: end
 
 
 def _fenced(

@@ -142,17 +142,25 @@ class Leader:
         """Async twin of stop()."""
         await in_thread(self.stop, timeout)
 
-    def __enter__(self) -> Leader:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
+    # unasync: the async source of the sync code after it
     async def __aenter__(self) -> Leader:
         return await self.astart()
 
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
+    def __enter__(self) -> Leader:
+        return self.start()
+
+    # unasync: end
+
+    # unasync: the async source of the sync code after it
     async def __aexit__(self, *exc_info: object) -> None:
         await self.astop()
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # unasync: end
 
     # --- the campaign (background thread) -----------------------------------------------
     def _new_lock(self) -> Lock:

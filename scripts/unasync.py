@@ -22,7 +22,11 @@ Only ``async def`` statements may stand in a source block. The rewrite is token 
 
 The file is then formatted with ``ruff format`` (removing ``await`` can let a wrapped call fit
 on one line). ``python scripts/unasync.py`` rewrites the files; ``--check`` only reports the
-files that are not current (tests/tooling/test_generated_sync.py does that in CI).
+files that are not current (tests/tooling/test_generated_sync.py does that in CI). Either way
+the run fails, naming them, when a rule of RENAMES renames nothing: a name no async source
+uses any more is a rule to remove (or a source that lost its marker comments).
+
+It imports only the standard library and devkit (paths, processes), never the tests.
 """
 
 from __future__ import annotations
@@ -69,12 +73,37 @@ RENAMES = {
     "agive_up": "give_up",
     # distlock.shared
     "arefuse_upgrade": "refuse_upgrade",
+    # distlock.cache._Plan (and Django's async cache API: BaseCache.aget)
+    "arebuild": "rebuild",
+    "aread": "read",
+    "astore": "store",
+    "abuild_missing": "build_missing",
+    "abuild_now": "build_now",
+    "aget": "get",
+    # distlock.backends.redis_ops: steps.drive, runner's BLPOP helpers, Redlock's run
+    "adrive": "drive",
+    "anudge": "nudge",
+    "aread_reply": "read_reply",
+    "arun": "run",
+    "_aexecute": "_execute",
+    # distlock.leader.Leader
+    "astart": "start",
+    "astop": "stop",
+    # distlock.contrib.task_lock, distlock.views.release
+    "arelease_quietly": "release_quietly",
+    "aafter": "after",
+    # distlock.fencing (and Django's async QuerySet API)
+    "afenced_update": "fenced_update",
+    "aupdate": "update",
+    "aaggregate": "aggregate",
     # the operations of a kind that the lock calls (distlock.backends.operations)
     "atry_acquire": "try_acquire",
     "aacquire_when_free": "acquire_when_free",
     "aleave": "leave",
     "ainspect": "inspect",
     "adescribe": "describe",
+    # distlock.backends.redis_ops.backend.ScriptedBackend
+    "ainfo": "info",
 }
 REFUSED = {"asyncio"}
 # Python 3.12's f-string tokens (-1: none before 3.12, where an f-string is one STRING token).
@@ -200,10 +229,29 @@ def marked_files() -> list[Path]:
     return sorted(path for path in PACKAGE.rglob("*.py") if BEGIN in path.read_text())
 
 
+def renamed_names(text: str) -> set[str]:
+    """The names of RENAMES that stand as a name in the async sources of module ``text``."""
+    lines = text.splitlines(keepends=True)
+    found = set()
+    for begin, header, _ in regions(lines):
+        source = textwrap.dedent("".join(lines[begin + 1 : header]))
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.NAME and token.string in RENAMES:
+                found.add(token.string)
+    return found
+
+
+def unused_renames(paths: list[Path]) -> list[str]:
+    """The rules of RENAMES that rename nothing in the async sources of ``paths``."""
+    used = set().union(*(renamed_names(path.read_text()) for path in paths))
+    return [f"{name} -> {RENAMES[name]}" for name in RENAMES if name not in used]
+
+
 def main(argv: list[str]) -> int:
     check = "--check" in argv
     stale = []
-    for path in marked_files():
+    paths = marked_files()
+    for path in paths:
         text = path.read_text()
         generated = generate(text, path)
         if generated != text:
@@ -212,6 +260,15 @@ def main(argv: list[str]) -> int:
                 path.write_text(generated)
     for path in stale:
         print(f"{path}: {'not current; run `make generate`' if check else 'generated anew'}")
+    unused = unused_renames(paths)
+    if unused:
+        print(
+            f"scripts/unasync.py: {len(unused)} rule(s) of RENAMES rename nothing in the async"
+            f" sources of {len(paths)} marked module(s): {', '.join(unused)}. Remove them from"
+            " RENAMES, or mark the async source that needs them (see this file's docstring).",
+            file=sys.stderr,
+        )
+        return 1
     return 1 if check and stale else 0
 
 

@@ -129,47 +129,70 @@ class RedlockOperations(ExclusiveKind):
 
     backend: RedlockBackend
 
+    # unasync: the async source of the sync code after it
+    async def atry_acquire(self, request: Request, grant: str | None = None) -> Attempt:
+        return await self.backend.arun(self._acquire(request, grant))
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def try_acquire(self, request: Request, grant: str | None = None) -> Attempt:
         return self.backend.run(self._acquire(request, grant))
 
-    async def atry_acquire(self, request: Request, grant: str | None = None) -> Attempt:
-        return await self.backend.arun(self._acquire(request, grant))
+    # unasync: end
 
     def _acquire(self, request: Request, grant: str | None) -> Steps[Attempt]:
         return self.backend._acquire(request, grant)
 
+    # unasync: the async source of the sync code after it
+    async def aacquire_when_free(self, request: Request, timeout: float) -> Attempt:
+        # Block on one node for a grant, then present it to every node.
+        grant = await self.backend.arun(self.backend._turn(request.name, timeout))
+        sent = time.monotonic()
+        attempt = await self.atry_acquire(request, grant)
+        return attempt._replace(sent=sent)
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def acquire_when_free(self, request: Request, timeout: float) -> Attempt:
         # Block on one node for a grant, then present it to every node.
         grant = self.backend.run(self.backend._turn(request.name, timeout))
         sent = time.monotonic()
-        return self.try_acquire(request, grant)._replace(sent=sent)
+        attempt = self.try_acquire(request, grant)
+        return attempt._replace(sent=sent)
 
-    async def aacquire_when_free(self, request: Request, timeout: float) -> Attempt:
-        grant = await self.backend.arun(self.backend._turn(request.name, timeout))
-        sent = time.monotonic()
-        return (await self.atry_acquire(request, grant))._replace(sent=sent)
+    # unasync: end
 
-    def leave(self, name: str, token: str) -> None:
-        self.backend.run(self.backend._leave(name, token))
-
+    # unasync: the async source of the sync code after it
     async def aleave(self, name: str, token: str) -> None:
         await self.backend.arun(self.backend._leave(name, token))
 
-    def release(self, name: str, token: str, *, every_level: bool = False) -> int:
-        return self.backend.run(self.backend._release(name, token, every_level))
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
+    def leave(self, name: str, token: str) -> None:
+        self.backend.run(self.backend._leave(name, token))
 
+    # unasync: end
+
+    # unasync: the async source of the sync code after it
     async def arelease(self, name: str, token: str, *, every_level: bool = False) -> int:
         return await self.backend.arun(self.backend._release(name, token, every_level))
 
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
+    def release(self, name: str, token: str, *, every_level: bool = False) -> int:
+        return self.backend.run(self.backend._release(name, token, every_level))
+
+    # unasync: end
+
+    # unasync: the async source of the sync code after it
+    async def aextend(
+        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
+    ) -> bool:
+        return await self.backend.arun(self.backend._extend(name, token, ttl_ms, renewal, reenter))
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def extend(
         self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
     ) -> bool:
         return self.backend.run(self.backend._extend(name, token, ttl_ms, renewal, reenter))
 
-    async def aextend(
-        self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
-    ) -> bool:
-        return await self.backend.arun(self.backend._extend(name, token, ttl_ms, renewal, reenter))
+    # unasync: end
 
     def inspect(self, name: str) -> tuple[LockInfo, ...]:
         info = self.backend.info(name)  # a majority's holder (no shared holds on Redlock)
@@ -309,13 +332,17 @@ class RedlockBackend(BaseLockBackend):
         now = time.monotonic()
         return [until <= now for until in self._down_until]
 
+    # unasync: the async source of the sync code after it
+    async def arun(self, steps: Steps[T]) -> T:
+        """Run a Redlock operation; return its outcome."""
+        return await adrive(steps, self._aexecute)
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def run(self, steps: Steps[T]) -> T:
         """Run a Redlock operation; return its outcome."""
         return drive(steps, self._execute)
 
-    async def arun(self, steps: Steps[T]) -> T:
-        """Run a Redlock operation on this event loop's clients; return its outcome."""
-        return await adrive(steps, self._aexecute)
+    # unasync: end
 
     def _execute(self, step: Ask | OnNode | Sleep) -> Any:
         if isinstance(step, Ask):

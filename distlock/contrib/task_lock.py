@@ -107,6 +107,17 @@ def was_skipped(result: object) -> bool:
     return isinstance(result, dict) and result.get(RESULT_KEY) == "skipped"
 
 
+# unasync: the async source of the sync code after it
+async def arelease_quietly(lock: Lock, task: str, task_id: str | None) -> None:
+    """Release a task's lock when the task ends; a lease already gone is only logged (the
+    task's own outcome matters more than the lock's)."""
+    try:
+        await lock.arelease()
+    except LockError as exc:
+        _not_released(lock, task, task_id, exc)
+
+
+# Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
 def release_quietly(lock: Lock, task: str, task_id: str | None) -> None:
     """Release a task's lock when the task ends; a lease already gone is only logged (the
     task's own outcome matters more than the lock's)."""
@@ -116,12 +127,7 @@ def release_quietly(lock: Lock, task: str, task_id: str | None) -> None:
         _not_released(lock, task, task_id, exc)
 
 
-async def arelease_quietly(lock: Lock, task: str, task_id: str | None) -> None:
-    """Async twin of release_quietly()."""
-    try:
-        await lock.arelease()
-    except LockError as exc:
-        _not_released(lock, task, task_id, exc)
+# unasync: end
 
 
 def _not_released(lock: Lock, task: str, task_id: str | None, exc: LockError) -> None:

@@ -40,6 +40,15 @@ class LockRelease:
             done, self._done = self._done, True
             return not done
 
+    # unasync: the async source of the sync code after it
+    async def arelease(self) -> None:
+        if self._claim():
+            try:
+                await self.lock.arelease()
+            except LockError as exc:
+                self._report(exc)
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def release(self) -> None:
         if self._claim():
             try:
@@ -47,12 +56,7 @@ class LockRelease:
             except LockError as exc:
                 self._report(exc)
 
-    async def arelease(self) -> None:
-        if self._claim():
-            try:
-                await self.lock.arelease()
-            except LockError as exc:
-                self._report(exc)
+    # unasync: end
 
     def _report(self, exc: LockError) -> None:
         if isinstance(exc, LockNotOwned):  # its message says why, and what to do for that
@@ -67,6 +71,16 @@ class LockRelease:
                 "lock_view: could not release %r (%s); it ends with its lease.", self.lock.name, exc
             )
 
+    # unasync: the async source of the sync code after it
+    async def aafter(self, response: Any) -> Any:
+        """Release now, or, for a streaming response, when its stream ends."""
+        if getattr(response, "streaming", False):
+            self._hold_until_streamed(response)
+        else:
+            await self.arelease()
+        return response
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def after(self, response: Any) -> Any:
         """Release now, or, for a streaming response, when its stream ends."""
         if getattr(response, "streaming", False):
@@ -75,13 +89,7 @@ class LockRelease:
             self.release()
         return response
 
-    async def aafter(self, response: Any) -> Any:
-        """Async twin of after()."""
-        if getattr(response, "streaming", False):
-            self._hold_until_streamed(response)
-        else:
-            await self.arelease()
-        return response
+    # unasync: end
 
     def _hold_until_streamed(self, response: Any) -> None:
         content = response.streaming_content

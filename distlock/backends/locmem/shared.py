@@ -33,12 +33,17 @@ class SharedLocks(InMemory, SharedKind):
     def wait_turn(self, request: Request, timeout: float) -> None:
         wait_for_turn(self.store, request.name, request.token, True, timeout)
 
+    # unasync: the async source of the sync code after it
+    async def aacquire_when_free(self, request: Request, timeout: float) -> Attempt:
+        # A wait is no downgrade (as on Redis: the waiter's acquire carries none).
+        return await super().aacquire_when_free(request._replace(downgrade_from=""), timeout)
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def acquire_when_free(self, request: Request, timeout: float) -> Attempt:
         # A wait is no downgrade (as on Redis: the waiter's acquire carries none).
         return super().acquire_when_free(request._replace(downgrade_from=""), timeout)
 
-    async def aacquire_when_free(self, request: Request, timeout: float) -> Attempt:
-        return await super().aacquire_when_free(request._replace(downgrade_from=""), timeout)
+    # unasync: end
 
     def leave(self, name: str, token: str) -> None:
         self.backend.exclusive.leave(name, token)  # one queue for both kinds

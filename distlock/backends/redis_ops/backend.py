@@ -39,12 +39,17 @@ class ScriptedBackend(Runner, BaseLockBackend):
         "semaphore": SemaphoreOperations,
     }
 
+    # unasync: the async source of the sync code after it
+    async def ainfo(self, name: str) -> LockInfo | None:
+        # The exclusive holder, or one of the shared holders (shared.info).
+        return await self.arun(shared.info(self, name))
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def info(self, name: str) -> LockInfo | None:
         # The exclusive holder, or one of the shared holders (shared.info).
         return self.run(shared.info(self, name))
 
-    async def ainfo(self, name: str) -> LockInfo | None:
-        return await self.arun(shared.info(self, name))
+    # unasync: end
 
     def waiters(self, name: str) -> list[WaiterInfo] | None:
         return self.run(holds.waiters(self, name))

@@ -102,11 +102,15 @@ class SemaphoreOperations(Scripted, SemaphoreKind):
         info = yield from semaphores.info(self.backend, name)
         return info.holders if info is not None else ()
 
+    # unasync: the async source of the sync code after it
+    async def adescribe(self, name: str) -> SemaphoreInfo | None:
+        return await self.backend.arun(semaphores.info(self.backend, name))
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def describe(self, name: str) -> SemaphoreInfo | None:
         return self.backend.run(semaphores.info(self.backend, name))
 
-    async def adescribe(self, name: str) -> SemaphoreInfo | None:
-        return await self.backend.arun(semaphores.info(self.backend, name))
+    # unasync: end
 
     def listing(self, prefix: str) -> Steps[list[HeldEntry]]:
         held = yield from semaphores.held_semaphores(self.backend, prefix)

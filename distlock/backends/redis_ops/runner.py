@@ -428,16 +428,33 @@ def popped(replies: list[Any] | None) -> str | None:
     return text(reply[1]) if reply else None
 
 
+# unasync: the async source of the sync code after it
+async def anudge(connection: Any) -> None:
+    """Send PING on ``connection``, blocked in a BLPOP past its timeout (Runner.blocking).
+    No health check: it would read a reply, and the BLPOP's is still to come."""
+    await connection.send_packed_command(connection.pack_command("PING"), check_health=False)
+
+
+# Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
 def nudge(connection: Any) -> None:
     """Send PING on ``connection``, blocked in a BLPOP past its timeout (Runner.blocking).
     No health check: it would read a reply, and the BLPOP's is still to come."""
     connection.send_packed_command(connection.pack_command("PING"), check_health=False)
 
 
-async def anudge(connection: Any) -> None:
-    await connection.send_packed_command(connection.pack_command("PING"), check_health=False)
+# unasync: end
 
 
+# unasync: the async source of the sync code after it
+async def aread_reply(connection: Any) -> Any:
+    """Read one reply of a pipeline sent by hand; an error reply is returned, not raised."""
+    try:
+        return await connection.read_response()
+    except redis.exceptions.ResponseError as exc:
+        return exc
+
+
+# Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
 def read_reply(connection: Any) -> Any:
     """Read one reply of a pipeline sent by hand; an error reply is returned, not raised."""
     try:
@@ -446,11 +463,7 @@ def read_reply(connection: Any) -> Any:
         return exc
 
 
-async def aread_reply(connection: Any) -> Any:
-    try:
-        return await connection.read_response()
-    except redis.exceptions.ResponseError as exc:
-        return exc
+# unasync: end
 
 
 # The steps a Cluster runs on one node's sync client (aexecute runs them in a thread).

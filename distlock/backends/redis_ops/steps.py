@@ -104,11 +104,38 @@ class Scope(Protocol):
     def unconfirmed(self, name: str, confirmed: int) -> BackendUnavailable: ...
 
 
+# unasync: the async source of the sync code after it
+async def adrive(steps: Steps[T], execute: Callable[[Any], Awaitable[Any]]) -> T:
+    """Run the operation ``steps`` with ``execute`` (a step -> its reply); return its outcome.
+
+    A step's BackendUnavailable is raised in the operation, where it yielded the step.
+    """
+    # One loop for both colours, generated (no helper per step: a call more on every step of
+    # the hot path); in adrive, ``execute`` returns an awaitable of the step's reply.
+    try:
+        step = steps.send(None)
+        while True:
+            try:
+                reply = await execute(step)
+            except BackendUnavailable as exc:
+                step = steps.throw(exc)
+            else:
+                step = steps.send(reply)
+    except StopIteration as done:
+        return done.value
+    except BaseException:
+        reply = None  # a reply may hold errors: no cycle through this frame (see detached.py)
+        raise
+
+
+# Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
 def drive(steps: Steps[T], execute: Callable[[Any], Any]) -> T:
     """Run the operation ``steps`` with ``execute`` (a step -> its reply); return its outcome.
 
     A step's BackendUnavailable is raised in the operation, where it yielded the step.
     """
+    # One loop for both colours, generated (no helper per step: a call more on every step of
+    # the hot path); in adrive, ``execute`` returns an awaitable of the step's reply.
     try:
         step = steps.send(None)
         while True:
@@ -125,24 +152,7 @@ def drive(steps: Steps[T], execute: Callable[[Any], Any]) -> T:
         raise
 
 
-async def adrive(steps: Steps[T], execute: Callable[[Any], Awaitable[Any]]) -> T:
-    """Async twin of :func:`drive`: ``execute`` returns an awaitable of the step's reply."""
-    # drive()'s loop, line for line, and it stays so: the await cannot be shared with a sync
-    # caller, and a helper per step would add a call to every step of the hot path.
-    try:
-        step = steps.send(None)
-        while True:
-            try:
-                reply = await execute(step)
-            except BackendUnavailable as exc:
-                step = steps.throw(exc)
-            else:
-                step = steps.send(reply)
-    except StopIteration as done:
-        return done.value
-    except BaseException:
-        reply = None
-        raise
+# unasync: end
 
 
 def text(value: Any) -> str:
