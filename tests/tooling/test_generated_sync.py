@@ -40,9 +40,9 @@ PACKAGE = ROOT / "distlock"
 # layers' other policies (docs/architecture.md), not a pair written twice.
 HAND_WRITTEN_MODULES = {
     "distlock/backends/base.py": "the operator calls' async twins run the sync ones in a thread"
-    " (sync_to_async), as Django's BaseCache does: one body",
+    " (offload.in_thread), as Django's BaseCache does: one body",
     "distlock/backends/operations.py": "every kind's async defaults run the sync operation in a"
-    " thread (_in_thread): one body; a kind that talks to a server overrides both",
+    " thread (offload.in_thread): one body; a kind that talks to a server overrides both",
     "distlock/backends/locmem/inmemory.py": "the async wait waits in a thread and acquires on"
     " the loop, so that a task cancelled while it waits takes nothing (the sync one cannot be"
     " cancelled)",
@@ -53,7 +53,7 @@ HAND_WRITTEN_MODULES = {
     " a hold granted to a task cancelled in flight; a sync call cannot be cancelled",
     "distlock/backends/redis_ops/fanout.py": "one asyncio task per node where the sync fan-out"
     " sends on each connection, then reads each reply",
-    "distlock/backends/redis_ops/threads.py": "in_thread, the offload helper: the async side only",
+    "distlock/offload.py": "in_thread, the thread-offload helper: the async side only",
     "distlock/contrib/tasks.py": "the task wrapper takes the colour of the task function, in one"
     " method",
     "distlock/views/decorators.py": "an async view reads the user with request.auser() and has no"
@@ -71,9 +71,9 @@ HAND_WRITTEN = {
     "arefresh_in_background": "a task of the running loop where the sync one starts a thread",
     "_arefresh": "the task's body (the thread's closes its database connections)",
     # distlock.leader
-    "await_elected": "waits in a thread (asyncio.to_thread)",
+    "await_elected": "waits in a thread (offload.in_thread)",
     "astart": "starts the campaign on the running loop, for coroutine callbacks",
-    "astop": "stops the campaign in a thread (asyncio.to_thread)",
+    "astop": "stops the campaign in a thread (offload.in_thread)",
     # distlock.backends.redis_ops.runner
     "async_client": "the client of the running loop: no sync twin",
     "Runner.arun": "give_back, and the async client passed to every step",
