@@ -76,13 +76,15 @@ def test_the_shared_index_drops_crashed_readers_names_as_it_is_used(redis_backen
     held_key = layout.keys_for(names[0]).index
     shheld_key = layout.shared_keys_for(names[0]).index
     kept = []  # crashed holders: their leases run out, no release
+    # A lease of 1 s, not tens of ms: an acquire slowed past its lease by a loaded machine
+    # would come back not acquired; the leases all end in the one sleep after the loop.
     for name in crashed_w:
-        kept.append(distlock.lock(name, ttl=0.05, wait=0))
+        kept.append(distlock.lock(name, ttl=1, wait=0))
         assert kept[-1].acquire()
     for name in crashed_r:
-        kept.append(distlock.lock(name, shared=True, ttl=0.05, wait=0))
+        kept.append(distlock.lock(name, shared=True, ttl=1, wait=0))
         assert kept[-1].acquire()
-        time.sleep(0.2)
+    time.sleep(1.2)
     # Then ordinary use of other names of the bucket, of both kinds.
     for _ in range(5):
         for name in busy:
