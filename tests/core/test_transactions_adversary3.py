@@ -1,0 +1,72 @@
+"""Issue 39, the third adversary: the fixes of the second round attacked again. Each test
+says what it expects and what was observed; each FAILS on the code it was written against
+(main at e297940).
+
+SQLite and threads in-process, where the database does not matter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from django.db import transaction
+
+import distlock
+from tests.support.lock_helpers import free_within
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True, databases=["default", "fencing"]),
+    pytest.mark.usefixtures("redis_backend"),
+]
+
+STEP = 10.0  # the longest any step waits for another thread (never reached when it works)
+
+
+def test_a_release_tied_to_two_transactions_is_not_taken_back_from_only_one_of_them() -> None:
+    """A sync view under ATOMIC_REQUESTS calls an async service (async_to_sync) that runs two
+    charges in pool threads (sync_to_async(thread_sensitive=False)), each `atomic { lock {
+    charge } }` on its own connection. The first charge releases the lock inside its own
+    block: the release waits for that block's COMMIT (and, since the pool thread runs in a
+    copy of the request's context, for the request's transaction too).
+
+    Expected: the second charge, in another transaction on another connection, waits for the
+    first one's COMMIT (acquire(wait=0) is refused while that transaction is open).
+    Observed: the second charge also runs in a copy of the request's context, so it is "in"
+    the request's transaction, and a release tied to the request's transaction AND the
+    first charge's is taken back from the request's alone: the lock is handed over before the
+    first charge committed (double execution: the second charge reads the order unpaid)."""
+    name = "adv3:two-ties"
+    released = threading.Event()
+    probed = threading.Event()
+    got: list[bool] = []
+
+    def first_charge() -> None:
+        with transaction.atomic():
+            with distlock.lock(name, ttl=5, wait=0):
+                pass  # charge; the release waits for this block's COMMIT
+            released.set()
+            assert probed.wait(STEP)  # not committed yet while the second one asks
+
+    def second_charge() -> None:
+        assert released.wait(STEP)
+        with transaction.atomic():
+            lk = distlock.lock(name, ttl=5, wait=0)
+            got.append(lk.acquire())
+            probed.set()
+            if got[-1]:
+                lk.release()
+
+    async def service() -> None:
+        await asyncio.gather(
+            sync_to_async(first_charge, thread_sensitive=False)(),
+            sync_to_async(second_charge, thread_sensitive=False)(),
+        )
+
+    with transaction.atomic():  # the request's transaction (ATOMIC_REQUESTS)
+        async_to_sync(service)()
+        assert got == [False], "taken back before the first charge's transaction committed"
+    assert free_within(name)
