@@ -831,9 +831,17 @@ def waiting_release(key: Hashable) -> Any:
     if not _tied:
         return None
     places = transactions_here() + _committing_here()
+    # A hold tied to several transactions (a pool thread's own block, and the request's it
+    # runs in a copy of the context of) is taken back only by code in every one of them:
+    # code in one alone would get the lock before the other's COMMIT.
+    here = {(conn, number) for conn, number, _depth in places}
     for conn, number, _depth in places:
         with _guard:  # another thread may end a tie meanwhile
-            holds = [hold for hold in _tied.get(conn, ()) if (conn, number) in hold.ties]
+            holds = [
+                hold
+                for hold in _tied.get(conn, ())
+                if (conn, number) in hold.ties and hold.ties.keys() <= here
+            ]
         for hold in holds:
             lock = hold.owner
             if hold.waiting and lock._pending is hold and lock._resource() == key:
