@@ -8,6 +8,7 @@ SQLite and threads in-process, where the database does not matter.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from typing import Any
 
@@ -69,4 +70,45 @@ def test_a_release_tied_to_two_transactions_is_not_taken_back_from_only_one_of_t
     with transaction.atomic():  # the request's transaction (ATOMIC_REQUESTS)
         async_to_sync(service)()
         assert got == [False], "taken back before the first charge's transaction committed"
+    assert free_within(name)
+
+
+def test_a_context_copied_in_an_earlier_transaction_never_takes_back_a_release_in_the_hooks() -> None:
+    """A job's code spawns a long-lived task with a copy of its context while its transaction
+    is open (asyncio.run_coroutine_threadsafe onto an app's own loop, asyncio.to_thread, a
+    thread started in copy_context().run); the job commits. The same worker thread runs the
+    next job: it locks an order, registers an on_commit hook (the e-mail), releases, commits:
+    the lock is handed on once that hook has run. Meanwhile the long-lived task asks for the
+    same lock.
+
+    Expected: the task, in no transaction of the second job, waits (acquire(wait=0) refused
+    while the hook runs).
+    Observed: its copied context names the worker's connection (from the first job's
+    transaction); during the second job's hooks that connection is "committing", and the
+    hook window is found by connection only, not by transaction number: the task takes the
+    release back and runs the order while the e-mail hook still runs (double execution)."""
+    name = "adv3:stale-context-hooks"
+    copied: list[contextvars.Context] = []
+    got: list[bool] = []
+
+    with transaction.atomic():  # the first job
+        copied.append(contextvars.copy_context())
+
+    def probe() -> None:
+        lk = distlock.lock(name, ttl=5, wait=0)
+        got.append(lk.acquire())
+        if got[-1]:
+            lk.release()
+
+    def hook() -> None:  # the second job's e-mail: the order is still locked meanwhile
+        task = threading.Thread(target=copied[0].run, args=(probe,))
+        task.start()
+        task.join(STEP)
+
+    with transaction.atomic():  # the second job, on the same thread and connection
+        lk = distlock.lock(name, ttl=5)
+        assert lk.acquire()
+        transaction.on_commit(hook)
+        lk.release()
+    assert got == [False], "the earlier job's task took the release back during the hooks"
     assert free_within(name)
