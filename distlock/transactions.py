@@ -853,9 +853,12 @@ def _committing_here() -> list[Place]:
     """Return the transactions of the running code's connections whose on_commit hooks are
     running (the running code may be one of them)."""
     found = []
-    for conn, _number in _entered.get():
+    for conn, entered in _entered.get():
         number = getattr(conn, "distlock_ending", None)
-        if number is not None:
+        # Only the committing transaction's code, or a hook's own block begun after it
+        # (numbers grow): a context copied in an earlier transaction of the connection (a
+        # task that outlived its job) is not part of this one's end.
+        if number is not None and entered >= number:
             found.append((conn, number, 0))
     return found
 
