@@ -8,15 +8,19 @@ SQLite and threads in-process, where the database does not matter.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
+import gc
 import threading
+import weakref
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
-from django.db import transaction
+from django.db import connections, transaction
 
 import distlock
+from distlock import transactions
 from tests.support.lock_helpers import free_within
 
 pytestmark = [
@@ -112,3 +116,77 @@ def test_a_context_copied_in_an_earlier_transaction_never_takes_back_a_release_i
         lk.release()
     assert got == [False], "the earlier job's task took the release back during the hooks"
     assert free_within(name)
+
+
+def _abandon(name: str) -> None:
+    """Clean up after a failing test: stop renewing and forget every hold of ``name`` that
+    distlock's registry keeps, and free it on the server."""
+    for holds in list(transactions._tied.values()):
+        for hold in list(holds):
+            if hold.owner.name == name:
+                hold.owner._forget()
+    distlock.locks["default"].force_release(name)
+
+
+def test_a_thread_that_dies_holding_a_lock_in_a_transaction_by_hand_leaves_nothing() -> None:
+    """A job runner's thread turns autocommit off (a transaction managed by hand), takes an
+    auto-renewed lock, and dies (an exception escapes the thread) before releasing it,
+    committing or rolling back. CONTRACT: "a thread that dies inside a transaction ends with
+    the lock freed or lost within its lease"; without distlock the dead thread's connection
+    is collected and the server ends its session (and its transaction).
+
+    Observed: the round-2 fix looks for dead threads only for a *released* hold waiting for
+    the COMMIT. A hold still held stays tied in distlock's registry, which keeps the Lock
+    object (so the renewer renews it, for as long as the process lives) and the dead thread's
+    connection (on PostgreSQL a session "idle in transaction" for ever, keeping its row
+    locks)."""
+    name = "adv3:dies-holding"
+    connection_ref: list[weakref.ref[Any]] = []
+
+    def job() -> None:
+        conn = connections["fencing"]
+        conn.set_autocommit(False)  # managed by hand
+        connection_ref.append(weakref.ref(conn))
+        lk = distlock.lock(name, ttl=1, auto_renew=True)
+        assert lk.acquire()
+        raise RuntimeError("the job fails before release(), commit() or rollback()")
+
+    def runner() -> None:  # logs the job's failure, and the thread ends
+        with contextlib.suppress(RuntimeError):
+            job()
+
+    thread = threading.Thread(target=runner)
+    try:
+        thread.start()
+        thread.join()
+        gc.collect()
+        # Lease 1 s: freed or lost within it (generous margin; fails only if renewed on).
+        assert free_within(name, 4), "the dead thread's lock is still renewed"
+        assert connection_ref[0]() is None, "distlock keeps the dead thread's connection"
+    finally:
+        _abandon(name)
+
+
+def test_an_unreleased_auto_renewed_lock_taken_in_a_transaction_is_not_kept_by_a_cycle() -> None:
+    """Code takes an auto-renewed lock inside atomic() and drops the Lock object without
+    releasing it (an exception between acquire() and its try/finally, a lock_acquired
+    receiver that raises inside a `with`). Outside a transaction the renewer holds the Lock
+    only weakly: it is collected at once and its lease ends it.
+
+    Expected: the same after the transaction ended (the contract: nothing relies on the
+    garbage collector). Observed: Lock._hold and Hold.owner make a reference cycle, so the
+    dropped Lock lives, and is renewed, until the cyclic collector runs (never while gc is
+    disabled or the objects sit in an old generation): other holders wait meanwhile."""
+    name = "adv3:cycle"
+    gc.disable()
+    try:
+        with transaction.atomic():
+            lk = distlock.lock(name, ttl=1, auto_renew=True)
+            assert lk.acquire()
+        dropped = weakref.ref(lk)
+        del lk
+        assert dropped() is None, "the dropped Lock is kept alive by a reference cycle"
+        assert free_within(name, 4)
+    finally:
+        gc.enable()
+        _abandon(name)
