@@ -77,7 +77,7 @@ def test_a_release_tied_to_two_transactions_is_not_taken_back_from_only_one_of_t
     assert free_within(name)
 
 
-def test_a_context_copied_in_an_earlier_transaction_never_takes_back_a_release_in_the_hooks() -> None:
+def test_a_context_copied_in_an_earlier_transaction_never_takes_back_a_hooks_release() -> None:
     """A job's code spawns a long-lived task with a copy of its context while its transaction
     is open (asyncio.run_coroutine_threadsafe onto an app's own loop, asyncio.to_thread, a
     thread started in copy_context().run); the job commits. The same worker thread runs the
