@@ -190,3 +190,45 @@ def test_an_unreleased_auto_renewed_lock_taken_in_a_transaction_is_not_kept_by_a
     finally:
         gc.enable()
         _abandon(name)
+
+
+def test_a_context_copied_in_an_earlier_transaction_by_hand_is_not_in_the_next_one() -> None:
+    """A worker thread manages its transactions by hand (autocommit off once, as with
+    DATABASES' AUTOCOMMIT: False; commit() after each job). Job 1's code hands a copy of
+    its context to a long-lived task (copy_context().run in a thread,
+    asyncio.run_coroutine_threadsafe); job 1 commits. Job 2 locks an order inside an
+    atomic() block and releases it: the release waits for job 2's COMMIT. Meanwhile the task
+    asks for the same lock.
+
+    Expected: the task waits (acquire(wait=0) refused): it is in no transaction of job 2.
+    Observed: a transaction managed by hand keeps the number it got at set_autocommit(False)
+    across every commit(), so the task's copied context still names "the" transaction of the
+    worker's connection, and the task takes job 2's release back before job 2 committed."""
+    name = "adv3:manual-number"
+    conn = connections["fencing"]
+    got: list[bool] = []
+
+    def probe() -> None:
+        lk = distlock.lock(name, ttl=5, wait=0)
+        got.append(lk.acquire())
+        if got[-1]:
+            lk.release()
+
+    transaction.set_autocommit(False, using="fencing")
+    try:
+        copied = contextvars.copy_context()  # job 1 hands its context to a task
+        transaction.commit(using="fencing")  # job 1 ends
+        with transaction.atomic(using="fencing"):  # job 2
+            with distlock.lock(name, ttl=5):
+                pass
+            task = threading.Thread(target=copied.run, args=(probe,))
+            task.start()
+            task.join(STEP)
+        assert got == [False], "an earlier job's task took job 2's release back"
+        transaction.commit(using="fencing")
+        assert free_within(name)
+    finally:
+        if conn.connection is not None:
+            conn.rollback()
+            transaction.set_autocommit(True, using="fencing")
+        _abandon(name)
