@@ -535,8 +535,6 @@ def _wrap_ending(method: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(method)
     def ending(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not _tied:
-            return method(self, *args, **kwargs)
         try:
             return method(self, *args, **kwargs)
         finally:
@@ -544,11 +542,21 @@ def _wrap_ending(method: Callable[..., Any]) -> Callable[..., Any]:
             # only ties outside atomic blocks end here; the block's own end when it returns.
             try:
                 if not self.in_atomic_block:
-                    block_ended(self, 0, 0, END_MANUAL)
+                    if _tied:
+                        block_ended(self, 0, 0, END_MANUAL)
+                    _renumber_manual(self)
             except Exception:
                 _bookkeeping_failed(method.__qualname__)
 
     return ending
+
+
+def _renumber_manual(conn: Any) -> None:
+    """A transaction managed by hand ended (commit() or rollback()) and the next one begins
+    at once, autocommit staying off: give it a number of its own. A context copied during
+    the earlier one (a task that outlived its job) is then in no transaction of the next."""
+    if conn.connection is not None and not conn.autocommit:
+        _note_transaction(conn)
 
 
 def _wrap_set_autocommit(method: Callable[..., Any]) -> Callable[..., Any]:
