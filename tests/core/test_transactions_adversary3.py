@@ -128,41 +128,56 @@ def _abandon(name: str) -> None:
     distlock.locks["default"].force_release(name)
 
 
-def test_a_thread_that_dies_holding_a_lock_in_a_transaction_by_hand_leaves_nothing() -> None:
-    """A job runner's thread turns autocommit off (a transaction managed by hand), takes an
-    auto-renewed lock, and dies (an exception escapes the thread) before releasing it,
-    committing or rolling back. CONTRACT: "a thread that dies inside a transaction ends with
-    the lock freed or lost within its lease"; without distlock the dead thread's connection
-    is collected and the server ends its session (and its transaction).
-
-    Observed: the round-2 fix looks for dead threads only for a *released* hold waiting for
-    the COMMIT. A hold still held stays tied in distlock's registry, which keeps the Lock
-    object (so the renewer renews it, for as long as the process lives) and the dead thread's
-    connection (on PostgreSQL a session "idle in transaction" for ever, keeping its row
-    locks)."""
-    name = "adv3:dies-holding"
+def _dies_holding(name: str, *, auto_renew: bool) -> weakref.ref[Any]:
+    """A job runner's thread turns autocommit off (a transaction managed by hand), takes a
+    lock and dies (the job raises; the runner logs it and the thread ends) before releasing
+    it, committing or rolling back. Return a weak reference to the thread's connection."""
     connection_ref: list[weakref.ref[Any]] = []
 
     def job() -> None:
         conn = connections["fencing"]
         conn.set_autocommit(False)  # managed by hand
         connection_ref.append(weakref.ref(conn))
-        lk = distlock.lock(name, ttl=1, auto_renew=True)
+        lk = distlock.lock(name, ttl=1, auto_renew=auto_renew)
         assert lk.acquire()
         raise RuntimeError("the job fails before release(), commit() or rollback()")
 
-    def runner() -> None:  # logs the job's failure, and the thread ends
+    def runner() -> None:
         with contextlib.suppress(RuntimeError):
             job()
 
     thread = threading.Thread(target=runner)
+    thread.start()
+    thread.join()
+    gc.collect()
+    return connection_ref[0]
+
+
+def test_a_thread_that_dies_holding_an_auto_renewed_lock_by_hand_stops_renewing_it() -> None:
+    """CONTRACT: "a thread that dies inside a transaction ends with the lock freed or lost
+    within its lease". Observed: the round-2 fix looks for dead threads only for a
+    *released* hold waiting for the COMMIT. A hold still held stays tied in distlock's
+    registry, which keeps the Lock object alive, so the renewer renews it for as long as the
+    process lives (stall: every other holder waits for ever)."""
+    name = "adv3:dies-renewed"
     try:
-        thread.start()
-        thread.join()
-        gc.collect()
+        _dies_holding(name, auto_renew=True)
         # Lease 1 s: freed or lost within it (generous margin; fails only if renewed on).
         assert free_within(name, 4), "the dead thread's lock is still renewed"
-        assert connection_ref[0]() is None, "distlock keeps the dead thread's connection"
+    finally:
+        _abandon(name)
+
+
+def test_a_thread_that_dies_holding_a_lock_by_hand_leaves_its_connection_to_be_closed() -> None:
+    """The same thread with a lock that is not renewed: its lease ends it. Expected: as
+    without distlock, the dead thread's connection is collected and the server ends its
+    session, rolling back its transaction. Observed: the hold stays tied in distlock's
+    registry, which keeps the connection for as long as the process lives (on PostgreSQL a
+    session "idle in transaction" for ever, keeping its row locks: host harmed)."""
+    name = "adv3:dies-connection"
+    try:
+        connection = _dies_holding(name, auto_renew=False)
+        assert connection() is None, "distlock keeps the dead thread's connection"
     finally:
         _abandon(name)
 
