@@ -12,6 +12,7 @@ import contextlib
 import contextvars
 import gc
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -246,4 +247,31 @@ def test_a_context_copied_in_an_earlier_transaction_by_hand_is_not_in_the_next_o
         if conn.connection is not None:
             conn.rollback()
             transaction.set_autocommit(True, using="fencing")
+        _abandon(name)
+
+
+def test_a_dropped_auto_renewed_lock_is_not_kept_by_the_renewer_after_its_first_renewal() -> None:
+    """The renewer holds each Lock weakly, so that one dropped without release() (an
+    exception between acquire() and its try/finally) stops being renewed and its lease ends
+    it; the cycle test above relies on it. Expected: freed within its lease once dropped.
+    Observed: after one renewal, the renewer thread's own locals (the list of locks due, the
+    loop variable) still reference the Lock while it waits for the next due time, and take
+    a new strong reference each round: the dropped Lock is renewed for as long as the
+    process lives (stall: every other holder waits for ever)."""
+    name = "adv3:renewer-keeps"
+    try:
+        lk = distlock.lock(name, ttl=1, auto_renew=True)
+        assert lk.acquire()
+        deadline = time.monotonic() + STEP
+        while True:  # until the renewer has renewed it once
+            info = distlock.locks["default"].info(name)
+            if info is not None and info.renewals >= 1:
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        dropped = weakref.ref(lk)
+        del lk
+        assert free_within(name, 4), "the dropped lock is still renewed"
+        assert dropped() is None
+    finally:
         _abandon(name)
