@@ -77,6 +77,10 @@ class Renewer:
                         self._registered.pop(registration, None)
                     elif registration in self._registered:
                         self._push(time.monotonic() + interval, registration)
+            # No reference of this thread's may outlive the round: the locks are held weakly,
+            # so that one dropped without release() stops being renewed; these locals would
+            # keep it alive while the next due time is awaited, then renew it again.
+            due_now = lock = None  # type: ignore[assignment]
 
     def _next_due(self) -> list[tuple[int, Renewable]] | None:
         """Wait for the next renewals that are due; None when nothing is left to renew."""
