@@ -863,6 +863,11 @@ class Lock:
         if waited is not None:
             self._give_up_waiting(waited)
             return None
+        if pending is None and self._hold is not None:
+            # Held, not released: a tie whose thread died (a transaction managed by hand,
+            # never ended) ends, so that the registry no longer keeps this Lock (renewed for
+            # ever) nor the dead thread's connection.
+            self._hold.end_unseen()
         with self._mutex:
             if self.token is None or self._operations is None or self._releasing or self._lost:
                 return None

@@ -190,6 +190,7 @@ _get_ident = threading.get_ident
 def _link(hold: Hold, conn: Any) -> None:
     """Tie ``hold`` to ``conn`` in the registry (under _guard)."""
     _tied.setdefault(conn, set()).add(hold)
+    hold._owner = hold._owner_ref()  # kept while tied
     idents = {None} if conn.allow_thread_sharing else {conn._thread_ident, _get_ident()}
     hold.enders[conn] = idents
     for ident in idents:
@@ -209,6 +210,8 @@ def _unlink(hold: Hold, conn: Any) -> None:
             _enders[ident] = left
         else:
             _enders.pop(ident, None)
+    if not hold.enders and not hold.waiting:  # tied nowhere, nothing to free: weakly
+        hold._owner = None
 
 
 class Hold:
@@ -222,7 +225,12 @@ class Hold:
     """
 
     def __init__(self, owner: Any) -> None:
-        self.owner = owner
+        # The Lock, strongly only while the hold is tied or its release waits (the registry
+        # then keeps a released Lock alive until its transaction ends); weakly otherwise, so
+        # that Lock._hold and this make no reference cycle: a Lock dropped unreleased after
+        # its transaction is collected at once (and no longer renewed), as outside one.
+        self._owner_ref: weakref.ref[Any] = weakref.ref(owner)
+        self._owner: Any = None
         # (connection, transaction number) -> own depth of the block it is tied to. One tie
         # per transaction, several per connection: an on_commit hook's own block that takes
         # the lock back is tied besides the committed transaction, never instead of it.
@@ -237,6 +245,16 @@ class Hold:
         # lock is freed at the COMMIT itself; else after those hooks (as documented).
         self.hooks_before: dict[tuple[Any, int], int] = {}
         self.done = False  # freed or dropped
+
+    @property
+    def owner(self) -> Any:
+        return self._owner if self._owner is not None else self._owner_ref()
+
+    @owner.setter
+    def owner(self, lock: Any) -> None:
+        self._owner_ref = weakref.ref(lock)
+        if self._owner is not None:
+            self._owner = lock
 
     def tie(self, places: Iterable[Place]) -> None:
         """Tie this hold to the blocks it is taken (or taken back) in: a tie already made in
@@ -852,6 +870,8 @@ def waiting_release(key: Hashable) -> Any:
             ]
         for hold in holds:
             lock = hold.owner
+            if lock is None:  # untied meanwhile, its Lock dropped
+                continue
             if hold.waiting and lock._pending is hold and lock._resource() == key:
                 return lock
     return None
@@ -882,7 +902,8 @@ def held_in_transactions_here(key: Hashable) -> bool:
     for conn, number, _depth in places:
         with _guard:
             holds = [hold for hold in _tied.get(conn, ()) if (conn, number) in hold.ties]
-        if any(hold.owner._resource() == key for hold in holds):
+        owners = [hold.owner for hold in holds]
+        if any(owner is not None and owner._resource() == key for owner in owners):
             return True
     return False
 
