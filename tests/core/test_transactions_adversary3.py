@@ -293,3 +293,39 @@ def test_pool_thread_siblings_on_a_real_database_never_charge_twice(
     redis_server.flushall()
     report = scenario_report(real_database, redis_server.url, "devkit.shop.adversary3")
     assert report["pool_siblings"] == {"twice": 0, "results": ["already paid", "charged"]}
+
+
+def test_a_shared_sibling_gets_the_lock_once_the_exclusive_sibling_released() -> None:
+    """Two tasks of one transaction (asyncio.gather under async_to_sync, inside atomic()):
+    task A writes under the exclusive lock, task B reads under the shared lock of the same
+    name. CONTRACT (shared locks): "transactions: as for exclusive locks", and for those:
+    "two tasks of one transaction exclude each other while both hold; once the first has
+    released, the second gets the lock at once".
+
+    Expected: B gets the shared lock once A has released (A's release waits for the COMMIT:
+    B downgrades it, as the same transaction). Observed: B asked while A held, so it waits
+    on the server for the exclusive hold to end; A's release then waits for the COMMIT,
+    which waits for B: B gets LockNotAcquired when its wait ends (with wait=None it never
+    returns: the request hangs)."""
+    name = "adv3:shared-sibling"
+    a_holds = asyncio.Event()
+    got: list[str] = []
+
+    async def writer() -> None:
+        async with distlock.lock(name, ttl=5, wait=0):
+            a_holds.set()
+            await asyncio.sleep(0.2)  # B is queued meanwhile
+        got.append("exclusive")
+
+    async def reader() -> None:
+        await a_holds.wait()
+        async with distlock.lock(name, ttl=5, wait=3, shared=True):
+            got.append("shared")
+
+    async def both() -> None:
+        await asyncio.gather(writer(), reader())
+
+    with transaction.atomic(), contextlib.suppress(distlock.LockNotAcquired):
+        async_to_sync(both)()
+    assert got == ["exclusive", "shared"], "the shared sibling waited for its own COMMIT"
+    assert free_within(name)
