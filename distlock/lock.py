@@ -235,6 +235,18 @@ class Lock:
                 ):
                     return True
                 block = min(block, SIBLING_LOOK)
+            elif self.shared and held_in_transactions_here((self.kind, self.using, self.name)):
+                # Another task of this transaction holds the exclusive lock: once it has
+                # released (its release waits for the COMMIT, which waits for this task),
+                # downgrade that hold, as the same transaction, instead of waiting for it (a
+                # downgrade is a try's, never a waiter's: leave the queue first).
+                attempts.downgrade_from = _waiting_in_this_transaction(self)
+                if attempts.downgrade_from:
+                    with contextlib.suppress(LockError):
+                        await backend.aleave(self.name, attempts.token)
+                    attempt = await attempts.aguarded(backend.atry_acquire, attempts.request())
+                    continue
+                block = min(block, SIBLING_LOOK)
             # Wait to be handed the lock, and claim it, in one call (one round trip on one
             # server); the reply tells whether this object holds it now.
             attempt = await attempts.aguarded(backend.aacquire_when_free, attempts.waiting(), block)
@@ -279,6 +291,18 @@ class Lock:
                 held = waiting_release(self._resource())
                 if held is not None and self._take_back_from_queue(backend, attempts.token, held):
                     return True
+                block = min(block, SIBLING_LOOK)
+            elif self.shared and held_in_transactions_here((self.kind, self.using, self.name)):
+                # Another task of this transaction holds the exclusive lock: once it has
+                # released (its release waits for the COMMIT, which waits for this task),
+                # downgrade that hold, as the same transaction, instead of waiting for it (a
+                # downgrade is a try's, never a waiter's: leave the queue first).
+                attempts.downgrade_from = _waiting_in_this_transaction(self)
+                if attempts.downgrade_from:
+                    with contextlib.suppress(LockError):
+                        backend.leave(self.name, attempts.token)
+                    attempt = attempts.guarded(backend.try_acquire, attempts.request())
+                    continue
                 block = min(block, SIBLING_LOOK)
             # Wait to be handed the lock, and claim it, in one call (one round trip on one
             # server); the reply tells whether this object holds it now.
