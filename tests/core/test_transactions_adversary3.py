@@ -35,6 +35,14 @@ pytestmark = [
 STEP = 10.0  # the longest any step waits for another thread (never reached when it works)
 
 
+def _try_once(name: str, got: list[bool]) -> None:
+    """Try ``name`` once (wait=0), note whether it was granted, and let it go."""
+    lk = distlock.lock(name, ttl=5, wait=0)
+    got.append(lk.acquire())
+    if got[-1]:
+        lk.release()
+
+
 def test_a_release_tied_to_two_transactions_is_not_taken_back_from_only_one_of_them() -> None:
     """A sync view under ATOMIC_REQUESTS calls an async service (async_to_sync) that runs two
     charges in pool threads (sync_to_async(thread_sensitive=False)), each `atomic { lock {
@@ -102,14 +110,8 @@ def test_a_context_copied_in_an_earlier_transaction_never_takes_back_a_hooks_rel
     with transaction.atomic():  # the first job
         copied.append(contextvars.copy_context())
 
-    def probe() -> None:
-        lk = distlock.lock(name, ttl=5, wait=0)
-        got.append(lk.acquire())
-        if got[-1]:
-            lk.release()
-
     def hook() -> None:  # the second job's e-mail: the order is still locked meanwhile
-        task = threading.Thread(target=copied[0].run, args=(probe,))
+        task = threading.Thread(target=copied[0].run, args=(_try_once, name, got))
         task.start()
         task.join(STEP)
 
@@ -227,12 +229,6 @@ def test_a_context_copied_in_an_earlier_transaction_by_hand_is_not_in_the_next_o
     conn = connections["fencing"]
     got: list[bool] = []
 
-    def probe() -> None:
-        lk = distlock.lock(name, ttl=5, wait=0)
-        got.append(lk.acquire())
-        if got[-1]:
-            lk.release()
-
     transaction.set_autocommit(False, using="fencing")
     try:
         copied = contextvars.copy_context()  # job 1 hands its context to a task
@@ -240,7 +236,7 @@ def test_a_context_copied_in_an_earlier_transaction_by_hand_is_not_in_the_next_o
         with transaction.atomic(using="fencing"):  # job 2
             with distlock.lock(name, ttl=5):
                 pass
-            task = threading.Thread(target=copied.run, args=(probe,))
+            task = threading.Thread(target=copied.run, args=(_try_once, name, got))
             task.start()
             task.join(STEP)
         assert got == [False], "an earlier job's task took job 2's release back"
