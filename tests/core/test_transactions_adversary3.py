@@ -25,6 +25,7 @@ from devkit.databases import DatabaseServer
 from devkit.redis_server import RedisServer
 from devkit.shop.load import scenario_report
 from distlock import transactions
+from distlock.signals import lock_lost
 from tests.support.lock_helpers import free_within
 
 pytestmark = [
@@ -325,3 +326,37 @@ def test_a_shared_sibling_gets_the_lock_once_the_exclusive_sibling_released() ->
         async_to_sync(both)()
     assert got == ["exclusive", "shared"], "the shared sibling waited for its own COMMIT"
     assert free_within(name)
+
+
+def test_a_release_whose_lease_ended_while_it_waited_is_reported_lost_when_asked_again() -> None:
+    """The release waits for the COMMIT; meanwhile the lease ends (an operator force-releases
+    the lock; Redis restarted empty or evicted it) before the renewer's next look; then
+    the same transaction asks for the lock again (the loop meets the order twice).
+    CONTRACT: "If the lease ends while the release waits for COMMIT, it is a lost lease
+    (on_lost, the lock_lost signal, a log record): the commit may then land after another
+    holder's writes".
+
+    Observed: the take-back finds the hold gone and drops it silently (Lock._adopt:
+    "reported if renewed"), then acquires anew: no on_lost, no lock_lost, no log record, so
+    the holder never learns that another holder may have written in between."""
+    name = "adv3:lost-while-waiting"
+    lost: list[str] = []
+
+    def on_lost_signal(sender: Any, **kwargs: Any) -> None:
+        lost.append(f"signal:{kwargs['name']}")
+
+    lock_lost.connect(on_lost_signal)
+    try:
+        with transaction.atomic():
+            first = distlock.lock(name, ttl=30, on_lost=lambda lk: lost.append("on_lost"))
+            assert first.acquire()
+            first.release()  # waits for the COMMIT, its lease kept alive (next look in 10 s)
+            assert distlock.locks["default"].force_release(name)  # the lease ends
+            again = distlock.lock(name, ttl=30, wait=0)
+            assert again.acquire()  # the order met a second time
+            again.release()
+        assert sorted(lost) == ["on_lost", f"signal:{name}"], "the lost lease was not reported"
+        assert free_within(name)
+    finally:
+        lock_lost.disconnect(on_lost_signal)
+        _abandon(name)
