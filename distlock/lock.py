@@ -642,8 +642,19 @@ class Lock:
         return backend.lease_ms(self.ttl if self.ttl is not None else backend.default_timeout)
 
     def _adopt(self, held: Lock, extended: bool, started: float, ttl_ms: int) -> bool:
-        if not extended:
-            held._forget()  # its lease ended while the transaction ran (reported if renewed)
+        if not extended:  # its lease ended while its release waited for the transaction
+            with held._mutex:
+                unreported = not held._lost  # the renewer's look had not found it yet
+                if unreported:
+                    held._lost = True
+                    held._lost_because = (
+                        f"The lease on {held.name!r} was lost while its release waited for the "
+                        f"database transaction: {held._gone_reason('taking it back')} The "
+                        "transaction's work may overlap with another holder's."
+                    )
+            if unreported:
+                held._report_lost()
+            held._forget()
             return False
         if held is not self:
             self._operations, self.token = held._operations, held.token
