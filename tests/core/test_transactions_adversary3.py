@@ -360,3 +360,40 @@ def test_a_release_whose_lease_ended_while_it_waited_is_reported_lost_when_asked
     finally:
         lock_lost.disconnect(on_lost_signal)
         _abandon(name)
+
+
+def test_an_exclusive_sibling_queued_behind_a_shared_sibling_is_refused_once_it_released() -> None:
+    """The reverse of the shared-sibling test: task A reads under the shared lock, task B
+    (same transaction, asyncio.gather under async_to_sync) asks for the exclusive lock while
+    A holds. CONTRACT: "The exclusive lock asked for while a shared release of the same
+    transaction waits for its COMMIT (in the same task, or another task of it) is refused at
+    once with SharedLockUpgrade" (it would wait for itself).
+
+    Expected: once A has released (its release waits for the COMMIT, which waits for B), B
+    is refused with SharedLockUpgrade. Observed: B was queued before A released, and nothing
+    looks again: B waits on the server for its whole wait and gets LockNotAcquired (with
+    wait=None it never returns: the request hangs)."""
+    name = "adv3:exclusive-sibling"
+    a_holds = asyncio.Event()
+    outcome: list[str] = []
+
+    async def reader() -> None:
+        async with distlock.lock(name, ttl=5, wait=0, shared=True):
+            a_holds.set()
+            await asyncio.sleep(0.2)  # B is queued meanwhile
+
+    async def writer() -> None:
+        await a_holds.wait()
+        try:
+            async with distlock.lock(name, ttl=5, wait=3):
+                outcome.append("acquired")
+        except distlock.LockError as exc:
+            outcome.append(type(exc).__name__)
+
+    async def both() -> None:
+        await asyncio.gather(reader(), writer())
+
+    with transaction.atomic():
+        async_to_sync(both)()
+    assert outcome == ["SharedLockUpgrade"], "the exclusive sibling waited for its own COMMIT"
+    assert free_within(name)
