@@ -247,6 +247,19 @@ class Lock:
                     attempt = await attempts.aguarded(backend.atry_acquire, attempts.request())
                     continue
                 block = min(block, SIBLING_LOOK)
+            elif (
+                not self.shared
+                and shared.holds
+                and held_in_transactions_here(("shared", self.using, self.name))
+            ):
+                # Another task of this transaction holds the shared lock: once it has
+                # released (its release waits for the COMMIT, which waits for this task), this
+                # exclusive request would wait for itself: refused then, as it is at once.
+                if waiting_release(("shared", self.using, self.name)) is not None:
+                    with contextlib.suppress(LockError):
+                        await backend.aleave(self.name, attempts.token)
+                    await shared.arefuse_upgrade(self.kind, self.using, self.name, _current_owner())
+                block = min(block, SIBLING_LOOK)
             # Wait to be handed the lock, and claim it, in one call (one round trip on one
             # server); the reply tells whether this object holds it now.
             attempt = await attempts.aguarded(backend.aacquire_when_free, attempts.waiting(), block)
@@ -303,6 +316,19 @@ class Lock:
                         backend.leave(self.name, attempts.token)
                     attempt = attempts.guarded(backend.try_acquire, attempts.request())
                     continue
+                block = min(block, SIBLING_LOOK)
+            elif (
+                not self.shared
+                and shared.holds
+                and held_in_transactions_here(("shared", self.using, self.name))
+            ):
+                # Another task of this transaction holds the shared lock: once it has
+                # released (its release waits for the COMMIT, which waits for this task), this
+                # exclusive request would wait for itself: refused then, as it is at once.
+                if waiting_release(("shared", self.using, self.name)) is not None:
+                    with contextlib.suppress(LockError):
+                        backend.leave(self.name, attempts.token)
+                    shared.refuse_upgrade(self.kind, self.using, self.name, _current_owner())
                 block = min(block, SIBLING_LOOK)
             # Wait to be handed the lock, and claim it, in one call (one round trip on one
             # server); the reply tells whether this object holds it now.
