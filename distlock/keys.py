@@ -79,6 +79,15 @@ class LockKeys(NamedTuple):
     index: str  # type: ignore[assignment]  # zset of held names in the bucket, by lease end
 
 
+class EncodedKeys(NamedTuple):
+    """The keys of the exclusive lock's acquire and release calls, in their scripts' order,
+    encoded once per name: redis-py encodes every str argument of every call, and these are
+    the same for every acquire and release of a name (the uncontended pair's hot path)."""
+
+    acquire: tuple[bytes, ...]  # KEYS of acquire.lua: lock, fence, waiters, live, index
+    release: tuple[bytes, ...]  # KEYS of release.lua: lock, waiters, live, index
+
+
 # The hash of the waiters' metadata is the queue's key followed by this ('|' is escaped in
 # every encoded name, so no lock's key ends so): backends/redis_ops/lua/acquire.lua.
 ABOUT_WAITERS = "|about"
@@ -128,6 +137,7 @@ class KeyLayout:
         self.keys_for = lru_cache(maxsize=4096)(self._keys_for)
         self.semaphore_keys_for = lru_cache(maxsize=4096)(self._semaphore_keys_for)
         self.shared_keys_for = lru_cache(maxsize=4096)(self._shared_keys_for)
+        self.encoded_keys_for = lru_cache(maxsize=4096)(self._encoded_keys_for)
 
     def _tag(self, bucket: int) -> str:
         return f"{self.prefix}:{{b{bucket:04d}}}"
@@ -150,6 +160,15 @@ class KeyLayout:
             live=f"{base}:live:{encoded}",
             signal=f"{base}:signal:{encoded}",
             index=self.index_keys[bucket],
+        )
+
+    def _encoded_keys_for(self, name: str) -> EncodedKeys:
+        k = self.keys_for(name)
+        lock, fence, waiters, live, index = (
+            key.encode() for key in (k.lock, k.fence, k.waiters, k.live, k.index)
+        )
+        return EncodedKeys(
+            acquire=(lock, fence, waiters, live, index), release=(lock, waiters, live, index)
         )
 
     def _semaphore_keys_for(self, name: str) -> SemaphoreKeys:

@@ -503,15 +503,15 @@ class Lock:
         if outcome == 2:
             self._depth -= 1
             return
-        info = (
-            self._local_info() if lock_released.has_listeners(_sender(self._operations)) else None
-        )
-        backend = self._operations
+        # Nobody connected (the usual case): no sender, no LockInfo, no send.
+        sender = _sender(self._operations) if lock_released.receivers else None
+        info = self._local_info() if lock_released.has_listeners(sender) else None
         in_time = self._released_in_time
         self._forget()
         if outcome == 0 and not in_time:
             raise self._expired_error("release")
-        lock_released.send(_sender(backend), name=self.name, alias=self.using, info=info)
+        if sender is not None:
+            lock_released.send(sender, name=self.name, alias=self.using, info=info)
 
     # --- database transactions ----------------------------------------------------------
     def _wait_for_transactions(self) -> bool:
@@ -1028,6 +1028,8 @@ class Lock:
 
     # --- signals ------------------------------------------------------------------------
     def _send(self, signal: Any) -> None:
+        if not signal.receivers:  # nobody connected: not even the sender is looked up
+            return
         sender = _sender(self._operations)
         if signal.has_listeners(sender):
             signal.send(sender, name=self.name, alias=self.using, info=self._local_info())

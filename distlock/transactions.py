@@ -155,12 +155,26 @@ def snapshot_isolation_aliases() -> list[str]:
     isolation level in its OPTIONS, every connection reads at READ COMMITTED (Django's
     default on PostgreSQL and MySQL/MariaDB alike) and no connection is looked at.
     """
-    if not any(
-        "isolation_level" in (database.get("OPTIONS") or {})
-        for database in connections.settings.values()
-    ):
+    if not _isolation_levels_set():
         return []
     return [conn.alias for conn in open_transactions() if _isolation(conn) in SNAPSHOT_LEVELS]
+
+
+# (DATABASES as connections read it, whether some alias sets an isolation level): the
+# answer is kept for as long as the connections keep reading the same settings.
+_isolation_seen: tuple[object, bool] = (None, False)
+
+
+def _isolation_levels_set() -> bool:
+    global _isolation_seen
+    databases = connections.settings
+    seen, answer = _isolation_seen
+    if seen is not databases:
+        answer = any(
+            "isolation_level" in (database.get("OPTIONS") or {}) for database in databases.values()
+        )
+        _isolation_seen = (databases, answer)
+    return answer
 
 
 def _isolation(conn: Any) -> str:

@@ -15,6 +15,8 @@ def seconds(
     label: str, value: object, *, allow_none: bool = False, allow_zero: bool = False
 ) -> float | None:
     """Return ``value`` as float seconds, or raise TypeError/ValueError saying what is wrong."""
+    if (value.__class__ is float or value.__class__ is int) and 0 < value < math.inf:
+        return float(value)  # the usual case (every Lock made checks two): a plain number > 0
     if value is None:
         if allow_none:
             return None

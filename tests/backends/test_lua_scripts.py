@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from distlock.backends.base import HANDOFF_GRACE_MS
 from distlock.backends.operations import Request
 from distlock.backends.redis_ops import grants, holds, listing, semaphores, shared
 from distlock.backends.redis_ops.scripts import LOADED, LUA, expand, header
@@ -118,3 +119,18 @@ def test_each_call_sends_the_keys_and_arguments_its_script_names(call: Eval) -> 
     else:
         assert len(call.keys) == len(script.keys), script.keys
     assert len(call.args) == len(script.argv), script.argv
+
+
+def test_the_exclusive_acquire_and_release_send_the_same_bytes_as_their_str_form() -> None:
+    # The hot pair sends its keys and constant arguments encoded once (redis-py would encode
+    # them on every call): the server must receive exactly what the str form encodes to.
+    layout = KeyLayout("test")
+    k = layout.keys_for("caf\u00e9 {x}")
+    acquire = holds.acquire_call(layout, Request("caf\u00e9 {x}", "t", 1000, "{}", 0), True)
+    release = holds.release_call(layout, "caf\u00e9 {x}", "t", every_level=False)
+    assert acquire.keys == tuple(
+        key.encode() for key in (k.lock, k.fence, k.waiters, k.live, k.index)
+    )
+    assert release.keys == tuple(key.encode() for key in (k.lock, k.waiters, k.live, k.index))
+    assert acquire.args[5:] == [b"1", str(HANDOFF_GRACE_MS).encode()]
+    assert release.args[2:] == [b"0", str(HANDOFF_GRACE_MS).encode()]

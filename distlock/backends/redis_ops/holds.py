@@ -20,7 +20,7 @@ from ...tokens import NON_FAIR_MARK
 from ..base import HANDOFF_GRACE_MS, Attempt
 from ..operations import Request
 from .scripts import Script, load
-from .steps import Confirmed, Eval, Pop, PopThenEval, Scope, Steps, flag, text
+from .steps import ENCODED_FLAG, Confirmed, Eval, Pop, PopThenEval, Scope, Steps, flag, text
 
 ACQUIRE = load("acquire")
 RELEASE = load("release")
@@ -30,6 +30,8 @@ INSPECT = load("inspect")
 WAITERS = load("waiters")
 # Waiters listed at most by waiters() (an operator's view, not an export).
 MAX_WAITERS_LISTED = 1000
+# HANDOFF_GRACE_MS as the hot calls send it, encoded once (see KeyLayout.encoded_keys_for).
+GRACE = str(HANDOFF_GRACE_MS).encode()
 
 
 # --- one kind of lock hold ---------------------------------------------------------------
@@ -61,12 +63,11 @@ def try_acquire(scope: Scope, hold: Hold, request: Request, waited: bool = False
 
 def acquire_call(layout: KeyLayout, request: Request, waited: bool = False) -> Eval:
     name, token, ttl_ms, meta, patience_ms, _, _ = request
-    k = layout.keys_for(name)
     # Idempotent: sent again, it tells the token that already holds the lock so.
     return Eval(
         ACQUIRE,
-        [k.lock, k.fence, k.waiters, k.live, k.index],
-        [token, ttl_ms, meta, name, patience_ms, flag(waited), HANDOFF_GRACE_MS],
+        layout.encoded_keys_for(name).acquire,  # lock, fence, waiters, live, index
+        [token, ttl_ms, meta, name, patience_ms, ENCODED_FLAG[waited], GRACE],
         idempotent=True,
     )
 
@@ -164,12 +165,11 @@ def release(scope: Scope, hold: Hold, name: str, token: str, every_level: bool) 
 
 
 def release_call(layout: KeyLayout, name: str, token: str, every_level: bool) -> Eval:
-    k = layout.keys_for(name)
     # Never sent twice: a release whose reply was lost, sent again, would answer "not held".
     return Eval(
         RELEASE,
-        [k.lock, k.waiters, k.live, k.index],
-        [token, name, flag(every_level), HANDOFF_GRACE_MS],
+        layout.encoded_keys_for(name).release,  # lock, waiters, live, index
+        [token, name, ENCODED_FLAG[every_level], GRACE],
     )
 
 

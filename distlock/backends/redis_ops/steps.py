@@ -11,7 +11,7 @@ How each step runs, both ways, is in distlock.backends.redis_ops.runner.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar
 
@@ -31,7 +31,8 @@ class Eval:
     """Run one script (EVALSHA; EVAL when the server forgot it). Reply: the script's."""
 
     script: Script
-    keys: list[str]
+    # str, or bytes already encoded (the hot calls: redis-py then leaves them as they are)
+    keys: Sequence[Any]
     args: list[Any]
     # Running it twice does what running it once does: after a dropped connection it is
     # sent once more, on a fresh one (see Runner.execute).
@@ -163,6 +164,10 @@ def text(value: Any) -> str:
 def flag(value: bool) -> str:
     """Return a yes/no argument as the scripts read it: '1' or '0'."""
     return "1" if value else "0"
+
+
+# flag(), encoded, for the hot calls: ENCODED_FLAG[value].
+ENCODED_FLAG = (b"0", b"1")
 
 
 def block_seconds(timeout: float) -> float:
