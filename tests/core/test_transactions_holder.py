@@ -28,7 +28,7 @@ import distlock
 from distlock import transactions
 from distlock.cache import _lock_name, get_or_set
 from tests.support.fencingapp.models import Account
-from tests.support.lock_helpers import free_within, is_held
+from tests.support.lock_helpers import BrokenCounter, free_within, is_held
 from tests.support.processes import child_env, run_process
 
 pytestmark = [
@@ -266,6 +266,7 @@ def failing_bookkeeping(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setitem(transactions._tied, connections["default"], {object()})
     for name in ("own_depth", "block_ended", "_note_transaction", "_began", "_apply_end"):
         monkeypatch.setattr(transactions, name, broken, raising=False)
+    monkeypatch.setattr(transactions, "_numbers", BrokenCounter("the numbering"))
     yield
 
 
