@@ -18,18 +18,18 @@ main against a branch). Prints JSON; writes nothing.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve()
-sys.path.insert(0, str(HERE.parent.parent))  # the clone, for its imports
 CASES = ("outermost", "nested", "one query")
 MODES = ("plain", "distlock", "distlock, a release waiting in another thread")
 
@@ -55,6 +55,7 @@ def child(mode: str, blocks: int) -> None:
         import distlock
 
         assert "distlock.transactions" in sys.modules
+        assert distlock.__file__.startswith(os.environ["PYTHONPATH"]), distlock.__file__
     else:
         assert not any(name.startswith("distlock") for name in sys.modules)
 
@@ -77,11 +78,10 @@ def child(mode: str, blocks: int) -> None:
 
     waiting, done = threading.Event(), threading.Event()
 
-    def hold() -> None:  # another request's release, waiting for its COMMIT
+    def hold() -> None:  # another request's
         with transaction.atomic():
-            lk = distlock.lock("cost:waiting", ttl=600)
-            lk.acquire()
-            lk.release()
+            with distlock.lock("cost:waiting", ttl=600):
+                pass  # released inside the transaction: the release waits for its COMMIT
             waiting.set()
             done.wait()
         connections.close_all()
@@ -91,6 +91,7 @@ def child(mode: str, blocks: int) -> None:
         other = threading.Thread(target=hold)
         other.start()
         waiting.wait()
+        assert distlock.transactions._tied  # the wrappers' slow path is armed
     for block in (outermost, nested, one_query):  # warm: connected, caches filled
         for _ in range(20):
             block()
@@ -112,6 +113,8 @@ def child(mode: str, blocks: int) -> None:
 def count(tree: Path, mode: str, blocks: int, databases: dict[str, Any]) -> list[int]:
     """Return the instructions of each case (CASES) in one callgrind run of ``mode`` with
     distlock imported from ``tree``."""
+    from tests.support.processes import run_process
+
     with tempfile.TemporaryDirectory() as directory:
         out = Path(directory) / "callgrind.out"
         env = {
@@ -120,7 +123,7 @@ def count(tree: Path, mode: str, blocks: int, databases: dict[str, Any]) -> list
             "PYTHONHASHSEED": "0",
             "COST_DATABASES": json.dumps(databases),
         }
-        subprocess.run(
+        run_process(
             [
                 "valgrind",
                 "--tool=callgrind",
@@ -149,15 +152,21 @@ def count(tree: Path, mode: str, blocks: int, databases: dict[str, Any]) -> list
     return totals[1 : 1 + len(CASES)]
 
 
+def _count(blocks: int, databases: dict[str, Any], run: tuple[Path, str]) -> list[int]:
+    return count(*run, blocks, databases)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--blocks", type=int, default=2000, help="blocks of each case")
     parser.add_argument("--tree", action="append", type=Path, help="a clone to run distlock from")
+    parser.add_argument("--jobs", type=int, default=2, help="valgrind runs at a time")
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         child(args.child, args.blocks)
         return 0
+    sys.path.insert(0, str(HERE.parent.parent))  # the clone, for its tests.support
     from tests.support.databases import PostgresServer
 
     trees = args.tree or [HERE.parent.parent]
@@ -168,9 +177,18 @@ def main(argv: list[str] | None = None) -> int:
             ("postgresql", postgres.django_settings()),
         ):
             databases = {"default": database}
-            plain = count(trees[0], MODES[0], args.blocks, databases)
+            runs = [(trees[0], MODES[0])] + [(tree, mode) for tree in trees for mode in MODES[1:]]
+            with ThreadPoolExecutor(args.jobs) as pool:  # counts do not depend on the load
+                counts = dict(
+                    zip(
+                        runs,
+                        pool.map(functools.partial(_count, args.blocks, databases), runs),
+                        strict=True,
+                    )
+                )
+            plain = counts[trees[0], MODES[0]]
             for tree in trees:
-                counted = {mode: count(tree, mode, args.blocks, databases) for mode in MODES[1:]}
+                counted = {mode: counts[tree, mode] for mode in MODES[1:]}
                 results.setdefault(str(tree), {})[vendor] = {
                     case: {
                         "plain_instructions": round(plain[index] / args.blocks),
