@@ -129,7 +129,7 @@ def transactions_here() -> list[Place]:
     if not entered and not _manual_seen:
         return []
     found = []
-    for conn, number in entered:
+    for conn, number in _pairs(entered):
         if getattr(conn, "distlock_transaction", None) == number:  # not an earlier one's
             depth = own_depth(conn)
             if depth:
@@ -425,11 +425,14 @@ def finish(freed: list[Hold]) -> None:
 
 
 # --- seeing the ends: wrappers around Django's own methods -------------------------------
-# The code's open outermost atomic blocks in this context, as (connection, transaction
-# number): async_to_sync copies them into the coroutine it runs, so an async lock there is
-# tied to the calling thread's transaction. An entry stays after its block ended (removing it
-# would cost every block's exit a look-up); the number tells a later transaction apart.
-_entered: contextvars.ContextVar[tuple[tuple[Any, int], ...]] = contextvars.ContextVar(
+# The code's open outermost atomic blocks in this context, flat: (connection, transaction
+# number, connection, number, ...), the latest first. async_to_sync copies them into the
+# coroutine it runs, so an async lock there is tied to the calling thread's transaction. An
+# entry stays after its block ended (removing it would cost every block's exit a look-up);
+# the number tells a later transaction apart. Set anew at each BEGIN: a copy taken during one
+# transaction (a task the coroutine left running) must never read as inside the next one.
+# Flat, one tuple per BEGIN: every outermost block pays for what is made there.
+_entered: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar(
     "distlock_entered", default=()
 )
 _numbers = itertools.count(1)
@@ -461,11 +464,16 @@ def _outermost(block: Any, conn: Any) -> bool:
     return len(blocks) < 2 or blocks[-2]._from_testcase
 
 
+def _pairs(entered: tuple[Any, ...]) -> Iterable[tuple[Any, int]]:
+    """Return the (connection, number) entries of ``_entered``'s flat value."""
+    return zip(entered[::2], entered[1::2], strict=True)
+
+
 def _note_transaction(conn: Any) -> None:
-    """A transaction begins on ``conn``: number it, and note it in this context."""
+    """A transaction begins on ``conn``: number it, and note it in this context (first)."""
     number = conn.distlock_transaction = next(_numbers)
-    entered = _entered.get()
-    _entered.set(((conn, number), *(entry for entry in entered if entry[0] is not conn)))
+    others = [item for pair in _pairs(_entered.get()) if pair[0] is not conn for item in pair]
+    _entered.set((conn, number, *others))
 
 
 def _wrap_exit(exit_: Callable[..., Any]) -> Callable[..., Any]:
@@ -609,11 +617,28 @@ def _wrap_set_autocommit(method: Callable[..., Any]) -> Callable[..., Any]:
             if not autocommit:  # every outermost block's BEGIN: kept fast
                 result = method(self, autocommit, forced)  # raises: nothing began
                 try:
-                    _began(self, forced)
+                    # _began inlined for the usual: an atomic block's BEGIN (forced) on the
+                    # connection this context noted last, one tuple made (_began moves
+                    # another alias's connection first).
+                    entered = _entered.get()
+                    if forced and entered and entered[0] is self:
+                        number = self.distlock_transaction = next(_numbers)
+                        if len(entered) == 2:
+                            _entered.set((self, number))
+                        else:
+                            _entered.set((self, number, *entered[2:]))
+                    else:
+                        _began(self, forced)
                 except Exception:
                     _bookkeeping_failed("set_autocommit")
                 return result
-            if not (_tied and _tied_to(self)):  # nothing of an end to see
+            if not _tied:  # nothing of an end to see
+                return method(self, autocommit, forced)
+            try:
+                tied = self in _tied
+            except Exception:  # cannot be told: watched, to be safe
+                tied = True
+            if not tied:  # ties elsewhere only (another thread's release waits)
                 return method(self, autocommit, forced)
             call = functools.partial(method, self, autocommit, forced)
             return _set_autocommit_watched(self, autocommit, forced, call)
@@ -632,14 +657,6 @@ def _wrap_set_autocommit(method: Callable[..., Any]) -> Callable[..., Any]:
         return _set_autocommit_watched(self, autocommit, forced, call)
 
     return any_set_autocommit
-
-
-def _tied_to(conn: Any) -> bool:
-    """Return True if a hold is tied to ``conn`` (fail-safe: True if that cannot be told)."""
-    try:
-        return conn in _tied
-    except Exception:
-        return True
 
 
 def _set_autocommit_watched(
@@ -704,17 +721,12 @@ def _commit_hooks_after_handing_on(conn: Any) -> None:
 
 def _began(conn: Any, forced: Any) -> None:
     """Autocommit was turned off: a transaction began on ``conn``. Number it, and note it in
-    this context (inlined _note_transaction: every outermost atomic block comes here)."""
+    this context (the set_autocommit wrapper does both itself in the usual case)."""
     global _manual_seen
     if not forced and not _manual_seen:  # by hand (Atomic.__enter__ forces a BEGIN)
         _manual_seen = True
         _watch_manual_endings(type(conn))
-    number = conn.distlock_transaction = next(_numbers)
-    entered = _entered.get()
-    if entered and entered[0][0] is conn:  # the usual: the latest was this one's too
-        _entered.set(((conn, number),) + entered[1:])  # noqa: RUF005 - the faster
-    else:  # the latest goes first: a thread using two aliases in turn stays fast
-        _entered.set(((conn, number), *(entry for entry in entered if entry[0] is not conn)))
+    _note_transaction(conn)
 
 
 FORCE_BEGIN = "force_begin_transaction_with_broken_autocommit"
@@ -895,7 +907,7 @@ def _committing_here() -> list[Place]:
     """Return the transactions of the running code's connections whose on_commit hooks are
     running (the running code may be one of them)."""
     found = []
-    for conn, entered in _entered.get():
+    for conn, entered in _pairs(_entered.get()):
         number = getattr(conn, "distlock_ending", None)
         # Only the committing transaction's code, or a hook's own block begun after it
         # (numbers grow): a context copied in an earlier transaction of the connection (a

@@ -17,7 +17,7 @@ import distlock
 from devkit.fencingapp.models import Account
 from distlock import transactions
 from distlock.signals import lock_released
-from tests.support.lock_helpers import free_within, is_held
+from tests.support.lock_helpers import BrokenCounter, free_within, is_held
 
 pytestmark = [
     pytest.mark.django_db(transaction=True, databases=["default", "fencing"]),
@@ -120,6 +120,7 @@ def test_a_failure_in_a_helper_the_wrappers_call_leaves_djangos_work_done(
 
     if helper == "_began":  # every outermost block begins there: no lock needed
         monkeypatch.setattr(transactions, helper, broken)
+        monkeypatch.setattr(transactions, "_numbers", BrokenCounter(helper))
     raised = None
     try:
         with transaction.atomic():

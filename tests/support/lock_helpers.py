@@ -324,3 +324,18 @@ def seen_from_inside(lock: distlock.Lock, name: str) -> dict[str, Any]:
         "lease_left": lock.lease_left(),
         "fence": lock.fence,
     }
+
+
+class BrokenCounter:
+    """Stands for distlock.transactions._numbers, the counter of transactions, raising at
+    each number asked: the bookkeeping of every BEGIN fails (the set_autocommit wrapper
+    numbers the usual one itself, without calling _began)."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def __iter__(self) -> BrokenCounter:
+        return self
+
+    def __next__(self) -> int:
+        raise RuntimeError(f"injected into {self.where}")
