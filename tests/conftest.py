@@ -44,6 +44,9 @@ CONTRACT_BACKENDS = [
 ]
 # Backends whose locks live in a server that other processes share.
 SHARED_BACKENDS = chosen(["redis", "django_redis", "redlock3", "cluster"])
+# Backends that keep every kind of lock: exclusive, shared and semaphore (Redlock keeps only
+# the exclusive kind, and refuses the others saying what to use).
+EVERY_KIND_BACKENDS = chosen(["redis", "django_redis", "locmem", "cluster", "sentinel"])
 
 
 @pytest.fixture
@@ -110,6 +113,21 @@ def non_fair_backend(request: pytest.FixtureRequest, settings: Any, redis_url: s
 @pytest.fixture(params=SHARED_BACKENDS)
 def shared_backend_kind(request: pytest.FixtureRequest, settings: Any, redis_url: str) -> str:
     """Point the default alias at each backend that other processes can share."""
+    _use(settings, request.param, location_of(request.param, request, redis_url))
+    return request.param
+
+
+@pytest.fixture(params=EVERY_KIND_BACKENDS)
+def every_kind_backend(request: pytest.FixtureRequest, settings: Any, redis_url: str) -> str:
+    """Point the default alias at each backend that keeps shared locks and semaphores."""
+    _use(settings, request.param, location_of(request.param, request, redis_url))
+    return request.param
+
+
+@pytest.fixture(params=["redis", "locmem"])
+def lock_backend(request: pytest.FixtureRequest, settings: Any, redis_url: str) -> str:
+    """Point the default alias at a Redis server's backend, then at the in-memory one (each
+    has code of its own for the transaction rules that take this fixture)."""
     _use(settings, request.param, location_of(request.param, request, redis_url))
     return request.param
 

@@ -6,23 +6,18 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
 import pytest
 from django.db import transaction
 
 import distlock
 from distlock.handler import locks
-from tests.conftest import _use, location_of
 from tests.support.lock_helpers import contenders
 
-pytestmark = pytest.mark.django_db(transaction=True, databases=["default"])
-
-
-@pytest.fixture(params=["redis", "locmem"], autouse=True)
-def lock_backend(request: pytest.FixtureRequest, settings: Any, redis_url: str) -> str:
-    _use(settings, request.param, location_of(request.param, request, redis_url))
-    return request.param
+pytestmark = [
+    pytest.mark.django_db(transaction=True, databases=["default"]),
+    pytest.mark.usefixtures("lock_backend"),
+]
 
 
 def test_a_downgrade_while_the_exclusive_release_waits_for_commit() -> None:

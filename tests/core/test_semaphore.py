@@ -14,17 +14,8 @@ from devkit.redis_server import wait_until
 from distlock import LockError, LockLost, LockNotAcquired, LockNotOwned
 from distlock.exceptions import SemaphoreFull
 from distlock.signals import lock_force_released, lock_lost
-from tests.conftest import _use, chosen, location_of
 
-pytestmark = pytest.mark.django_db(databases=[])
-# Every backend kind of conftest.BACKENDS but Redlock's, which refuses semaphores.
-WITH_SEMAPHORES = chosen(["redis", "django_redis", "locmem", "cluster", "sentinel"])
-
-
-@pytest.fixture(params=WITH_SEMAPHORES, autouse=True)
-def semaphore_backend(request: pytest.FixtureRequest, settings: Any, redis_url: str) -> str:
-    _use(settings, request.param, location_of(request.param, request, redis_url))
-    return request.param
+pytestmark = [pytest.mark.django_db(databases=[]), pytest.mark.usefixtures("every_kind_backend")]
 
 
 def test_up_to_limit_holders_each_with_its_own_lease() -> None:

@@ -14,19 +14,9 @@ import pytest
 import distlock
 from distlock import LockError, LockLost, LockNotAcquired, LockNotOwned, SharedLockUpgrade
 from distlock.handler import locks
-from tests.conftest import _use, chosen, location_of
 from tests.support.lock_helpers import contenders, elsewhere
 
-pytestmark = pytest.mark.django_db(databases=[])
-
-SHARED_KINDS = chosen(["redis", "django_redis", "locmem", "cluster", "sentinel"])
-
-
-@pytest.fixture(params=SHARED_KINDS, autouse=True)
-def shared_kind(request: pytest.FixtureRequest, settings: Any, redis_url: str) -> str:
-    """Point the default alias at each backend that keeps shared locks."""
-    _use(settings, request.param, location_of(request.param, request, redis_url))
-    return request.param
+pytestmark = [pytest.mark.django_db(databases=[]), pytest.mark.usefixtures("every_kind_backend")]
 
 
 def reader(name: str = "catalogue", **options: Any) -> distlock.Lock:

@@ -20,16 +20,12 @@ from devkit.redis_server import RedisServer, wait_until
 from distlock import LockNotOwned
 from distlock.handler import locks
 from distlock.signals import lock_lost, lock_released
-from tests.conftest import _use, location_of
 from tests.support.lock_helpers import free_within, is_held
 
-pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "fencing"])
-
-
-@pytest.fixture(params=["redis", "locmem"], autouse=True)
-def lock_backend(request: pytest.FixtureRequest, settings: Any, redis_url: str) -> str:
-    _use(settings, request.param, location_of(request.param, request, redis_url))
-    return request.param
+pytestmark = [
+    pytest.mark.django_db(transaction=True, databases=["default", "fencing"]),
+    pytest.mark.usefixtures("lock_backend"),
+]
 
 
 def test_a_release_inside_atomic_waits_for_commit() -> None:
