@@ -97,8 +97,15 @@ def backend_kind(request: pytest.FixtureRequest, settings: Any, redis_url: str) 
 def contract_backend(request: pytest.FixtureRequest, settings: Any, redis_url: str) -> str:
     """Point the default alias at each backend in turn, in each mode it has (see
     CONTRACT_BACKENDS); return the backend's kind."""
-    kind = request.param.removesuffix(NON_FAIR)
-    _use(settings, kind, location_of(kind, request, redis_url), fair=kind == request.param)
+    return use_contract_backend(settings, request, redis_url, request.param)
+
+
+def use_contract_backend(
+    settings: Any, request: pytest.FixtureRequest, redis_url: str, backend: str
+) -> str:
+    """Point the default alias at ``backend``, one of CONTRACT_BACKENDS; return its kind."""
+    kind = backend.removesuffix(NON_FAIR)
+    _use(settings, kind, location_of(kind, request, redis_url), fair=kind == backend)
     return kind
 
 

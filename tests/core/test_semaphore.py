@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any
 
 import pytest
 
@@ -226,35 +225,7 @@ def test_async() -> None:
     asyncio.run(main())
 
 
-async def test_an_async_wait_cancelled_takes_no_permit() -> None:
-    """As a lock's (test_contract): a permit taken after the task was cancelled is given
-    back, also on locmem, whose wait blocks in a thread."""
-    holder = distlock.semaphore("async-cancel", 1, ttl=5, wait=0)
-    assert await holder.aacquire()
-    waiting = distlock.semaphore("async-cancel", 1, ttl=10, wait=5)
-    with pytest.raises(asyncio.TimeoutError):
-        await asyncio.wait_for(waiting.aacquire(), 0.2)  # cancelled while it waits
-    assert waiting.token is None
-    await holder.arelease()
-    # A permit taken anyway would keep the next acquirer out for its whole 10 s lease.
-    late = distlock.semaphore("async-cancel", 1, ttl=5, wait=3)
-    assert await late.aacquire()
-    await late.arelease()
-
-
 @pytest.mark.parametrize("limit", [0, -1, True, 1.5, "2"])
 def test_bad_limits(limit: object) -> None:
     with pytest.raises((TypeError, ValueError)):
         distlock.semaphore("bad", limit)  # type: ignore[arg-type]
-
-
-def test_a_force_released_permit_holder_acquires_again() -> None:
-    permit = distlock.semaphore("forced-permit", 2, ttl=5, wait=0)
-    assert permit.acquire()
-    backend: Any = distlock.locks["default"]
-    assert backend.semaphores.force_release("forced-permit", permit.token)
-    assert not permit.owned()
-    assert permit.acquire() and permit.owned()
-    with pytest.raises(LockError, match="already holds a permit"):
-        permit.acquire()
-    permit.release()

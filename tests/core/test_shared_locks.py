@@ -252,22 +252,6 @@ def test_an_earlier_writer_goes_before_a_later_reader() -> None:
     assert order == ["writer", "reader"]
 
 
-async def test_a_shared_wait_cancelled_takes_no_hold() -> None:
-    """Also where the wait blocks in a worker thread (django_redis, a Cluster's, locmem's),
-    which goes on after the task is cancelled: what it takes then is given back."""
-    writer = distlock.lock("catalogue", ttl=5, wait=0)
-    assert elsewhere(writer.acquire)  # another thread: this task's reader would downgrade
-    waiting = reader(ttl=10, wait=5)
-    with pytest.raises(asyncio.TimeoutError):
-        await asyncio.wait_for(waiting.aacquire(), 0.2)  # cancelled while it waits
-    assert waiting.token is None
-    await writer.arelease()
-    # A reader holding anyway would keep the next writer out for its whole 10 s lease.
-    late = distlock.lock("catalogue", ttl=5, wait=3)
-    assert await late.aacquire()
-    await late.arelease()
-
-
 def test_an_event_loop_run_by_the_holding_thread_is_refused_the_upgrade() -> None:
     """The shared lock held by this thread outside any task; the exclusive one asked from
     a coroutine this thread runs (asyncio.run from sync code): it would wait for itself."""
