@@ -128,38 +128,46 @@ def test_each_name_links_to_its_page(admin_client: Client, every_kind) -> None:
         assert f'<a href="{base}?alias=default&amp;name={name}&amp;kind={kind}&amp;f=">' in page
 
 
-def test_the_page_of_a_shared_lock_lists_every_holder_and_the_waiter(
-    admin_client: Client, every_kind
-) -> None:
-    page = detail_page(admin_client, "price-list", "shared")
-    assert "<h1>Shared lock “price-list”</h1>" in page
-    assert "Shared lock: every holder below holds it at once" in page
-    for reader in every_kind["shared"]:
-        assert f'<td class="field-fencing_token">{reader.fencing_token}</td>' in page
-        assert f"render prices {every_kind['shared'].index(reader)}" in page
-    assert page.count(">Release this hold</a>") == 2
-    assert '<td class="field-waiters">1</td>' in page
-    assert '<td class="field-purpose">update prices</td>' in page  # the writer waits
-    assert "not held any more" not in page
-    # Typed by hand, without the kind, the page finds the shared lock.
-    assert "<h1>Shared lock “price-list”</h1>" in detail_page(admin_client, "price-list")
+# Each kind with several holders: its name, its page's heading, what the page says of the
+# whole lock, each holder's purpose, and the link on each holder's row.
+SEVERAL_HOLDERS = {
+    "shared": (
+        "price-list",
+        "Shared lock",
+        [
+            "Shared lock: every holder below holds it at once",
+            '<td class="field-purpose">update prices</td>',  # the writer waits
+        ],
+        "render prices {n}",
+        ">Release this hold</a>",
+    ),
+    "semaphore": (
+        "exports",
+        "Semaphore",
+        ['<td class="field-permits">3 of 3</td>', "keeps how many wait (1), not who"],
+        "nightly export {n}",
+        ">Free permit</a>",
+    ),
+}
 
 
-def test_the_page_of_a_semaphore_lists_its_permits_and_limit(
-    admin_client: Client, every_kind
+@pytest.mark.parametrize("kind", list(SEVERAL_HOLDERS))
+def test_the_page_of_a_kind_lists_every_holder_and_the_waiter(
+    admin_client: Client, every_kind, kind: str
 ) -> None:
-    page = detail_page(admin_client, "exports", "semaphore")
-    assert "<h1>Semaphore “exports”</h1>" in page
-    assert '<td class="field-permits">3 of 3</td>' in page
-    for n, permit in enumerate(every_kind["semaphore"]):
-        assert f'<td class="field-fencing_token">{permit.fencing_token}</td>' in page
-        assert f"nightly export {n}" in page
-    assert page.count(">Free permit</a>") == 3
+    name, title, facts, purpose, link = SEVERAL_HOLDERS[kind]
+    page = detail_page(admin_client, name, kind)
+    assert f"<h1>{title} “{name}”</h1>" in page
+    for fact in facts:
+        assert fact in page
+    for n, held in enumerate(every_kind[kind]):
+        assert f'<td class="field-fencing_token">{held.fencing_token}</td>' in page
+        assert purpose.format(n=n) in page
+    assert page.count(link) == len(every_kind[kind])
     assert '<td class="field-waiters">1</td>' in page
-    assert "keeps how many wait (1), not who" in page
     assert "not held any more" not in page
-    # Typed by hand, without the kind, the page finds the semaphore.
-    assert "<h1>Semaphore “exports”</h1>" in detail_page(admin_client, "exports")
+    # Typed by hand, without the kind, the page finds the lock of that kind.
+    assert f"<h1>{title} “{name}”</h1>" in detail_page(admin_client, name)
 
 
 def test_the_page_of_a_lock_says_it_is_exclusive(admin_client: Client, every_kind) -> None:

@@ -10,7 +10,7 @@ from django.urls import reverse
 import distlock
 from distlock import metrics
 from tests.admin.test_admin import RELEASE
-from tests.admin.test_admin_semaphores import RELEASE_PERMIT
+from tests.admin.test_admin_holds import RELEASE_PERMIT
 from tests.support.otel import collect, fresh
 
 pytestmark = pytest.mark.django_db
