@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -62,6 +63,27 @@ def wait_in_threads(name: str, wait: float) -> list[Any]:
     return outcomes
 
 
+def use_a_bounded_pool(settings: Any, redis_url: str) -> None:
+    """Point DISTLOCK at Redis with a pool of WAITERS connections, one for each waiter."""
+    aliases, caches = distlock_settings("redis", redis_url)
+    aliases["default"]["OPTIONS"] = {
+        **aliases["default"]["OPTIONS"],
+        "max_connections": WAITERS,
+    }
+    use(settings, aliases, caches)
+
+
+def while_held(name: str, waiters: Callable[[], Any]) -> Any:
+    """Return what ``waiters()`` returns, run while ``name`` is held (taken on the sync client,
+    in another thread: an async pool stays the waiters')."""
+    holder = distlock.lock(name, ttl=30)
+    assert elsewhere(holder.acquire)
+    try:
+        return waiters()
+    finally:
+        holder.release()
+
+
 def all_timed_out(outcomes: list[Any], within: float) -> bool:
     return len(outcomes) == WAITERS and all(
         isinstance(outcome, tuple) and outcome[0] is False and outcome[1] < within
@@ -74,18 +96,8 @@ def test_waiters_that_fill_a_bounded_pool_each_report_not_acquired(
     settings: Any, redis_url: str
 ) -> None:
     # Before: 2 of 3 raised BackendUnavailable (MaxConnectionsError: Too many connections).
-    aliases, caches = distlock_settings("redis", redis_url)
-    aliases["default"]["OPTIONS"] = {
-        **aliases["default"]["OPTIONS"],
-        "max_connections": WAITERS,
-    }
-    use(settings, aliases, caches)
-    holder = distlock.lock("bounded", ttl=30)
-    assert holder.acquire()
-    try:
-        outcomes = wait_in_threads("bounded", 0.3)
-    finally:
-        holder.release()
+    use_a_bounded_pool(settings, redis_url)
+    outcomes = while_held("bounded", lambda: wait_in_threads("bounded", 0.3))
     assert all_timed_out(outcomes, within=2), outcomes
 
 
@@ -102,26 +114,14 @@ def test_waiters_on_a_django_redis_blocking_pool_return_within_the_wait(
         "CONNECTION_POOL_KWARGS": {"max_connections": WAITERS, "timeout": 5},
     }
     use(settings, aliases, caches)
-    holder = distlock.lock("blocking-pool", ttl=30)
-    assert holder.acquire()
-    try:
-        outcomes = wait_in_threads("blocking-pool", 0.3)
-    finally:
-        holder.release()
+    outcomes = while_held("blocking-pool", lambda: wait_in_threads("blocking-pool", 0.3))
     assert all_timed_out(outcomes, within=2), outcomes
 
 
 def test_async_waiters_that_fill_a_bounded_pool_each_report_not_acquired(
     settings: Any, redis_url: str
 ) -> None:
-    aliases, caches = distlock_settings("redis", redis_url)
-    aliases["default"]["OPTIONS"] = {
-        **aliases["default"]["OPTIONS"],
-        "max_connections": WAITERS,
-    }
-    use(settings, aliases, caches)
-    holder = distlock.lock("abounded", ttl=30)
-    assert elsewhere(holder.acquire)  # on the sync client: the async pool stays the waiters'
+    use_a_bounded_pool(settings, redis_url)
 
     async def waiters() -> list[Any]:
         async def one() -> tuple[bool, float]:
@@ -131,10 +131,7 @@ def test_async_waiters_that_fill_a_bounded_pool_each_report_not_acquired(
 
         return await asyncio.gather(*(one() for _ in range(WAITERS)), return_exceptions=True)
 
-    try:
-        outcomes = asyncio.run(waiters())
-    finally:
-        holder.release()
+    outcomes = while_held("abounded", lambda: asyncio.run(waiters()))
     assert all_timed_out(outcomes, within=2), outcomes
 
 
