@@ -11,6 +11,7 @@ import json
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import connections
@@ -116,6 +117,26 @@ def test_only_querysets(account) -> None:
 
 
 # --- a paused, expired holder in another process --------------------------------------
+def stale_writer(
+    spawn: Any, url: str, tmp_path: Path, name: str, **options: Any
+) -> tuple[Account, Path, Any]:
+    """Start the holder to be frozen (tests.faults.roles.stale_writer) on ``name`` with a
+    0.5 s lease and a new account; return the account, its report's path and the process."""
+    account = Account.objects.using("fencing").create(balance=100, fence=0)
+    out = tmp_path / "stale.json"
+    stale = spawn(
+        "stale_writer",
+        url=url,
+        db=connections["fencing"].settings_dict["NAME"],
+        name=name,
+        ttl=0.5,
+        account=account.pk,
+        out=str(out),
+        **options,
+    )
+    return account, out, stale
+
+
 @pytest.mark.django_db(transaction=True, databases=["fencing"])
 @pytest.mark.parametrize("action", ["release", "extend"])
 def test_a_paused_expired_holders_late_write_is_rejected(
@@ -123,18 +144,7 @@ def test_a_paused_expired_holders_late_write_is_rejected(
 ) -> None:
     """Kleppmann's scenario with real processes: the holder is frozen (SIGSTOP) past its
     lease, another holder takes the lock and writes, the first wakes up and writes too."""
-    account = Account.objects.using("fencing").create(balance=100, fence=0)
-    out = tmp_path / "stale.json"
-    stale = spawn(
-        "stale_writer",
-        url=redis_backend,
-        db=connections["fencing"].settings_dict["NAME"],
-        name="acct",
-        ttl=0.5,
-        account=account.pk,
-        action=action,
-        out=str(out),
-    )
+    account, out, stale = stale_writer(spawn, redis_backend, tmp_path, "acct", action=action)
     backend = distlock.locks["default"]
     # Paused once it knows it holds the lock (not once the server shows it as the holder: a
     # grant it had not read yet would reach it after its lease, and count as not acquired).
@@ -176,18 +186,8 @@ def test_a_paused_expired_holders_late_write_is_rejected(
 def test_an_auto_renewed_holder_paused_past_its_lease_learns_it_lost(
     spawn, redis_backend, tmp_path, record
 ) -> None:
-    account = Account.objects.using("fencing").create(balance=100, fence=0)
-    out = tmp_path / "stale.json"
-    stale = spawn(
-        "stale_writer",
-        url=redis_backend,
-        db=connections["fencing"].settings_dict["NAME"],
-        name="renewed",
-        ttl=0.5,
-        account=account.pk,
-        action="release",
-        out=str(out),
-        auto_renew=True,
+    account, out, stale = stale_writer(
+        spawn, redis_backend, tmp_path, "renewed", action="release", auto_renew=True
     )
     wait_for_report(Path(f"{out}.held"), stale, final=out)
     stale.pause()  # the renewal thread is frozen too
