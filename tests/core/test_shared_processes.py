@@ -8,6 +8,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -34,6 +35,21 @@ def spawn(redis_backend: str) -> Iterator[Spawn]:
         yield start
 
 
+def operate_together(workers: list[subprocess.Popen], timeout: float) -> list[list[Any]]:
+    """Start the ``operate`` workers' operations at once, once all are ready; return each
+    one's operations as it reports them, once each has exited with 0."""
+    for process in workers:
+        read_line(process, "ready")
+    for process in workers:
+        assert process.stdin is not None
+        process.stdin.write("go\n")
+        process.stdin.flush()
+    done = [json.loads(read_line(p, "operations").split(" ", 1)[1]) for p in workers]
+    for process in workers:
+        assert process.wait(timeout=timeout) == 0
+    return done
+
+
 READERS, READS, WRITES, WORK_MS = 8, 300, 600, 2  # 8 x 300 + 600 = 3,000 operations
 
 
@@ -45,14 +61,7 @@ def test_one_writer_eight_readers_three_thousand_operations(
     when the readers ahead of it are done; nobody waits forever."""
     workers = [spawn("operate", "r", "catalogue", str(READS), str(WORK_MS)) for _ in range(READERS)]
     workers.append(spawn("operate", "w", "catalogue", str(WRITES), str(WORK_MS)))
-    for process in workers:
-        read_line(process, "ready")
-    for process in workers:
-        process.stdin.write("go\n")
-        process.stdin.flush()
-    done = [json.loads(read_line(p, "operations").split(" ", 1)[1]) for p in workers]
-    for process in workers:
-        assert process.wait(timeout=60) == 0
+    done = operate_together(workers, timeout=60)
     reads = [op for one in done[:-1] for op in one]
     writes = done[-1]
     assert len(reads) + len(writes) == 3000
@@ -140,15 +149,9 @@ def test_a_thousand_mixed_operations_with_downgrades_keep_the_rule(
     then the exclusive hold released): never a writer with anyone, checked atomically on the
     server as each one enters; every downgrade granted at once."""
     kinds = ["r", "r", "w", "d", "d"]  # 5 x 200 = 1,000 operations
-    workers = [spawn("operate", kind, "downgrades", "200", "1") for kind in kinds]
-    for process in workers:
-        read_line(process, "ready")
-    for process in workers:
-        process.stdin.write("go\n")
-        process.stdin.flush()
-    done = [json.loads(read_line(p, "operations").split(" ", 1)[1]) for p in workers]
-    for process in workers:
-        assert process.wait(timeout=120) == 0
+    done = operate_together(
+        [spawn("operate", kind, "downgrades", "200", "1") for kind in kinds], timeout=120
+    )
     assert sum(len(one) for one in done) == 1000
     data = redis.Redis.from_url(redis_backend)
     assert data.get("in:refused") is None, "a downgrade was not granted at once"
