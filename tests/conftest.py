@@ -7,7 +7,8 @@ need a Redis server of their own (to stop or pause it) take ``private_redis``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from devkit.configs import distlock_settings
 from devkit.processes import Start, started_processes
 from devkit.redis_server import RedisServer
 from distlock.handler import locks
+from tests.support.lock_helpers import contenders
 
 
 def chosen(kinds: list[str]) -> list[str]:
@@ -55,6 +57,28 @@ def processes() -> Iterator[Start]:
     (devkit.processes.start_process, env from child_env); each is ended after the test."""
     with started_processes() as start:
         yield start
+
+
+QueueThreads = Callable[..., list[threading.Thread]]
+
+
+@pytest.fixture
+def queue_threads() -> QueueThreads:
+    """``queue_threads(*targets)``: start a thread running each target, each once the one
+    before it has queued for its lock (``lock_contended``: no sleep), so that they queue in
+    the targets' order; return the threads, for the test to join."""
+
+    def start(*targets: Callable[[], Any]) -> list[threading.Thread]:
+        threads = []
+        for target in targets:
+            thread = threading.Thread(target=target)
+            with contenders(1) as queued:
+                thread.start()
+                queued()
+            threads.append(thread)
+        return threads
+
+    return start
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from distlock import LockError, SharedLocksNotSupported
 from distlock.backends.operations import Request
 from distlock.handler import locks
 from distlock.keys import bucket_of
-from tests.support.lock_helpers import contenders
+from tests.conftest import QueueThreads
 
 pytestmark = pytest.mark.django_db(databases=[])
 
@@ -45,7 +45,9 @@ def test_shared_holders_mark_the_lock_and_keep_their_own_keys_in_its_slot(data) 
     assert data.keys("*") == [keys.fence]
 
 
-def test_a_queued_writer_is_woken_when_the_last_lease_moves_earlier(data) -> None:
+def test_a_queued_writer_is_woken_when_the_last_lease_moves_earlier(
+    data, queue_threads: QueueThreads
+) -> None:
     long_reader = distlock.lock("report", shared=True, ttl=30)
     short_reader = distlock.lock("report", shared=True, ttl=0.5)
     assert long_reader.acquire() and short_reader.acquire()
@@ -58,10 +60,7 @@ def test_a_queued_writer_is_woken_when_the_last_lease_moves_earlier(data) -> Non
         got.append(time.monotonic() - start)
         writer.release()
 
-    thread = threading.Thread(target=write)
-    with contenders(1) as queued:  # blocking until the 30 s lease ends at the latest
-        thread.start()
-        queued()
+    [thread] = queue_threads(write)  # blocking until the 30 s lease ends at the latest
     long_reader.release()  # the last lease is now the short one: the writer re-reads it
     thread.join(5)
     assert got and got[0] < 1.0, got  # at the short lease's end, not 30 s
@@ -137,15 +136,14 @@ async def test_redlock_says_so_when_asked_if_a_shared_lock_is_held(
     await exclusive.arelease()
 
 
-def test_a_writer_giving_up_wakes_the_readers_it_kept_out(data) -> None:
+def test_a_writer_giving_up_wakes_the_readers_it_kept_out(
+    data, queue_threads: QueueThreads
+) -> None:
     holder = distlock.lock("catalogue", shared=True, ttl=5)
     assert holder.acquire()
     writer = distlock.lock("catalogue", ttl=5, wait=0.3)
     outcome: list[bool] = []
-    thread = threading.Thread(target=lambda: outcome.append(writer.acquire()))
-    with contenders(1) as queued:
-        thread.start()
-        queued()
+    [thread] = queue_threads(lambda: outcome.append(writer.acquire()))
     backend = locks["default"]
     kept_out = backend.shared.try_acquire(Request("catalogue", "~waiter", 5000, "{}", 5000))
     assert not kept_out.acquired and kept_out.place == 1

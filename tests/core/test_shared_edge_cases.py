@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from functools import partial
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ import distlock
 from distlock.backends.operations import Request
 from distlock.handler import locks
 from distlock.keys import bucket_of
+from tests.conftest import QueueThreads
 from tests.support.lock_helpers import elsewhere
 
 pytestmark = pytest.mark.django_db(databases=[])
@@ -108,10 +110,10 @@ def test_the_shared_index_drops_crashed_readers_names_as_it_is_used(redis_backen
     assert stale_shared == 0, f"{stale_shared} ended entries stay in {shheld_key} (no TTL)"
 
 
-def test_an_earlier_writer_goes_before_a_later_reader(redis_backend: str) -> None:
+def test_an_earlier_writer_goes_before_a_later_reader(
+    redis_backend: str, queue_threads: QueueThreads
+) -> None:
     """A writer that queued while a reader held is let in before a reader that came later."""
-    from tests.support.lock_helpers import contenders
-
     holder = distlock.lock("fifo", ttl=5, wait=0)
     assert holder.acquire()
     order: list[str] = []
@@ -123,11 +125,7 @@ def test_an_earlier_writer_goes_before_a_later_reader(redis_backend: str) -> Non
         time.sleep(0.3)
         lk.release()
 
-    threads = [threading.Thread(target=run, args=(s,)) for s in (False, True)]
-    for thread in threads:
-        with contenders(1) as queued:
-            thread.start()
-            queued()
+    threads = queue_threads(*(partial(run, s) for s in (False, True)))
     holder.release()
     for thread in threads:
         thread.join(10)
@@ -135,7 +133,7 @@ def test_an_earlier_writer_goes_before_a_later_reader(redis_backend: str) -> Non
 
 
 def test_a_writer_that_died_queued_lets_the_readers_behind_it_in_together(
-    redis_backend: str,
+    redis_backend: str, queue_threads: QueueThreads
 ) -> None:
     """Documented: a dead waiter costs the next one at most 2 x grace (500 ms), and the run
     of readers at the head of the queue is let in together. A writer that died while queued
@@ -143,7 +141,6 @@ def test_a_writer_that_died_queued_lets_the_readers_behind_it_in_together(
     (next in line) comes in on the free lock, but the others see the dead writer's
     registration (up to 2 s) ahead of them and stay out although only readers hold."""
     from distlock.tokens import new_token
-    from tests.support.lock_helpers import contenders
 
     backend = locks["default"]
     holder = distlock.lock("run", ttl=10, wait=0)
@@ -162,11 +159,7 @@ def test_a_writer_that_died_queued_lets_the_readers_behind_it_in_together(
         time.sleep(3)
         lk.release()
 
-    threads = [threading.Thread(target=read, args=(i,)) for i in range(3)]
-    for thread in threads:
-        with contenders(1) as queued:
-            thread.start()
-            queued()
+    threads = queue_threads(*(partial(read, i) for i in range(3)))
     released = time.monotonic()
     holder.release()
     for thread in threads:
@@ -342,9 +335,9 @@ def test_a_lock_named_like_anothers_holders_key_can_be_waited_for(redis_backend:
     assert outcome is False
 
 
-def test_a_writer_giving_up_wakes_the_readers_behind_it(redis_backend: str) -> None:
-    from tests.support.lock_helpers import contenders
-
+def test_a_writer_giving_up_wakes_the_readers_behind_it(
+    redis_backend: str, queue_threads: QueueThreads
+) -> None:
     first = distlock.lock("probe", shared=True, ttl=10, wait=0)
     assert first.acquire()
     gave_up: list[float] = []
@@ -360,13 +353,7 @@ def test_a_writer_giving_up_wakes_the_readers_behind_it(redis_backend: str) -> N
         got[i] = time.monotonic()
         lk.release()
 
-    threads = [threading.Thread(target=writer)] + [
-        threading.Thread(target=read, args=(i,)) for i in range(3)
-    ]
-    for thread in threads:
-        with contenders(1) as queued:
-            thread.start()
-            queued()
+    threads = queue_threads(writer, *(partial(read, i) for i in range(3)))
     for thread in threads:
         thread.join(10)
     first.release()
@@ -376,10 +363,9 @@ def test_a_writer_giving_up_wakes_the_readers_behind_it(redis_backend: str) -> N
 
 
 def test_dead_reserved_readers_cost_the_writer_behind_them_at_most_two_graces(
-    redis_backend: str,
+    redis_backend: str, queue_threads: QueueThreads
 ) -> None:
     from distlock.tokens import new_token
-    from tests.support.lock_helpers import contenders
 
     backend = locks["default"]
     meta = '{"host":"x","pid":1,"thread":"t","purpose":""}'
@@ -397,10 +383,7 @@ def test_dead_reserved_readers_cost_the_writer_behind_them_at_most_two_graces(
         got.append(time.monotonic())
         lk.release()
 
-    thread = threading.Thread(target=write)
-    with contenders(1) as queued:
-        thread.start()
-        queued()
+    [thread] = queue_threads(write)
     released = time.monotonic()
     holder.release()
     thread.join(10)

@@ -7,6 +7,7 @@ import asyncio
 import sys
 import threading
 import time
+from functools import partial
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 import distlock
 from distlock import LockError, LockLost, LockNotAcquired, LockNotOwned, SharedLockUpgrade
 from distlock.handler import locks
+from tests.conftest import QueueThreads
 from tests.support.lock_helpers import contenders, elsewhere
 
 pytestmark = [pytest.mark.django_db(databases=[]), pytest.mark.usefixtures("every_kind_backend")]
@@ -52,15 +54,12 @@ def test_lock_info_lists_each_holder_as_shared() -> None:
     assert locks["default"].shared.inspect("catalogue") == ()
 
 
-def test_a_queued_writer_keeps_later_readers_out() -> None:
+def test_a_queued_writer_keeps_later_readers_out(queue_threads: QueueThreads) -> None:
     first = reader()
     assert first.acquire()
     writer = distlock.lock("catalogue", ttl=5, wait=5)
     got: list[bool] = []
-    thread = threading.Thread(target=lambda: got.append(writer.acquire()))
-    with contenders(1) as queued:
-        thread.start()
-        queued()
+    [thread] = queue_threads(lambda: got.append(writer.acquire()))
     late = reader()
     assert not late.acquire()  # the writer came first
     first.release()
@@ -225,7 +224,7 @@ def test_the_exclusive_lock_is_locked_while_readers_hold_and_names_one() -> None
     assert not writer.locked()
 
 
-def test_an_earlier_writer_goes_before_a_later_reader() -> None:
+def test_an_earlier_writer_goes_before_a_later_reader(queue_threads: QueueThreads) -> None:
     """First come, first served across kinds, also when the writer queued while no shared
     hold was in use (an exclusive holder only)."""
     holder = distlock.lock("catalogue", ttl=5, wait=0)
@@ -238,14 +237,9 @@ def test_an_earlier_writer_goes_before_a_later_reader() -> None:
         time.sleep(0.2)  # holds long enough for the other to be kept out, if it is
         lk.release()
 
-    threads = [
-        threading.Thread(target=take, args=(lk,))
-        for lk in (distlock.lock("catalogue", ttl=5, wait=5), reader(wait=5))
-    ]
-    for thread in threads:  # the writer queues first, then the reader
-        with contenders(1) as queued:
-            thread.start()
-            queued()
+    # The writer queues first, then the reader.
+    writer = distlock.lock("catalogue", ttl=5, wait=5)
+    threads = queue_threads(partial(take, writer), partial(take, reader(wait=5)))
     holder.release()
     for thread in threads:
         thread.join(10)

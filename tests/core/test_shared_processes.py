@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -15,7 +14,8 @@ import redis
 
 import distlock
 from devkit.processes import child_env
-from tests.support.lock_helpers import contenders, read_line, spawner
+from tests.conftest import QueueThreads
+from tests.support.lock_helpers import read_line, spawner
 
 pytestmark = pytest.mark.django_db(databases=[])
 Spawn = Callable[..., subprocess.Popen]
@@ -88,7 +88,7 @@ def test_one_writer_eight_readers_three_thousand_operations(
 
 
 def test_a_killed_reader_delays_a_queued_writer_by_its_lease_at_most(
-    spawn: Spawn, redis_backend: str
+    spawn: Spawn, redis_backend: str, queue_threads: QueueThreads
 ) -> None:
     reader = spawn("hold_shared", "report", "1.5")
     lease_end = float(read_line(reader, "held").split()[1])
@@ -100,10 +100,7 @@ def test_a_killed_reader_delays_a_queued_writer_by_its_lease_at_most(
         got.append(time.monotonic())
         writer.release()
 
-    thread = threading.Thread(target=write)
-    with contenders(1) as queued:
-        thread.start()
-        queued()
+    [thread] = queue_threads(write)
     reader.send_signal(signal.SIGKILL)
     reader.wait(5)
     thread.join(10)
