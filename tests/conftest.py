@@ -6,8 +6,10 @@ need a Redis server of their own (to stop or pause it) take ``private_redis``.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -79,6 +81,20 @@ def queue_threads() -> QueueThreads:
         return threads
 
     return start
+
+
+async def ahandoff_delay(holder: Any, waiter: Any, settle: float = 0.2) -> float:
+    """Async twin of tests.support.lock_helpers.handoff_delay: let ``waiter`` wait in a task
+    for ``settle`` seconds, release ``holder``, and return how long after the release the
+    waiter held the lock (it releases it then)."""
+    task = asyncio.create_task(waiter.aacquire(wait=5))
+    await asyncio.sleep(settle)
+    released = time.monotonic()
+    await holder.arelease()
+    assert await task, f"the waiter never got {waiter.name!r}"
+    delay = time.monotonic() - released
+    await waiter.arelease()
+    return delay
 
 
 @pytest.fixture(scope="session")
