@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,6 +26,20 @@ pytestmark = [
 ]
 
 
+def release_before_two_hooks(name: str, ttl: float, first_hook: Callable[[], None]) -> list[bool]:
+    """In a transaction, take ``name``, register ``first_hook`` and a second hook that looks
+    whether ``name`` is held, then release it; return what the second hook saw once the
+    transaction committed ([True]: held at hook 2, as the release waits for both hooks)."""
+    held_at_second_hook: list[bool] = []
+    with transaction.atomic():
+        lk = distlock.lock(name, ttl=ttl)
+        assert lk.acquire()
+        transaction.on_commit(first_hook)
+        transaction.on_commit(lambda: held_at_second_hook.append(is_held(name)))
+        lk.release()
+    return held_at_second_hook
+
+
 def test_a_hook_taking_the_lock_back_in_its_own_block_keeps_it_past_the_later_hooks() -> None:
     """Hook 1 (registered before the release) locks the order again inside an atomic()
     block of its own; hook 2 (also registered before the release) sends the e-mail. The lock
@@ -32,18 +47,12 @@ def test_a_hook_taking_the_lock_back_in_its_own_block_keeps_it_past_the_later_ho
     held at hook 2. The take-back replaces the hold's tie to the committed transaction by a
     tie to the hook's new one, whose COMMIT then frees the lock between the hooks."""
     name = "adv2:hook-own-block"
-    held_at_second_hook: list[bool] = []
 
     def first_hook() -> None:
         with transaction.atomic(), distlock.lock(name, ttl=5, wait=2):
             pass
 
-    with transaction.atomic():
-        lk = distlock.lock(name, ttl=5)
-        assert lk.acquire()
-        transaction.on_commit(first_hook)
-        transaction.on_commit(lambda: held_at_second_hook.append(is_held(name)))
-        lk.release()
+    held_at_second_hook = release_before_two_hooks(name, 5, first_hook)
     assert held_at_second_hook == [True], "freed by the hook's own block, before hook 2"
     assert free_within(name)
 
@@ -178,19 +187,13 @@ def test_a_hooks_own_block_with_a_slow_hook_of_its_own_never_lets_the_renewer_fr
     inner transaction, so the renewer's look (Hold._open) finds the committed transaction
     "no longer open" and frees the lock during hook 1 (ttl 1 s: a renewal every third)."""
     name = "adv2:renewer-in-hook"
-    held_at_second_hook: list[bool] = []
 
     def first_hook() -> None:
         with transaction.atomic():
             Account.objects.create(balance=1)
             transaction.on_commit(lambda: time.sleep(1.2))
 
-    with transaction.atomic():
-        lk = distlock.lock(name, ttl=1)
-        assert lk.acquire()
-        transaction.on_commit(first_hook)
-        transaction.on_commit(lambda: held_at_second_hook.append(is_held(name)))
-        lk.release()
+    held_at_second_hook = release_before_two_hooks(name, 1, first_hook)
     assert held_at_second_hook == [True], "freed by the renewer while hook 1's hooks ran"
     assert free_within(name)
 
