@@ -94,14 +94,16 @@ class Run:
 
 def first_live_waiter(data: Any, queue: str, live: str) -> str | None:
     """The waiter a release would hand the lock to now: the first queued token whose
-    registration (its score in ``live``) has not ended by the server's clock."""
+    registration (its score in ``live``) has not ended by the server's clock (a client that
+    decodes replies or not: interop/python_worker.py's does not)."""
     tokens = data.zrange(queue, 0, 15)
     if not tokens:
         return None
     ends = data.zmscore(live, tokens)
     seconds, micros = data.time()
     now_ms = int(seconds) * 1000 + int(micros) // 1000
-    return next((t for t, end in zip(tokens, ends, strict=True) if end and end > now_ms), None)
+    head = next((t for t, end in zip(tokens, ends, strict=True) if end and end > now_ms), None)
+    return head.decode() if isinstance(head, bytes) else head
 
 
 def in_thread(call: Callable[[], Any]) -> Callable[[], Any]:

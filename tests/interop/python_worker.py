@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any
 
+from tests.conformance.runner import first_live_waiter
 from tests.support.workers import say, setup
 
 
@@ -18,21 +19,6 @@ def data_client() -> Any:
     if os.environ["DISTLOCK_TEST_KIND"] == "cluster":
         return redis.RedisCluster.from_url(url)
     return redis.Redis.from_url(url)
-
-
-def first_live_waiter(data: Any, queue: str, live: str) -> str | None:
-    """Return the waiter a release would hand the lock to now: the first queued token whose
-    registration (its score in ``live``) has not ended by the server's clock."""
-    tokens = data.zrange(queue, 0, 15)
-    if not tokens:
-        return None
-    ends = data.zmscore(live, tokens)
-    seconds, micros = data.time()
-    now_ms = seconds * 1000 + micros // 1000
-    for token, end in zip(tokens, ends, strict=True):
-        if end is not None and end > now_ms:
-            return str(token.decode())
-    return None
 
 
 def counter(name: str, iterations: str, log_path: str) -> None:
