@@ -1,5 +1,6 @@
 """distlock.contrib.tasks: django.tasks tasks that run once at a time, with Django's own
-backends in this process and with real ``db_worker`` processes of django-tasks-db."""
+backends in this process and with real ``db_worker`` processes of django-tasks-db; a task's
+metrics name its lock by the template (through the real OpenTelemetry SDK)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from devkit.paths import ROOT
 from devkit.processes import run_process
 from devkit.redis_server import RedisServer
 from devkit.worker_pool import WorkerPool, running
+from distlock import metrics
+from tests.support.otel import collect, reader
 
 if django.VERSION < (6, 0):
     pytest.skip("django.tasks needs Django >= 6.0", allow_module_level=True)
@@ -58,6 +61,24 @@ def later(key: str) -> None: ...
 def test_bad_options_fail_when_the_task_is_defined(redis_backend: str) -> None:
     with pytest.raises(ImproperlyConfigured, match="not a parameter of the task"):
         locked("report:{other}")(task(later))
+
+
+@locked("invoice:{number}", ttl=5)
+@task
+def send_invoice(number: int) -> str:
+    return f"sent {number}"
+
+
+def test_a_task_reports_its_template(redis_backend: str) -> None:
+    """Its metrics carry ``distlock.name`` as the template, not each run's name."""
+    reader()
+    collect()
+    for number in range(20):
+        assert send_invoice.enqueue(number).return_value == f"sent {number}"
+    found = collect()
+    assert {p.attributes["distlock.name"] for p in found} == {"invoice:{number}"}
+    waits = [p for p in found if p.instrument == metrics.WAIT_DURATION]
+    assert sum(p.count for p in waits) == 20
     with pytest.raises(ImproperlyConfigured, match="'skip' or 'retry'"):
         locked(on_duplicate="again")(task(later))
     with pytest.raises(ImproperlyConfigured, match="does not support"):
