@@ -129,21 +129,19 @@ def _use(settings: Any, kind: str, url: str, fair: bool = True) -> None:
 @pytest.fixture(params=BACKENDS)
 def backend_kind(request: pytest.FixtureRequest, settings: Any, redis_url: str) -> str:
     """Point the default alias at each backend in turn."""
-    _use(settings, request.param, location_of(request.param, request, redis_url))
-    return request.param
+    return use_backend(settings, request, redis_url, request.param)
 
 
 @pytest.fixture(params=CONTRACT_BACKENDS)
 def contract_backend(request: pytest.FixtureRequest, settings: Any, redis_url: str) -> str:
     """Point the default alias at each backend in turn, in each mode it has (see
     CONTRACT_BACKENDS); return the backend's kind."""
-    return use_contract_backend(settings, request, redis_url, request.param)
+    return use_backend(settings, request, redis_url, request.param)
 
 
-def use_contract_backend(
-    settings: Any, request: pytest.FixtureRequest, redis_url: str, backend: str
-) -> str:
-    """Point the default alias at ``backend``, one of CONTRACT_BACKENDS; return its kind."""
+def use_backend(settings: Any, request: pytest.FixtureRequest, redis_url: str, backend: str) -> str:
+    """Point the default alias at ``backend``, a kind of BACKENDS or one of CONTRACT_BACKENDS'
+    non-fair modes; return its kind."""
     kind = backend.removesuffix(NON_FAIR)
     _use(settings, kind, location_of(kind, request, redis_url), fair=kind == backend)
     return kind
@@ -160,23 +158,20 @@ def non_fair_backend(request: pytest.FixtureRequest, settings: Any, redis_url: s
 @pytest.fixture(params=SHARED_BACKENDS)
 def shared_backend_kind(request: pytest.FixtureRequest, settings: Any, redis_url: str) -> str:
     """Point the default alias at each backend that other processes can share."""
-    _use(settings, request.param, location_of(request.param, request, redis_url))
-    return request.param
+    return use_backend(settings, request, redis_url, request.param)
 
 
 @pytest.fixture(params=EVERY_KIND_BACKENDS)
 def every_kind_backend(request: pytest.FixtureRequest, settings: Any, redis_url: str) -> str:
     """Point the default alias at each backend that keeps shared locks and semaphores."""
-    _use(settings, request.param, location_of(request.param, request, redis_url))
-    return request.param
+    return use_backend(settings, request, redis_url, request.param)
 
 
 @pytest.fixture(params=["redis", "locmem"])
 def lock_backend(request: pytest.FixtureRequest, settings: Any, redis_url: str) -> str:
     """Point the default alias at a Redis server's backend, then at the in-memory one (each
     has code of its own for the transaction rules that take this fixture)."""
-    _use(settings, request.param, location_of(request.param, request, redis_url))
-    return request.param
+    return use_backend(settings, request, redis_url, request.param)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 import distlock
 from distlock import LockError
 from distlock.handler import locks
-from tests.conftest import CONTRACT_BACKENDS, EVERY_KIND_BACKENDS, use_contract_backend
+from tests.conftest import CONTRACT_BACKENDS, EVERY_KIND_BACKENDS, use_backend
 from tests.support.lock_helpers import elsewhere
 
 pytestmark = pytest.mark.django_db(databases=[])
@@ -78,7 +78,7 @@ def on_its_backends(*kinds: str) -> list[Any]:
 def kind(request: pytest.FixtureRequest, settings: Any, redis_url: str) -> Kind:
     """Point the default alias at the case's backend; return the case's kind of lock."""
     name, backend = request.param
-    use_contract_backend(settings, request, redis_url, backend)
+    use_backend(settings, request, redis_url, backend)
     return KINDS[name]
 
 
