@@ -82,14 +82,19 @@ def run(
     )
 
 
+def held(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    """Return ``done``, an example's run, once it says it held the lock and exited with 0."""
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(r"holding reports:daily, fencing token \d{16}\n", done.stdout)
+    return done
+
+
 def test_the_es_module_example_runs_as_written(
     node_client: Node, project: Path, redis_server: RedisServer, settings: Any
 ) -> None:
     redis_server.flushall()
     esm, _ = examples()
-    done = run(node_client, project, "example.mjs", esm, redis_server.url)
-    assert done.returncode == 0, done.stderr
-    assert re.fullmatch(r"holding reports:daily, fencing token \d{16}\n", done.stdout)
+    held(run(node_client, project, "example.mjs", esm, redis_server.url))
     # It released the lock: a Python process (the default prefix, as in the example) takes it.
     aliases, caches = distlock_settings("redis", redis_server.url)
     aliases["default"]["KEY_PREFIX"] = "distlock"
@@ -110,7 +115,5 @@ def test_the_commonjs_example_runs_as_written(
 ) -> None:
     redis_server.flushall()
     _, cjs = examples()
-    done = run(node_client, project, "example.cjs", cjs, redis_server.url)
-    assert done.returncode == 0, done.stderr
-    assert re.fullmatch(r"holding reports:daily, fencing token \d{16}\n", done.stdout)
+    done = held(run(node_client, project, "example.cjs", cjs, redis_server.url))
     assert done.stderr == ""
