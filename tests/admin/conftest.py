@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,3 +26,18 @@ def staff(django_user_model: Any) -> Any:
         return client
 
     return login
+
+
+@pytest.fixture
+def log_in(page: Any, live_server: Any, django_user_model: Any) -> Callable[[str], None]:
+    """``log_in(path)``: make the superuser "operator" and log ``page`` in as them through the
+    admin's login form, which then opens ``path``."""
+
+    def log_in(path: str) -> None:
+        django_user_model.objects.create_superuser("operator", password="operator-pw")
+        page.goto(f"{live_server.url}/admin/login/?next={path}")
+        page.fill("#id_username", "operator")
+        page.fill("#id_password", "operator-pw")
+        page.click("input[type=submit]")
+
+    return log_in

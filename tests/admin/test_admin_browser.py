@@ -38,7 +38,7 @@ def said(process: subprocess.Popen) -> list[str]:
 
 
 def test_operator_releases_a_lock_held_by_another_process(
-    page, live_server, django_user_model, holder: subprocess.Popen
+    page, log_in, holder: subprocess.Popen
 ) -> None:
     from playwright.sync_api import expect
 
@@ -46,12 +46,8 @@ def test_operator_releases_a_lock_held_by_another_process(
     assert word == "held"
     unrelated = distlock.lock("emails:digest", ttl=120, purpose="newsletter")
     assert unrelated.acquire(wait=0)
-    django_user_model.objects.create_superuser("operator", password="operator-pw")
 
-    page.goto(f"{live_server.url}/admin/")
-    page.fill("#id_username", "operator")
-    page.fill("#id_password", "operator-pw")
-    page.click("input[type=submit]")
+    log_in("/admin/")
     page.get_by_role("link", name="Held locks").click()
 
     # Both locks, the other process's with its holder and purpose.

@@ -134,21 +134,13 @@ def scene(settings: Any, redis_backend: str) -> Iterator[Scene]:
     assert not any(worker.is_alive() for worker in made.waiters)
 
 
-def log_in(page: Any, live_server: Any, django_user_model: Any) -> None:
-    django_user_model.objects.create_superuser("operator", password="operator-pw")
-    page.goto(f"{live_server.url}/admin/login/?next=/admin/distlock/heldlock/")
-    page.fill("#id_username", "operator")
-    page.fill("#id_password", "operator-pw")
-    page.click("input[type=submit]")
-    page.wait_for_selector("#result_list")
-
-
 def test_every_kind_is_counted_searched_and_has_its_waiters_page(
-    page: Any, live_server: Any, django_user_model: Any, scene: Scene
+    page: Any, log_in: Callable[[str], None], scene: Scene
 ) -> None:
     from playwright.sync_api import expect
 
-    log_in(page, live_server, django_user_model)
+    log_in("/admin/distlock/heldlock/")
+    page.wait_for_selector("#result_list")
     # 6 locks, 1 shared lock, 1 semaphore; the default alias has 6 of them.
     expect(page.locator(".paginator")).to_contain_text("8 held locks")
     expect(page.get_by_role("link", name="default (6)")).to_be_visible()
@@ -258,8 +250,7 @@ def layout_problems(page: Any) -> list[str]:
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_native_look_at_every_width_and_the_readme_screenshots(
     page: Any,
-    live_server: Any,
-    django_user_model: Any,
+    log_in: Callable[[str], None],
     scene: Scene,
     scheme: str,
     tmp_path: Path,
@@ -267,7 +258,8 @@ def test_native_look_at_every_width_and_the_readme_screenshots(
     from playwright.sync_api import expect
 
     page.emulate_media(color_scheme=scheme)
-    log_in(page, live_server, django_user_model)
+    log_in("/admin/distlock/heldlock/")
+    page.wait_for_selector("#result_list")
     kept = os.environ.get("DISTLOCK_SCREENSHOT_DIR")
     for width in (1100, 1366, 1920):
         page.set_viewport_size({"width": width, "height": 900})

@@ -75,8 +75,7 @@ def demo_locks(redis_backend: str) -> list[distlock.Lock]:
 @pytest.mark.parametrize("width", [1100, 1280])
 def test_the_table_fits_the_window_with_its_release_buttons(
     page: Any,
-    live_server: Any,
-    django_user_model: Any,
+    log_in: Callable[[str], None],
     request: pytest.FixtureRequest,
     data: str,
     width: int,
@@ -84,12 +83,8 @@ def test_the_table_fits_the_window_with_its_release_buttons(
     held_locks: list[distlock.Lock] = request.getfixturevalue(data)
     from playwright.sync_api import expect
 
-    django_user_model.objects.create_superuser("operator", password="operator-pw")
     page.set_viewport_size({"width": width, "height": 900})
-    page.goto(f"{live_server.url}/admin/login/?next=/admin/distlock/heldlock/")
-    page.fill("#id_username", "operator")
-    page.fill("#id_password", "operator-pw")
-    page.click("input[type=submit]")
+    log_in("/admin/distlock/heldlock/")
 
     rows = page.locator("#result_list tbody tr")
     expect(rows).to_have_count(len(held_locks))

@@ -23,9 +23,7 @@ def spawn(redis_backend: str, redis_url: str) -> Iterator[Any]:
         yield start
 
 
-def test_waiters_in_the_list_and_in_queue_order_on_the_detail_page(
-    page, live_server, django_user_model, spawn
-) -> None:
+def test_waiters_in_the_list_and_in_queue_order_on_the_detail_page(page, log_in, spawn) -> None:
     from playwright.sync_api import expect
 
     contended = distlock.lock("reports:monthly", ttl=120, purpose="monthly report")
@@ -39,12 +37,8 @@ def test_waiters_in_the_list_and_in_queue_order_on_the_detail_page(
         return process
 
     waiters = queued_in_turn("reports:monthly", 5, join)
-    django_user_model.objects.create_superuser("operator", password="operator-pw")
 
-    page.goto(f"{live_server.url}/admin/")
-    page.fill("#id_username", "operator")
-    page.fill("#id_password", "operator-pw")
-    page.click("input[type=submit]")
+    log_in("/admin/")
     page.get_by_role("link", name="Held locks").click()
 
     rows = page.locator("#result_list tbody tr")
