@@ -192,6 +192,9 @@ def test_a_failing_hook_with_its_exception_kept_frees_at_commit() -> None:
     assert kept and free_within("hook:kept")
 
 
+# Kept apart from the test above (duplicates pairs their blocks): the cycle must be made by the
+# frame that catches the hook's exception; a shared helper catching it would be that frame
+# instead of pay()'s, and the test would no longer build the cycle it is about.
 def test_a_failing_hook_in_a_reference_cycle_frees_at_commit_without_gc() -> None:
     def pay() -> None:
         try:
