@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from devkit.databases import DatabaseServer
-from devkit.redis_server import RedisServer
 from devkit.shop.load import (
     Shop,
     isolation_run,
@@ -34,9 +33,8 @@ BATCH_ORDERS = 30
 
 
 @pytest.fixture
-def shop(real_database: DatabaseServer, redis_server: RedisServer) -> Iterator[Shop]:
-    redis_server.flushall()
-    with serve_shop(real_database, redis_server.url, workers=6) as served:
+def shop(real_database: DatabaseServer, redis_url: str) -> Iterator[Shop]:
+    with serve_shop(real_database, redis_url, workers=6) as served:
         yield served
 
 
@@ -72,14 +70,13 @@ def test_a_batch_with_a_rolled_back_repeat_charges_each_order_once(shop: Shop) -
 
 
 def test_a_failing_on_commit_hook_in_a_locked_view_frees_its_locks_at_once(
-    real_database: DatabaseServer, redis_server: RedisServer, settings: Any
+    real_database: DatabaseServer, redis_url: str, settings: Any
 ) -> None:
     """Issue 31: one gunicorn worker with the garbage collector off; the view's transaction
     has an on_commit hook that raises. The view's lock and the lock released inside the view
     are free within 100 ms of the response (before: 180 s and more)."""
-    redis_server.flushall()
-    settings.DISTLOCK = shop_locks(redis_server.url)
-    with serve_shop(real_database, redis_server.url, workers=1, gc_disabled=True) as served:
+    settings.DISTLOCK = shop_locks(redis_url)
+    with serve_shop(real_database, redis_url, workers=1, gc_disabled=True) as served:
         served.query("INSERT INTO shop_order (id) VALUES (1), (2)")
         for order in (1, 2):
             answer = served.post(f"/pay-hook-fails/{order}")
@@ -90,13 +87,12 @@ def test_a_failing_on_commit_hook_in_a_locked_view_frees_its_locks_at_once(
 
 
 def test_every_end_of_a_transaction_frees_the_lock_within_100_ms(
-    real_database: DatabaseServer, redis_server: RedisServer
+    real_database: DatabaseServer, redis_url: str
 ) -> None:
     """A connection killed by the server or closed inside the block, a failing on_commit
     hook, a batch's rolled-back repeat (devkit/shop/ends.py): the lock is held while
     the transaction runs and free within 100 ms of its end."""
-    redis_server.flushall()
-    report = scenario_report(real_database, redis_server.url, "devkit.shop.ends")
+    report = scenario_report(real_database, redis_url, "devkit.shop.ends")
     expected = {"held": True, "freed": True}
     assert report == dict.fromkeys(("killed", "closed", "hook-fails", "batch"), expected)
 
@@ -112,13 +108,12 @@ def test_the_stock_is_never_oversold(shop: Shop) -> None:
 
 
 def test_repeatable_read_reads_stale_rows_unless_the_lock_comes_first(
-    real_database: DatabaseServer, redis_server: RedisServer
+    real_database: DatabaseServer, redis_url: str
 ) -> None:
-    redis_server.flushall()
-    with serve_shop(real_database, redis_server.url, workers=0) as served:
+    with serve_shop(real_database, redis_url, workers=0) as served:
 
         def run(level: str, order: str) -> dict[str, Any]:
-            return isolation_run(real_database, redis_server.url, served.database, level, order)
+            return isolation_run(real_database, redis_url, served.database, level, order)
 
         # READ COMMITTED (Django's default): the row committed before the handoff is seen.
         fresh = run("read committed", "query-then-lock")

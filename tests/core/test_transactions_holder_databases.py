@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections import Counter
 
 from devkit.databases import DatabaseServer
-from devkit.redis_server import RedisServer
 from devkit.shop.load import isolation_run, scenario_report, serve_shop
 
 ORDERS = 12
@@ -17,15 +16,14 @@ CLICKS = 3  # a double click plus a retry
 
 
 def test_asgi_requests_sharing_the_loop_thread_wait_for_each_others_commit(
-    real_database: DatabaseServer, redis_server: RedisServer
+    real_database: DatabaseServer, redis_url: str
 ) -> None:
     """A sync view under ATOMIC_REQUESTS calls an async service through async_to_sync (its
     lock in the coroutine, on uvicorn's loop thread; the charge back in the request's thread),
     then works on and commits; each order clicked three times, 40 ms apart. Before: the
     waiting release was found per thread and taken back by the next request's coroutine
     (measured here: 10 of 12 orders charged twice on PostgreSQL, 5 of 12 on MariaDB)."""
-    redis_server.flushall()
-    with serve_shop(real_database, redis_server.url, workers=1, server="uvicorn") as shop:
+    with serve_shop(real_database, redis_url, workers=1, server="uvicorn") as shop:
         answers = shop.click_apart("pay-service", ORDERS, CLICKS, gap=0.04)
         charges = shop.charges_per_order()
     assert Counter(a.status for a in answers) == {200: ORDERS * CLICKS}
@@ -37,10 +35,9 @@ def test_asgi_requests_sharing_the_loop_thread_wait_for_each_others_commit(
 
 
 def test_pool_threads_hooks_and_tasks_never_take_a_release_of_another_transaction(
-    real_database: DatabaseServer, redis_server: RedisServer
+    real_database: DatabaseServer, redis_url: str
 ) -> None:
-    redis_server.flushall()
-    report = scenario_report(real_database, redis_server.url, "devkit.shop.holder")
+    report = scenario_report(real_database, redis_url, "devkit.shop.holder")
     # The pool thread's second job waited for the request's COMMIT (before: 10 of 10 twice).
     assert report["pool"] == {"twice": 0, "results": ["already paid", "charged"]}
     # Each hook's own block left the committed transaction's ties alone (before: freed
@@ -55,15 +52,14 @@ def test_pool_threads_hooks_and_tasks_never_take_a_release_of_another_transactio
 
 
 def test_mariadb_left_at_innodbs_own_level_warns_as_repeatable_read_does(
-    real_database: DatabaseServer, redis_server: RedisServer
+    real_database: DatabaseServer, redis_url: str
 ) -> None:
     """OPTIONS["isolation_level"]: None keeps the server's level: REPEATABLE READ on InnoDB,
     whose snapshot predates the lock (before: no warning, and a stale read). PostgreSQL's
     default is READ COMMITTED: no warning, a fresh read."""
-    redis_server.flushall()
-    with serve_shop(real_database, redis_server.url, workers=0) as served:
+    with serve_shop(real_database, redis_url, workers=0) as served:
         run = isolation_run(
-            real_database, redis_server.url, served.database, "server default", "query-then-lock"
+            real_database, redis_url, served.database, "server default", "query-then-lock"
         )
     if real_database.vendor == "mysql":
         assert (run["before"], run["read"]) == (100, 100)  # stale: the reason for the warning
