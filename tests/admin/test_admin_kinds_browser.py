@@ -164,27 +164,52 @@ def test_every_kind_is_counted_searched_and_has_its_waiters_page(
         expect(page.locator(f"{table} .field-name")).to_have_text(name)
     page.get_by_role("link", name="Show all").click()
 
-    # Each kind's name opens its page with its holders and who waits.
-    page.locator("#result_list").get_by_role("link", name="reports:daily", exact=True).click()
-    expect(page.locator("#content h1")).to_have_text("Lock “reports:daily”")
-    expect(page.locator("#distlock-waiters tbody tr")).to_have_count(2)
-    expect(page.locator("#distlock-waiters .field-purpose").first).to_have_text(
-        "manage.py build_daily_report --retry"
-    )
-    page.go_back()
-    page.locator("#shared_list").get_by_role("link", name="price-list").click()
-    expect(page.locator("#content h1")).to_have_text("Shared lock “price-list”")
-    expect(page.locator(".field-kind")).to_contain_text("Shared lock")
-    expect(page.locator("#distlock-holders tbody tr")).to_have_count(3)
-    expect(page.locator("#distlock-waiters .field-purpose")).to_have_text("manage.py import_prices")
-    expect(page.locator(".distlock-empty")).to_have_count(0)
-    page.go_back()
-    page.locator("#semaphore_list").get_by_role("link", name="exports:pdf").click()
-    expect(page.locator("#content h1")).to_have_text("Semaphore “exports:pdf”")
-    expect(page.locator(".field-permits")).to_have_text("2 of 2")
-    expect(page.locator("#distlock-holders tbody tr")).to_have_count(2)
-    expect(page.locator(".field-waiters")).to_have_text("1")
-    expect(page.locator("#content")).not_to_contain_text("not held any more")
+    # Each kind's name opens its page with its holders and who waits: (the list, the name,
+    # the page's heading, and what the page shows: a selector, an expectation, its value).
+    waiters, holders = "#distlock-waiters", "#distlock-holders tbody tr"
+    pages = [
+        (
+            "#result_list",
+            "reports:daily",
+            "Lock “reports:daily”",
+            [
+                (f"{waiters} tbody tr", "to_have_count", 2),
+                (
+                    f"{waiters} .field-purpose >> nth=0",
+                    "to_have_text",
+                    "manage.py build_daily_report --retry",
+                ),
+            ],
+        ),
+        (
+            "#shared_list",
+            "price-list",
+            "Shared lock “price-list”",
+            [
+                (".field-kind", "to_contain_text", "Shared lock"),
+                (holders, "to_have_count", 3),
+                (f"{waiters} .field-purpose", "to_have_text", "manage.py import_prices"),
+                (".distlock-empty", "to_have_count", 0),
+            ],
+        ),
+        (
+            "#semaphore_list",
+            "exports:pdf",
+            "Semaphore “exports:pdf”",
+            [
+                (".field-permits", "to_have_text", "2 of 2"),
+                (holders, "to_have_count", 2),
+                (".field-waiters", "to_have_text", "1"),
+                ("#content", "not_to_contain_text", "not held any more"),
+            ],
+        ),
+    ]
+    for table, name, heading, shown in pages:
+        page.locator(table).get_by_role("link", name=name, exact=True).click()
+        expect(page.locator("#content h1")).to_have_text(heading)
+        for selector, expectation, value in shown:
+            getattr(expect(page.locator(selector)), expectation)(value)
+        page.go_back()
 
 
 def breadcrumbs_style(page: Any) -> dict[str, Any]:
