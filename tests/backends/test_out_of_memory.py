@@ -24,6 +24,7 @@ from devkit.redis_server import RedisServer
 from distlock import BackendUnavailable
 from distlock.handler import locks
 from tests.core import test_contract as contract
+from tests.core import test_kinds as kinds
 from tests.support.lock_helpers import contenders
 
 pytestmark = pytest.mark.django_db(databases=[])
@@ -44,6 +45,13 @@ def full_server(request: pytest.FixtureRequest, settings: Any) -> Iterator[Redis
     server.stop()
 
 
+def held_before_full(server: RedisServer, name: str) -> tuple[Any, distlock.Lock]:
+    """Return a client of ``server`` and a holder of ``name``, taken while it has memory."""
+    holder = distlock.lock(name, ttl=30)
+    assert holder.acquire()
+    return server.client(), holder
+
+
 # Each refused: a free lock, a held one (whose acquire would queue), a reader behind the
 # holder, a semaphore's permit. (A shared acquire of a free lock first deletes its ended
 # readers' keys, and Redis lets a script that has written run to its end: that one is
@@ -60,9 +68,7 @@ ACQUIRES: dict[str, Callable[[], Any]] = {
 def test_acquire_on_a_full_server_says_it_is_out_of_memory_and_writes_nothing(
     full_server: RedisServer, acquire: str
 ) -> None:
-    client = full_server.client()
-    holder = distlock.lock("oom:held", ttl=30)
-    assert holder.acquire()
+    client, holder = held_before_full(full_server, "oom:held")
     fill_until_full(client)
     before = lock_keys(client)
     lock = ACQUIRES[acquire]()
@@ -80,9 +86,7 @@ def test_acquire_on_a_full_server_says_it_is_out_of_memory_and_writes_nothing(
 def test_a_holder_releases_to_its_queued_waiter_once_memory_is_freed(
     full_server: RedisServer,
 ) -> None:
-    client = full_server.client()
-    holder = distlock.lock("oom:queue", ttl=30)
-    assert holder.acquire()
+    client, holder = held_before_full(full_server, "oom:queue")
     assert distlock.lock("oom:queue", ttl=10).acquire(wait=0.05) is False  # queued, left
     fill_until_full(client)
     holder.release()
@@ -96,9 +100,7 @@ def test_a_holder_releases_to_its_queued_waiter_once_memory_is_freed(
 def test_a_waiter_handed_the_lock_on_a_full_server_is_told_and_the_lock_goes_on(
     full_server: RedisServer,
 ) -> None:
-    client = full_server.client()
-    holder = distlock.lock("oom:handoff", ttl=30)
-    assert holder.acquire()
+    client, holder = held_before_full(full_server, "oom:handoff")
     waiter = distlock.lock("oom:handoff", ttl=10, wait=20)
     with contenders(1) as queued, ThreadPoolExecutor(1) as pool:
         outcome = pool.submit(waiter.acquire)
@@ -118,9 +120,7 @@ def test_a_waiter_handed_the_lock_on_a_full_server_is_told_and_the_lock_goes_on(
 def test_the_contract_holds_on_the_server_once_memory_is_freed(full_server: RedisServer) -> None:
     """Refused acquires on the contract's own lock names, then the contract's fencing, queue
     and force-release checks on the same server."""
-    client = full_server.client()
-    held = distlock.lock("queue", ttl=30)
-    assert held.acquire()
+    client, held = held_before_full(full_server, "queue")
     fill_until_full(client)
     for name in ("fenced", "queue", "crashed", "levels", "x"):
         with pytest.raises(BackendUnavailable, match=OUT_OF_MEMORY):
@@ -136,7 +136,7 @@ def test_the_contract_holds_on_the_server_once_memory_is_freed(full_server: Redi
         contract.test_info_held_and_force_release,
     ):
         check()
-    contract.test_a_force_released_holder_acquires_again(reentrant=False)
+    kinds.test_a_force_released_holder_acquires_again(kinds.KINDS["exclusive"])
 
 
 def test_redlock_names_the_nodes_that_are_out_of_memory(nodes: list[RedisServer]) -> None:
