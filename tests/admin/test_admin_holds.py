@@ -40,6 +40,8 @@ class Kind:
     nothing: str  # said when the hold was gone already
 
 
+# The two records stay alike in shape (duplicates pairs them): each is one kind's words for
+# the same fields, the data of the scenarios below, which are written once.
 KINDS = {
     "semaphore": Kind(
         name="exports",

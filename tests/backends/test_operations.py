@@ -19,7 +19,8 @@ from distlock.signals import lock_force_released
 
 pytestmark = pytest.mark.django_db(databases=[])
 
-# What a surface or a Lock may call on any kind.
+# What a surface or a Lock may call on any kind. (A list of strings, alike in shape to
+# tests/views/test_lock_view_names.py's NASTY, which duplicates pairs with it: data.)
 OPERATIONS = [
     "try_acquire",
     "acquire_when_free",

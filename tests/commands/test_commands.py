@@ -542,6 +542,8 @@ def test_a_stop_signal_right_after_the_grant_releases_the_lock(redis_backend: st
         DISTLOCK_KEY_PREFIX="test",
         DJANGO_DB_PATH=str(tmp_path / "db.sqlite3"),
     )
+    # A run_process call with its options, alike in shape to others (duplicates pairs it with
+    # tests/tooling/test_redis_server.py's): the one process helper's call, no logic to share.
     finished = run_process(
         [sys.executable, "-c", SIGNAL_AT_GRANT_SCRIPT],
         cwd=ROOT,

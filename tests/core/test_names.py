@@ -53,6 +53,8 @@ def test_good_names_are_accepted(name: str) -> None:
     assert distlock.lock(name).name == name
 
 
+# A table of cases, each row one argument, one bad value and its error (duplicates pairs its
+# rows by shape: data).
 @pytest.mark.parametrize(
     ("argument", "value", "error"),
     [

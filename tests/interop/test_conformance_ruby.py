@@ -32,6 +32,8 @@ def test_the_ruby_client_passes_the_conformance_runner(ruby_client: Ruby) -> Non
 
 
 def check_with_ruby(ruby: Ruby, path: Path) -> subprocess.CompletedProcess[str]:
+    # Alike in shape to tests/tooling/test_vectors.py's check_with_node (duplicates pairs
+    # them): each runs one client's own vector checker, with the one process helper.
     return run_process(
         [ruby.binary, str(ruby.client / "test_vectors.rb"), str(path)],
         capture_output=True,

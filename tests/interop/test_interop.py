@@ -63,6 +63,8 @@ class Fleet:
         return self._start([sys.executable, "-m", "tests.interop.python_worker", *args], env)
 
     def _start(self, command: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+        # Alike in shape to test_lead_command's Hosts.start (duplicates pairs them): the one
+        # start_process call with its pipes, and the list that some tests end early.
         process = start_process(
             command,
             env,

@@ -86,6 +86,8 @@ class Exclusive(Kind):
         return f"{LOCK.waiters}:{token}"
 
 
+# Exclusive, Shared and Semaphore stay alike in shape (duplicates pairs them): each fills the
+# one shape of Kind with its own scripts, keys and arguments, as docs/protocol.md names them.
 class Shared(Kind):
     name = "shared"
     scripts = ("shared_acquire", "shared_release", "shared_leave", "shared_extend")

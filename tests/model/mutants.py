@@ -15,6 +15,8 @@ class Mutant:
     config: str  # a key of config.CONFIGS
 
 
+# Kept alike (duplicates pairs the entries by shape): each is one record of the same three
+# fields, an edit and where it shows; the table is data, and the checker runs it once.
 MUTANTS = (
     Mutant(
         "a held lock is taken over (SET without NX)",

@@ -77,6 +77,9 @@ class PayView(View):
         return HttpResponse("page")
 
 
+# PayView, LockedClassView and DrfPayView stay alike in shape (duplicates pairs them): each is
+# one way a user decorates a class-based view (method_decorator on dispatch, the class itself,
+# a DRF APIView), and the ways are what the tests compare; the views do one thing each.
 @lock_view("klass:{order_id}", ttl=5)
 class LockedClassView(View):
     def post(self, request: Any, order_id: int) -> HttpResponse:
