@@ -19,17 +19,9 @@
 if holder ~= ARGV[1] then
   return 0
 end
-if ARGV[4] == '1' and ARGV[6] ~= '' and tonumber(renewals) >= tonumber(ARGV[6]) then
-  return 2
-end
+-- #include "include/count_renewal.lua"
 -- #include "include/now.lua"
 if ARGV[4] == '1' or ARGV[5] == '1' then
-  if ARGV[4] == '1' then
-    renewals = tonumber(renewals) + 1
-  end
-  if ARGV[5] == '1' then
-    depth = tonumber(depth) + 1
-  end
   redis.call('SET', KEYS[1],
     holder .. ' ' .. fence .. ' ' .. acquired .. ' ' .. renewals .. ' ' .. depth .. ' ' .. meta,
     'PX', ARGV[2])

@@ -22,17 +22,7 @@ local name = ARGV[3]
 -- #include "include/shared_keys.lua"
 -- #include "include/shared_hold.lua"
 local fence, acquired, renewals, depth, meta = string.match(held, '^(%S+) (%S+) (%S+) (%S+) (.*)$')
--- The renewal limit and counters as extend.lua counts them for an exclusive hold: written in
--- each script, so that each reads alone beside docs/protocol.md.
-if ARGV[4] == '1' and ARGV[6] ~= '' and tonumber(renewals) >= tonumber(ARGV[6]) then
-  return 2
-end
-if ARGV[4] == '1' then
-  renewals = tonumber(renewals) + 1
-end
-if ARGV[5] == '1' then
-  depth = tonumber(depth) + 1
-end
+-- #include "include/count_renewal.lua"
 redis.call('HSET', rmeta_key, ARGV[1],
   fence .. ' ' .. acquired .. ' ' .. renewals .. ' ' .. depth .. ' ' .. meta)
 redis.call('ZADD', readers_key, string.format('%.0f', now_ms + tonumber(ARGV[2])), ARGV[1])
