@@ -16,14 +16,10 @@ local downgraded = false
 local readers_of = KEYS[2] .. '|readers'
 if redis.call('EXISTS', readers_of) == 1 then
   local rmeta_of = KEYS[2] .. '|rmeta'
-  -- shared_keys.lua's prune_readers(), for this lock's readers (keys that function does not
-  -- name: this fragment is included where shared_keys.lua is not).
-  local ended = redis.call('ZRANGEBYSCORE', readers_of, '-inf', now_ms)
-  for first = 1, #ended, 1000 do
-    local chunk = {unpack(ended, first, math.min(first + 999, #ended))}
-    redis.call('ZREM', readers_of, unpack(chunk))
-    redis.call('HDEL', rmeta_of, unpack(chunk))
-  end
+  -- As shared_keys.lua's prune_readers() (not included here: it needs the names a shared
+  -- script sets, where this fragment has KEYS[2]'s).
+  -- #include "drop_ended_readers.lua"
+  drop_ended_readers(readers_of, rmeta_of)
   local top = redis.call('ZRANGE', readers_of, -1, -1, 'WITHSCORES')
   if #top > 0 then
     local until_ms = string.format('%.0f', tonumber(top[2]) + 1)

@@ -14,13 +14,9 @@
 --          whether the lock's key holds an exclusive hold.
 -- Why:     a crashed reader's lease ends on the server's clock, without a release: every
 --          shared script prunes first, so only live holders count.
+-- #include "drop_ended_readers.lua"
 local function prune_readers()
-  local ended = redis.call('ZRANGEBYSCORE', readers_key, '-inf', now_ms)
-  for first = 1, #ended, 1000 do
-    local chunk = {unpack(ended, first, math.min(first + 999, #ended))}
-    redis.call('ZREM', readers_key, unpack(chunk))
-    redis.call('HDEL', rmeta_key, unpack(chunk))
-  end
+  drop_ended_readers(readers_key, rmeta_key)
 end
 local function exclusive_held()
   local value = redis.call('GET', lock_key)
