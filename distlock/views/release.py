@@ -15,12 +15,13 @@ import logging
 import threading
 import weakref
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..exceptions import LockError, LockNotOwned
 from ..lock import Lock
 
 logger = logging.getLogger("distlock")
+C = TypeVar("C")
 
 
 class LockRelease:
@@ -100,12 +101,17 @@ class LockRelease:
         weakref.finalize(response, self.release).atexit = False
 
 
-class _ReleasingContent:
-    """A streaming response's content that releases the lock when it ends or is closed."""
+class _Releasing(Generic[C]):
+    """A streaming response's content, ``C``, and the release to call when it ends or is
+    closed: what the sync and the async iterator below hold alike."""
 
-    def __init__(self, content: Iterator[bytes], release: LockRelease) -> None:
+    def __init__(self, content: C, release: LockRelease) -> None:
         self._content = content
         self._release = release
+
+
+class _ReleasingContent(_Releasing[Iterator[bytes]]):
+    """A streaming response's content that releases the lock when it ends or is closed."""
 
     def __iter__(self) -> _ReleasingContent:
         return self
@@ -121,15 +127,11 @@ class _ReleasingContent:
         self._release.release()
 
 
-# Alike in shape to _ReleasingContent, on purpose: one class cannot be both a sync and an async
+# Apart from _ReleasingContent, on purpose: one class cannot be both a sync and an async
 # iterator that Django streams (it picks the protocol by what the content has), and a generator
 # would not release the lock when closed before its first item.
-class _AsyncReleasingContent:
+class _AsyncReleasingContent(_Releasing[AsyncIterator[bytes]]):
     """Async twin of _ReleasingContent, for async iterators (served under ASGI)."""
-
-    def __init__(self, content: AsyncIterator[bytes], release: LockRelease) -> None:
-        self._content = content
-        self._release = release
 
     def __aiter__(self) -> _AsyncReleasingContent:
         return self
