@@ -489,7 +489,7 @@ class RedlockBackend(BaseLockBackend):
     # nodes may still show the releasing holder for a moment. A grant that got some nodes but
     # not a majority is so tried again, shortly, before the waiter waits again.
     def _acquire(self, request: Request, grant: str | None) -> Steps[Attempt]:
-        name, token, ttl_ms, _, patience_ms, _, _ = request
+        name, token, ttl_ms = request.name, request.token, request.ttl_ms
         call = grants.acquire_call(self.layout, request, grant)
         for retry in range(GRANT_RETRIES + 1):
             started = time.monotonic()
@@ -498,7 +498,9 @@ class RedlockBackend(BaseLockBackend):
             if undo:
                 # Queue where the lock was taken back, as the refusing nodes queued it; not
                 # when the attempt fails as a whole (nobody will wait).
-                back = grants.undo_call(self.layout, name, token, 0 if error else patience_ms)
+                back = grants.undo_call(
+                    self.layout, name, token, 0 if error else request.patience_ms
+                )
                 yield Ask([back], _always, undo)
             if error is not None:
                 try:

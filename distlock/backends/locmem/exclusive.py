@@ -14,7 +14,7 @@ from .store import pttl, wait_for_turn
 
 class Locks(InMemory, ExclusiveKind):
     def take(self, request: Request) -> Attempt:
-        name, token, ttl_ms, meta, patience_ms, _, _ = request
+        name, token = request.name, request.token
         store = self.store
         entry = store.current(name)
         if entry is not None and entry.token == token:
@@ -23,9 +23,9 @@ class Locks(InMemory, ExclusiveKind):
         if entry is not None or readers or store.blocked(name, token, shared=False):
             # Every waiter queues, whatever kind holds now: a reader arriving later
             # must not pass it (first come, first served across kinds).
-            store.enqueue(name, token, False, meta, patience_ms)
+            store.enqueue(name, token, False, request.meta, request.patience_ms)
             return Attempt(False, holder_pttl_ms=pttl([entry] if entry else readers.values()))
-        held = store.held[name] = store.admit(name, token, meta, ttl_ms)
+        held = store.held[name] = store.admit(name, token, request.meta, request.ttl_ms)
         return Attempt(True, fencing_token=held.fence, acquired_ms=held.acquired_ms)
 
     def wait_turn(self, request: Request, timeout: float) -> None:

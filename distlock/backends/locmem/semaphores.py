@@ -23,7 +23,7 @@ class Semaphores(InMemory, SemaphoreKind):
         self.store.changed.notify_all()
 
     def take(self, request: Request) -> Attempt:
-        name, token, ttl_ms, meta, patience_ms, limit, _ = request
+        name, token, limit = request.name, request.token, request.limit
         semaphore = self.semaphores.setdefault(name, Semaphore())
         semaphore.limit = limit
         now = time.monotonic()
@@ -33,15 +33,17 @@ class Semaphores(InMemory, SemaphoreKind):
             return Attempt(True, fencing_token=held.fence, acquired_ms=held.acquired_ms)
         reserved = semaphore.reserved.pop(token, None) is not None
         if not reserved and len(semaphore.holders) + len(semaphore.reserved) >= limit:
-            if patience_ms > 0:  # a token already queued keeps its place
-                semaphore.queue[token] = now + patience_ms / 1000
+            if request.patience_ms > 0:  # a token already queued keeps its place
+                semaphore.queue[token] = now + request.patience_ms / 1000
             wait_ms = semaphore.next_free_ms(now)
             self._tidy(name, semaphore)
             return Attempt(False, holder_pttl_ms=wait_ms)
         now_us = time.time_ns() // 1000
         semaphore.fence = fence = max(now_us, semaphore.fence + 1)
         semaphore.queue.pop(token, None)
-        semaphore.holders[token] = Permit(meta, now_us // 1000, fence, now + ttl_ms / 1000)
+        semaphore.holders[token] = Permit(
+            request.meta, now_us // 1000, fence, now + request.ttl_ms / 1000
+        )
         self.store.changed.notify_all()  # a grown limit may have reserved permits
         return Attempt(True, fencing_token=fence, acquired_ms=now_us // 1000)
 

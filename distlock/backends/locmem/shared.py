@@ -12,7 +12,7 @@ from .store import pttl, wait_for_turn
 
 class SharedLocks(InMemory, SharedKind):
     def take(self, request: Request) -> Attempt:
-        name, token, ttl_ms, meta, patience_ms, _, downgrade_from = request
+        name, token, downgrade_from = request.name, request.token, request.downgrade_from
         store = self.store
         readers = store.current_readers(name)
         mine = readers.get(token)
@@ -23,10 +23,12 @@ class SharedLocks(InMemory, SharedKind):
         # release leaves its shared hold (a writer then waits for it, as for any reader).
         downgrade = entry is not None and bool(downgrade_from) and entry.token == downgrade_from
         if not downgrade and (entry is not None or store.blocked(name, token, shared=True)):
-            store.enqueue(name, token, True, meta, patience_ms)
+            store.enqueue(name, token, True, request.meta, request.patience_ms)
             wait = [entry] if entry is not None else list(readers.values())
             return Attempt(False, holder_pttl_ms=pttl(wait))
-        held = store.readers.setdefault(name, {})[token] = store.admit(name, token, meta, ttl_ms)
+        held = store.readers.setdefault(name, {})[token] = store.admit(
+            name, token, request.meta, request.ttl_ms
+        )
         store.changed.notify_all()  # shared waiters behind it may come in too
         return Attempt(True, fencing_token=held.fence, acquired_ms=held.acquired_ms)
 

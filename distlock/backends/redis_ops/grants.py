@@ -21,12 +21,18 @@ UNDO_ACQUIRE = load("undo_acquire")
 
 
 def acquire_call(layout: KeyLayout, request: Request, grant: str | None) -> Eval:
-    name, token, ttl_ms, meta, patience_ms, _, _ = request
-    k = layout.keys_for(name)
+    k = layout.keys_for(request.name)
     return Eval(
         GRANT_ACQUIRE,
         [k.lock, k.fence, k.waiters, k.signal, k.index],
-        [token, ttl_ms, meta, name, grant or "", patience_ms],
+        [
+            request.token,
+            request.ttl_ms,
+            request.meta,
+            request.name,
+            grant or "",
+            request.patience_ms,
+        ],
     )
 
 

@@ -62,12 +62,19 @@ def try_acquire(scope: Scope, hold: Hold, request: Request, waited: bool = False
 
 
 def acquire_call(layout: KeyLayout, request: Request, waited: bool = False) -> Eval:
-    name, token, ttl_ms, meta, patience_ms, _, _ = request
     # Idempotent: sent again, it tells the token that already holds the lock so.
     return Eval(
         ACQUIRE,
-        layout.encoded_keys_for(name).acquire,  # lock, fence, waiters, live, index
-        [token, ttl_ms, meta, name, patience_ms, ENCODED_FLAG[waited], GRACE],
+        layout.encoded_keys_for(request.name).acquire,  # lock, fence, waiters, live, index
+        [
+            request.token,
+            request.ttl_ms,
+            request.meta,
+            request.name,
+            request.patience_ms,
+            ENCODED_FLAG[waited],
+            GRACE,
+        ],
         idempotent=True,
     )
 

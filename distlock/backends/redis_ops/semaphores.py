@@ -34,12 +34,19 @@ def acquire(scope: Scope, request: Request) -> Steps[Attempt]:
 
 
 def acquire_call(scope: Scope, request: Request) -> Eval:
-    name, token, ttl_ms, meta, patience_ms, limit, _ = request
     # Idempotent: a token already holding a permit is told so, and keeps its place.
     return Eval(
         ACQUIRE,
-        list(scope.layout.semaphore_keys_for(name)),
-        [token, ttl_ms, meta, name, limit, patience_ms, HANDOFF_GRACE_MS],
+        list(scope.layout.semaphore_keys_for(request.name)),
+        [
+            request.token,
+            request.ttl_ms,
+            request.meta,
+            request.name,
+            request.limit,
+            request.patience_ms,
+            HANDOFF_GRACE_MS,
+        ],
         idempotent=True,
     )
 

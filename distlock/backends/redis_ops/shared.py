@@ -29,22 +29,21 @@ INSPECT = load("shared_inspect")
 
 
 def acquire_call(layout: KeyLayout, request: Request, waited: bool = False) -> Eval:
-    name, token, ttl_ms, meta, patience_ms, _, downgrade_from = request
-    k = layout.shared_keys_for(name)
+    k = layout.shared_keys_for(request.name)
     # Idempotent: sent again, it tells the token that already holds its place so. A wait is
     # no downgrade: a waiter's acquire carries none (only a try may, at once).
     return Eval(
         ACQUIRE,
         [k.lock, k.fence, k.queue, k.live, k.index, k.readers, k.holders],
         [
-            token,
-            ttl_ms,
-            meta,
-            name,
-            patience_ms,
+            request.token,
+            request.ttl_ms,
+            request.meta,
+            request.name,
+            request.patience_ms,
             flag(waited),
             HANDOFF_GRACE_MS,
-            "" if waited else downgrade_from,
+            "" if waited else request.downgrade_from,
         ],
         idempotent=True,
     )
