@@ -35,9 +35,11 @@ changed shape at ``manage.py check``). What the wrappers cannot see (a thread th
 inside a hand-managed transaction, a backend whose ``commit()`` skips the base class's, a
 transaction already open when distlock was first imported) the renewer finds at the next
 renewal of a waiting release: the transaction it waits for is no longer open, so it is
-freed, never renewed for ever. A commit through the raw driver while autocommit stays off
-leaves a transaction managed by hand looking open: a release waits for one at most
-MANUAL_COMMIT_WAIT, then is reported lost and left to its lease.
+freed, never renewed for ever. The ties refer to connections only weakly: the connection of
+a thread that died is collected as without distlock (its server session ends, rolling
+back), and its ties end as that rollback's would. A commit through the raw driver while
+autocommit stays off leaves a transaction managed by hand looking open: a release waits for
+one at most MANUAL_COMMIT_WAIT, then is reported lost and left to its lease.
 """
 
 from __future__ import annotations
@@ -189,10 +191,15 @@ def _isolation(conn: Any) -> str:
 
 # --- holds and their ties ----------------------------------------------------------------
 _guard = threading.Lock()
-# The holds tied to each connection's transactions. Strong references: a tie lasts as long
-# as its block, and a thread always leaves its blocks (the renewer ends the ties of a thread
-# that died). Empty (the common case): the wrappers return at once.
-_tied: dict[Any, set[Hold]] = {}
+# The holds tied to each connection's transactions, keyed by the connection's one weak
+# reference (_ref): distlock never keeps a connection alive. A thread that dies inside a
+# transaction managed by hand (no commit, no rollback) leaves its connection to be collected,
+# as without distlock, so the server ends its session (rolling back); its ties then end
+# (_end_gone). Empty (the common case): the wrappers return at once.
+_tied: dict[weakref.ref[Any], set[Hold]] = {}
+# The weak references of tied connections collected since the last look (their weakref
+# callback appends: no lock is taken there, the collector may run anywhere).
+_gone: list[weakref.ref[Any]] = []
 # The threads that may end a tied block, counted per tie: the connection's own and the one
 # that made the tie (async_to_sync's loop thread ties the calling thread's connection); None:
 # a tied connection shared between threads (any thread may). A block ended in any other
@@ -201,24 +208,58 @@ _enders: dict[int | None, int] = {}
 _get_ident = threading.get_ident
 
 
-def _link(hold: Hold, conn: Any) -> None:
-    """Tie ``hold`` to ``conn`` in the registry (under _guard)."""
-    _tied.setdefault(conn, set()).add(hold)
+def _ref(conn: Any) -> weakref.ref[Any]:
+    """Return the weak reference to ``conn`` that the registry and the ties know it by: one
+    per connection, kept on it (the same object each time, so that ties compare by
+    identity; its callback notes the connection collected)."""
+    ref: weakref.ref[Any] | None = getattr(conn, "distlock_ref", None)
+    if ref is None or ref() is not conn:  # the first tie (or a copy of another's attribute)
+        ref = conn.distlock_ref = weakref.ref(conn, _gone.append)
+    return ref
+
+
+def _known(conn: Any) -> weakref.ref[Any] | None:
+    """Return ``conn``'s weak reference if it has one (it was ever tied), else None: a look-up
+    only, nothing is made."""
+    ref: weakref.ref[Any] | None = getattr(conn, "distlock_ref", None)
+    return ref if ref is not None and ref() is conn else None
+
+
+def _link(hold: Hold, conn: Any, ref: weakref.ref[Any]) -> None:
+    """Tie ``hold`` to ``conn`` (its weak reference ``ref``) in the registry (under _guard)."""
+    if _gone:
+        _end_gone()
+    _tied.setdefault(ref, set()).add(hold)
     hold._owner = hold._owner_ref()  # kept while tied
     idents = {None} if conn.allow_thread_sharing else {conn._thread_ident, _get_ident()}
-    hold.enders[conn] = idents
+    hold.enders[ref] = idents
     for ident in idents:
         _enders[ident] = _enders.get(ident, 0) + 1
 
 
-def _unlink(hold: Hold, conn: Any) -> None:
+def _end_gone() -> None:
+    """End the ties to the connections collected since the last look (under _guard): their
+    thread died inside a transaction managed by hand, and the server ends their session,
+    rolling back. A hold still held is then tied nowhere and its Lock referred to weakly
+    again: dropped, its lease ends it. A released hold waiting for such a connection is left
+    to the renewer, which frees it at its next renewal (Hold.end_unseen: never here, where a
+    round trip to the lock server would run inside another lock's tie)."""
+    while _gone:
+        ref = _gone.pop()
+        for hold in list(_tied.get(ref, ())):
+            if not hold.waiting:
+                for key in [key for key in hold.ties if key[0] is ref]:
+                    hold._untie(key)
+
+
+def _unlink(hold: Hold, ref: weakref.ref[Any]) -> None:
     """Undo _link (under _guard)."""
-    holds = _tied.get(conn)
+    holds = _tied.get(ref)
     if holds is not None:
         holds.discard(hold)
         if not holds:
-            del _tied[conn]
-    for ident in hold.enders.pop(conn, ()):
+            del _tied[ref]
+    for ident in hold.enders.pop(ref, ()):
         left = _enders.get(ident, 0) - 1
         if left > 0:
             _enders[ident] = left
@@ -245,14 +286,15 @@ class Hold:
         # its transaction is collected at once (and no longer renewed), as outside one.
         self._owner_ref: weakref.ref[Any] = weakref.ref(owner)
         self._owner: Any = None
-        # (connection, transaction number) -> own depth of the block it is tied to. One tie
-        # per transaction, several per connection: an on_commit hook's own block that takes
-        # the lock back is tied besides the committed transaction, never instead of it.
-        self.ties: dict[tuple[Any, int], int] = {}
+        # (connection's weak reference, transaction number) -> own depth of the block it is
+        # tied to. One tie per transaction, several per connection: an on_commit hook's own
+        # block that takes the lock back is tied besides the committed transaction, never
+        # instead of it. Weak: a tie never keeps a dead thread's connection (and session).
+        self.ties: dict[tuple[weakref.ref[Any], int], int] = {}
         # The thread whose connection each tie is to, when the tie was made there: a tie
         # to a thread that died ends (the renewer looks).
-        self.threads: dict[tuple[Any, int], weakref.ref[threading.Thread]] = {}
-        self.enders: dict[Any, set[int | None]] = {}  # connection -> its _link's threads
+        self.threads: dict[tuple[weakref.ref[Any], int], weakref.ref[threading.Thread]] = {}
+        self.enders: dict[weakref.ref[Any], set[int | None]] = {}  # _link's threads
         self.waiting = False  # released: free the lock when the last tie ends
         self.waiting_since = 0.0  # time.monotonic() at the release
         # How many on_commit hooks each tied transaction had at the release: with none, the
@@ -275,7 +317,7 @@ class Hold:
         the same transaction keeps its shallower block, as PostgreSQL's locks stack."""
         with _guard:
             for conn, number, depth in places:
-                tied = self.ties.get((conn, number))
+                tied = self.ties.get((_ref(conn), number))
                 if tied is None or depth < tied:
                     self._add(conn, number, depth)
 
@@ -285,10 +327,10 @@ class Hold:
         end, False if the lock can be freed now."""
         with _guard:
             for conn, number, depth in places:
-                if (conn, number) not in self.ties:
+                if (_ref(conn), number) not in self.ties:
                     self._add(conn, number, min(depth, 1))
             # (Only the connection's current transaction's count is ever read: COMMITTED.)
-            self.hooks_before = {key: len(key[0].run_on_commit) for key in self.ties}
+            self.hooks_before = {key: _hooks(key[0]) for key in self.ties}
             self.waiting = bool(self.ties) and not self.done
             self.waiting_since = time.monotonic()
             return self.waiting
@@ -306,8 +348,8 @@ class Hold:
         """Forget every tie: the hold ended some other way (released, lost, taken over)."""
         with _guard:
             self.done = True
-            for conn in list(self.enders):
-                _unlink(self, conn)
+            for ref in list(self.enders):
+                _unlink(self, ref)
             self.ties.clear()
             self.threads.clear()
             self.hooks_before.clear()
@@ -337,9 +379,12 @@ class Hold:
             self.done = True
             return waited
 
-    def _open(self, conn: Any, number: int) -> bool:
-        thread = self.threads.get((conn, number))
+    def _open(self, ref: weakref.ref[Any], number: int) -> bool:
+        thread = self.threads.get((ref, number))
         if thread is not None and (thread() is None or not thread().is_alive()):  # type: ignore[union-attr]
+            return False
+        conn = ref()
+        if conn is None:  # collected: its thread died, the server ended its session
             return False
         if number in getattr(conn, "distlock_endings", ()):  # its on_commit hooks run
             return True
@@ -348,27 +393,34 @@ class Hold:
         return bool(conn.in_atomic_block or not conn.autocommit)
 
     def _add(self, conn: Any, number: int, depth: int) -> None:
-        if conn not in self.enders:  # its first tie to this connection
-            _link(self, conn)
-        self.ties[conn, number] = depth
+        ref = _ref(conn)
+        if ref not in self.enders:  # its first tie to this connection
+            _link(self, conn, ref)
+        self.ties[ref, number] = depth
         if conn._thread_ident == _get_ident():
-            self.threads[conn, number] = weakref.ref(threading.current_thread())
+            self.threads[ref, number] = weakref.ref(threading.current_thread())
         if depth == 0:
             _watch_manual_endings(type(conn))
 
-    def _untie(self, key: tuple[Any, int]) -> bool:
-        """Remove the tie to ``key`` (connection, transaction number); return True if the
-        lock is to be freed now."""
+    def _untie(self, key: tuple[weakref.ref[Any], int]) -> bool:
+        """Remove the tie to ``key`` (connection's weak reference, transaction number);
+        return True if the lock is to be freed now."""
         del self.ties[key]
         self.threads.pop(key, None)
         self.hooks_before.pop(key, None)
-        conn = key[0]
-        if not any(tied is conn for tied, _number in self.ties):  # its last one there
-            _unlink(self, conn)
+        ref = key[0]
+        if not any(tied is ref for tied, _number in self.ties):  # its last one there
+            _unlink(self, ref)
         if self.waiting and not self.ties and not self.done:
             self.done = True
             return True
         return False
+
+
+def _hooks(ref: weakref.ref[Any]) -> int:
+    """Return how many on_commit hooks the connection of ``ref`` has (0 once collected)."""
+    conn = ref()
+    return len(conn.run_on_commit) if conn is not None else 0
 
 
 def block_ended(conn: Any, number: int, depth: int, how: str) -> None:
@@ -381,12 +433,13 @@ def block_ended(conn: Any, number: int, depth: int, how: str) -> None:
     transaction of the connection (the committed one, while an on_commit hook runs a
     transaction of its own) are left alone."""
     freed = []
+    ref = _known(conn)
     with _guard:
-        holds = _tied.get(conn)
+        holds = _tied.get(ref) if ref is not None else None
         if not holds:
             return
         for hold in list(holds):
-            for key in [key for key in hold.ties if key[0] is conn]:
+            for key in [key for key in hold.ties if key[0] is ref]:
                 tied = hold.ties[key]
                 if how == END_MANUAL:
                     ends = tied == 0
@@ -511,7 +564,8 @@ def _exit_watched(block: Any, exc_type: Any, call: Callable[[], Any]) -> Any:
     end = None
     try:
         conn: Any = connections[block.using or DEFAULT_DB_ALIAS]
-        if _tied.get(conn):
+        ref = _known(conn)
+        if ref is not None and _tied.get(ref):
             end = _block_end(block, conn, exc_type)
             ending_before = getattr(conn, "distlock_ending", None)
             endings_before = getattr(conn, "distlock_endings", ())
@@ -634,8 +688,8 @@ def _wrap_set_autocommit(method: Callable[..., Any]) -> Callable[..., Any]:
                 return result
             if not _tied:  # nothing of an end to see
                 return method(self, autocommit, forced)
-            try:
-                tied = self in _tied
+            try:  # (a look-up without a call: _known, inlined; a wrong ref only watches)
+                tied = getattr(self, "distlock_ref", None) in _tied
             except Exception:  # cannot be told: watched, to be safe
                 tied = True
             if not tied:  # ties elsewhere only (another thread's release waits)
@@ -886,13 +940,13 @@ def waiting_release(key: Hashable) -> Any:
     # A hold tied to several transactions (a pool thread's own block, and the request's it
     # runs in a copy of the context of) is taken back only by code in every one of them:
     # code in one alone would get the lock before the other's COMMIT.
-    here = {(conn, number) for conn, number, _depth in places}
-    for conn, number, _depth in places:
+    here = {(_known(conn), number) for conn, number, _depth in places}
+    for ref, number in here:
         with _guard:  # another thread may end a tie meanwhile
             holds = [
                 hold
-                for hold in _tied.get(conn, ())
-                if (conn, number) in hold.ties and hold.ties.keys() <= here
+                for hold in _tied.get(ref, ())  # type: ignore[arg-type]
+                if (ref, number) in hold.ties and hold.ties.keys() <= here
             ]
         for hold in holds:
             lock = hold.owner
@@ -926,8 +980,9 @@ def held_in_transactions_here(key: Hashable) -> bool:
         return False
     places = transactions_here()
     for conn, number, _depth in places:
+        ref = _known(conn)
         with _guard:
-            holds = [hold for hold in _tied.get(conn, ()) if (conn, number) in hold.ties]
+            holds = [hold for hold in _tied.get(ref, ()) if (ref, number) in hold.ties]  # type: ignore[arg-type]
         owners = [hold.owner for hold in holds]
         if any(owner is not None and owner._resource() == key for owner in owners):
             return True

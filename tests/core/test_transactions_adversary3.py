@@ -135,10 +135,13 @@ def _abandon(name: str) -> None:
     distlock.locks["default"].force_release(name)
 
 
-def _dies_holding(name: str, *, auto_renew: bool) -> weakref.ref[Any]:
+def _dies_holding(
+    name: str, *, auto_renew: bool, locks: list[weakref.ref[Any]] | None = None
+) -> weakref.ref[Any]:
     """A job runner's thread turns autocommit off (a transaction managed by hand), takes a
     lock and dies (the job raises; the runner logs it and the thread ends) before releasing
-    it, committing or rolling back. Return a weak reference to the thread's connection."""
+    it, committing or rolling back. Return a weak reference to the thread's connection (and
+    add one to the Lock to ``locks``)."""
     connection_ref: list[weakref.ref[Any]] = []
 
     def job() -> None:
@@ -146,6 +149,8 @@ def _dies_holding(name: str, *, auto_renew: bool) -> weakref.ref[Any]:
         conn.set_autocommit(False)  # managed by hand
         connection_ref.append(weakref.ref(conn))
         lk = distlock.lock(name, ttl=1, auto_renew=auto_renew)
+        if locks is not None:
+            locks.append(weakref.ref(lk))
         assert lk.acquire()
         raise RuntimeError("the job fails before release(), commit() or rollback()")
 
@@ -187,6 +192,29 @@ def test_a_thread_that_dies_holding_a_lock_by_hand_leaves_its_connection_to_be_c
         assert connection() is None, "distlock keeps the dead thread's connection"
     finally:
         _abandon(name)
+
+
+def test_the_ties_of_a_dead_threads_collected_connection_end_as_its_rollback_would() -> None:
+    """The same thread: once its connection is collected (the server ends the session,
+    rolling back), its ties end as that rollback's would. The next tie made anywhere ends
+    them: the registry keeps neither the dead thread's Lock (not renewed: its lease ends
+    it) nor an entry for the collected connection. Observed before: both kept for as long
+    as the process lives, with the connection."""
+    name, other = "adv3:dies-ties-end", "adv3:dies-next-tie"
+    locks: list[weakref.ref[Any]] = []
+    try:
+        connection = _dies_holding(name, auto_renew=False, locks=locks)
+        assert connection() is None, "distlock keeps the dead thread's connection"
+        with transaction.atomic(), distlock.lock(other, ttl=5):  # a tie on this connection
+            pass
+        assert free_within(other)
+        gc.collect()
+        assert locks[0]() is None, "the collected connection's tie keeps the dead thread's Lock"
+        assert all(ref() is not None for ref in transactions._tied), "a collected one is kept"
+        assert free_within(name, 4)  # its lease (1 s) ended it
+    finally:
+        _abandon(name)
+        _abandon(other)
 
 
 def test_an_unreleased_auto_renewed_lock_taken_in_a_transaction_is_not_kept_by_a_cycle() -> None:

@@ -207,7 +207,7 @@ def test_a_release_waiting_for_a_commit_made_through_the_raw_driver_is_bounded(
         assert lost.wait(20), "the waiting release was renewed without bound"
         assert "MANUAL_COMMIT_WAIT" in caplog.text
         assert free_within("holder:raw-commit", 5)  # the lease (1 s) ended it
-        assert not lk.owned() and not transactions._tied.get(conn)
+        assert not lk.owned() and not transactions._tied.get(transactions._ref(conn))
     finally:
         conn.rollback()
         conn.set_autocommit(True)
@@ -283,7 +283,7 @@ def failing_bookkeeping(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise AttributeError("'DatabaseWrapper' object has no attribute 'renamed'")
 
-    monkeypatch.setitem(transactions._tied, connections["default"], {object()})
+    monkeypatch.setitem(transactions._tied, transactions._ref(connections["default"]), {object()})
     for name in ("own_depth", "block_ended", "_note_transaction", "_began", "_apply_end"):
         monkeypatch.setattr(transactions, name, broken, raising=False)
     monkeypatch.setattr(transactions, "_numbers", BrokenCounter("the numbering"))
