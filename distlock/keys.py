@@ -171,6 +171,8 @@ class KeyLayout:
             acquire=(lock, fence, waiters, live, index), release=(lock, waiters, live, index)
         )
 
+    # Alike in shape to _keys_for (duplicates pairs them): each spells one kind's key layout,
+    # field by field, the names the Lua headers use; a loop over names would hide them.
     def _semaphore_keys_for(self, name: str) -> SemaphoreKeys:
         bucket = bucket_of(name)
         base = f"{self._tag(bucket)}:sem:{encode_name(name)}"

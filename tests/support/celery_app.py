@@ -60,6 +60,8 @@ def skip_job(self: LockedTask, key: str, seconds: float = 1.0) -> str:
     return _work("skip", key, seconds)
 
 
+# The tasks' declarations stay alike in shape (duplicates pairs retry_job with outage_job):
+# each is one LockedTask configuration the tests run a real worker on, its options the point.
 @app.task(
     bind=True,
     base=LockedTask,

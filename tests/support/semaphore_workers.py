@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-from tests.support.workers import say, setup
+from tests.support.workers import run, say
 
 # Count one holder in, and keep the highest count seen, in one atomic step.
 ENTER = """
@@ -98,11 +98,11 @@ def cached(key: str, stale: str, build_ms: str) -> None:
 
 
 if __name__ == "__main__":
-    setup()
-    command, *arguments = sys.argv[1:]
-    {
-        "permits": permits,
-        "hold_permit": hold_permit,
-        "permit_waiter": permit_waiter,
-        "cached": cached,
-    }[command](*arguments)
+    run(
+        {
+            "permits": permits,
+            "hold_permit": hold_permit,
+            "permit_waiter": permit_waiter,
+            "cached": cached,
+        }
+    )

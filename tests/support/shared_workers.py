@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Any
 
-from tests.support.workers import say, setup
+from tests.support.workers import run, say
 
 # Enter as a reader ('r') or a writer ('w') and count who is inside, in one atomic step:
 # return 1 if the entry broke the rule (a writer with anyone, a reader with a writer), and
@@ -103,6 +103,4 @@ def hold_shared(name: str, ttl: str) -> None:
 
 
 if __name__ == "__main__":
-    setup()
-    command, *arguments = sys.argv[1:]
-    {"operate": operate, "hold_shared": hold_shared}[command](*arguments)
+    run({"operate": operate, "hold_shared": hold_shared})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 
 
 def setup() -> None:
@@ -118,13 +119,21 @@ def lead(name: str, ttl: str, log_path: str) -> None:
                 time.sleep(0.05)
 
 
-if __name__ == "__main__":
+def run(commands: dict[str, Callable[..., object]]) -> None:
+    """A worker module's main: set Django up, then run the command its first argument names
+    with the rest as its arguments."""
     setup()
     command, *arguments = sys.argv[1:]
-    {
-        "counter": counter,
-        "hold": hold,
-        "hold_then_extend": hold_then_extend,
-        "waiter": waiter,
-        "lead": lead,
-    }[command](*arguments)
+    commands[command](*arguments)
+
+
+if __name__ == "__main__":
+    run(
+        {
+            "counter": counter,
+            "hold": hold,
+            "hold_then_extend": hold_then_extend,
+            "waiter": waiter,
+            "lead": lead,
+        }
+    )
