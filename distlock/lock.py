@@ -25,7 +25,7 @@ from .lease import Lease
 from .signals import lock_acquired, lock_contended, lock_lost, lock_released
 from .tokens import NON_FAIR_MARK, SHARED_MARK, new_token
 from .transactions import LockTies, held_in_transactions_here, waiting_release
-from .validation import lease_milliseconds, seconds
+from .validation import check_options, lease_milliseconds, seconds
 
 logger = logging.getLogger("distlock")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -85,32 +85,10 @@ class Lock:
         if self.ttl is not None:
             lease_milliseconds("ttl", self.ttl)
         self.wait = seconds("wait", wait, allow_none=True, allow_zero=True)
-        for label, flag in (
-            ("auto_renew", auto_renew),
-            ("reentrant", reentrant),
-            ("hold_until_commit", hold_until_commit),
-            ("shared", shared),
-            ("fence", fence),
-        ):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{label} must be True or False, not {flag!r}.")
-        if on_lost is not None and not callable(on_lost):
-            raise TypeError(f"on_lost must be a callable taking the lock, not {on_lost!r}.")
-        _check_fair(fair, shared)
-        if not isinstance(using, str):
-            raise TypeError(f"using must be a DISTLOCK alias (str), not {using!r}.")
-        if purpose is not None and not isinstance(purpose, str):
-            raise TypeError(f"purpose must be a str or None, not {purpose!r}.")
-        if metric_name is not None and (not isinstance(metric_name, str) or not metric_name):
-            raise TypeError(
-                f"metric_name must be a non-empty str or None, not {metric_name!r}: a bounded "
-                "name for the metrics, such as the template the lock names are made from."
-            )
-        if fence and shared:
-            raise ValueError(
-                "fence=True fences one holder at a time; shared holders run together, so a "
-                "newer reader's claim would refuse an older one. Fence the exclusive lock."
-            )
+        check_options(
+            auto_renew, reentrant, on_lost, using, purpose, hold_until_commit, shared,
+            metric_name, fence, fair,
+        )  # fmt: skip
         self.auto_renew = auto_renew
         self.reentrant = reentrant
         self.on_lost = on_lost
@@ -827,17 +805,6 @@ class Lock:
     def _settings(self) -> dict[str, Any]:
         """The keyword arguments that make an object like this one (for copy())."""
         return {name: getattr(self, name) for name in self._copied}
-
-
-def _check_fair(fair: object, shared: bool) -> None:
-    if fair is not None and not isinstance(fair, bool):
-        raise TypeError(f"fair must be True, False or None (the alias's FAIR), not {fair!r}.")
-    if fair is False and shared:
-        raise ValueError(
-            "fair=False applies to exclusive locks: shared holds are always served first "
-            "come, first served (a queued writer keeps later readers out). Leave fair out, "
-            "or take the exclusive lock (shared=False)."
-        )
 
 
 def _new_token(lock: Lock, operations: Operations) -> str:
