@@ -11,51 +11,27 @@ import logging
 import math
 import threading
 import time
-import warnings
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
-from . import claims, eviction, handler, metrics, renewal, shared
-from .backends.base import (
-    DRIFT_FACTOR,
-    DRIFT_MS,
-    HANDOFF_GRACE_MS,
-    Attempt,
-    BaseLockBackend,
-    lease_end,
-)
+from . import claims, handler, metrics, shared
+from .backends.base import DRIFT_FACTOR, HANDOFF_GRACE_MS, Attempt, BaseLockBackend, lease_end
 from .backends.operations import Operations, Request
-from .exceptions import (
-    BackendUnavailable,
-    IsolationLevelWarning,
-    LockError,
-    LockLost,
-    LockNotAcquired,
-    LockNotOwned,
-    RenewalLimitReached,
-)
+from .exceptions import LockError, LockNotAcquired, LockNotOwned
 from .info import LockInfo, from_milliseconds, holder_metadata
 from .keys import validate_name
+from .lease import Lease
 from .signals import lock_acquired, lock_contended, lock_lost, lock_released
 from .tokens import NON_FAIR_MARK, SHARED_MARK, new_token
-from .transactions import (
-    Hold,
-    held_in_transactions_here,
-    snapshot_isolation_aliases,
-    transactions_here,
-    waiting_release,
-)
-from .validation import lease_milliseconds, seconds
+from .transactions import LockTies, held_in_transactions_here, waiting_release
+from .validation import check_options, lease_milliseconds, seconds
 
 logger = logging.getLogger("distlock")
 F = TypeVar("F", bound=Callable[..., Any])
-T = TypeVar("T")
 _UNSET: Any = object()
 # A waiter stays registered this much longer than it blocks, so a release never misses it.
 PATIENCE_MARGIN = 1.0
-# How often an auto-renewed lease is renewed, as a fraction of the lease.
-RENEW_FRACTION = 1 / 3
 
 
 class Lock:
@@ -109,32 +85,10 @@ class Lock:
         if self.ttl is not None:
             lease_milliseconds("ttl", self.ttl)
         self.wait = seconds("wait", wait, allow_none=True, allow_zero=True)
-        for label, flag in (
-            ("auto_renew", auto_renew),
-            ("reentrant", reentrant),
-            ("hold_until_commit", hold_until_commit),
-            ("shared", shared),
-            ("fence", fence),
-        ):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{label} must be True or False, not {flag!r}.")
-        if on_lost is not None and not callable(on_lost):
-            raise TypeError(f"on_lost must be a callable taking the lock, not {on_lost!r}.")
-        _check_fair(fair, shared)
-        if not isinstance(using, str):
-            raise TypeError(f"using must be a DISTLOCK alias (str), not {using!r}.")
-        if purpose is not None and not isinstance(purpose, str):
-            raise TypeError(f"purpose must be a str or None, not {purpose!r}.")
-        if metric_name is not None and (not isinstance(metric_name, str) or not metric_name):
-            raise TypeError(
-                f"metric_name must be a non-empty str or None, not {metric_name!r}: a bounded "
-                "name for the metrics, such as the template the lock names are made from."
-            )
-        if fence and shared:
-            raise ValueError(
-                "fence=True fences one holder at a time; shared holders run together, so a "
-                "newer reader's claim would refuse an older one. Fence the exclusive lock."
-            )
+        check_options(
+            auto_renew, reentrant, on_lost, using, purpose, hold_until_commit, shared,
+            metric_name, fence, fair,
+        )  # fmt: skip
         self.auto_renew = auto_renew
         self.reentrant = reentrant
         self.on_lost = on_lost
@@ -151,25 +105,14 @@ class Lock:
         self.token: str | None = None
         self.fencing_token: int | None = None
         self._operations: Operations | None = None
-        self._ttl_ms = 0
         self._acquired_ms = 0
         self._meta = ""
         self._depth = 0
         self._owner: tuple[int, int | None] | None = None
         # A shared holder's thread: its ident may be reused by a new thread once it ended.
         self._owner_thread: weakref.ref[threading.Thread] | None = None
-        self._lease_deadline = 0.0  # time.monotonic() by which the lease surely ended
-        self._lost = False
-        self._lost_because: str | None = None  # why, when it was not a vanished lease
-        # Keys each server had evicted at the hold's first renewal (see eviction.loss_reason).
-        self._evictions_before: dict[str, int] | None = None
-        self._releasing = False
-        self._release_began = 0.0
-        self._released_in_time = False  # a release went unanswered, sent while the lease ran
-        self._renewal: int | None = None
-        self._hold: Hold | None = None  # this hold's ties to database transactions
-        self._pending: Hold | None = None  # the same, while its release waits for them
-        self._mutex = threading.Lock()  # orders renewals against release
+        self._lease = Lease()  # its length, deadline, renewal, loss (lease.py)
+        self._ties = LockTies(self._resource(), self._lease)  # to transactions (transactions.py)
         self._held_since = 0.0  # metrics.now() at the grant, when metrics are recorded
 
     def __repr__(self) -> str:
@@ -201,7 +144,7 @@ class Lock:
         try:
             if shared.holds and not self.shared:  # a process holding no shared lock skips it
                 await shared.arefuse_upgrade(self.kind, self.using, self.name, _current_owner())
-            held = self._waiting_release()
+            held = self._ties.waiting_release(self)
             if held is not None and await self._atake_back(held):
                 return True
             self._forget_an_ended_lease()
@@ -213,7 +156,7 @@ class Lock:
                 ):
                     raise self._already_held_error()
                 self._forget()  # its hold ended on the server (force release, lease): anew
-            self._warn_if_snapshot_predates()
+            self._ties.warn_if_snapshot_predates(self)
         except LockError:  # before the first attempt: a wait that ended in an error
             self._record_error(began)
             raise
@@ -273,7 +216,7 @@ class Lock:
         try:
             if shared.holds and not self.shared:  # a process holding no shared lock skips it
                 shared.refuse_upgrade(self.kind, self.using, self.name, _current_owner())
-            held = self._waiting_release()
+            held = self._ties.waiting_release(self)
             if held is not None and self._take_back(held):
                 return True
             self._forget_an_ended_lease()
@@ -285,7 +228,7 @@ class Lock:
                 ):
                     raise self._already_held_error()
                 self._forget()  # its hold ended on the server (force release, lease): anew
-            self._warn_if_snapshot_predates()
+            self._ties.warn_if_snapshot_predates(self)
         except LockError:  # before the first attempt: a wait that ended in an error
             self._record_error(began)
             raise
@@ -354,7 +297,7 @@ class Lock:
         self._operations = attempts.operations
         self.token = attempts.token
         self.fencing_token = attempt.fencing_token
-        self._ttl_ms = attempts.ttl_ms
+        self._lease.ttl_ms = attempts.ttl_ms
         self._acquired_ms = attempt.acquired_ms
         self._meta = attempts.meta
         self._depth = 1
@@ -364,13 +307,8 @@ class Lock:
             shared.note_hold(self)
         else:
             shared.note_exclusive(self, self._owner)
-        self._lease_deadline = lease_end(attempts.lease_started(attempt), attempts.ttl_ms)
-        self._lost = self._releasing = False
-        self._lost_because = None
-        self._evictions_before = None
-        if self.auto_renew:
-            self._renewal = renewal.renewer.register(self, self._ttl_ms / 1000 * RENEW_FRACTION)
-        self._tie_to_transactions()
+        self._lease.start(self, lease_end(attempts.lease_started(attempt), attempts.ttl_ms))
+        self._ties.tie(self)
         if self.fence:
             claims.note_fenced(self)
         if metrics.ENABLED:
@@ -390,7 +328,7 @@ class Lock:
             return
         if self.reentrant:
             return
-        if self._lost or time.monotonic() >= self._lease_deadline:
+        if self._lease.lost or time.monotonic() >= self._lease.deadline:
             self._forget()
 
     def _already_held_error(self) -> LockError:
@@ -403,8 +341,8 @@ class Lock:
                 "each thread or task that competes for a lock needs its own Lock object.",
                 name=self.name,
             )
-        if self._lost:
-            raise self._lost_error()
+        if self._lease.lost:
+            raise self._lease.lost_error(self)
         assert self._operations is not None
         return self._operations
 
@@ -412,7 +350,9 @@ class Lock:
     async def _areenter(self, backend: Operations) -> bool:
         """Enter once more; return False if the hold has ended on the server."""
         started = time.monotonic()
-        extended = await backend.aextend(self.name, self.token or "", self._ttl_ms, reenter=True)
+        extended = await backend.aextend(
+            self.name, self.token or "", self._lease.ttl_ms, reenter=True
+        )
         if extended:
             self._after_extend(extended, started, reentered=True)
         return extended
@@ -421,7 +361,7 @@ class Lock:
     def _reenter(self, backend: Operations) -> bool:
         """Enter once more; return False if the hold has ended on the server."""
         started = time.monotonic()
-        extended = backend.extend(self.name, self.token or "", self._ttl_ms, reenter=True)
+        extended = backend.extend(self.name, self.token or "", self._lease.ttl_ms, reenter=True)
         if extended:
             self._after_extend(extended, started, reentered=True)
         return extended
@@ -440,7 +380,7 @@ class Lock:
         Inside a database transaction (``hold_until_commit``), the lock stays held, its lease
         kept alive, until the transaction ends: see docs/transactions.md.
         """
-        if self._wait_for_transactions():
+        if self._ties.wait(self, self._depth):
             return
         await self._arelease_now()
 
@@ -464,7 +404,7 @@ class Lock:
         Inside a database transaction (``hold_until_commit``), the lock stays held, its lease
         kept alive, until the transaction ends: see docs/transactions.md.
         """
-        if self._wait_for_transactions():
+        if self._ties.wait(self, self._depth):
             return
         self._release_now()
 
@@ -480,24 +420,24 @@ class Lock:
     # unasync: end
 
     def _begin_release(self) -> tuple[Operations, str, bool]:
-        with self._mutex:
-            if self.fence and (self.token is None or self._lost):
+        with self._lease.mutex:
+            if self.fence and (self.token is None or self._lease.lost):
                 claims.forget_fenced(self)  # the holder ends its hold: its fence too
             backend, token = self._holding()
             final = self._depth <= 1
-            self._releasing = final  # from here on, the renewer leaves this lock alone
-            self._release_began = time.monotonic()
+            self._lease.releasing = final  # from here on, the renewer leaves this lock alone
+            self._lease.release_began = time.monotonic()
             return backend, token, final
 
     def _abort_release(self, final: bool) -> None:
         if final:
-            with self._mutex:
-                self._releasing = False
+            with self._lease.mutex:
+                self._lease.releasing = False
                 # The request may have freed the lock before its answer was lost. It was sent
                 # while the lease ran, so a retry that finds the lock gone must not report an
                 # expired lease: the holder finished in time either way.
-                if self._release_began < self._lease_deadline:
-                    self._released_in_time = True
+                if self._lease.release_began < self._lease.deadline:
+                    self._lease.released_in_time = True
 
     def _end_release(self, outcome: int) -> None:
         if outcome == 2:
@@ -506,104 +446,14 @@ class Lock:
         # Nobody connected (the usual case): no sender, no LockInfo, no send.
         sender = _sender(self._operations) if lock_released.receivers else None
         info = self._local_info() if lock_released.has_listeners(sender) else None
-        in_time = self._released_in_time
+        in_time = self._lease.released_in_time
         self._forget()
         if outcome == 0 and not in_time:
-            raise self._expired_error("release")
+            raise self._lease.expired_error(self, "release")
         if sender is not None:
             lock_released.send(sender, name=self.name, alias=self.using, info=info)
 
-    # --- database transactions ----------------------------------------------------------
-    def _wait_for_transactions(self) -> bool:
-        """If this hold belongs to a database transaction (taken in one, or released inside
-        one), keep the lock held until that transaction or savepoint ends, its lease kept
-        alive, and return True; else return False."""
-        if self._pending is not None:
-            raise LockNotOwned(
-                f"{self.name!r} was released already: its release waits for the database "
-                "transaction to end.",
-                name=self.name,
-            )
-        if self._depth > 1 or self._lost or self.token is None:
-            return False
-        # hold_until_commit=False ties to no transaction of its own, but a hold it took back
-        # keeps its ties: the holds stack, so the earlier one's still waits for its end.
-        transactions = transactions_here() if self.hold_until_commit else []
-        hold = self._hold
-        if hold is None and not transactions:
-            return False
-        left = self.lease_left()
-        if left <= 0:
-            return False
-        if hold is None:
-            hold = self._hold = Hold(self)
-        self._pending = hold  # before wait(): a tie may end in another thread meanwhile
-        if not hold.wait(transactions):
-            self._pending = None
-            return False
-        with self._mutex:
-            if self._renewal is None:  # keep the lease alive until the transaction ends
-                interval = min(self._ttl_ms / 1000 * RENEW_FRACTION, left / 2)
-                self._renewal = renewal.renewer.register(self, max(interval, 0.01))
-        return True
-
-    def _tie_to_transactions(self) -> None:
-        """Tie this hold to the transactions and savepoints it is taken (or taken back) in:
-        their end, not the release, decides when the lock is freed (transactions.py)."""
-        if not self.hold_until_commit:
-            return
-        transactions = transactions_here()
-        if transactions:
-            if self._hold is None:
-                self._hold = Hold(self)
-            self._hold.tie(transactions)
-
-    def _release_after_transactions(self, unreachable: set[str]) -> None:
-        """Free the lock: every transaction its release waited for has ended. ``unreachable``:
-        the aliases whose server an earlier release of the same block end could not reach
-        (not asked again: each try would hold up Django's COMMIT for a timeout)."""
-        with self._mutex:
-            self._pending = None
-        if self.token is None or self._lost:
-            self._forget()  # the lost lease was reported when a renewal found it gone
-            return
-        try:
-            if self.using in unreachable:
-                raise BackendUnavailable(f"{self.using!r} did not answer a release just before")
-            self._release_now()
-        except LockNotOwned:  # the lease ended before the transaction did
-            self._report_lost()
-        except LockError as exc:
-            if isinstance(exc, BackendUnavailable):
-                unreachable.add(self.using)
-            logger.warning(
-                "distlock: could not release %r after its transaction ended (%s); "
-                "it ends with its lease.",
-                self.name,
-                exc,
-            )
-            self._forget()
-        except BaseException:  # KeyboardInterrupt, SystemExit, gevent's Timeout: it goes on,
-            self._forget()  # and the lock is no longer renewed: its lease ends it
-            raise
-
-    def _abandon_after_transactions(self) -> None:
-        """Leave the lock to its lease: a BaseException cut short the releases at the end
-        of its transaction before this one's turn (nothing is renewed for ever)."""
-        with self._mutex:
-            self._pending = None
-        logger.warning(
-            "distlock: %r was not released after its transaction ended (interrupted); "
-            "it ends with its lease.",
-            self.name,
-        )
-        self._forget()
-
-    def _waiting_release(self) -> Lock | None:
-        """Return the hold of this lock whose release waits for a transaction the running
-        code is in (the transaction holds it, not the thread)."""
-        return waiting_release(self._resource()) if self._pending or self.token is None else None
-
+    # --- database transactions (the ties and the waiting release: transactions.LockTies) ---
     def _resource(self) -> tuple[str, str, str]:
         # A shared hold is not the exclusive lock: a transaction takes back only its own kind.
         return "shared" if self.shared else self.kind, self.using, self.name
@@ -659,26 +509,14 @@ class Lock:
     def _stop_waiting(self, held: Lock) -> int | None:
         """Cancel ``held``'s waiting release; return this lock's lease (ms), or None when the
         release has begun already."""
-        pending = held._pending
-        if pending is None or not pending.resume():
+        if not held._ties.resume():
             return None
-        with held._mutex:
-            held._pending = None
         backend = held.operations
         return backend.lease_ms(self.ttl if self.ttl is not None else backend.default_timeout)
 
     def _adopt(self, held: Lock, extended: bool, started: float, ttl_ms: int) -> bool:
         if not extended:  # its lease ended while its release waited for the transaction
-            with held._mutex:
-                unreported = not held._lost  # the renewer's look had not found it yet
-                if unreported:
-                    held._lost = True
-                    held._lost_because = (
-                        f"The lease on {held.name!r} was lost while its release waited for the "
-                        f"database transaction: {held._gone_reason('taking it back')} The "
-                        "transaction's work may overlap with another holder's."
-                    )
-            if unreported:
+            if held._lease.lost_while_waiting(held):  # the renewer's look had not found it
                 held._report_lost()
             held._forget()
             return False
@@ -687,44 +525,24 @@ class Lock:
             self.fencing_token, self._acquired_ms = held.fencing_token, held._acquired_ms
             self._meta = held._meta
             self._held_since, held._held_since = held._held_since, 0.0  # one hold, not two
-            self._hold, held._hold = held._hold, None  # its ties to transactions too
-            if self._hold is not None:
-                self._hold.owner = self
+            self._ties.adopt(held._ties, self)  # its ties to transactions too
             held._forget()
-        elif self._renewal is not None and not self.auto_renew:  # no more keep-alive
-            renewal.renewer.unregister(self._renewal)
-            self._renewal = None
-        self._ttl_ms, self._depth, self._lost = ttl_ms, 1, False
+        elif not self.auto_renew:  # no more keep-alive
+            self._lease.stop_renewing()
+        self._lease.ttl_ms, self._depth, self._lease.lost = ttl_ms, 1, False
         self._owner = _current_owner()
         self._owner_thread = weakref.ref(threading.current_thread())
         if self.shared:
             shared.note_hold(self)
         else:
             shared.note_exclusive(self, self._owner)
-        self._lease_deadline = lease_end(started, ttl_ms)
-        if self.auto_renew and self._renewal is None:
-            self._renewal = renewal.renewer.register(self, ttl_ms / 1000 * RENEW_FRACTION)
-        self._tie_to_transactions()  # stacks: a tie made earlier keeps its shallower block
+        self._lease.deadline = lease_end(started, ttl_ms)
+        if self.auto_renew and self._lease.renewal is None:
+            self._lease.start_renewing(self)
+        self._ties.tie(self)  # stacks: a tie made earlier keeps its shallower block
         if self.fence:
             claims.note_fenced(self)
         return True
-
-    def _warn_if_snapshot_predates(self) -> None:
-        """Warn when acquiring inside a transaction that reads from a snapshot: it may have
-        been taken before the lock, and then rows read under the lock can be stale."""
-        if not self.hold_until_commit:
-            return
-        aliases = snapshot_isolation_aliases()
-        if aliases:
-            warnings.warn(
-                f"{self.name!r} is acquired inside a transaction on {', '.join(aliases)} at "
-                "REPEATABLE READ or SERIALIZABLE isolation: if the transaction read anything "
-                "before the lock was granted, its snapshot predates the previous holder's "
-                "commit and rows read now may be stale. Take the lock before the transaction "
-                "begins (with lock: with atomic(): ...). See docs/transactions.md.",
-                IsolationLevelWarning,
-                stacklevel=3,
-            )
 
     # --- extend -------------------------------------------------------------------------
     # unasync: the async source of the sync code after it
@@ -757,15 +575,15 @@ class Lock:
 
     def _extend_ttl(self, ttl: float | None) -> int:
         value = seconds("ttl", ttl, allow_none=True)
-        return self._ttl_ms if value is None else self.operations.lease_ms(value)
+        return self._lease.ttl_ms if value is None else self.operations.lease_ms(value)
 
     def _after_extend(
         self, extended: bool, started: float, *, ttl_ms: int | None = None, reentered: bool = False
     ) -> None:
         if not extended:
             self._forget(fence_ends=False)  # a loop that catches this is still fenced
-            raise self._expired_error("extend")
-        self._lease_deadline = lease_end(started, ttl_ms or self._ttl_ms)
+            raise self._lease.expired_error(self, "extend")
+        self._lease.deadline = lease_end(started, ttl_ms or self._lease.ttl_ms)
         self._depth += reentered
 
     # --- state --------------------------------------------------------------------------
@@ -811,9 +629,7 @@ class Lock:
         acquire waited; after a pause longer than the lease (SIGSTOP, a stopped VM) it is 0.0
         as soon as the process runs again.
         """
-        if self.token is None or self._lost:
-            return 0.0
-        return max(self._lease_deadline - time.monotonic(), 0.0)
+        return 0.0 if self.token is None else self._lease.left()
 
     def holds_for(self, owner: tuple[int, int | None]) -> bool:
         """Return True if this lock (either kind) is held, by ``owner`` (a thread and task),
@@ -822,15 +638,15 @@ class Lock:
             return False
         thread = self._owner_thread()  # the owner's, not a new thread given its ident
         alive = thread is not None and thread.is_alive()
-        return alive and (self._pending is not None or self.lease_left() > 0)
+        return alive and (self._ties.pending is not None or self.lease_left() > 0)
 
     def _is_mine(self, info: LockInfo | None) -> bool:
         return info is not None and info.token == self.token
 
     def _holding(self) -> tuple[Operations, str]:
-        if self._lost:
+        if self._lease.lost:
             self._forget(fence_ends=False)  # the code that catches this is still fenced
-            raise self._lost_error()
+            raise self._lease.lost_error(self)
         if self.token is None or self._operations is None:
             raise LockNotOwned(f"This Lock object does not hold {self.name!r}.", name=self.name)
         return self._operations, self.token
@@ -841,16 +657,12 @@ class Lock:
         until release() or a new acquire (claims.py)."""
         if self._held_since:  # however the hold ended: released, lost, run out, given up
             # A lease that ran out (or was lost) ended by its deadline at the latest.
-            metrics.hold_ended(self, self._held_since, min(time.monotonic(), self._lease_deadline))
+            metrics.hold_ended(self, self._held_since, min(time.monotonic(), self._lease.deadline))
             self._held_since = 0.0
-        if self._hold is not None:
-            self._hold.drop()
-            self._hold = self._pending = None
+        self._ties.drop()
         if self.fence and fence_ends:
             claims.forget_fenced(self)
-        if self._renewal is not None:
-            renewal.renewer.unregister(self._renewal)
-            self._renewal = None
+        self._lease.stop_renewing()
         if self.shared:
             shared.forget_hold(self)
         elif self._owner is not None:
@@ -860,156 +672,23 @@ class Lock:
         self._depth = 0
         self._owner = None
         self._owner_thread = None
-        self._releasing = self._lost = self._released_in_time = False
+        self._lease.clear()
 
-    def _expired_error(self, action: str) -> LockNotOwned:
-        return LockNotOwned(
-            f"Cannot {action} {self.name!r}: {self._gone_reason(f'the {action}')} The lock "
-            "may belong to someone else now.",
-            name=self.name,
-        )
-
-    def _lost_error(self) -> LockLost:
-        return LockLost(
-            self._lost_because
-            or f"The lease on {self.name!r} was lost while held: "
-            f"{self._gone_reason('a renewal')} Work done since may have overlapped with "
-            "another holder.",
-            name=self.name,
-        )
-
-    def _gone_reason(self, found_by: str) -> str:
-        """Say why the server no longer has this hold, as far as this process can tell (by
-        its own clock: whether the lease had run out), and what to do about that cause."""
-        left = self._lease_deadline - time.monotonic()
-        ttl = f"{self._ttl_ms / 1000:g}s"
-        fence = (
-            ""
-            if self.fence
-            else " fence=True makes the database refuse a stale holder's transactions "
-            "(docs/fencing-and-limits.md)."
-        )
-        if left > (self._ttl_ms * DRIFT_FACTOR + DRIFT_MS) / 1000:
-            return (
-                f"{found_by} found it gone with {left:.1f}s of its {ttl} lease left by this "
-                "process's clock, so the lease was not too short: the lock server restarted "
-                "empty or failed over to a replica without it, or the lock was force-released. "
-                "Against restarts, run the server with persistence or keep it down for the "
-                f"longest lease.{fence}"
-            )
-        if self.auto_renew:
-            return (
-                f"{found_by} found it gone after its {ttl} lease had run out by this process's "
-                "clock, although auto-renewal was on: the process was paused (SIGSTOP, a stopped "
-                "VM, swapping) or could not reach the lock server for longer than the lease, so "
-                f"no renewal came in time.{fence}"
-            )
-        return (
-            f"{found_by} found it gone after its {ttl} lease had run out by this process's "
-            "clock: the work took longer than the lease, or the process was paused. Use a "
-            f"longer ttl, extend() sooner, or auto_renew=True.{fence}"
-        )
-
-    # --- renewal ------------------------------------------------------------------------
+    # --- renewal (lease.Lease) ----------------------------------------------------------
     def _renew(self) -> float | None:
-        """Called by the renewer thread: renew the lease, report a lost one."""
-        interval = self._ttl_ms / 1000 * RENEW_FRACTION
-        pending = self._pending
-        if pending is not None and pending.end_unseen():
-            # The transaction its release waits for ended unseen (its thread died, a
-            # backend's commit() skipped the base class's): free it now, never renew for ever.
-            self._release_after_transactions(set())
+        """Called by the renewer thread: free a release whose transaction ended unseen, or
+        renew the lease, reporting a lost one (renewal.Renewable)."""
+        if self._ties.ended_unseen(self):
             return None
-        waited = pending.give_up_manual() if pending is not None else None
-        if waited is not None:
-            self._give_up_waiting(waited)
-            return None
-        if pending is None and self._hold is not None:
-            # Held, not released: a tie whose thread died (a transaction managed by hand,
-            # never ended) ends, so that the registry no longer keeps this Lock (renewed for
-            # ever) nor the dead thread's connection.
-            self._hold.end_unseen()
-        with self._mutex:
-            if self.token is None or self._operations is None or self._releasing or self._lost:
-                return None
-            started = time.monotonic()
-            try:
-                renewed = self._operations.extend(self.name, self.token, self._ttl_ms, renewal=True)
-            except BackendUnavailable:
-                left = self._lease_deadline - time.monotonic()
-                if left > 0:
-                    return min(interval, max(left / 2, 0.01))  # retry while the lease lasts
-                renewed = False
-            except RenewalLimitReached:
-                # MAX_RENEWALS used up: the lease will end, so tell the holder now, while it is
-                # still exclusive (the lease is left to run out on the server).
-                self._lost_because = (
-                    f"Auto-renewal of {self.name!r} stopped at the MAX_RENEWALS of "
-                    f"DISTLOCK[{self.using!r}]: the lease ends on its own, so the lock is "
-                    "reported lost now, while it is still exclusive. Finish sooner or raise "
-                    "OPTIONS['MAX_RENEWALS']."
-                )
-                renewed = False
-            if renewed:
-                self._lease_deadline = lease_end(started, self._ttl_ms)
-            else:
-                if self._lost_because is None and time.monotonic() < self._lease_deadline:
-                    # The key vanished before its lease ended: say so if it was evicted.
-                    self._lost_because = self._eviction_reason()
-                if self._lost_because is None:  # the reason reads the clock: now, not later
-                    self._lost_because = str(self._lost_error())
-                self._lost = True
-                self._renewal = None
-        if not renewed:
-            self._report_lost()
-            return None
-        if self._evictions_before is None:  # once per hold, off the acquire's path
-            self._evictions_before = self._read_evictions(eviction.evictions_now)
-        return interval
-
-    def _give_up_waiting(self, waited: float) -> None:
-        """The release waited ``waited`` seconds, past MANUAL_COMMIT_WAIT, for a transaction
-        managed by hand that still looks open (committed through the raw driver, unseen):
-        report the lock lost and stop renewing it, so that its lease ends it."""
-        with self._mutex:
-            if self.token is None or self._lost:
-                return
-            self._lost_because = (
-                f"The release of {self.name!r} waited {waited:.0f}s for a transaction managed "
-                "by hand (set_autocommit(False)) that still looks open, longer than "
-                "distlock.transactions.MANUAL_COMMIT_WAIT: a commit through the raw driver "
-                "connection is not seen. "
-                "The lock is no longer renewed and its lease ends it. End such transactions "
-                "with connection.commit() or rollback(), or use transaction.atomic()."
-            )
-            self._lost = True
-        self._report_lost()
-        self._forget()
-
-    def _eviction_reason(self) -> str | None:
-        """Why the lease was lost, if its server evicted keys while it was held."""
-        before = self._evictions_before
-        reason = self._read_evictions(lambda store: eviction.loss_reason(self.name, store, before))
-        return reason or None
-
-    def _read_evictions(self, read: Callable[[BaseLockBackend], T]) -> T | None:
-        """Return ``read(backend)`` (a read of the servers' memory reports); None when the
-        backend cannot say."""
-        if self._operations is None:  # not held: no hold of which to say why it ended
-            return None
-        try:
-            return read(self.backend)
-        except Exception:  # a reason is a courtesy: it never stops the loss being reported
-            logger.debug("distlock: could not read the memory of %r's servers", self.name)
-            return None
+        return self._lease.renew(self, self._report_lost)
 
     @property
     def lost_reason(self) -> str | None:
         """Return why the lease was lost (LockLost's message), None while it is not lost."""
-        return str(self._lost_error()) if self._lost else None
+        return str(self._lease.lost_error(self)) if self._lease.lost else None
 
     def _report_lost(self) -> None:
-        reason = str(self._lost_error())
+        reason = str(self._lease.lost_error(self))
         logger.warning("distlock: lost the lease on %r: %s", self.name, reason)
         if metrics.ENABLED:
             metrics.lost(self)
@@ -1039,7 +718,7 @@ class Lock:
         if self.token is None or self.fencing_token is None:
             return None
         meta = json.loads(self._meta)
-        remaining = max(self._lease_deadline - time.monotonic(), 0.0)
+        remaining = max(self._lease.deadline - time.monotonic(), 0.0)
         return LockInfo(
             name=self.name,
             token=self.token,
@@ -1049,7 +728,7 @@ class Lock:
             thread=meta["thread"],
             purpose=meta["purpose"],
             acquired_at=from_milliseconds(self._acquired_ms),
-            expires_at=from_milliseconds(self._acquired_ms + self._ttl_ms),
+            expires_at=from_milliseconds(self._acquired_ms + self._lease.ttl_ms),
             ttl_remaining=remaining,
             renewals=0,
             depth=self._depth,
@@ -1126,17 +805,6 @@ class Lock:
     def _settings(self) -> dict[str, Any]:
         """The keyword arguments that make an object like this one (for copy())."""
         return {name: getattr(self, name) for name in self._copied}
-
-
-def _check_fair(fair: object, shared: bool) -> None:
-    if fair is not None and not isinstance(fair, bool):
-        raise TypeError(f"fair must be True, False or None (the alias's FAIR), not {fair!r}.")
-    if fair is False and shared:
-        raise ValueError(
-            "fair=False applies to exclusive locks: shared holds are always served first "
-            "come, first served (a queued writer keeps later readers out). Leave fair out, "
-            "or take the exclusive lock (shared=False)."
-        )
 
 
 def _new_token(lock: Lock, operations: Operations) -> str:

@@ -124,7 +124,7 @@ def _still_held(mine: list[Any], holders: tuple[LockInfo, ...]) -> bool:
 
 
 def _upgrade_error(name: str, using: str, mine: list[Any]) -> SharedLockUpgrade:
-    if any(lock._pending is not None for lock in mine):
+    if any(lock._ties.pending is not None for lock in mine):
         return SharedLockUpgrade(
             f"The shared lock {name!r} (alias {using!r}) was released in this database "
             "transaction, but its release waits for this transaction's COMMIT "

@@ -51,12 +51,16 @@ import itertools
 import logging
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+
+from .exceptions import BackendUnavailable, IsolationLevelWarning, LockError, LockNotOwned
+from .lease import Lease
 
 logger = logging.getLogger("distlock")
 # Isolation levels whose snapshot can predate the lock: a row read after acquiring may be
@@ -272,20 +276,22 @@ def _unlink(hold: Hold, ref: weakref.ref[Any]) -> None:
 class Hold:
     """One hold of a lock and its ties to the transactions it belongs to.
 
-    ``owner`` is the Lock whose hold it is: its ``_release_after_transactions`` frees the
-    lock, once, from whichever thread ends the last tie (the one leaving the block, or the
-    releasing thread if none is left), with the aliases found unreachable by the releases of
-    the same block end (it adds to them): a batch's locks do not each wait out a timeout
-    inside Django's COMMIT.
+    ``owner`` is the Lock whose hold it is, ``of`` that lock's LockTies: its
+    ``release_after`` frees the lock, once, from whichever thread ends the last tie (the one
+    leaving the block, or the releasing thread if none is left), with the aliases found
+    unreachable by the releases of the same block end (it adds to them): a batch's locks do
+    not each wait out a timeout inside Django's COMMIT.
     """
 
-    def __init__(self, owner: Any) -> None:
+    def __init__(self, owner: Owner, of: LockTies) -> None:
         # The Lock, strongly only while the hold is tied or its release waits (the registry
         # then keeps a released Lock alive until its transaction ends); weakly otherwise, so
-        # that Lock._hold and this make no reference cycle: a Lock dropped unreleased after
-        # its transaction is collected at once (and no longer renewed), as outside one.
+        # that Lock._ties.hold and this make no reference cycle: a Lock dropped unreleased
+        # after its transaction is collected at once (and no longer renewed), as outside one.
         self._owner_ref: weakref.ref[Any] = weakref.ref(owner)
         self._owner: Any = None
+        # Its LockTies, weakly (LockTies.hold refers to this): the Lock keeps it alive.
+        self._of_ref: weakref.ref[LockTies] = weakref.ref(of)
         # (connection's weak reference, transaction number) -> own depth of the block it is
         # tied to. One tie per transaction, several per connection: an on_commit hook's own
         # block that takes the lock back is tied besides the committed transaction, never
@@ -311,6 +317,18 @@ class Hold:
         self._owner_ref = weakref.ref(lock)
         if self._owner is not None:
             self._owner = lock
+
+    @property
+    def of(self) -> LockTies:
+        """The LockTies of ``owner``: read only while the owner lives, which keeps it."""
+        of = self._of_ref()
+        if of is None:
+            raise ReferenceError("the Lock of this hold was collected")
+        return of
+
+    @of.setter
+    def of(self, ties: LockTies) -> None:
+        self._of_ref = weakref.ref(ties)
 
     def tie(self, places: Iterable[Place]) -> None:
         """Tie this hold to the blocks it is taken (or taken back) in: a tie already made in
@@ -423,6 +441,205 @@ def _hooks(ref: weakref.ref[Any]) -> int:
     return len(conn.run_on_commit) if conn is not None else 0
 
 
+class Owner(Protocol):
+    """What the ties of a hold read and do of the Lock they belong to: its public attributes,
+    and the three steps the Lock lets its ties take (free it now, drop the hold, report it
+    lost), which are the Lock's own."""
+
+    name: str
+    using: str
+    token: str | None
+    hold_until_commit: bool
+
+    def lease_left(self) -> float: ...
+
+    def _release_now(self) -> None: ...
+
+    def _forget(self, *, fence_ends: bool = True) -> None: ...
+
+    def _report_lost(self) -> None: ...
+
+
+class LockTies:
+    """A Lock's ties to database transactions (``Lock._ties``): the Hold of its current hold,
+    and the Hold whose release waits for a transaction or savepoint to end (``pending``).
+
+    ``key`` is the lock's (kind, alias, name): a shared hold is not the exclusive lock, and a
+    transaction takes back only its own kind. ``lease`` is the lock's Lease, whose mutex
+    orders the release against renewals and which is kept alive while the release waits.
+    Like the Lease, it keeps no reference to its lock (the lock is passed to each call; a
+    Hold, made at the first tie, references it strongly only while tied or waiting).
+    """
+
+    __slots__ = ("__weakref__", "hold", "key", "lease", "pending")
+
+    def __init__(self, key: tuple[str, str, str], lease: Lease) -> None:
+        self.key = key
+        self.lease = lease
+        self.hold: Hold | None = None  # this hold's ties to database transactions
+        self.pending: Hold | None = None  # the same, while its release waits for them
+
+    def wait(self, lock: Owner, depth: int) -> bool:
+        """If this hold belongs to a database transaction (taken in one, or released inside
+        one), keep the lock held until that transaction or savepoint ends, its lease kept
+        alive, and return True; else return False. ``depth``: the hold's reentrant depth."""
+        if self.pending is not None:
+            raise LockNotOwned(
+                f"{lock.name!r} was released already: its release waits for the database "
+                "transaction to end.",
+                name=lock.name,
+            )
+        if depth > 1 or self.lease.lost or lock.token is None:
+            return False
+        # hold_until_commit=False ties to no transaction of its own, but a hold it took back
+        # keeps its ties: the holds stack, so the earlier one's still waits for its end.
+        transactions = transactions_here() if lock.hold_until_commit else []
+        hold = self.hold
+        if hold is None and not transactions:
+            return False
+        left = lock.lease_left()
+        if left <= 0:
+            return False
+        if hold is None:
+            hold = self.hold = Hold(lock, self)
+        self.pending = hold  # before wait(): a tie may end in another thread meanwhile
+        if not hold.wait(transactions):
+            self.pending = None
+            return False
+        self.lease.keep_alive(lock, left)  # keep the lease alive until the transaction ends
+        return True
+
+    def tie(self, lock: Owner) -> None:
+        """Tie this hold to the transactions and savepoints it is taken (or taken back) in:
+        their end, not the release, decides when the lock is freed."""
+        if not lock.hold_until_commit:
+            return
+        transactions = transactions_here()
+        if transactions:
+            if self.hold is None:
+                self.hold = Hold(lock, self)
+            self.hold.tie(transactions)
+
+    def release_after(self, lock: Owner, unreachable: set[str]) -> None:
+        """Free the lock: every transaction its release waited for has ended. ``unreachable``:
+        the aliases whose server an earlier release of the same block end could not reach
+        (not asked again: each try would hold up Django's COMMIT for a timeout)."""
+        with self.lease.mutex:
+            self.pending = None
+        if lock.token is None or self.lease.lost:
+            lock._forget()  # the lost lease was reported when a renewal found it gone
+            return
+        try:
+            if lock.using in unreachable:
+                raise BackendUnavailable(f"{lock.using!r} did not answer a release just before")
+            lock._release_now()
+        except LockNotOwned:  # the lease ended before the transaction did
+            lock._report_lost()
+        except LockError as exc:
+            if isinstance(exc, BackendUnavailable):
+                unreachable.add(lock.using)
+            logger.warning(
+                "distlock: could not release %r after its transaction ended (%s); "
+                "it ends with its lease.",
+                lock.name,
+                exc,
+            )
+            lock._forget()
+        except BaseException:  # KeyboardInterrupt, SystemExit, gevent's Timeout: it goes on,
+            lock._forget()  # and the lock is no longer renewed: its lease ends it
+            raise
+
+    def abandon(self, lock: Owner) -> None:
+        """Leave the lock to its lease: a BaseException cut short the releases at the end
+        of its transaction before this one's turn (nothing is renewed for ever)."""
+        with self.lease.mutex:
+            self.pending = None
+        logger.warning(
+            "distlock: %r was not released after its transaction ended (interrupted); "
+            "it ends with its lease.",
+            lock.name,
+        )
+        lock._forget()
+
+    def ended_unseen(self, lock: Owner) -> bool:
+        """At each renewal: free the lock if the transaction its release waits for ended
+        unseen (its thread died, a backend's commit() skipped the base class's), or give it
+        up to its lease past MANUAL_COMMIT_WAIT, and return True (the lock is no longer
+        renewed); else end a held lock's ties to transactions that ended unseen, and return
+        False."""
+        pending = self.pending
+        if pending is not None and pending.end_unseen():
+            self.release_after(lock, set())
+            return True
+        waited = pending.give_up_manual() if pending is not None else None
+        if waited is None:
+            if pending is None and self.hold is not None:
+                # Held, not released: a tie whose thread died (a transaction managed by hand,
+                # never ended) ends, so that the registry no longer keeps this Lock (renewed
+                # for ever) nor the dead thread's connection.
+                self.hold.end_unseen()
+            return False
+        # The release waited past MANUAL_COMMIT_WAIT for a transaction managed by hand that
+        # still looks open (committed through the raw driver, unseen): report the lock lost
+        # and stop renewing it, so that its lease ends it.
+        reason = (
+            f"The release of {lock.name!r} waited {waited:.0f}s for a transaction managed "
+            "by hand (set_autocommit(False)) that still looks open, longer than "
+            "distlock.transactions.MANUAL_COMMIT_WAIT: a commit through the raw driver "
+            "connection is not seen. "
+            "The lock is no longer renewed and its lease ends it. End such transactions "
+            "with connection.commit() or rollback(), or use transaction.atomic()."
+        )
+        if self.lease.mark_lost(lock, reason):
+            lock._report_lost()
+            lock._forget()
+        return True
+
+    def waiting_release(self, lock: Owner) -> Any:
+        """Return the hold of this lock whose release waits for a transaction the running
+        code is in (the transaction holds it, not the thread)."""
+        return waiting_release(self.key) if self.pending or lock.token is None else None
+
+    def resume(self) -> bool:
+        """Cancel the waiting release (this lock is taken back); return False when there is
+        none, or it has begun already."""
+        pending = self.pending
+        if pending is None or not pending.resume():
+            return False
+        with self.lease.mutex:
+            self.pending = None
+        return True
+
+    def adopt(self, other: LockTies, lock: Owner) -> None:
+        """Take over ``other``'s ties (``lock`` took back the hold of another Lock object)."""
+        self.hold, other.hold = other.hold, None
+        if self.hold is not None:
+            self.hold.owner, self.hold.of = lock, self
+
+    def drop(self) -> None:
+        """The hold ended: forget its ties."""
+        if self.hold is not None:
+            self.hold.drop()
+            self.hold = self.pending = None
+
+    def warn_if_snapshot_predates(self, lock: Owner) -> None:
+        """Warn when acquiring inside a transaction that reads from a snapshot: it may have
+        been taken before the lock, and then rows read under the lock can be stale."""
+        if not lock.hold_until_commit:
+            return
+        aliases = snapshot_isolation_aliases()
+        if aliases:
+            warnings.warn(
+                f"{lock.name!r} is acquired inside a transaction on {', '.join(aliases)} at "
+                "REPEATABLE READ or SERIALIZABLE isolation: if the transaction read anything "
+                "before the lock was granted, its snapshot predates the previous holder's "
+                "commit and rows read now may be stale. Take the lock before the transaction "
+                "begins (with lock: with atomic(): ...). See docs/transactions.md.",
+                IsolationLevelWarning,
+                stacklevel=3,
+            )
+
+
 def block_ended(conn: Any, number: int, depth: int, how: str) -> None:
     """Apply the end of ``conn``'s block at own ``depth`` in transaction ``number`` to the
     ties: END_ALL (its transaction ended), END (a savepoint rolled back: the ties made inside
@@ -461,8 +678,8 @@ def block_ended(conn: Any, number: int, depth: int, how: str) -> None:
         # that lock's release began): their hold is done, so no tie's end would free them
         # and the renewer's look would renew them for ever. Left to their leases.
         for hold in freed:
-            if hold.owner._pending is hold:  # its release never began
-                hold.owner._abandon_after_transactions()
+            if hold.of.pending is hold:  # its release never began
+                hold.of.abandon(hold.owner)
         raise
 
 
@@ -472,7 +689,7 @@ def finish(freed: list[Hold]) -> None:
     unreachable: set[str] = set()
     for hold in freed:
         try:
-            hold.owner._release_after_transactions(unreachable)
+            hold.of.release_after(hold.owner, unreachable)
         except Exception:  # called from Django's commit or rollback: never raise into it
             logger.exception("distlock: releasing a lock after its transaction ended failed")
 
@@ -952,7 +1169,7 @@ def waiting_release(key: Hashable) -> Any:
             lock = hold.owner
             if lock is None:  # untied meanwhile, its Lock dropped
                 continue
-            if hold.waiting and lock._pending is hold and lock._resource() == key:
+            if hold.waiting and hold.of.pending is hold and hold.of.key == key:
                 return lock
     return None
 
@@ -983,8 +1200,8 @@ def held_in_transactions_here(key: Hashable) -> bool:
         ref = _known(conn)
         with _guard:
             holds = [hold for hold in _tied.get(ref, ()) if (ref, number) in hold.ties]  # type: ignore[arg-type]
-        owners = [hold.owner for hold in holds]
-        if any(owner is not None and owner._resource() == key for owner in owners):
+        owners = [(hold.owner, hold) for hold in holds]  # kept while their ties are read
+        if any(owner is not None and hold.of.key == key for owner, hold in owners):
             return True
     return False
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 # The longest lease anyone may ask for. A longer one is a lock that never expires in practice,
 # and its end no longer fits a datetime (LockInfo.expires_at) or a Redis expiry: a ttl of 1e12
@@ -47,3 +48,56 @@ def lease_milliseconds(label: str, value: float) -> int:
             f"{label} must be at least 0.001 seconds (millisecond precision), not {value!r}."
         )
     return milliseconds
+
+
+def check_options(
+    auto_renew: Any,
+    reentrant: Any,
+    on_lost: Any,
+    using: Any,
+    purpose: Any,
+    hold_until_commit: Any,
+    shared: Any,
+    metric_name: Any,
+    fence: Any,
+    fair: Any,
+) -> None:
+    """Raise TypeError/ValueError saying what is wrong with a Lock's keyword arguments (other
+    than its name, ttl and wait), given in the order of Lock's signature."""
+    for label, flag in (
+        ("auto_renew", auto_renew),
+        ("reentrant", reentrant),
+        ("hold_until_commit", hold_until_commit),
+        ("shared", shared),
+        ("fence", fence),
+    ):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{label} must be True or False, not {flag!r}.")
+    if on_lost is not None and not callable(on_lost):
+        raise TypeError(f"on_lost must be a callable taking the lock, not {on_lost!r}.")
+    check_fair(fair, shared)
+    if not isinstance(using, str):
+        raise TypeError(f"using must be a DISTLOCK alias (str), not {using!r}.")
+    if purpose is not None and not isinstance(purpose, str):
+        raise TypeError(f"purpose must be a str or None, not {purpose!r}.")
+    if metric_name is not None and (not isinstance(metric_name, str) or not metric_name):
+        raise TypeError(
+            f"metric_name must be a non-empty str or None, not {metric_name!r}: a bounded "
+            "name for the metrics, such as the template the lock names are made from."
+        )
+    if fence and shared:
+        raise ValueError(
+            "fence=True fences one holder at a time; shared holders run together, so a "
+            "newer reader's claim would refuse an older one. Fence the exclusive lock."
+        )
+
+
+def check_fair(fair: object, shared: bool) -> None:
+    if fair is not None and not isinstance(fair, bool):
+        raise TypeError(f"fair must be True, False or None (the alias's FAIR), not {fair!r}.")
+    if fair is False and shared:
+        raise ValueError(
+            "fair=False applies to exclusive locks: shared holds are always served first "
+            "come, first served (a queued writer keeps later readers out). Leave fair out, "
+            "or take the exclusive lock (shared=False)."
+        )

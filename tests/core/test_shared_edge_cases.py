@@ -224,7 +224,7 @@ def test_a_random_mix_of_kinds_never_overlaps_and_leaves_no_key_without_ttl(
                 start = time.monotonic()
                 time.sleep(rng.choice([0, 0.002, 0.01, 0.03]))
                 if crash:
-                    end = lk._lease_deadline
+                    end = lk._lease.deadline
                     lk._forget()
                     time.sleep(max(end - time.monotonic(), 0) * rng.random())
                 else:

@@ -144,7 +144,7 @@ def test_redis_gone_at_the_commit_does_not_raise_into_django(
             assert lk.acquire()
             lk.release()
             private_redis.stop()
-        assert lk._renewal is None, "still renewing a lock given up to its lease"
+        assert lk._lease.renewal is None, "still renewing a lock given up to its lease"
     assert any("gone" in record.getMessage() for record in caplog.records)
 
 
@@ -242,7 +242,7 @@ def test_a_frozen_redis_at_the_commit_holds_up_django_once_not_once_per_lock(
         took = time.monotonic() - started
     private_redis.resume()
     assert took < 2 * single, f"the COMMIT took {took:.1f}s, one timeout is {single:.1f}s"
-    assert all(lk._renewal is None and lk.token is None for lk in batch)
+    assert all(lk._lease.renewal is None and lk.token is None for lk in batch)
     logged = " ".join(record.getMessage() for record in caplog.records)
     assert all(f"frozen:{i}" in logged for i in range(8)), "each lock left to its lease is said"
 

@@ -166,7 +166,7 @@ def test_an_interrupt_during_the_release_at_commit_leaves_no_lock_renewed(
             lk.release()  # waits for the COMMIT
         monkeypatch.setattr(first, "_release_now", interrupted)
         monkeypatch.setattr(second, "_release_now", interrupted)
-    assert first._renewal is None and second._renewal is None
+    assert first._lease.renewal is None and second._lease.renewal is None
     assert free_within("holder:interrupted", 3) and free_within("holder:after", 3)
 
 

@@ -166,7 +166,7 @@ def soak_worker(name: str, lease: float, target: int, counter: str, log: str) ->
             continue
         token = lk.fencing_token
         # The client's own bound on the lease: the request was sent at deadline - lease.
-        emit("A", token, repr(time.monotonic()), repr(lk._lease_deadline))
+        emit("A", token, repr(time.monotonic()), repr(lk._lease.deadline))
         counted = count.incr(counter)
         for kind in ("enter", "exit"):
             started = time.monotonic()

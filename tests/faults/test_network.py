@@ -101,7 +101,7 @@ def test_under_random_latency_an_acquired_lock_always_has_validity_left(proxy, r
             returned = time.monotonic()
             server_view = held_on_server("jittery")  # no proxy on this path
             # validity left, as the client computes it (from when the request was sent)...
-            assert lk._lease_deadline - returned > 0
+            assert lk._lease.deadline - returned > 0
             # ...and as the server sees it: still held, by this token
             assert server_view is not None and server_view.token == lk.token
             assert server_view.ttl_remaining > 0

@@ -28,6 +28,7 @@ CORE = [
     "validation",
     "tokens",
     "renewal",
+    "lease",
     "fencing",
     "signals",
     "semaphore",
