@@ -44,10 +44,19 @@ class Skipped(redis.exceptions.ConnectionError):
     """The node was not asked: it failed moments ago and is left out for a while."""
 
 
+# Per pool class: whether its get_connection needs a command name. Reading a signature costs
+# more than a round trip on loopback, so it is read once per class, not once per call.
+_TAKES_COMMAND_NAME: dict[type, bool] = {}
+
+
 def _takes_command_name(pool: Any) -> bool:
     """redis-py before 5.1 requires get_connection(command_name); later ones deprecate it."""
-    parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
-    return parameter is not None and parameter.default is inspect.Parameter.empty
+    takes = _TAKES_COMMAND_NAME.get(type(pool))
+    if takes is None:
+        parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
+        takes = parameter is not None and parameter.default is inspect.Parameter.empty
+        _TAKES_COMMAND_NAME[type(pool)] = takes
+    return takes
 
 
 def checkout(pool: Any) -> Any:
@@ -81,12 +90,13 @@ def fan_out(
     server, its replies or the exception that stands for them (Skipped without a pool)."""
     results: Results = [None] * len(pools)
     pending: list[_Asked] = []
+    packed: dict[tuple[Any, ...], Any] = {}
     try:
         for position, pool in enumerate(pools):
             if pool is None:
                 results[position] = Skipped("left out after a recent failure")
                 continue
-            asked = _send(position, pool, commands, results)
+            asked = _send(position, pool, commands, packed, results)
             if asked is not None:
                 pending.append(asked)
         _gather(pending, results, len(commands), timeout, decided, grace)
@@ -97,7 +107,11 @@ def fan_out(
 
 
 def _send(
-    position: int, pool: Any, commands: Sequence[Sequence[Any]], results: Results
+    position: int,
+    pool: Any,
+    commands: Sequence[Sequence[Any]],
+    packed: dict[tuple[Any, ...], Any],
+    results: Results,
 ) -> _Asked | None:
     try:
         connection = checkout(pool)
@@ -106,7 +120,7 @@ def _send(
         return None
     asked = _Asked(position, pool, connection)
     try:
-        connection.send_packed_command(connection.pack_commands(commands), check_health=False)
+        connection.send_packed_command(_packed(connection, commands, packed), check_health=False)
     except BaseException as exc:
         asked.give_back(in_step=False)
         if not isinstance(exc, (redis.RedisError, OSError)):
@@ -114,6 +128,19 @@ def _send(
         results[position] = _failure(exc)
         return None
     return asked
+
+
+def _packed(
+    connection: Any, commands: Sequence[Sequence[Any]], packed: dict[tuple[Any, ...], Any]
+) -> Any:
+    """The bytes of ``commands`` for ``connection``: packed once per fan-out for every node
+    that encodes alike (every node of a Redlock has the same options), not once per node."""
+    encoder = connection.encoder
+    key = (type(connection), encoder.encoding, encoder.encoding_errors)
+    chunks = packed.get(key)
+    if chunks is None:
+        chunks = packed[key] = connection.pack_commands(commands)
+    return chunks
 
 
 def _gather(
