@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -116,6 +117,21 @@ def run_process(
     (capture_output, text, check, timeout, ...)."""
     return subprocess.run(
         list(command), cwd=cwd, env=dict(child_env() if env is None else env), **options
+    )
+
+
+def run_python(
+    code: str, env: Mapping[str, str] | None = None, *, timeout: float = 60, **options: Any
+) -> subprocess.CompletedProcess:
+    """Run ``code`` in a new Python interpreter (this one's) to its end, as run_process runs
+    a command, and return the finished process with its output read as text."""
+    return run_process(
+        [sys.executable, "-c", code],
+        env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **options,
     )
 
 

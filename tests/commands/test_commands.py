@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -20,8 +19,7 @@ from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
 import distlock
 from devkit.configs import distlock_settings
-from devkit.paths import ROOT
-from devkit.processes import child_env, run_process
+from devkit.processes import child_env, run_python
 from distlock.management import LockedCommandMixin, LockSkipped
 from distlock.management.mixin import FINISHED_BUT_LOST_EXIT_CODE
 from distlock.signals import lock_force_released
@@ -285,13 +283,7 @@ print("alive")
 
 
 def test_a_pending_lost_signal_does_not_kill_the_process_after_the_run():
-    finished = run_process(
-        [sys.executable, "-c", PENDING_SIGNAL_SCRIPT],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    finished = run_python(PENDING_SIGNAL_SCRIPT, timeout=30)
     assert (finished.returncode, finished.stdout) == (0, "alive\n"), finished
 
 
@@ -542,16 +534,7 @@ def test_a_stop_signal_right_after_the_grant_releases_the_lock(redis_backend: st
         DISTLOCK_KEY_PREFIX="test",
         DJANGO_DB_PATH=str(tmp_path / "db.sqlite3"),
     )
-    # A run_process call with its options, alike in shape to others (duplicates pairs it with
-    # tests/tooling/test_redis_server.py's): the one process helper's call, no logic to share.
-    finished = run_process(
-        [sys.executable, "-c", SIGNAL_AT_GRANT_SCRIPT],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    finished = run_python(SIGNAL_AT_GRANT_SCRIPT, env)
     assert finished.returncode == 128 + signal.SIGTERM, finished
     assert (
         "Interrupted while waiting for the lock 'send_digest:weekly' (SIGTERM)" in finished.stderr

@@ -4,9 +4,7 @@ so it runs whether or not the package is installed here."""
 
 from __future__ import annotations
 
-import sys
-
-from devkit.processes import child_env, run_process
+from devkit.processes import child_env, run_python
 
 NO_OTEL = """
 import sys
@@ -42,8 +40,6 @@ print("ok")
 def test_without_opentelemetry_nothing_is_imported_and_locks_work() -> None:
     env = child_env()
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    done = run_process(
-        [sys.executable, "-c", NO_OTEL], env=env, capture_output=True, text=True, timeout=60
-    )
+    done = run_python(NO_OTEL, env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"

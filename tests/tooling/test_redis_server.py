@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import textwrap
 import threading
 import time
@@ -17,8 +16,7 @@ import redis.cluster
 import redis.sentinel
 
 from devkit import redis_server as rs
-from devkit.paths import ROOT
-from devkit.processes import run_process
+from devkit.processes import run_process, run_python
 from devkit.redis_server import (
     RedisCluster,
     RedisSentinelGroup,
@@ -238,14 +236,7 @@ def test_atexit_kills_servers_the_test_forgot() -> None:
         server = RedisServer().start()
         print(server.pid, server.port, flush=True)
     """)
-    out = run_process(
-        [sys.executable, "-c", script],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=20,
-    )
+    out = run_python(script, timeout=20, check=True)
     pid, port = map(int, out.stdout.split())
     deadline = time.monotonic() + 5
     while _pid_alive(pid) and time.monotonic() < deadline:
