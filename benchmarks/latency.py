@@ -47,7 +47,8 @@ from urllib.parse import urlsplit
 import redis
 
 from devkit.processes import start_process
-from devkit.redis_server import RedisCluster, RedisServer, free_port, wait_until
+from devkit.redis_server import RedisCluster, RedisServer
+from devkit.servers import free_port, wait_until
 
 from . import anchors
 from .harness import KEY_PREFIX, ROOT, Profile, distlock_aliases, log

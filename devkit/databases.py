@@ -27,7 +27,7 @@ devkit/live_project and tests/support/env_settings.py do).
 Missing binaries or Python drivers raise :class:`DatabaseUnavailable`; the fixtures
 (devkit/database_fixtures.py) then skip, or fail when ``DISTLOCK_REQUIRE_DATABASES`` is set
 (CI). Server processes never outlive the test run: they are started like the redis-servers
-(:func:`devkit.redis_server.spawn_managed`: own process group, killed at exit, and when the
+(:func:`devkit.servers.spawn_managed`: own process group, killed at exit, and when the
 process that started them dies).
 """
 
@@ -50,14 +50,14 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from devkit.processes import DATABASES_VARIABLE, distlock_variables
-from devkit.redis_server import (
+from devkit.servers import (
     HOST,
-    _kill_process,
-    _Managed,
-    _temporary_directory,
+    ManagedServer,
     free_port,
+    kill_process,
     spawn_managed,
     stop_managed,
+    temporary_directory,
 )
 
 # MariaDB's driver is PyMySQL (the test extra's: pure Python, nothing to compile), which
@@ -265,7 +265,7 @@ def _free_port() -> int:
 # --------------------------------------------------------------------------- servers
 
 
-class DatabaseServer(_Managed):
+class DatabaseServer(ManagedServer):
     """One real database server process on 127.0.0.1 with a database and a user.
 
     :meth:`start` makes a fresh temporary directory, initialises the server's data directory
@@ -434,7 +434,7 @@ class DatabaseServer(_Managed):
         deadline = time.monotonic() + timeout
         try:
             self._run_as = self._user_to_run_as()
-            self.directory = _temporary_directory(self, f"distlock-{self.label.lower()}-")
+            self.directory = temporary_directory(self, f"distlock-{self.label.lower()}-")
             if self._run_as is not None:
                 os.chown(self.directory, *self._run_as)
             self._prepare_directory()
@@ -482,7 +482,7 @@ class DatabaseServer(_Managed):
         )
 
     def _keep_as_template(self, deadline: float) -> None:
-        directory = _temporary_directory(_TEMPLATES, f"distlock-{self.label.lower()}-template-")
+        directory = temporary_directory(_TEMPLATES, f"distlock-{self.label.lower()}-template-")
         if self._run_as is not None:
             os.chown(directory, *self._run_as)
         self._copy(self.data_directory, directory / "data", deadline)
@@ -498,7 +498,7 @@ class DatabaseServer(_Managed):
         except subprocess.TimeoutExpired:
             returncode = None
         finally:
-            _kill_process(proc)  # anything it left in its process group, too
+            kill_process(proc)  # anything it left in its process group, too
         if returncode != 0:
             output = log.read_text(errors="replace").splitlines()[-30:]
             state = "timed out" if returncode is None else f"exited with status {returncode}"
@@ -522,7 +522,7 @@ class DatabaseServer(_Managed):
             except Exception as exc:  # the driver's "not yet": refused, starting up...
                 last_error = exc
             time.sleep(0.05)
-        _kill_process(proc)
+        kill_process(proc)
         self._proc = None
         if "address already in use" in self.log_tail().lower():
             return "port in use"

@@ -30,25 +30,17 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from devkit import servers
 from devkit.paths import ROOT
 from devkit.processes import child_env, run_process
-from devkit.redis_server import (
-    HOST,
-    _kill_process,
-    _Managed,
-    _temporary_directory,
-    free_port,
-    spawn_managed,
-    stop_managed,
-    wait_until,
-)
+from devkit.servers import HOST, ManagedServer
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 5.0
 SERVERS = ("uvicorn", "gunicorn", "runserver")
 
 
-class LiveServerProcess(_Managed):
+class LiveServerProcess(ManagedServer):
     """One HTTP server process on 127.0.0.1.
 
     ``app`` is the application's ``module:attribute``: ASGI for ``server="uvicorn"``, WSGI
@@ -88,7 +80,7 @@ class LiveServerProcess(_Managed):
         self.workers = workers
         self.preload = preload
         self.env = {**child_env(settings=settings), **(env or {})}
-        self.directory = _temporary_directory(self, "distlock-http-")
+        self.directory = servers.temporary_directory(self, "distlock-http-")
         self.log_file = self.directory / "server.log"
         self.port = 0
         self._proc: subprocess.Popen[bytes] | None = None
@@ -174,12 +166,12 @@ class LiveServerProcess(_Managed):
         """Launch the server and wait until it answers (another port if this one is taken)."""
         deadline = time.monotonic() + timeout
         while True:
-            self.port = free_port()
+            self.port = servers.free_port()
             outcome = self._launch_once(deadline)
             if outcome == "ok":
                 if self.server == "gunicorn":
                     try:
-                        wait_until(
+                        servers.wait_until(
                             lambda: len(self.worker_pids()) >= self.workers,
                             max(0.1, deadline - time.monotonic()),
                             f"{self.workers} gunicorn workers",
@@ -197,7 +189,7 @@ class LiveServerProcess(_Managed):
 
     def _launch_once(self, deadline: float) -> str:
         self.log_file.write_bytes(b"")  # this attempt's output only
-        proc = spawn_managed(self.command(), cwd=ROOT, output=self.log_file, env=self.env)
+        proc = servers.spawn_managed(self.command(), cwd=ROOT, output=self.log_file, env=self.env)
         self._proc = proc
         while time.monotonic() < deadline and proc.poll() is None:
             # Whoever answers must be this process: a port another process took first would
@@ -205,7 +197,7 @@ class LiveServerProcess(_Managed):
             if self._answers() and self._listens(proc.pid):
                 return "ok"
             time.sleep(0.05)
-        _kill_process(proc)
+        servers.kill_process(proc)
         self._proc = None
         log = self.log_tail().lower()
         # gunicorn says "Connection in use", then retries for a few seconds.
@@ -250,7 +242,7 @@ class LiveServerProcess(_Managed):
         it. Idempotent."""
         if self._proc is not None:
             quit_signal = signal.SIGQUIT if self.server == "gunicorn" else signal.SIGTERM
-            stop_managed(self._proc, timeout, quit_signal)
+            servers.stop_managed(self._proc, timeout, quit_signal)
         self._proc = None
 
 

@@ -99,7 +99,7 @@ def start_process(
 ) -> subprocess.Popen:
     """Start ``command`` in ``cwd`` (the clone's top directory) with ``env`` (default:
     child_env()) and return it; ``options`` go to Popen (stdin, stdout, text, ...). The
-    caller ends it with end_processes() (servers: redis_server.stop_managed)."""
+    caller ends it with end_processes() (servers: servers.stop_managed)."""
     return subprocess.Popen(
         list(command), cwd=cwd, env=dict(child_env() if env is None else env), **options
     )

@@ -25,59 +25,48 @@ Linux, also when the process that started it dies (``PR_SET_PDEATHSIG``).
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import ctypes
 import importlib.util
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import threading
 import time
-import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 import redis
 import redis.cluster
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from devkit.processes import run_process, start_process
+from devkit.processes import run_process
+from devkit.servers import (
+    CLUSTER_BUS_OFFSET,
+    HOST,
+    STOP_TIMEOUT,
+    ManagedServer,
+    free_port,
+    kill_process,
+    signal_group,
+    spawn_managed,
+    stop_managed,
+    temporary_directory,
+    wait_until,
+)
 
 __all__ = [
-    "HOST",
     "RedisCluster",
     "RedisSentinelGroup",
     "RedisServer",
     "find_redis_cli",
     "find_redis_server",
-    "free_port",
-    "spawn_managed",
-    "stop_managed",
-    "wait_until",
 ]
 
-HOST = "127.0.0.1"
 #: Seconds :meth:`RedisServer.start` waits for a server to answer.
 START_TIMEOUT = 10.0
-#: Seconds :meth:`RedisServer.stop` waits for a graceful exit before SIGKILL.
-STOP_TIMEOUT = 5.0
-#: A cluster node also listens on its port + 10000 (the cluster bus).
-CLUSTER_BUS_OFFSET = 10000
-
-_T = TypeVar("_T")
-_M = TypeVar("_M", bound="_Managed")  # typing.Self needs Python 3.11
-
-# Every process started here that may still be running; killed by ``_kill_all`` at exit.
-_LIVE: set[subprocess.Popen[bytes]] = set()
-_LIVE_LOCK = threading.Lock()
 
 
 # --------------------------------------------------------------------------- binaries
@@ -145,161 +134,6 @@ def _cli_for(server_binary: str) -> str:
     return find_redis_cli()
 
 
-# --------------------------------------------------------------------------- ports
-
-
-def free_port(cluster_bus: bool = False) -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick for port 0).
-
-    With ``cluster_bus=True`` the port is also one a cluster node can use: at most 55535,
-    with ``port + 10000`` (Redis 6's cluster bus port) free as well.
-
-    Another process may take the port before a server binds it: :meth:`RedisServer.start`
-    retries with a new port when that happens.
-    """
-    for _ in range(1000):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((HOST, 0))
-            port = int(sock.getsockname()[1])
-            if not cluster_bus:
-                return port
-            if port + CLUSTER_BUS_OFFSET <= 65535:
-                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as bus:
-                    try:
-                        bus.bind((HOST, port + CLUSTER_BUS_OFFSET))
-                    except OSError:
-                        continue
-                    return port
-    raise RuntimeError("found no free port pair for a cluster node")
-
-
-# --------------------------------------------------------------------------- processes
-
-
-def _set_parent_death_signal() -> None:  # pragma: no cover - runs in the forked child
-    """Have the kernel SIGKILL the child when its parent dies (Linux only)."""
-    with contextlib.suppress(Exception):
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
-
-
-def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
-    """Send ``sig`` to the process group ``proc`` leads (it and any fork, e.g. an RDB child).
-
-    Only while ``proc`` is unreaped: until then its pid, hence the group id, cannot have
-    been reused by an unrelated process.
-    """
-    if proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-
-
-def _kill_process(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL ``proc``'s process group and reap it."""
-    _signal_group(proc, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=STOP_TIMEOUT)
-    with _LIVE_LOCK:
-        _LIVE.discard(proc)
-
-
-@atexit.register
-def _kill_all() -> None:
-    """Kill every server process still running (registered with :mod:`atexit`)."""
-    with _LIVE_LOCK:
-        procs = list(_LIVE)
-    for proc in procs:
-        _kill_process(proc)
-
-
-def spawn_managed(
-    command: Sequence[str],
-    *,
-    cwd: str | os.PathLike[str],
-    output: Path,
-    env: Mapping[str, str] | None = None,
-    user: int | None = None,
-    group: int | None = None,
-) -> subprocess.Popen[bytes]:
-    """Start ``command`` as a server process that cannot outlive the test run.
-
-    It runs in its own session (so :func:`_signal_group` reaches it and its forks), is
-    registered for :func:`_kill_all` at exit and, when started from the main thread, gets
-    SIGKILL from the kernel if this process dies. Its stdout and stderr are appended to
-    ``output``. With ``user`` (and ``group``), it runs as that uid/gid with no supplementary
-    groups (only root may ask); the death signal is set after that switch, which would
-    clear it.
-    """
-    main_thread = threading.current_thread() is threading.main_thread()
-    identity: dict[str, Any] = {}
-    if user is not None:
-        identity = {"user": user, "group": group, "extra_groups": []}
-    with open(output, "ab") as out:
-        proc = start_process(
-            command,
-            os.environ if env is None else env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-            cwd=cwd,
-            start_new_session=True,
-            # The death signal fires when the *thread* that forked exits, so only ask
-            # for it when starting from the main thread.
-            preexec_fn=_set_parent_death_signal if main_thread else None,
-            **identity,
-        )
-    with _LIVE_LOCK:
-        _LIVE.add(proc)
-    return proc
-
-
-def stop_managed(
-    proc: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT, sig: int = signal.SIGTERM
-) -> None:
-    """Ask a :func:`spawn_managed` process to exit with ``sig`` (resumed first if paused),
-    wait up to ``timeout`` seconds, then SIGKILL its process group and reap it."""
-    if proc.poll() is None:
-        _signal_group(proc, signal.SIGCONT)  # a stopped process would not act on ``sig``
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=timeout)
-    _kill_process(proc)  # SIGKILL if still there; also any fork left in the group
-
-
-def _temporary_directory(owner: object, prefix: str) -> Path:
-    """A new temporary directory, removed once ``owner`` is garbage collected or at exit.
-
-    (Unlike ``tempfile.TemporaryDirectory``, this does not emit a ResourceWarning, which
-    ``filterwarnings = error`` would turn into a failure.)
-    """
-    path = tempfile.mkdtemp(prefix=prefix)
-    weakref.finalize(owner, shutil.rmtree, path, ignore_errors=True)
-    return Path(path)
-
-
-def wait_until(
-    condition: Callable[[], _T | None], timeout: float, what: str, interval: float = 0.05
-) -> _T:
-    """Poll ``condition`` until it returns something truthy; TimeoutError naming ``what``.
-
-    Redis and socket errors raised by ``condition`` count as "not yet".
-    """
-    deadline = time.monotonic() + timeout
-    last_error: BaseException | None = None
-    while True:
-        try:
-            result = condition()
-        except (redis.RedisError, OSError) as exc:
-            result, last_error = None, exc
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            detail = f" (last error: {last_error!r})" if last_error else ""
-            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}{detail}")
-        time.sleep(interval)
-
-
 def _option(args: Sequence[str], name: str) -> str | None:
     """The value given to ``--name`` in a redis-server command line, if any (last wins)."""
     value = None
@@ -309,47 +143,7 @@ def _option(args: Sequence[str], name: str) -> str | None:
     return value
 
 
-class _Managed:
-    """Context-manager support on top of ``start()`` / ``stop()``, and the server's log."""
-
-    _log_offsets: dict[Path, int]  # where the latest start began, per file
-
-    def log_tail(self, lines: int = 30) -> str:
-        """The last ``lines`` lines the server wrote (log file, stdout/stderr) since its
-        latest start."""
-        parts = []
-        for path, offset in self._log_offsets.items():
-            try:
-                with open(path, "rb") as f:
-                    f.seek(offset)
-                    text = f.read().decode(errors="replace")
-            except FileNotFoundError:
-                continue
-            tail = text.splitlines()[-lines:]
-            if tail:
-                parts.append(f"--- {path} (last {len(tail)} lines) ---\n" + "\n".join(tail))
-        return "\n".join(parts) or "(the server wrote nothing)"
-
-    def start(self) -> Any:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-    def stop(self) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-    def __enter__(self: _M) -> _M:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-
-class RedisServer(_Managed):
+class RedisServer(ManagedServer):
     """One real ``redis-server`` process on 127.0.0.1.
 
     ``extra_args`` are appended to the command line as configuration (``["--requirepass",
@@ -380,7 +174,7 @@ class RedisServer(_Managed):
         self._port: int | None = port
         self._pinned_port = port is not None
         if directory is None:
-            directory = _temporary_directory(self, "distlock-redis-")
+            directory = temporary_directory(self, "distlock-redis-")
         self.directory: Path = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.config_file: Path | None = Path(config_file) if config_file is not None else None
@@ -530,7 +324,7 @@ class RedisServer(_Managed):
                 time.sleep(0.02)
         finally:
             probe.close()
-        _kill_process(proc)
+        kill_process(proc)
         self._proc = None
         if "Address already in use" in self.log_tail():
             return "port in use"
@@ -550,20 +344,20 @@ class RedisServer(_Managed):
     def kill(self) -> None:
         """SIGKILL the server (a crash: no shutdown, nothing saved) and reap it. Idempotent."""
         if self._proc is not None:
-            _kill_process(self._proc)
+            kill_process(self._proc)
         self._proc, self._paused = None, False
 
     def pause(self) -> None:
         """Freeze the server with SIGSTOP: connections are accepted but never answered."""
         if self._proc is None or not self.is_running():
             raise RuntimeError(f"cannot pause {self!r}")
-        _signal_group(self._proc, signal.SIGSTOP)
+        signal_group(self._proc, signal.SIGSTOP)
         self._paused = True
 
     def resume(self) -> None:
         """Undo :meth:`pause` (SIGCONT). Does nothing if the server is not running."""
         if self._proc is not None and self.is_running():
-            _signal_group(self._proc, signal.SIGCONT)
+            signal_group(self._proc, signal.SIGCONT)
         self._paused = False
 
     @property
@@ -592,7 +386,7 @@ class RedisServer(_Managed):
 # --------------------------------------------------------------------------- cluster
 
 
-class RedisCluster(_Managed):
+class RedisCluster(ManagedServer):
     """``masters`` real redis-server processes in cluster mode, all slots assigned, each
     with ``replicas`` replicas (default none).
 
@@ -626,7 +420,7 @@ class RedisCluster(_Managed):
         self.binary: str = binary or find_redis_server()
         self.cli: str = cli or _cli_for(self.binary)
         self.replicas = replicas
-        root = _temporary_directory(self, "distlock-cluster-")
+        root = temporary_directory(self, "distlock-cluster-")
         self.nodes: list[RedisServer] = []
         for i in range(count):
             directory = root / f"node-{i}"
@@ -811,7 +605,7 @@ def _cluster_ok(node: RedisServer) -> bool:
 # --------------------------------------------------------------------------- sentinel
 
 
-class RedisSentinelGroup(_Managed):
+class RedisSentinelGroup(ManagedServer):
     """A master, ``replicas`` (default 1) replicas of it and ``sentinels`` (default 3)
     sentinels monitoring it; :attr:`replica` is the first replica, :attr:`replicas` all.
 
@@ -833,7 +627,7 @@ class RedisSentinelGroup(_Managed):
     ) -> None:
         self.service_name: str = service_name
         self.binary: str = binary or find_redis_server()
-        root = _temporary_directory(self, "distlock-sentinel-")
+        root = temporary_directory(self, "distlock-sentinel-")
         self.master: RedisServer = RedisServer(extra_args, self.binary, directory=root / "master")
         self.replicas: list[RedisServer] = [
             RedisServer(extra_args, self.binary, directory=root / f"replica-{i}")

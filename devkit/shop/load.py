@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from devkit.databases import DatabaseServer
 from devkit.live_server_process import LiveServerProcess
 from devkit.processes import child_env, distlock_variables, run_process
-from devkit.redis_server import HOST
+from devkit.servers import HOST
 
 SETTINGS = "devkit.shop.settings"
 CLIENTS = 18  # requests in flight at once: three per gunicorn worker

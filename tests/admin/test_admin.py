@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils.timezone import localtime
 
 import distlock
-from devkit.redis_server import free_port
+from devkit.servers import free_port
 from distlock.admin import format_remaining
 from distlock.handler import locks
 from distlock.models import HeldLock

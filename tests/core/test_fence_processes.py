@@ -47,7 +47,8 @@ import pytest
 import distlock
 from devkit.databases import DatabaseServer
 from devkit.processes import child_env
-from devkit.redis_server import HOST, RedisServer, wait_until
+from devkit.redis_server import RedisServer
+from devkit.servers import HOST, wait_until
 from devkit.shop.load import SETTINGS, Shop, serve_shop, shop_env, shop_locks
 from devkit.shop.stops import stop_file
 from tests.core.conftest import AT_ONCE

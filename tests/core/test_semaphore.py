@@ -9,7 +9,7 @@ import time
 import pytest
 
 import distlock
-from devkit.redis_server import wait_until
+from devkit.servers import wait_until
 from distlock import LockError, LockLost, LockNotAcquired, LockNotOwned
 from distlock.exceptions import SemaphoreFull
 from distlock.signals import lock_force_released, lock_lost

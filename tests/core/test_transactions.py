@@ -16,7 +16,8 @@ from asgiref.sync import sync_to_async
 from django.db import connections, transaction
 
 import distlock
-from devkit.redis_server import RedisServer, wait_until
+from devkit.redis_server import RedisServer
+from devkit.servers import wait_until
 from distlock import LockNotOwned
 from distlock.handler import locks
 from distlock.signals import lock_lost, lock_released

@@ -18,7 +18,6 @@ from typing import Any
 import psutil
 import pytest
 
-from devkit import redis_server as rs
 from devkit.database_fixtures import serving
 from devkit.databases import (
     DATABASES_ENV,
@@ -32,7 +31,8 @@ from devkit.databases import (
 )
 from devkit.live_server_process import LiveServerProcess
 from devkit.processes import child_env, distlock_variables, run_process
-from devkit.redis_server import RedisServer, wait_until
+from devkit.redis_server import RedisServer
+from devkit.servers import managed_processes, wait_until
 
 # The SQL asking a server where its data directory is, per Django vendor.
 DATA_DIRECTORY_SQL = {"postgresql": "SHOW data_directory", "mysql": "SELECT @@datadir"}
@@ -145,7 +145,7 @@ def test_the_data_directory_is_the_fixtures_own(
 def test_stop_ends_every_process_and_removes_the_data(
     server_class: type[DatabaseServer],
 ) -> None:
-    before = set(rs._LIVE)
+    before = managed_processes()
     with serving(server_class()) as server:
         pid, port, directory = server.pid, server.port, server.directory
         assert pid is not None and directory is not None
@@ -155,7 +155,7 @@ def test_stop_ends_every_process_and_removes_the_data(
     assert not directory.exists()
     assert not _listening(port)
     assert not [p.pid for p in processes if _alive(p.pid)]
-    assert not [p.pid for p in rs._LIVE - before if p.poll() is None]
+    assert not [p.pid for p in managed_processes() - before if p.poll() is None]
     server.stop()  # idempotent
 
 

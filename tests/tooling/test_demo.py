@@ -24,7 +24,7 @@ import pytest
 
 from devkit.paths import ROOT
 from devkit.processes import run_process, start_process
-from devkit.redis_server import free_port
+from devkit.servers import free_port
 
 pytestmark = pytest.mark.timeout(300)
 URL_FILE = ROOT / ".demo-redis-url"

@@ -17,7 +17,7 @@ import redis
 
 from devkit.paths import ROOT
 from devkit.processes import end_processes, start_process
-from devkit.redis_server import free_port, wait_until
+from devkit.servers import free_port, wait_until
 
 README = (ROOT / "README.md").read_text()
 QUICK_START = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]

@@ -23,8 +23,8 @@ from devkit.redis_server import (
     RedisServer,
     find_redis_cli,
     find_redis_server,
-    free_port,
 )
+from devkit.servers import free_port, managed_processes
 
 
 def _pid_alive(pid: int) -> bool:
@@ -42,9 +42,9 @@ def _pid_alive(pid: int) -> bool:
 @pytest.fixture(autouse=True)
 def no_leaked_processes() -> Iterator[None]:
     """Every test must stop every process it started."""
-    before = set(rs._LIVE)
+    before = managed_processes()
     yield
-    leaked = [p.pid for p in rs._LIVE - before if p.poll() is None]
+    leaked = [p.pid for p in managed_processes() - before if p.poll() is None]
     assert not leaked, f"redis processes left running: {leaked}"
 
 

@@ -30,7 +30,7 @@ import pytest
 
 from devkit.paths import ROOT
 from devkit.processes import run_process, start_process
-from devkit.redis_server import free_port
+from devkit.servers import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 # What building against a -dev package needs: pkg-config, MariaDB's mariadb_config.
