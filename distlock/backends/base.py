@@ -4,6 +4,7 @@ release), the settings every backend shares, and one operations object per kind 
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar, cast
@@ -22,14 +23,13 @@ from ..offload import in_thread
 from ..signals import lock_force_released
 from ..tokens import SHARED_MARK
 from ..validation import lease_milliseconds
+from .kinds import WORDS, definition
 from .operations import (
     Attempt,  # noqa: F401  # re-exported: distlock.backends.base.Attempt
     HeldEntry,  # noqa: F401  # re-exported: distlock.backends.base.HeldEntry
     Operations,
     SemaphoreKind,
     Unsupported,
-    UnsupportedSemaphores,
-    UnsupportedShared,
 )
 from .settings import COMMON_OPTIONS, Problems, parse_common
 
@@ -51,8 +51,8 @@ DRIFT_MS = 2
 # Locks read per batch (one round trip) while walking the held locks.
 HELD_BATCH = 2000
 # The kinds of hold, as a Lock (its ``kind``, "shared" for a shared hold) and the metrics'
-# distlock.kind name them.
-KINDS = ("lock", "shared", "semaphore")
+# distlock.kind name them: the registry's (distlock.backends.kinds).
+KINDS = WORDS
 
 
 def lease_end(started: float, ttl_ms: int) -> float:
@@ -85,8 +85,10 @@ class BaseLockBackend:
     no_non_fair: str | None = None
 
     # The operations class of each kind this backend keeps, by the word a Lock and the
-    # metrics name the kind with; a kind missing here is Unsupported.
+    # metrics name the kind with; else the class each kind's definition names for this
+    # backend's family (distlock.backends.kinds); else the kind is Unsupported.
     kind_classes: ClassVar[dict[str, type[Operations]]] = {"lock": Operations}
+    kind_family: ClassVar[str] = ""  # "redis", "locmem": see KindDefinition.classes
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         self.alias = alias
@@ -108,14 +110,11 @@ class BaseLockBackend:
         return operations
 
     def _make_operations(self, kind: str) -> Operations:
-        made = self.kind_classes.get(kind)
+        defined = definition(kind)
+        made = self.kind_classes.get(kind) or defined.class_for(self.kind_family)
         if made is not None:
             return made(self)
-        if kind == "shared":
-            return UnsupportedShared(self, kind, self.shared_locks_not_supported)
-        if kind == "semaphore":
-            return UnsupportedSemaphores(self, kind, self.semaphores_not_supported)
-        raise KeyError(f"{kind!r} is no kind of hold: one of {', '.join(KINDS)}.")
+        return defined.unsupported(self, kind, functools.partial(defined.not_supported, self))
 
     @property
     def exclusive(self) -> Operations:
