@@ -23,7 +23,7 @@ from ..offload import in_thread
 from ..signals import lock_force_released
 from ..tokens import SHARED_MARK
 from ..validation import lease_milliseconds
-from .kinds import WORDS, definition
+from .kinds import definition, words
 from .operations import (
     Attempt,  # noqa: F401  # re-exported: distlock.backends.base.Attempt
     HeldEntry,  # noqa: F401  # re-exported: distlock.backends.base.HeldEntry
@@ -50,9 +50,6 @@ DRIFT_MS = 2
 
 # Locks read per batch (one round trip) while walking the held locks.
 HELD_BATCH = 2000
-# The kinds of hold, as a Lock (its ``kind``, "shared" for a shared hold) and the metrics'
-# distlock.kind name them: the registry's (distlock.backends.kinds).
-KINDS = WORDS
 
 
 def lease_end(started: float, ttl_ms: int) -> float:
@@ -101,7 +98,7 @@ class BaseLockBackend:
         problems.raise_any()
 
     def of_kind(self, kind: str) -> Operations:
-        """Return this backend's operations of ``kind``: "lock", "shared" or "semaphore"."""
+        """Return this backend's operations of ``kind`` (a word of distlock.backends.kinds)."""
         ref = self._kinds.get(kind)
         operations = None if ref is None else ref()
         if operations is None:
@@ -133,7 +130,7 @@ class BaseLockBackend:
 
     def kinds(self) -> tuple[Operations, ...]:
         """The operations of every kind, for a surface that shows or counts each."""
-        return tuple(map(self.of_kind, KINDS))
+        return tuple(map(self.of_kind, words()))
 
     def configure(self, params: dict[str, Any], problems: Problems) -> None:
         """Parse the settings; note every problem in ``problems`` rather than stop at the first.

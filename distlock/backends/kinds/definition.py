@@ -55,9 +55,10 @@ class OperatorTexts:
     number_heading: str
     noun: str
     queue_unknown: str
-    # The admin's release of one hold: the page's title and question ({name}), the past
-    # participle of the release, and the messages (.format(name, alias, number, who, since,
-    # purpose) as each needs).
+    # The admin's release of one hold: its URL's word (``release-<word>/``), the page's
+    # title and question ({name}), the past participle of the release, and the messages
+    # (.format(name, alias, number, who, since, purpose) as each needs).
+    url_word: str
     release_title: str
     release_question: str
     done: str

@@ -48,6 +48,7 @@ KIND = KindDefinition(
         noun="semaphore",
         queue_unknown="A semaphore's queue keeps how many wait ({waiting}), not who.",
         detail_title="Semaphore",
+        url_word="permit",
         release_title="Free a permit of a semaphore",
         release_question=(
             "Are you sure you want to free this permit of the semaphore “{name}”? Its holder "

@@ -53,6 +53,7 @@ KIND = KindDefinition(
         noun="lock",
         queue_unknown="",
         detail_title="Shared lock",
+        url_word="shared",
         release_title="Release a shared hold",
         release_question=(
             "Are you sure you want to release this shared hold of lock “{name}”? Its holder "
