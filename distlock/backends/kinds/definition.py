@@ -65,9 +65,14 @@ class OperatorTexts:
     gone: str
     record: str
     success: str
-    # ``manage.py distlock``: the list's header, and the errors of a release without the
-    # holder's token (``{name}``, ``{count}``) or with a wrong one (``{name}``, ``{token}``).
+    # ``manage.py distlock``: the list's header; ``info``'s first line's label, its count
+    # line (``{held}``, ``{limit}``, ``{waiting}``) and each holder's line (``{h}``, the
+    # holder's LockInfo, ``{purpose}``); the errors of a release without the holder's token
+    # (``{name}``, ``{count}``) or with a wrong one (``{name}``, ``{token}``).
     header: tuple[str, str, str, str]
+    info_name: str
+    info_count: str
+    holder_line: str
     token_needed: str
     no_such_token: str
 

@@ -67,6 +67,12 @@ KIND = KindDefinition(
         ),
         success="Freed permit {number} of the semaphore “{name}” (alias {alias}) held by {who}.",
         header=("SEMAPHORE", "HELD", "WAITING", "HOLDERS (EXPIRES IN)"),
+        info_name="semaphore",
+        info_count="permits:        {held} of {limit} held, {waiting} waiting",
+        holder_line=(
+            "  token {h.token}: {h.host} pid {h.pid} thread {h.thread}, permit "
+            "{h.fencing_token}, expires in {h.ttl_remaining:.1f}s, {purpose}"
+        ),
         token_needed=(
             "{name!r} is a semaphore with {count} holders: pass --token with the token of the "
             "permit to free (see `distlock info NAME`)."

@@ -74,6 +74,12 @@ KIND = KindDefinition(
             "Released the shared hold {number} of lock “{name}” (alias {alias}) held by {who}."
         ),
         header=("SHARED LOCK", "HOLDERS", "WAITERS", "WHO (EXPIRES IN)"),
+        info_name="lock",
+        info_count="held shared by: {held}",
+        holder_line=(
+            "  token {h.token}: {h.host} pid {h.pid} thread {h.thread}, fencing token "
+            "{h.fencing_token}, expires in {h.ttl_remaining:.1f}s, depth {h.depth}, {purpose}"
+        ),
         token_needed=(
             "{name!r} is held shared by {count} holders: pass --token with the token of the "
             "hold to release (see `distlock info NAME`)."
