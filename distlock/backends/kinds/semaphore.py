@@ -12,6 +12,8 @@ def _not_supported(backend: Any) -> Exception:
     return backend.semaphores_not_supported()
 
 
+# The shared hold's and the semaphore's definitions stay alike in shape (duplicates pairs
+# them): each is one kind's words for the same fields; what reads them is written once.
 KIND = KindDefinition(
     word="semaphore",
     operations=SemaphoreKind,
