@@ -142,6 +142,12 @@ class KeyLayout:
     def _tag(self, bucket: int) -> str:
         return f"{self.prefix}:{{b{bucket:04d}}}"
 
+    def base_of(self, kind: str, name: str) -> str:
+        """Return ``<prefix>:{b<bucket>}:<kind>:<encoded name>``: where a kind's keys of
+        ``name`` start (a kind's own module spells the rest, as _semaphore_keys_for does), in
+        the hash slot of every key of that name; ``bucket_keys`` gives its index's."""
+        return f"{self._tag(bucket_of(name))}:{kind}:{encode_name(name)}"
+
     def _bucket_key(self, bucket: int, kind: str) -> str:
         return f"{self._tag(bucket)}:{kind}"
 

@@ -6,22 +6,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from django.utils.safestring import SafeString
+from django.utils.html import format_html
+from django.utils.safestring import SafeString, mark_safe
 
+from ..backends.base import BaseLockBackend
+from ..backends.kinds import OperatorTexts, definition, several_holders
+from ..backends.operations import HeldEntry
 from ..handler import locks
 from ..info import LockInfo, WaiterInfo
 from .display import breakable, describe_holder, format_remaining
 from .semaphores import PermitRow, permit_rows
 
-KINDS = ("lock", "shared", "semaphore")
+# What the page says of who waits when the backend keeps how many, not who.
+COUNT_ONLY = "This alias's backend keeps how many wait, not who."
 
 
 @dataclass(frozen=True)
 class LockDetail:
     """What the detail page shows. ``kind`` is "" when nothing of that name is held any
-    more; ``info`` is the exclusive holder (kind "lock"); ``holders`` the shared holders or
-    the semaphore's permits; ``waiters`` None when the backend keeps how many wait, not
-    who."""
+    more; ``info`` is the exclusive holder (kind "lock"); ``holders`` the holders of a kind
+    with several (shared holders, a semaphore's permits), ``texts`` its words; ``waiters``
+    None when the backend keeps how many wait, not who."""
 
     alias: str
     name: str
@@ -31,6 +36,24 @@ class LockDetail:
     limit: int | None = None  # a semaphore's
     waiting: int | None = None  # how many wait (None: the backend cannot say)
     waiters: list[WaiterInfo] | None = field(default_factory=list)
+    texts: OperatorTexts | None = None
+
+    @property
+    def title(self) -> str:
+        return self.texts.detail_title if self.texts is not None else "Lock"
+
+    @property
+    def noun(self) -> str:
+        """What "Nobody waits for this ..." names."""
+        return self.texts.noun if self.texts is not None else "lock"
+
+    @property
+    def count_only(self) -> SafeString:
+        """What the page says when it knows how many wait, not who (the kinds' own words:
+        no markup in them, so an apostrophe stays one)."""
+        if self.texts is not None and self.texts.queue_unknown:
+            return format_html(self.texts.queue_unknown, waiting=self.waiting)
+        return mark_safe(COUNT_ONLY)  # a constant
 
     @property
     def name_html(self) -> SafeString:
@@ -57,32 +80,45 @@ def read_detail(
     alias: str, name: str, kind: str, release_bases: dict[str, str], filters: str
 ) -> LockDetail:
     """Read ``name`` of ``alias`` as ``kind`` (any kind held under that name when "") with
-    its waiters; ``release_bases`` are the release pages of a shared hold ("shared") and a
-    permit ("semaphore"). Raise what the backend raises."""
+    its waiters; ``release_bases`` are the release pages of one hold of each kind with
+    several holders, by word. Raise what the backend raises."""
     backend = locks[alias]
-    info = backend.info(name) if kind != "semaphore" else None
-    if info is None:
-        semaphore = backend.semaphores.held_one(name) if kind in ("", "semaphore") else None
-        if semaphore is None:
-            return LockDetail(alias, name)
-        return LockDetail(
-            alias,
-            name,
-            "semaphore",
-            holders=permit_rows(semaphore.holders, release_bases["semaphore"], filters),
-            limit=semaphore.limit,
-            waiting=semaphore.waiting,
-            # A semaphore's queue keeps tokens, not who they are: how many, then.
-            waiters=None if semaphore.waiting else [],
-        )
-    queued = backend.waiters(name)
-    if not info.shared:
+    # The lock's own kinds first (backend.info shows its exclusive holder or a shared one).
+    info = backend.info(name) if kind == "" or definition(kind).on_lock else None
+    if info is not None and not info.shared:
+        queued = backend.waiters(name)
         return LockDetail(alias, name, "lock", info, waiting=info.waiters, waiters=queued)
+    found = _several(backend, name, kind, info)
+    if found is None:
+        return LockDetail(alias, name)
+    word, entry, queued = found
+    texts = definition(word).operator
+    assert texts is not None
     return LockDetail(
         alias,
         name,
-        "shared",
-        holders=permit_rows(backend.shared.inspect(name), release_bases["shared"], filters),
-        waiting=info.waiters,
+        word,
+        holders=permit_rows(entry.holders, release_bases[word], filters),
+        limit=entry.limit if texts.shape == "permits" else None,
+        waiting=entry.waiters if info is None else info.waiters,
         waiters=queued,
+        texts=texts,
     )
+
+
+def _several(
+    backend: BaseLockBackend, name: str, kind: str, info: LockInfo | None
+) -> tuple[str, HeldEntry, list[WaiterInfo] | None] | None:
+    """Return the kind with several holders that holds ``name`` (``kind``, or any when ""),
+    its entry, and who waits; None if none holds it. ``info``: the lock's holder, shared."""
+    if info is not None:  # held shared: its holders, and the lock's queue
+        holders = backend.shared.inspect(name)
+        return "shared", HeldEntry(name, 0.0, 0.0, 0, holders), backend.waiters(name)
+    for other in several_holders():
+        if other.on_lock or kind not in ("", other.word):
+            continue
+        entry = backend.of_kind(other.word).entry(name)
+        if entry is not None:
+            # Its queue keeps tokens, not who they are: how many, then.
+            return other.word, entry, None if entry.waiters else []
+    return None

@@ -12,6 +12,7 @@ POST only if that same hold still has the lock.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import urlencode
@@ -31,18 +32,19 @@ from django.http import (
 from django.template.defaultfilters import pluralize
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.text import capfirst
 from django.utils.translation import gettext
 
+from ..backends.kinds import KindDefinition, OperatorTexts, definition, several_holders, words
 from ..backends.operations import Unsupported
-from ..exceptions import SemaphoresNotSupported, SharedLocksNotSupported
 from ..handler import locks
 from ..info import LockInfo
 from ..keys import MAX_NAME_LENGTH
 from ..models import HeldLock
 from .breadcrumbs import Crumb, breadcrumbs_context
-from .detail import KINDS, read_detail
+from .detail import read_detail
 from .display import (
     FILTERS,
     breakable,
@@ -65,8 +67,8 @@ from .semaphores import SemaphoreRow, kind_rows, semaphore_row
 from .shared import SharedRow, shared_row
 
 PER_PAGE = 100
-# The detail page's title by kind ("": nothing of that name is held any more).
-DETAIL_TITLES = {"lock": "Lock", "shared": "Shared lock", "semaphore": "Semaphore", "": "Lock"}
+# The row of a held name of a kind with several holders, by its shape (OperatorTexts.shape).
+ROW_SHAPES = {"permits": semaphore_row, "holders": shared_row}
 # Query parameters of the list, as the admin's own changelist names them.
 SEARCH, ALIAS, ORDER, PAGE = "q", "alias", "o", "p"
 LIST_PARAMS = (SEARCH, ALIAS, ORDER, PAGE)
@@ -91,6 +93,14 @@ class Row:
 
 
 KindRow = TypeVar("KindRow", SemaphoreRow, SharedRow)
+
+
+@dataclass(frozen=True)
+class KindTable:
+    """The table of one kind with several holders: its words and its rows."""
+
+    texts: OperatorTexts
+    rows: list[SemaphoreRow] | list[SharedRow]
 
 
 @dataclass(frozen=True)
@@ -132,13 +142,14 @@ class HeldLockList:
         held = find_held(self.aliases, self.query)
         self.unavailable.update(held.unavailable)
         where = (self.aliases, self.query)
-        bases = (model_admin.url("release_permit"), self.detail_base)
-        semaphores = kind_rows("semaphore", semaphore_row, *where, bases, filters, self.unavailable)
-        bases = (model_admin.url("release_shared"), self.detail_base)
-        shared = kind_rows("shared", shared_row, *where, bases, filters, self.unavailable)
-        self.counts = Counter(
-            entry.alias for entry in [*held.names, *(row.held for row in semaphores + shared)]
-        )
+        by_kind: dict[str, list[Any]] = {}
+        for kind in several_holders():
+            texts = kind_texts(kind)
+            bases = (model_admin.url(f"release_{texts.url_word}"), self.detail_base)
+            row = ROW_SHAPES[texts.shape]
+            by_kind[kind.word] = kind_rows(kind.word, row, *where, bases, filters, self.unavailable)
+        several = [row.held for rows in by_kind.values() for row in rows]
+        self.counts = Counter(entry.alias for entry in [*held.names, *several])
         order = self.order or DEFAULT_ORDER
         selected = [entry for entry in held.names if not self.alias or entry.alias == self.alias]
         self.paginator = Paginator(sort_held(selected, order), PER_PAGE)
@@ -146,12 +157,17 @@ class HeldLockList:
         self.rows = [
             self._row(info) for info in read_infos(list(self.page.object_list), self.unavailable)
         ]
-        self.semaphores = self._shown(semaphores, order)
-        self.shared_locks = self._shown(shared, order)
-        self.result_count = len(selected) + len(self.semaphores) + len(self.shared_locks)
+        shown = {word: self._shown(rows, order) for word, rows in by_kind.items()}
+        self.kind_tables = [
+            KindTable(kind_texts(definition(word)), rows) for word, rows in shown.items() if rows
+        ]
+        self.semaphores = shown.get("semaphore", [])  # (what tests and templates read)
+        self.shared_locks = shown.get("shared", [])
+        self.result_count = len(selected) + sum(map(len, shown.values()))
 
     def _shown(self, rows: list[KindRow], order: str) -> list[KindRow]:
-        """Return the semaphore or shared rows of the alias selected, in the page's order."""
+        """Return the rows of a kind with several holders of the alias selected, in the
+        page's order."""
         rows = [row for row in rows if not self.alias or row.held.alias == self.alias]
         return sorted(rows, key=lambda row: ORDERS[order].key(row.held))
 
@@ -306,56 +322,6 @@ class ReleaseRequest(NamedTuple):
     back: str
 
 
-@dataclass(frozen=True)
-class OneHold:
-    """What releasing one hold of a kind with several holders says and calls."""
-
-    kind: str  # which operations of the backend (BaseLockBackend.of_kind)
-    unsupported: type[Exception]
-    title: str
-    confirm: dict[str, bool]
-    done: str  # "freed", "released"
-    gone: str  # .format(name, alias, number)
-    record: str  # the admin's history: .format(number, alias, who, since, purpose)
-    success: str  # .format(number, name, alias, who)
-
-
-# PERMIT and SHARED_HOLD stay alike in shape (duplicates pairs them): each is one kind's
-# record of OneHold, its own words for the same fields; the logic they feed is written once.
-PERMIT = OneHold(
-    kind="semaphore",
-    unsupported=SemaphoresNotSupported,
-    title="Free a permit of a semaphore",
-    confirm={"permit": True},
-    done="freed",
-    gone=(
-        "No permit of the semaphore “{name}” (alias {alias}) is held with number "
-        "{number} any more: it was released or expired. Nothing was freed."
-    ),
-    record=(
-        "Freed permit {number} of the semaphore (alias {alias!r}), held by {who} since "
-        "{since} UTC (purpose: {purpose})."
-    ),
-    success="Freed permit {number} of the semaphore “{name}” (alias {alias}) held by {who}.",
-)
-SHARED_HOLD = OneHold(
-    kind="shared",
-    unsupported=SharedLocksNotSupported,
-    title="Release a shared hold",
-    confirm={"shared": True},
-    done="released",
-    gone=(
-        "No shared hold of lock “{name}” (alias {alias}) has fencing token {number} any "
-        "more: it was released or expired. Nothing was released."
-    ),
-    record=(
-        "Released the shared hold with fencing token {number} (alias {alias!r}), held by "
-        "{who} since {since} UTC (purpose: {purpose})."
-    ),
-    success="Released the shared hold {number} of lock “{name}” (alias {alias}) held by {who}.",
-)
-
-
 @admin.register(HeldLock)
 class HeldLockAdmin(admin.ModelAdmin):
     """Held locks of every alias. Read-only but for the force release."""
@@ -386,13 +352,16 @@ class HeldLockAdmin(admin.ModelAdmin):
     # --- urls -----------------------------------------------------------------------------
     def get_urls(self) -> list[URLPattern]:
         # Only these: there are no rows in a table to add, change, delete or list history.
-        views = (
+        views: list[tuple[str, Callable[..., HttpResponse], str]] = [
             ("", self.changelist_view, "changelist"),
             ("release/", self.release_view, "release"),
             ("lock/", self.detail_view, "detail"),
-            ("release-permit/", self.release_permit_view, "release_permit"),
-            ("release-shared/", self.release_shared_view, "release_shared"),
-        )
+        ]
+        # One release page per kind with several holders, named by its word
+        # (release-permit/, release-shared/).
+        for kind in several_holders():
+            word = kind_texts(kind).url_word
+            views.append((f"release-{word}/", self.release_hold_view(kind), f"release_{word}"))
         return [
             path(route, self.admin_site.admin_view(view), name=self.url_name(url_name))
             for route, view, url_name in views
@@ -435,14 +404,17 @@ class HeldLockAdmin(admin.ModelAdmin):
             raise PermissionDenied
         alias, name = request.GET.get("alias", ""), request.GET.get("name", "")
         kind = request.GET.get("kind", "")
-        if alias not in aliases_or_problem()[0] or kind not in ("", *KINDS):
+        if alias not in aliases_or_problem()[0] or kind not in ("", *words()):
             return HttpResponseBadRequest(
                 f"No DISTLOCK alias {alias!r} or no kind {kind!r}: pass ?alias=ALIAS&name=NAME "
-                f"of a held lock, and &kind= one of {', '.join(KINDS)} (optional).",
+                f"of a held lock, and &kind= one of {', '.join(words())} (optional).",
                 content_type="text/plain; charset=utf-8",
             )
         filters = list_filters(request.GET.get("f", ""))
-        bases = {"shared": self.url("release_shared"), "semaphore": self.url("release_permit")}
+        bases = {
+            kind.word: self.url(f"release_{kind_texts(kind).url_word}")
+            for kind in several_holders()
+        }
         try:
             detail = read_detail(alias, name, kind, bases, filters)
         except ValueError as exc:  # InvalidLockName
@@ -454,7 +426,7 @@ class HeldLockAdmin(admin.ModelAdmin):
         context = {
             **self.admin_site.each_context(request),
             **self.breadcrumbs(changelist_url, Crumb(name, None)),
-            "title": f"{DETAIL_TITLES[detail.kind]} “{name}”",
+            "title": f"{detail.title} “{name}”",
             "opts": self.opts,
             "detail": detail,
             "can_release": self.has_release_permission(request),
@@ -529,26 +501,28 @@ class HeldLockAdmin(admin.ModelAdmin):
         back = self.url("changelist", list_filters(data.get(FILTERS, "")))
         return ReleaseRequest(form, asked["alias"], asked["name"], asked["fencing_token"], back)
 
-    def release_permit_view(self, request: HttpRequest) -> HttpResponse:
-        """Free one permit of a semaphore, named by its number (fencing token). GET: confirm
-        which permit will be freed. POST: free it, if that holder still has it."""
-        return self._release_one_hold(request, PERMIT)
+    def release_hold_view(self, kind: KindDefinition) -> Callable[[HttpRequest], HttpResponse]:
+        """The view releasing one hold of ``kind`` (a kind with several holders: a permit of
+        a semaphore, a shared hold), named by its fencing token. GET: confirm which hold
+        will be released. POST: release it, if that holder still has it."""
 
-    def release_shared_view(self, request: HttpRequest) -> HttpResponse:
-        """Release one shared hold of a lock, named by its fencing token. GET: confirm which
-        hold will be released. POST: release it, if that holder still has it."""
-        return self._release_one_hold(request, SHARED_HOLD)
+        def release_one_hold(request: HttpRequest) -> HttpResponse:
+            return self._release_one_hold(request, kind.word, kind_texts(kind))
 
-    def _release_one_hold(self, request: HttpRequest, kind: OneHold) -> HttpResponse:
-        """Release one of the holds of a semaphore or a shared lock, audited (both kinds keep
-        several holders, each named by its fencing token)."""
+        return release_one_hold
+
+    def _release_one_hold(
+        self, request: HttpRequest, word: str, kind: OperatorTexts
+    ) -> HttpResponse:
+        """Release one of the holds of a kind with several holders, audited (each named by
+        its fencing token)."""
         asked = self.release_request(request)
         if isinstance(asked, HttpResponse):
             return asked
         _, alias, name, number, back = asked
         gone = kind.gone.format(name=name, alias=alias, number=number)
         try:
-            operations = locks[alias].of_kind(kind.kind)
+            operations = locks[alias].of_kind(word)
             if isinstance(operations, Unsupported):  # said as an alias that cannot be read
                 raise operations.error()
             holder = next((h for h in operations.inspect(name) if h.fencing_token == number), None)
@@ -558,7 +532,8 @@ class HeldLockAdmin(admin.ModelAdmin):
             if request.method != "POST":
                 return self._confirm(request, asked, holder, kind)
             released = operations.force_release(name, holder.token)
-        except (*ALIAS_ERRORS, kind.unsupported) as exc:
+        # (A kind's "not supported" error is a NotImplementedError, as Unsupported raises it.)
+        except (*ALIAS_ERRORS, NotImplementedError) as exc:
             messages.error(
                 request, f"Nothing was {kind.done}: alias {alias!r} cannot be read. {exc}"
             )
@@ -583,19 +558,18 @@ class HeldLockAdmin(admin.ModelAdmin):
         request: HttpRequest,
         asked: ReleaseRequest,
         info: LockInfo,
-        kind: OneHold | None = None,
+        kind: OperatorTexts | None = None,
     ) -> HttpResponse:
         """The confirmation page of a release: of the whole lock, or (``kind``) of one hold."""
-        confirm = kind.confirm if kind is not None else {}
-        title = kind.title if kind is not None else "Force release a held lock"
+        title = kind.release_title if kind is not None else "Force release a held lock"
+        question = format_html(kind.release_question, name=info.name) if kind else ""
         context = {
             **self.admin_site.each_context(request),
             **self.breadcrumbs(asked.back, Crumb("Force release", None)),
             "title": title,
             "opts": self.opts,
             "lock": info,
-            "permit": confirm.get("permit", False),
-            "shared": confirm.get("shared", False),
+            "question": question,
             "holder": describe_holder(info),
             "expires_in": format_remaining(info.ttl_remaining),
             "form": asked.form,
@@ -630,3 +604,9 @@ def release_record(info: LockInfo) -> str:
         f"{describe_holder(info)} since {info.acquired_at:%Y-%m-%d %H:%M:%S} UTC "
         f"(purpose: {info.purpose or 'none given'})."
     )
+
+
+def kind_texts(kind: KindDefinition) -> OperatorTexts:
+    """The words of a kind with several holders (several_holders() gives only those)."""
+    assert kind.operator is not None
+    return kind.operator

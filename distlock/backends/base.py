@@ -4,6 +4,7 @@ release), the settings every backend shares, and one operations object per kind 
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar, cast
@@ -22,14 +23,13 @@ from ..offload import in_thread
 from ..signals import lock_force_released
 from ..tokens import SHARED_MARK
 from ..validation import lease_milliseconds
+from .kinds import definition, words
 from .operations import (
     Attempt,  # noqa: F401  # re-exported: distlock.backends.base.Attempt
     HeldEntry,  # noqa: F401  # re-exported: distlock.backends.base.HeldEntry
     Operations,
     SemaphoreKind,
     Unsupported,
-    UnsupportedSemaphores,
-    UnsupportedShared,
 )
 from .settings import COMMON_OPTIONS, Problems, parse_common
 
@@ -50,9 +50,6 @@ DRIFT_MS = 2
 
 # Locks read per batch (one round trip) while walking the held locks.
 HELD_BATCH = 2000
-# The kinds of hold, as a Lock (its ``kind``, "shared" for a shared hold) and the metrics'
-# distlock.kind name them.
-KINDS = ("lock", "shared", "semaphore")
 
 
 def lease_end(started: float, ttl_ms: int) -> float:
@@ -85,8 +82,10 @@ class BaseLockBackend:
     no_non_fair: str | None = None
 
     # The operations class of each kind this backend keeps, by the word a Lock and the
-    # metrics name the kind with; a kind missing here is Unsupported.
+    # metrics name the kind with; else the class each kind's definition names for this
+    # backend's family (distlock.backends.kinds); else the kind is Unsupported.
     kind_classes: ClassVar[dict[str, type[Operations]]] = {"lock": Operations}
+    kind_family: ClassVar[str] = ""  # "redis", "locmem": see KindDefinition.classes
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         self.alias = alias
@@ -99,7 +98,7 @@ class BaseLockBackend:
         problems.raise_any()
 
     def of_kind(self, kind: str) -> Operations:
-        """Return this backend's operations of ``kind``: "lock", "shared" or "semaphore"."""
+        """Return this backend's operations of ``kind`` (a word of distlock.backends.kinds)."""
         ref = self._kinds.get(kind)
         operations = None if ref is None else ref()
         if operations is None:
@@ -108,14 +107,11 @@ class BaseLockBackend:
         return operations
 
     def _make_operations(self, kind: str) -> Operations:
-        made = self.kind_classes.get(kind)
+        defined = definition(kind)
+        made = self.kind_classes.get(kind) or defined.class_for(self.kind_family)
         if made is not None:
             return made(self)
-        if kind == "shared":
-            return UnsupportedShared(self, kind, self.shared_locks_not_supported)
-        if kind == "semaphore":
-            return UnsupportedSemaphores(self, kind, self.semaphores_not_supported)
-        raise KeyError(f"{kind!r} is no kind of hold: one of {', '.join(KINDS)}.")
+        return defined.unsupported(self, kind, functools.partial(defined.not_supported, self))
 
     @property
     def exclusive(self) -> Operations:
@@ -134,7 +130,7 @@ class BaseLockBackend:
 
     def kinds(self) -> tuple[Operations, ...]:
         """The operations of every kind, for a surface that shows or counts each."""
-        return tuple(map(self.of_kind, KINDS))
+        return tuple(map(self.of_kind, words()))
 
     def configure(self, params: dict[str, Any], problems: Problems) -> None:
         """Parse the settings; note every problem in ``problems`` rather than stop at the first.

@@ -200,6 +200,13 @@ class Operations:
         name (see HeldEntry)."""
         raise NotImplementedError(f"{type(self).__name__} must provide list()")
 
+    def entry(self, name: str) -> HeldEntry | None:
+        """Return the HeldEntry of ``name`` if it is held, else None: what operators are
+        shown of one name of a kind with several holders (the admin's page, ``distlock
+        info``)."""
+        holders = self.inspect(name)
+        return entry_of(name, holders, holders[0].waiters or 0) if holders else None
+
     # --- async twins --------------------------------------------------------------------
     async def atry_acquire(self, request: Request, grant: str | None = None) -> Attempt:
         return await in_thread(self.try_acquire, request, grant)
@@ -279,6 +286,10 @@ class SemaphoreKind(Operations):
         are shown; None too where there are no semaphores)."""
         info = self.describe(name)
         return info if info is not None and info.holders else None
+
+    def entry(self, name: str) -> HeldEntry | None:
+        info = self.held_one(name)
+        return None if info is None else entry_of(name, info.holders, info.waiting, info.limit)
 
     def inspect(self, name: str) -> tuple[LockInfo, ...]:
         info = self.describe(name)

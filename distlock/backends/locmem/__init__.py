@@ -16,9 +16,6 @@ from ...keys import validate_name
 from ..base import BaseLockBackend
 from ..operations import Operations
 from ..settings import Problems
-from .exclusive import Locks
-from .semaphores import Semaphores
-from .shared import SharedLocks
 from .store import Store, stores, stores_guard
 
 
@@ -34,11 +31,9 @@ class LocMemBackend(BaseLockBackend):
         with stores_guard:
             self.store = stores.setdefault(f"{self.key_prefix}:{location}", Store())
 
-    kind_classes: ClassVar[dict[str, type[Operations]]] = {
-        "lock": Locks,
-        "shared": SharedLocks,
-        "semaphore": Semaphores,
-    }
+    # Each kind's in-memory operations class, as its definition names it.
+    kind_family: ClassVar[str] = "locmem"
+    kind_classes: ClassVar[dict[str, type[Operations]]] = {}
 
     def info(self, name: str) -> LockInfo | None:
         # The exclusive holder, else the first shared holder to end (as on Redis).

@@ -81,6 +81,9 @@ class Store:
     # (metadata, arrival us, patience end by time.monotonic()), as the scripts' queue, live
     # zset and '|about' hash keep it.
     waiting: dict[str, dict[str, tuple[str, int, float]]] = field(default_factory=dict)
+    # What a kind defined later keeps, by its word (the kinds above have their own fields):
+    # its module reads and writes ``kept[word]`` as it likes, under ``changed``.
+    kept: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def current(self, name: str) -> Held | None:
         entry = self.held.get(name)

@@ -6,11 +6,10 @@
     manage.py distlock release NAME [--token T] [--yes] [--using ALIAS]
     manage.py distlock lead NAME [--ttl S] [--grace S] [--using ALIAS] -- COMMAND ARGS...
 
-A semaphore (distlock.semaphore) is one row of ``list`` with its holders; ``info NAME`` shows
-its holders and ``release NAME --token T`` frees one permit (see distlock.management.semaphores).
-A lock held shared (distlock.lock(shared=True)) is one row of ``list`` with its holders, as is
-a semaphore; ``info NAME`` lists each holder and ``release NAME --token T`` releases one
-(distlock.management.shared).
+A name held by a kind with several holders (a semaphore, a lock held shared: any kind of
+distlock.backends.kinds but the exclusive lock) is one row of ``list`` with its holders, in
+that kind's table; ``info NAME`` lists each holder and ``release NAME --token T`` releases one
+(distlock.management.kinds).
 ``status`` says, per alias, which server answered (Redis or Valkey, version, role,
 maxmemory-policy, latency) or why none did (distlock.management.status); ``list`` names them
 in its first lines (on stderr with ``--json``: stdout stays the JSON list; none with -v 0).
@@ -36,13 +35,14 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...backends.base import BaseLockBackend
+from ...backends.kinds import KindDefinition, definition, several_holders
+from ...backends.operations import HeldEntry
 from ...eviction import status_line
 from ...exceptions import BackendUnavailable, LockError
 from ...handler import DEFAULT_ALIAS, locks
-from ...info import LockInfo, SemaphoreInfo, WaiterInfo, shorten
-from .. import semaphores, shared, status, waiters
+from ...info import LockInfo, shorten
+from .. import kinds, status, waiters
 from ..lead import add_lead_parser, lead
-from ..releasing import RELEASE_TEXTS
 from ..tables import aligned
 
 logger = logging.getLogger("distlock")
@@ -163,8 +163,7 @@ class Command(BaseCommand):
     def list_locks(self, *, using: str | None, prefix: str, as_json: bool, **options: Any) -> None:
         aliases = [using] if using else _aliases()
         held: list[LockInfo] = []
-        held_semaphores: list[SemaphoreInfo] = []
-        held_shared: list[shared.Held] = []
+        several: dict[str, list[kinds.Held]] = {kind.word: [] for kind in several_holders()}
         unreachable: dict[str, str] = {}
         evicting: list[str] = []  # servers that may evict lock keys
         servers: list[str] = []  # which server answered, for each alias
@@ -174,8 +173,8 @@ class Command(BaseCommand):
                 held.extend(_all_held(backend, prefix))
                 servers.append(status.server_line(alias, backend, backend.server_reports()))
                 evicting.append(status_line(alias, backend))
-                held_semaphores += _guarded(alias, semaphores.held_semaphores, backend, prefix)
-                held_shared.append(_guarded(alias, shared.held_shared, backend, prefix))
+                for kind in several_holders():
+                    several[kind.word] += _guarded(alias, kinds.held_of, backend, kind, prefix)
             except CommandError as exc:
                 if using or exc.returncode != UNKNOWN_EXIT_CODE:
                     raise
@@ -199,24 +198,21 @@ class Command(BaseCommand):
         if as_json:
             for line in servers + evicting:  # stdout stays the JSON list
                 self.stderr.write(line)
-            self.stdout.write(
-                _dumps(
-                    [info.as_json_dict() for info in held]
-                    + semaphores.semaphore_json(held_semaphores)
-                    + shared.shared_json(held_shared)
-                )
-            )
+            listed = [info.as_json_dict() for info in held]
+            for word, found in several.items():
+                listed += kinds.list_json(definition(word), found)
+            self.stdout.write(_dumps(listed))
             return
         for line in servers + evicting:
             self.stdout.write(line)
-        if held or held_semaphores or any(held_shared):
-            tables = [lock_table(held, show_alias=len(aliases) > 1)] if held else []
-            if held_semaphores:
-                tables.append(
-                    semaphores.semaphore_table(held_semaphores, show_alias=len(aliases) > 1)
-                )
-            if any(held_shared):
-                tables.append(shared.shared_table(held_shared, show_alias=len(aliases) > 1))
+        if held or any(several.values()):
+            show_alias = len(aliases) > 1
+            tables = [lock_table(held, show_alias=show_alias)] if held else []
+            tables += [
+                kinds.table(definition(word), found, show_alias=show_alias)
+                for word, found in several.items()
+                if found
+            ]
             self.stdout.write("\n\n".join(tables))
         else:
             where = f" starting with {prefix!r}" if prefix else ""
@@ -224,26 +220,17 @@ class Command(BaseCommand):
 
     # --- info ---------------------------------------------------------------------------
     def show_info(self, *, name: str, using: str, as_json: bool, **options: Any) -> None:
-        semaphore = _semaphore_instead(_backend(using), name)
-        if semaphore is not None:
-            self.stdout.write(
-                _dumps(semaphore.as_json_dict())
-                if as_json
-                else "\n".join(semaphores.describe_semaphore(semaphore))
-            )
-            return
         backend = _backend(using)
-        holders = _guarded(using, shared.shared_holders, backend, name)
-        info = None if holders else _guarded(using, backend.info, name)
-        if not holders and info is None:
+        found = _several_instead(backend, name)
+        if found is not None:
+            self._show_several(backend, *found, as_json)
+            return
+        info = _guarded(using, backend.info, name)
+        if info is None:
             if as_json:
                 self.stdout.write(_dumps(None))  # still valid JSON: nothing is held
             raise _not_held(backend, name)
         queued = _guarded(using, backend.waiters, name)
-        if holders:
-            self._show_shared(name, using, holders, queued, as_json)
-            return
-        assert info is not None
         if as_json:
             data = {**info.as_json_dict(), "waiting": waiters.waiters_json(queued)}
             self.stdout.write(_dumps(data))
@@ -255,42 +242,38 @@ class Command(BaseCommand):
         ):
             self.stdout.write(line)
 
-    def _show_shared(
-        self,
-        name: str,
-        using: str,
-        holders: tuple[LockInfo, ...],
-        queued: list[WaiterInfo] | None,
-        as_json: bool,
+    def _show_several(
+        self, backend: BaseLockBackend, kind: KindDefinition, entry: HeldEntry, as_json: bool
     ) -> None:
+        """``info`` of a name held by a kind with several holders: each holder, how many
+        wait, and (for a hold of the lock itself) who waits for the lock."""
+        alias = backend.alias
+        queued = _guarded(alias, backend.waiters, entry.name) if kind.on_lock else None
         if as_json:
-            data = {
-                "name": name,
-                "alias": using,
-                "shared": True,
-                "holders": [h.as_json_dict() for h in holders],
-                "waiting": waiters.waiters_json(queued),
-            }
+            data = kinds.info_json(kind, alias, entry)
+            if "waiting" not in data:
+                data["waiting"] = waiters.waiters_json(queued)
             self.stdout.write(_dumps(data))
             return
-        self.stdout.write("\n".join(shared.describe_shared(name, using, holders)))
-        count = holders[0].waiters  # counted on the server: the list read may be cut
+        self.stdout.write("\n".join(kinds.describe(kind, alias, entry)))
+        count = kinds.waiting(kind, entry)  # counted on the server: the list read may be cut
         self.stdout.write(f"{'waiters:':<15} {'?' if count is None else count}")
-        for line in waiters.waiter_lines(queued, count) if count or queued is None else []:
-            self.stdout.write(line)
+        if kind.on_lock:
+            for line in waiters.waiter_lines(queued, count) if count or queued is None else []:
+                self.stdout.write(line)
 
     # --- release ------------------------------------------------------------------------
     def release_lock(
         self, *, name: str, using: str, token: str | None, yes: bool, **options: Any
     ) -> None:
         backend = _backend(using)
-        semaphore = _semaphore_instead(backend, name)
-        if semaphore is not None:
-            self._release_permit(backend, semaphore, token, yes, options)
-            return
-        holders = _guarded(using, shared.shared_holders, backend, name)
-        if holders:
-            self._release_shared(backend, name, holders, token, yes, options)
+        found = _several_instead(backend, name)
+        if found is not None:
+            kind, entry = found
+            holder = kinds.holder_of(kind, entry, token)
+            if isinstance(holder, str):
+                raise CommandError(holder, returncode=NOT_HELD_EXIT_CODE)
+            self._release_hold(backend, kind.word, name, holder, yes, options)
             return
         info = _held_or_fail(backend, name)
         if token is not None and token != info.token:
@@ -307,33 +290,6 @@ class Command(BaseCommand):
         # keeps it.
         self._release_hold(backend, "lock", name, info, yes, options)
 
-    def _release_permit(
-        self,
-        backend: BaseLockBackend,
-        semaphore: SemaphoreInfo,
-        token: str | None,
-        yes: bool,
-        options: dict[str, Any],
-    ) -> None:
-        holder = semaphores.permit_of(semaphore, token)
-        if isinstance(holder, str):
-            raise CommandError(holder, returncode=NOT_HELD_EXIT_CODE)
-        self._release_hold(backend, "semaphore", holder.name, holder, yes, options)
-
-    def _release_shared(
-        self,
-        backend: BaseLockBackend,
-        name: str,
-        holders: tuple[LockInfo, ...],
-        token: str | None,
-        yes: bool,
-        options: dict[str, Any],
-    ) -> None:
-        holder = shared.holder_of(name, holders, token)
-        if isinstance(holder, str):
-            raise CommandError(holder, returncode=NOT_HELD_EXIT_CODE)
-        self._release_hold(backend, "shared", name, holder, yes, options)
-
     def _release_hold(
         self,
         backend: BaseLockBackend,
@@ -347,7 +303,8 @@ class Command(BaseCommand):
         counts it and sends lock_force_released."""
         if not yes:
             self._confirm(holder, options.get("stdin") or sys.stdin)
-        texts = RELEASE_TEXTS[kind]
+        texts = definition(kind).release
+        assert texts is not None  # every kind's definition says it
         alias = backend.alias
         words = {"name": name, "alias": alias, "h": holder, "since": _when(holder.acquired_at)}
         # The exclusive kind through the contract's force_release, which routes a shared
@@ -409,12 +366,20 @@ def _all_held(backend: BaseLockBackend, prefix: str) -> list[LockInfo]:
     return _guarded(backend.alias, walk)
 
 
-def _semaphore_instead(backend: BaseLockBackend, name: str) -> SemaphoreInfo | None:
-    """Return the held semaphore ``name`` when no lock of that name is held, else None."""
-    if _guarded(backend.alias, backend.info, name) is not None:
-        return None
-    found: SemaphoreInfo | None = _guarded(backend.alias, backend.semaphores.held_one, name)
-    return found
+def _several_instead(
+    backend: BaseLockBackend, name: str
+) -> tuple[KindDefinition, HeldEntry] | None:
+    """Return the kind with several holders holding ``name``, and its entry; None when the
+    exclusive lock holds it, or nothing does. A kind of its own (a semaphore) counts only
+    when no lock of that name is held; a hold of the lock itself (shared) whenever it is."""
+    locked = _guarded(backend.alias, backend.info, name) is not None
+    ordered = sorted(several_holders(), key=lambda kind: kind.on_lock)
+    for kind in ordered:
+        if kind.on_lock or not locked:
+            entry = _guarded(backend.alias, kinds.one_held, backend, kind, name)
+            if entry is not None:
+                return kind, entry
+    return None
 
 
 def _held_or_fail(backend: BaseLockBackend, name: str) -> LockInfo:
