@@ -20,6 +20,9 @@ from devkit.paths import ROOT
 PACKAGE = ROOT / "distlock"
 CORE = [
     "lock",
+    "lock_calls",
+    "attempts",
+    "take_back",
     "handler",
     "backends",
     "exceptions",
