@@ -23,6 +23,7 @@ from .attempts import Attempts
 from .backends.base import Attempt, BaseLockBackend, lease_end
 from .backends.operations import Operations
 from .exceptions import LockNotAcquired, LockNotOwned
+from .factory import factory_of
 from .info import LockInfo, from_milliseconds
 from .keys import validate_name
 from .lease import Lease
@@ -375,26 +376,8 @@ def _sender(backend: Any) -> type:
     return sender
 
 
-# lock() repeats Lock.__init__'s parameters on purpose: both signatures are public API
-# (tests/tooling/test_public_api.py) and spelled out for help() and IDEs, so neither may become
-# ``**kwargs``. (The other runs `duplicates` pairs in this file are the sync twins that
-# scripts/unasync.py generates from the async source.)
-def lock(
-    name: str,
-    *,
-    ttl: float | None = None,
-    wait: float | None = None,
-    auto_renew: bool = False,
-    reentrant: bool = False,
-    on_lost: Callable[[Lock], Any] | None = None,
-    using: str = "default",
-    purpose: str | None = None,
-    hold_until_commit: bool = True,
-    shared: bool = False,
-    metric_name: str | None = None,
-    fence: bool = False,
-    fair: bool | None = None,
-) -> Lock:
+@factory_of(Lock)
+def lock(*args: Any, **kwargs: Any) -> Lock:
     """Return a Lock on ``name`` for the DISTLOCK alias ``using``.
 
     ``ttl`` is the lease in seconds (None: the alias's TIMEOUT); ``wait`` how long acquire()
@@ -407,23 +390,8 @@ def lock(
     in each database transaction the holder runs, so that a holder whose lease ended (a
     pause, a lock server that restarted empty) is refused (``FencedUpdateRejected``) and its
     transaction rolled back once a newer holder has claimed it (docs/fencing-and-limits.md).
-    its first ``:``, then ``:*``; see docs/observing.md). ``fair``: True serves waiters first
-    come, first served; False lets whoever asks first take a free lock (waiters may be
-    overtaken, for throughput; they are still woken when it is released); None (the
-    default): the alias's ``OPTIONS['FAIR']``, True unless set.
+    ``fair``: True serves waiters first come, first served; False lets whoever asks first
+    take a free lock (waiters may be overtaken, for throughput; they are still woken when it
+    is released); None (the default): the alias's ``OPTIONS['FAIR']``, True unless set.
     """
-    return Lock(
-        name,
-        ttl=ttl,
-        wait=wait,
-        auto_renew=auto_renew,
-        reentrant=reentrant,
-        on_lost=on_lost,
-        using=using,
-        purpose=purpose,
-        hold_until_commit=hold_until_commit,
-        shared=shared,
-        metric_name=metric_name,
-        fence=fence,
-        fair=fair,
-    )
+    return Lock(*args, **kwargs)

@@ -23,6 +23,7 @@ CORE = [
     "lock_calls",
     "attempts",
     "take_back",
+    "factory",
     "handler",
     "backends",
     "exceptions",
