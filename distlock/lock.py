@@ -138,6 +138,7 @@ class Lock(LockCalls):
             return self._operations
         return handler.locks[self.using].of_kind("shared" if self.shared else self.kind)
 
+    # --- the grant ----------------------------------------------------------------------
     def _take(self, attempts: Attempts, attempt: Attempt) -> None:
         """Record a granted lock (only after the server said so)."""
         self._operations = attempts.operations
