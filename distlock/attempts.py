@@ -18,8 +18,9 @@ from .backends.operations import Operations, Request
 from .exceptions import LockError
 from .info import holder_metadata
 from .signals import lock_contended
+from .take_back import atake_back_from_queue, take_back_from_queue
 from .tokens import NON_FAIR_MARK, SHARED_MARK, new_token
-from .transactions import waiting_release
+from .transactions import held_in_transactions_here, waiting_release
 
 # A waiter stays registered this much longer than it blocks, so a release never misses it.
 PATIENCE_MARGIN = 1.0
@@ -57,7 +58,7 @@ def waiting_in_this_transaction(lock: Any) -> str:
 
 
 class Attempts:
-    """The state of one acquire() call, shared by the sync and async loops.
+    """One acquire() call after its checks: its state, and its loop of tries and waits.
 
     ``lock`` is the Lock (or Semaphore) that asks: its settings are read (``name``,
     ``shared``, ``ttl``, ...); it is not imported here, since lock.py imports this module.
@@ -162,6 +163,61 @@ class Attempts:
             metrics.wait_ended(self.lock, self.began, "error")
 
     # unasync: the async source of the sync code after it
+    async def aacquire(self) -> bool:
+        """Try, then wait for turns, until the lock is granted (the lock records the grant:
+        True) or the wait is over (False). Another task of the running code's transaction
+        that holds the lock (asyncio.gather under async_to_sync) is looked for often, never
+        waited for: its release waits for the COMMIT, which waits for this task."""
+        lock, backend = self.lock, self.operations
+        attempt = await self.aguarded(backend.atry_acquire, self.request())
+        while not attempt.acquired:
+            block = self.next_block(attempt)
+            if block is None:
+                await self.agive_up(backend.aleave)
+                return False
+            if held_in_transactions_here(lock._resource()):
+                # Another task of this transaction holds it (asyncio.gather): its release
+                # waits for the COMMIT, which waits for this task, so look for that release
+                # often, and take it back as soon as it is made.
+                held = waiting_release(lock._resource())
+                if held is not None and await atake_back_from_queue(
+                    lock, backend, self.token, held
+                ):
+                    return True
+                block = min(block, SIBLING_LOOK)
+            elif lock.shared and held_in_transactions_here((lock.kind, lock.using, lock.name)):
+                # Another task of this transaction holds the exclusive lock: once it has
+                # released (its release waits for the COMMIT, which waits for this task),
+                # downgrade that hold, as the same transaction, instead of waiting for it (a
+                # downgrade is a try's, never a waiter's: leave the queue first).
+                self.downgrade_from = waiting_in_this_transaction(lock)
+                if self.downgrade_from:
+                    with contextlib.suppress(LockError):
+                        await backend.aleave(lock.name, self.token)
+                    attempt = await self.aguarded(backend.atry_acquire, self.request())
+                    continue
+                block = min(block, SIBLING_LOOK)
+            elif (
+                not lock.shared
+                and shared.holds
+                and held_in_transactions_here(("shared", lock.using, lock.name))
+            ):
+                # Another task of this transaction holds the shared lock: once it has
+                # released (its release waits for the COMMIT, which waits for this task), this
+                # exclusive request would wait for itself: refused then, as it is at once.
+                if waiting_release(("shared", lock.using, lock.name)) is not None:
+                    with contextlib.suppress(LockError):
+                        await backend.aleave(lock.name, self.token)
+                    await shared.arefuse_upgrade(
+                        lock.kind, lock.using, lock.name, shared.current_owner()
+                    )
+                block = min(block, SIBLING_LOOK)
+            # Wait to be handed the lock, and claim it, in one call (one round trip on one
+            # server); the reply tells whether this object holds it now.
+            attempt = await self.aguarded(backend.aacquire_when_free, self.waiting(), block)
+        lock._take(self, attempt)
+        return True
+
     async def aguarded(self, call: Callable[..., Awaitable[Attempt]], *args: Any) -> Attempt:
         """Return ``call(*args)``. When it does not return (the server did not answer, or a
         signal, KeyboardInterrupt or task cancellation cut the wait short), the server may
@@ -203,6 +259,57 @@ class Attempts:
                 await leave(self.lock.name, self.token)
 
     # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
+    def acquire(self) -> bool:
+        """Try, then wait for turns, until the lock is granted (the lock records the grant:
+        True) or the wait is over (False). Another task of the running code's transaction
+        that holds the lock (asyncio.gather under async_to_sync) is looked for often, never
+        waited for: its release waits for the COMMIT, which waits for this task."""
+        lock, backend = self.lock, self.operations
+        attempt = self.guarded(backend.try_acquire, self.request())
+        while not attempt.acquired:
+            block = self.next_block(attempt)
+            if block is None:
+                self.give_up(backend.leave)
+                return False
+            if held_in_transactions_here(lock._resource()):
+                # Another task of this transaction holds it (asyncio.gather): its release
+                # waits for the COMMIT, which waits for this task, so look for that release
+                # often, and take it back as soon as it is made.
+                held = waiting_release(lock._resource())
+                if held is not None and take_back_from_queue(lock, backend, self.token, held):
+                    return True
+                block = min(block, SIBLING_LOOK)
+            elif lock.shared and held_in_transactions_here((lock.kind, lock.using, lock.name)):
+                # Another task of this transaction holds the exclusive lock: once it has
+                # released (its release waits for the COMMIT, which waits for this task),
+                # downgrade that hold, as the same transaction, instead of waiting for it (a
+                # downgrade is a try's, never a waiter's: leave the queue first).
+                self.downgrade_from = waiting_in_this_transaction(lock)
+                if self.downgrade_from:
+                    with contextlib.suppress(LockError):
+                        backend.leave(lock.name, self.token)
+                    attempt = self.guarded(backend.try_acquire, self.request())
+                    continue
+                block = min(block, SIBLING_LOOK)
+            elif (
+                not lock.shared
+                and shared.holds
+                and held_in_transactions_here(("shared", lock.using, lock.name))
+            ):
+                # Another task of this transaction holds the shared lock: once it has
+                # released (its release waits for the COMMIT, which waits for this task), this
+                # exclusive request would wait for itself: refused then, as it is at once.
+                if waiting_release(("shared", lock.using, lock.name)) is not None:
+                    with contextlib.suppress(LockError):
+                        backend.leave(lock.name, self.token)
+                    shared.refuse_upgrade(lock.kind, lock.using, lock.name, shared.current_owner())
+                block = min(block, SIBLING_LOOK)
+            # Wait to be handed the lock, and claim it, in one call (one round trip on one
+            # server); the reply tells whether this object holds it now.
+            attempt = self.guarded(backend.acquire_when_free, self.waiting(), block)
+        lock._take(self, attempt)
+        return True
+
     def guarded(self, call: Callable[..., Attempt], *args: Any) -> Attempt:
         """Return ``call(*args)``. When it does not return (the server did not answer, or a
         signal, KeyboardInterrupt or task cancellation cut the wait short), the server may

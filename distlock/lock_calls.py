@@ -10,20 +10,19 @@ lock.py imports this module.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import claims, metrics, shared
-from .attempts import SIBLING_LOOK, Attempts, waiting_in_this_transaction
-from .backends.base import Attempt, lease_end
+from .attempts import Attempts
+from .backends.base import lease_end
 from .backends.operations import Operations
 from .exceptions import LockError
 from .info import LockInfo
 from .lease import Lease
 from .signals import lock_released
-from .take_back import atake_back, atake_back_from_queue, take_back, take_back_from_queue
-from .transactions import LockTies, held_in_transactions_here, waiting_release
+from .take_back import atake_back, take_back
+from .transactions import LockTies
 from .validation import seconds
 
 _UNSET: Any = object()
@@ -54,10 +53,6 @@ class LockState(Protocol):
     def operations(self) -> Operations: ...
 
     def lease_left(self) -> float: ...
-
-    def _resource(self) -> tuple[str, str, str]: ...
-
-    def _take(self, attempts: Attempts, attempt: Attempt) -> None: ...
 
     def _is_mine(self, info: LockInfo | None) -> bool: ...
 
@@ -107,55 +102,7 @@ class LockCalls(_Base):
             self._record_error(began)
             raise
         attempts = Attempts(self, self.operations, self._wait_argument(wait), began)
-        backend = attempts.operations
-        attempt = await attempts.aguarded(backend.atry_acquire, attempts.request())
-        while not attempt.acquired:
-            block = attempts.next_block(attempt)
-            if block is None:
-                await attempts.agive_up(backend.aleave)
-                return False
-            if held_in_transactions_here(self._resource()):
-                # Another task of this transaction holds it (asyncio.gather): its release
-                # waits for the COMMIT, which waits for this task, so look for that release
-                # often, and take it back as soon as it is made.
-                held = waiting_release(self._resource())
-                if held is not None and await atake_back_from_queue(
-                    self, backend, attempts.token, held
-                ):
-                    return True
-                block = min(block, SIBLING_LOOK)
-            elif self.shared and held_in_transactions_here((self.kind, self.using, self.name)):
-                # Another task of this transaction holds the exclusive lock: once it has
-                # released (its release waits for the COMMIT, which waits for this task),
-                # downgrade that hold, as the same transaction, instead of waiting for it (a
-                # downgrade is a try's, never a waiter's: leave the queue first).
-                attempts.downgrade_from = waiting_in_this_transaction(self)
-                if attempts.downgrade_from:
-                    with contextlib.suppress(LockError):
-                        await backend.aleave(self.name, attempts.token)
-                    attempt = await attempts.aguarded(backend.atry_acquire, attempts.request())
-                    continue
-                block = min(block, SIBLING_LOOK)
-            elif (
-                not self.shared
-                and shared.holds
-                and held_in_transactions_here(("shared", self.using, self.name))
-            ):
-                # Another task of this transaction holds the shared lock: once it has
-                # released (its release waits for the COMMIT, which waits for this task), this
-                # exclusive request would wait for itself: refused then, as it is at once.
-                if waiting_release(("shared", self.using, self.name)) is not None:
-                    with contextlib.suppress(LockError):
-                        await backend.aleave(self.name, attempts.token)
-                    await shared.arefuse_upgrade(
-                        self.kind, self.using, self.name, shared.current_owner()
-                    )
-                block = min(block, SIBLING_LOOK)
-            # Wait to be handed the lock, and claim it, in one call (one round trip on one
-            # server); the reply tells whether this object holds it now.
-            attempt = await attempts.aguarded(backend.aacquire_when_free, attempts.waiting(), block)
-        self._take(attempts, attempt)
-        return True
+        return await attempts.aacquire()
 
     # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def acquire(self, wait: float | None = _UNSET) -> bool:
@@ -181,51 +128,7 @@ class LockCalls(_Base):
             self._record_error(began)
             raise
         attempts = Attempts(self, self.operations, self._wait_argument(wait), began)
-        backend = attempts.operations
-        attempt = attempts.guarded(backend.try_acquire, attempts.request())
-        while not attempt.acquired:
-            block = attempts.next_block(attempt)
-            if block is None:
-                attempts.give_up(backend.leave)
-                return False
-            if held_in_transactions_here(self._resource()):
-                # Another task of this transaction holds it (asyncio.gather): its release
-                # waits for the COMMIT, which waits for this task, so look for that release
-                # often, and take it back as soon as it is made.
-                held = waiting_release(self._resource())
-                if held is not None and take_back_from_queue(self, backend, attempts.token, held):
-                    return True
-                block = min(block, SIBLING_LOOK)
-            elif self.shared and held_in_transactions_here((self.kind, self.using, self.name)):
-                # Another task of this transaction holds the exclusive lock: once it has
-                # released (its release waits for the COMMIT, which waits for this task),
-                # downgrade that hold, as the same transaction, instead of waiting for it (a
-                # downgrade is a try's, never a waiter's: leave the queue first).
-                attempts.downgrade_from = waiting_in_this_transaction(self)
-                if attempts.downgrade_from:
-                    with contextlib.suppress(LockError):
-                        backend.leave(self.name, attempts.token)
-                    attempt = attempts.guarded(backend.try_acquire, attempts.request())
-                    continue
-                block = min(block, SIBLING_LOOK)
-            elif (
-                not self.shared
-                and shared.holds
-                and held_in_transactions_here(("shared", self.using, self.name))
-            ):
-                # Another task of this transaction holds the shared lock: once it has
-                # released (its release waits for the COMMIT, which waits for this task), this
-                # exclusive request would wait for itself: refused then, as it is at once.
-                if waiting_release(("shared", self.using, self.name)) is not None:
-                    with contextlib.suppress(LockError):
-                        backend.leave(self.name, attempts.token)
-                    shared.refuse_upgrade(self.kind, self.using, self.name, shared.current_owner())
-                block = min(block, SIBLING_LOOK)
-            # Wait to be handed the lock, and claim it, in one call (one round trip on one
-            # server); the reply tells whether this object holds it now.
-            attempt = attempts.guarded(backend.acquire_when_free, attempts.waiting(), block)
-        self._take(attempts, attempt)
-        return True
+        return attempts.acquire()
 
     # unasync: end
 
