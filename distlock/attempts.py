@@ -1,7 +1,8 @@
-"""One acquire call's attempts (``Attempts``): the token and requests it sends, how long each
-wait for a turn blocks, and what becomes of a grant that came too late or of a call cut short
-(given back, so that nothing is held that the caller does not know of). Shared by the sync
-and async acquire loops (distlock.lock_calls).
+"""One acquire call after its checks (``Attempts``, made by ``Lock.acquire`` in lock_calls.py):
+its loop of tries and waits for a turn, the token and requests it sends, how long each wait
+blocks, and what becomes of a grant that came too late or of a call cut short (given back, so
+that nothing is held that the caller does not know of). Written once async, the sync twins
+generated (scripts/unasync.py).
 """
 
 from __future__ import annotations
