@@ -89,6 +89,22 @@ class Lease:
             renewal.renewer.unregister(self.renewal)
             self.renewal = None
 
+    def begin_release(self, final: bool) -> None:
+        """A release is sent (under ``mutex``); ``final``: it ends the hold (not one level of
+        a reentrant one), so from here on the renewer leaves this lease alone."""
+        self.releasing = final
+        self.release_began = time.monotonic()
+
+    def abort_release(self) -> None:
+        """The final release went unanswered (an error, an interruption): renew again."""
+        with self.mutex:
+            self.releasing = False
+            # The request may have freed the lock before its answer was lost. It was sent
+            # while the lease ran, so a retry that finds the lock gone must not report an
+            # expired lease: the holder finished in time either way.
+            if self.release_began < self.deadline:
+                self.released_in_time = True
+
     def clear(self) -> None:
         """The hold was dropped."""
         self.releasing = self.lost = self.released_in_time = False

@@ -1,40 +1,42 @@
-"""The lock: acquire with a lease, token-checked release and extend, sync and async."""
+"""The lock: acquire with a lease, token-checked release and extend, sync and async.
+
+``Lock`` is the hold and its bookkeeping: the grant the server made (token, fencing token,
+owner), its lease (lease.py), its ties to database transactions (transactions.py), the
+signals it sends. Its calls to the lock server are its base class's (lock_calls.py), each
+written once async with its generated sync twin; an acquire's attempts are attempts.py's.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import inspect
 import json
 import logging
-import math
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from . import claims, handler, metrics, shared
-from .backends.base import DRIFT_FACTOR, HANDOFF_GRACE_MS, Attempt, BaseLockBackend, lease_end
-from .backends.operations import Operations, Request
-from .exceptions import LockError, LockNotAcquired, LockNotOwned
-from .info import LockInfo, from_milliseconds, holder_metadata
+from .attempts import Attempts
+from .backends.base import Attempt, BaseLockBackend, lease_end
+from .backends.operations import Operations
+from .exceptions import LockNotAcquired, LockNotOwned
+from .factory import factory_of
+from .info import LockInfo, from_milliseconds
 from .keys import validate_name
 from .lease import Lease
-from .signals import lock_acquired, lock_contended, lock_lost, lock_released
-from .tokens import NON_FAIR_MARK, SHARED_MARK, new_token
-from .transactions import LockTies, held_in_transactions_here, waiting_release
+from .lock_calls import LockCalls
+from .signals import lock_acquired, lock_lost
+from .transactions import LockTies
 from .validation import check_options, lease_milliseconds, seconds
 
 logger = logging.getLogger("distlock")
 F = TypeVar("F", bound=Callable[..., Any])
-_UNSET: Any = object()
-# A waiter stays registered this much longer than it blocks, so a release never misses it.
-PATIENCE_MARGIN = 1.0
 
 
-class Lock:
+class Lock(LockCalls):
     """A named lock with a lease, held by this object (never by a thread or task).
 
     Make one with :func:`distlock.lock`. Use it as a context manager (``with``/``async
@@ -136,163 +138,8 @@ class Lock:
             return self._operations
         return handler.locks[self.using].of_kind("shared" if self.shared else self.kind)
 
-    # --- acquire ------------------------------------------------------------------------
-    # unasync: the async source of the sync code after it
-    async def aacquire(self, wait: float | None = _UNSET) -> bool:
-        """Acquire the lock, waiting up to ``wait`` seconds; return True if acquired."""
-        began = metrics.now()
-        try:
-            if shared.holds and not self.shared:  # a process holding no shared lock skips it
-                await shared.arefuse_upgrade(self.kind, self.using, self.name, _current_owner())
-            held = self._ties.waiting_release(self)
-            if held is not None and await self._atake_back(held):
-                return True
-            self._forget_an_ended_lease()
-            if self.token is not None:
-                if self.reentrant and await self._areenter(self._check_reentry()):
-                    return True
-                if not self.reentrant and self._is_mine(
-                    await self.operations.aholder(self.name, self.token)
-                ):
-                    raise self._already_held_error()
-                self._forget()  # its hold ended on the server (force release, lease): anew
-            self._ties.warn_if_snapshot_predates(self)
-        except LockError:  # before the first attempt: a wait that ended in an error
-            self._record_error(began)
-            raise
-        attempts = _Attempts(self, self.operations, self._wait_argument(wait), began)
-        backend = attempts.operations
-        attempt = await attempts.aguarded(backend.atry_acquire, attempts.request())
-        while not attempt.acquired:
-            block = attempts.next_block(attempt)
-            if block is None:
-                await attempts.agive_up(backend.aleave)
-                return False
-            if held_in_transactions_here(self._resource()):
-                # Another task of this transaction holds it (asyncio.gather): its release
-                # waits for the COMMIT, which waits for this task, so look for that release
-                # often, and take it back as soon as it is made.
-                held = waiting_release(self._resource())
-                if held is not None and await self._atake_back_from_queue(
-                    backend, attempts.token, held
-                ):
-                    return True
-                block = min(block, SIBLING_LOOK)
-            elif self.shared and held_in_transactions_here((self.kind, self.using, self.name)):
-                # Another task of this transaction holds the exclusive lock: once it has
-                # released (its release waits for the COMMIT, which waits for this task),
-                # downgrade that hold, as the same transaction, instead of waiting for it (a
-                # downgrade is a try's, never a waiter's: leave the queue first).
-                attempts.downgrade_from = _waiting_in_this_transaction(self)
-                if attempts.downgrade_from:
-                    with contextlib.suppress(LockError):
-                        await backend.aleave(self.name, attempts.token)
-                    attempt = await attempts.aguarded(backend.atry_acquire, attempts.request())
-                    continue
-                block = min(block, SIBLING_LOOK)
-            elif (
-                not self.shared
-                and shared.holds
-                and held_in_transactions_here(("shared", self.using, self.name))
-            ):
-                # Another task of this transaction holds the shared lock: once it has
-                # released (its release waits for the COMMIT, which waits for this task), this
-                # exclusive request would wait for itself: refused then, as it is at once.
-                if waiting_release(("shared", self.using, self.name)) is not None:
-                    with contextlib.suppress(LockError):
-                        await backend.aleave(self.name, attempts.token)
-                    await shared.arefuse_upgrade(self.kind, self.using, self.name, _current_owner())
-                block = min(block, SIBLING_LOOK)
-            # Wait to be handed the lock, and claim it, in one call (one round trip on one
-            # server); the reply tells whether this object holds it now.
-            attempt = await attempts.aguarded(backend.aacquire_when_free, attempts.waiting(), block)
-        self._take(attempts, attempt)
-        return True
-
-    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
-    def acquire(self, wait: float | None = _UNSET) -> bool:
-        """Acquire the lock, waiting up to ``wait`` seconds; return True if acquired."""
-        began = metrics.now()
-        try:
-            if shared.holds and not self.shared:  # a process holding no shared lock skips it
-                shared.refuse_upgrade(self.kind, self.using, self.name, _current_owner())
-            held = self._ties.waiting_release(self)
-            if held is not None and self._take_back(held):
-                return True
-            self._forget_an_ended_lease()
-            if self.token is not None:
-                if self.reentrant and self._reenter(self._check_reentry()):
-                    return True
-                if not self.reentrant and self._is_mine(
-                    self.operations.holder(self.name, self.token)
-                ):
-                    raise self._already_held_error()
-                self._forget()  # its hold ended on the server (force release, lease): anew
-            self._ties.warn_if_snapshot_predates(self)
-        except LockError:  # before the first attempt: a wait that ended in an error
-            self._record_error(began)
-            raise
-        attempts = _Attempts(self, self.operations, self._wait_argument(wait), began)
-        backend = attempts.operations
-        attempt = attempts.guarded(backend.try_acquire, attempts.request())
-        while not attempt.acquired:
-            block = attempts.next_block(attempt)
-            if block is None:
-                attempts.give_up(backend.leave)
-                return False
-            if held_in_transactions_here(self._resource()):
-                # Another task of this transaction holds it (asyncio.gather): its release
-                # waits for the COMMIT, which waits for this task, so look for that release
-                # often, and take it back as soon as it is made.
-                held = waiting_release(self._resource())
-                if held is not None and self._take_back_from_queue(backend, attempts.token, held):
-                    return True
-                block = min(block, SIBLING_LOOK)
-            elif self.shared and held_in_transactions_here((self.kind, self.using, self.name)):
-                # Another task of this transaction holds the exclusive lock: once it has
-                # released (its release waits for the COMMIT, which waits for this task),
-                # downgrade that hold, as the same transaction, instead of waiting for it (a
-                # downgrade is a try's, never a waiter's: leave the queue first).
-                attempts.downgrade_from = _waiting_in_this_transaction(self)
-                if attempts.downgrade_from:
-                    with contextlib.suppress(LockError):
-                        backend.leave(self.name, attempts.token)
-                    attempt = attempts.guarded(backend.try_acquire, attempts.request())
-                    continue
-                block = min(block, SIBLING_LOOK)
-            elif (
-                not self.shared
-                and shared.holds
-                and held_in_transactions_here(("shared", self.using, self.name))
-            ):
-                # Another task of this transaction holds the shared lock: once it has
-                # released (its release waits for the COMMIT, which waits for this task), this
-                # exclusive request would wait for itself: refused then, as it is at once.
-                if waiting_release(("shared", self.using, self.name)) is not None:
-                    with contextlib.suppress(LockError):
-                        backend.leave(self.name, attempts.token)
-                    shared.refuse_upgrade(self.kind, self.using, self.name, _current_owner())
-                block = min(block, SIBLING_LOOK)
-            # Wait to be handed the lock, and claim it, in one call (one round trip on one
-            # server); the reply tells whether this object holds it now.
-            attempt = attempts.guarded(backend.acquire_when_free, attempts.waiting(), block)
-        self._take(attempts, attempt)
-        return True
-
-    # unasync: end
-
-    def _record_error(self, began: float) -> None:
-        """Record a LockError raised before the first attempt (an upgrade refused, the
-        server unreachable) as a wait that ended in an error, as the attempts' own are."""
-        if metrics.ENABLED:
-            metrics.wait_ended(self, began, "error")
-
-    def _wait_argument(self, wait: Any) -> float | None:
-        if wait is _UNSET:
-            return self.wait
-        return seconds("wait", wait, allow_none=True, allow_zero=True)
-
-    def _take(self, attempts: _Attempts, attempt: Attempt) -> None:
+    # --- the grant ----------------------------------------------------------------------
+    def _take(self, attempts: Attempts, attempt: Attempt) -> None:
         """Record a granted lock (only after the server said so)."""
         self._operations = attempts.operations
         self.token = attempts.token
@@ -300,13 +147,7 @@ class Lock:
         self._lease.ttl_ms = attempts.ttl_ms
         self._acquired_ms = attempt.acquired_ms
         self._meta = attempts.meta
-        self._depth = 1
-        self._owner = _current_owner()  # the downgrade, reentrancy and the upgrade check read it
-        self._owner_thread = weakref.ref(threading.current_thread())
-        if self.shared:
-            shared.note_hold(self)
-        else:
-            shared.note_exclusive(self, self._owner)
+        self._note_owner()
         self._lease.start(self, lease_end(attempts.lease_started(attempt), attempts.ttl_ms))
         self._ties.tie(self)
         if self.fence:
@@ -316,210 +157,26 @@ class Lock:
             metrics.wait_ended(self, attempts.began, "acquired")
         self._send(lock_acquired)
 
-    def _forget_an_ended_lease(self) -> None:
-        """Drop a non-reentrant hold whose lease has ended (run out, or lost): this object
-        then competes for the lock like any other contender instead of "already holding" it.
-        Its lease is known to have ended: the local deadline is measured from before the
-        acquire was sent, so it passes no later than the server's. A fence kept after the
-        lease was found gone ends here: the holder starts anew."""
-        if self.token is None:
-            if self.fence:
-                claims.forget_fenced(self)
-            return
-        if self.reentrant:
-            return
-        if self._lease.lost or time.monotonic() >= self._lease.deadline:
-            self._forget()
-
-    def _already_held_error(self) -> LockError:
-        return LockError(self._already_held.format(name=self.name), name=self.name)
-
-    def _check_reentry(self) -> Operations:
-        if self._owner != _current_owner():
-            raise LockError(
-                f"{self.name!r} is held through this Lock object by another thread or task; "
-                "each thread or task that competes for a lock needs its own Lock object.",
-                name=self.name,
-            )
-        if self._lease.lost:
-            raise self._lease.lost_error(self)
-        assert self._operations is not None
-        return self._operations
-
-    # unasync: the async source of the sync code after it
-    async def _areenter(self, backend: Operations) -> bool:
-        """Enter once more; return False if the hold has ended on the server."""
-        started = time.monotonic()
-        extended = await backend.aextend(
-            self.name, self.token or "", self._lease.ttl_ms, reenter=True
-        )
-        if extended:
-            self._after_extend(extended, started, reentered=True)
-        return extended
-
-    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
-    def _reenter(self, backend: Operations) -> bool:
-        """Enter once more; return False if the hold has ended on the server."""
-        started = time.monotonic()
-        extended = backend.extend(self.name, self.token or "", self._lease.ttl_ms, reenter=True)
-        if extended:
-            self._after_extend(extended, started, reentered=True)
-        return extended
-
-    # unasync: end
-
-    # --- release ------------------------------------------------------------------------
-    # unasync: the async source of the sync code after it
-    async def arelease(self) -> None:
-        """Release the lock (one level of a reentrant hold).
-
-        Raise LockNotOwned if this object does not hold it (any more), LockLost if automatic
-        renewal found the lease gone. If the server cannot be reached, raise
-        BackendUnavailable and keep the token, so release() can be called again.
-
-        Inside a database transaction (``hold_until_commit``), the lock stays held, its lease
-        kept alive, until the transaction ends: see docs/transactions.md.
-        """
-        if self._ties.wait(self, self._depth):
-            return
-        await self._arelease_now()
-
-    async def _arelease_now(self) -> None:
-        backend, token, final = self._begin_release()
-        try:
-            outcome = await backend.arelease(self.name, token, every_level=final)
-        except BaseException:
-            self._abort_release(final)
-            raise
-        self._end_release(outcome)
-
-    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
-    def release(self) -> None:
-        """Release the lock (one level of a reentrant hold).
-
-        Raise LockNotOwned if this object does not hold it (any more), LockLost if automatic
-        renewal found the lease gone. If the server cannot be reached, raise
-        BackendUnavailable and keep the token, so release() can be called again.
-
-        Inside a database transaction (``hold_until_commit``), the lock stays held, its lease
-        kept alive, until the transaction ends: see docs/transactions.md.
-        """
-        if self._ties.wait(self, self._depth):
-            return
-        self._release_now()
-
-    def _release_now(self) -> None:
-        backend, token, final = self._begin_release()
-        try:
-            outcome = backend.release(self.name, token, every_level=final)
-        except BaseException:
-            self._abort_release(final)
-            raise
-        self._end_release(outcome)
-
-    # unasync: end
-
-    def _begin_release(self) -> tuple[Operations, str, bool]:
-        with self._lease.mutex:
-            if self.fence and (self.token is None or self._lease.lost):
-                claims.forget_fenced(self)  # the holder ends its hold: its fence too
-            backend, token = self._holding()
-            final = self._depth <= 1
-            self._lease.releasing = final  # from here on, the renewer leaves this lock alone
-            self._lease.release_began = time.monotonic()
-            return backend, token, final
-
-    def _abort_release(self, final: bool) -> None:
-        if final:
-            with self._lease.mutex:
-                self._lease.releasing = False
-                # The request may have freed the lock before its answer was lost. It was sent
-                # while the lease ran, so a retry that finds the lock gone must not report an
-                # expired lease: the holder finished in time either way.
-                if self._lease.release_began < self._lease.deadline:
-                    self._lease.released_in_time = True
-
-    def _end_release(self, outcome: int) -> None:
-        if outcome == 2:
-            self._depth -= 1
-            return
-        # Nobody connected (the usual case): no sender, no LockInfo, no send.
-        sender = _sender(self._operations) if lock_released.receivers else None
-        info = self._local_info() if lock_released.has_listeners(sender) else None
-        in_time = self._lease.released_in_time
-        self._forget()
-        if outcome == 0 and not in_time:
-            raise self._lease.expired_error(self, "release")
-        if sender is not None:
-            lock_released.send(sender, name=self.name, alias=self.using, info=info)
+    def _note_owner(self) -> None:
+        """The running thread and task hold it now, one level deep: the downgrade,
+        reentrancy and the upgrade check read the owner."""
+        self._depth = 1
+        self._owner = shared.current_owner()
+        self._owner_thread = weakref.ref(threading.current_thread())
+        if self.shared:
+            shared.note_hold(self)
+        else:
+            shared.note_exclusive(self, self._owner)
 
     # --- database transactions (the ties and the waiting release: transactions.LockTies) ---
     def _resource(self) -> tuple[str, str, str]:
         # A shared hold is not the exclusive lock: a transaction takes back only its own kind.
         return "shared" if self.shared else self.kind, self.using, self.name
 
-    # unasync: the async source of the sync code after it
-    async def _atake_back(self, held: Lock) -> bool:
-        """Hold again, at once, the lock whose release waits for this thread's transaction
-        (an order met twice in one transaction), as the database's own locks stack within a
-        session. Return False if that hold has ended meanwhile."""
-        ttl_ms = self._stop_waiting(held)
-        if ttl_ms is None:
-            return False
-        started = time.monotonic()
-        try:
-            extended = await held.operations.aextend(self.name, held.token or "", ttl_ms)
-        except BaseException:
-            held._forget()
-            raise
-        return self._adopt(held, extended, started, ttl_ms)
-
-    async def _atake_back_from_queue(self, backend: Operations, token: str, held: Lock) -> bool:
-        """Leave the server's queue of waiters (as ``token``), then take ``held``'s waiting
-        release back."""
-        with contextlib.suppress(LockError):  # the registration expires on its own
-            await backend.aleave(self.name, token)
-        return await self._atake_back(held)
-
-    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
-    def _take_back(self, held: Lock) -> bool:
-        """Hold again, at once, the lock whose release waits for this thread's transaction
-        (an order met twice in one transaction), as the database's own locks stack within a
-        session. Return False if that hold has ended meanwhile."""
-        ttl_ms = self._stop_waiting(held)
-        if ttl_ms is None:
-            return False
-        started = time.monotonic()
-        try:
-            extended = held.operations.extend(self.name, held.token or "", ttl_ms)
-        except BaseException:
-            held._forget()
-            raise
-        return self._adopt(held, extended, started, ttl_ms)
-
-    def _take_back_from_queue(self, backend: Operations, token: str, held: Lock) -> bool:
-        """Leave the server's queue of waiters (as ``token``), then take ``held``'s waiting
-        release back."""
-        with contextlib.suppress(LockError):  # the registration expires on its own
-            backend.leave(self.name, token)
-        return self._take_back(held)
-
-    # unasync: end
-
-    def _stop_waiting(self, held: Lock) -> int | None:
-        """Cancel ``held``'s waiting release; return this lock's lease (ms), or None when the
-        release has begun already."""
-        if not held._ties.resume():
-            return None
-        backend = held.operations
-        return backend.lease_ms(self.ttl if self.ttl is not None else backend.default_timeout)
-
-    def _adopt(self, held: Lock, extended: bool, started: float, ttl_ms: int) -> bool:
-        if not extended:  # its lease ended while its release waited for the transaction
-            if held._lease.lost_while_waiting(held):  # the renewer's look had not found it
-                held._report_lost()
-            held._forget()
-            return False
+    def _hold_again(self, held: Lock, ttl_ms: int, deadline: float) -> None:
+        """Hold ``held``'s hold, whose waiting release was taken back (take_back.py): this
+        object's own, or another's of the same transaction, whose grant becomes this one's.
+        Its lease was renewed to ``ttl_ms``, until ``deadline``."""
         if held is not self:
             self._operations, self.token = held._operations, held.token
             self.fencing_token, self._acquired_ms = held.fencing_token, held._acquired_ms
@@ -529,88 +186,16 @@ class Lock:
             held._forget()
         elif not self.auto_renew:  # no more keep-alive
             self._lease.stop_renewing()
-        self._lease.ttl_ms, self._depth, self._lease.lost = ttl_ms, 1, False
-        self._owner = _current_owner()
-        self._owner_thread = weakref.ref(threading.current_thread())
-        if self.shared:
-            shared.note_hold(self)
-        else:
-            shared.note_exclusive(self, self._owner)
-        self._lease.deadline = lease_end(started, ttl_ms)
+        self._lease.ttl_ms, self._lease.lost = ttl_ms, False
+        self._note_owner()
+        self._lease.deadline = deadline
         if self.auto_renew and self._lease.renewal is None:
             self._lease.start_renewing(self)
         self._ties.tie(self)  # stacks: a tie made earlier keeps its shallower block
         if self.fence:
             claims.note_fenced(self)
-        return True
-
-    # --- extend -------------------------------------------------------------------------
-    # unasync: the async source of the sync code after it
-    async def aextend(self, ttl: float | None = None) -> None:
-        """Set the lease back to ``ttl`` (default: the lock's ttl) seconds from now.
-
-        Raise RenewalLimitReached (the lock stays held) once the alias's MAX_RENEWALS is used.
-        """
-        ttl_ms = self._extend_ttl(ttl)
-        backend, token = self._holding()
-        started = time.monotonic()
-        # renewal=True: an explicit extend counts against MAX_RENEWALS like an auto-renewal.
-        extended = await backend.aextend(self.name, token, ttl_ms, renewal=True)
-        self._after_extend(extended, started, ttl_ms=ttl_ms)
-
-    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
-    def extend(self, ttl: float | None = None) -> None:
-        """Set the lease back to ``ttl`` (default: the lock's ttl) seconds from now.
-
-        Raise RenewalLimitReached (the lock stays held) once the alias's MAX_RENEWALS is used.
-        """
-        ttl_ms = self._extend_ttl(ttl)
-        backend, token = self._holding()
-        started = time.monotonic()
-        # renewal=True: an explicit extend counts against MAX_RENEWALS like an auto-renewal.
-        extended = backend.extend(self.name, token, ttl_ms, renewal=True)
-        self._after_extend(extended, started, ttl_ms=ttl_ms)
-
-    # unasync: end
-
-    def _extend_ttl(self, ttl: float | None) -> int:
-        value = seconds("ttl", ttl, allow_none=True)
-        return self._lease.ttl_ms if value is None else self.operations.lease_ms(value)
-
-    def _after_extend(
-        self, extended: bool, started: float, *, ttl_ms: int | None = None, reentered: bool = False
-    ) -> None:
-        if not extended:
-            self._forget(fence_ends=False)  # a loop that catches this is still fenced
-            raise self._lease.expired_error(self, "extend")
-        self._lease.deadline = lease_end(started, ttl_ms or self._lease.ttl_ms)
-        self._depth += reentered
 
     # --- state --------------------------------------------------------------------------
-    # unasync: the async source of the sync code after it
-    async def alocked(self) -> bool:
-        """Return True if anyone holds the lock."""
-        return await self.operations.aholder(self.name, self.token) is not None
-
-    async def aowned(self) -> bool:
-        """Return True if this object holds the lock, as the server sees it."""
-        return self.token is not None and self._is_mine(
-            await self.operations.aholder(self.name, self.token)
-        )
-
-    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
-    def locked(self) -> bool:
-        """Return True if anyone holds the lock."""
-        return self.operations.holder(self.name, self.token) is not None
-
-    def owned(self) -> bool:
-        """Return True if this object holds the lock, as the server sees it."""
-        return self.token is not None and self._is_mine(
-            self.operations.holder(self.name, self.token)
-        )
-
-    # unasync: end
-
     def ttl_remaining(self) -> float | None:
         """Return the seconds left on this object's lease, or None if it does not hold it."""
         if self.token is None:
@@ -746,17 +331,6 @@ class Lock:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.arelease()
 
-    async def aholder(self) -> LockInfo | None:
-        """Return who holds this lock now, or None if nobody does or the server cannot say.
-
-        For messages that name the holder (a contended lock); never decide with it whether
-        the lock is free: that is what acquire() does, atomically.
-        """
-        try:
-            return await self.operations.aholder(self.name, self.token)
-        except LockError:
-            return None
-
     # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def __enter__(self) -> Lock:
         if not self.acquire():
@@ -765,17 +339,6 @@ class Lock:
 
     def __exit__(self, *exc_info: object) -> None:
         self.release()
-
-    def holder(self) -> LockInfo | None:
-        """Return who holds this lock now, or None if nobody does or the server cannot say.
-
-        For messages that name the holder (a contended lock); never decide with it whether
-        the lock is free: that is what acquire() does, atomically.
-        """
-        try:
-            return self.operations.holder(self.name, self.token)
-        except LockError:
-            return None
 
     # unasync: end
 
@@ -807,225 +370,6 @@ class Lock:
         return {name: getattr(self, name) for name in self._copied}
 
 
-def _new_token(lock: Lock, operations: Operations) -> str:
-    """Return a new token for one acquire of ``lock``, marked for the scripts when the hold is
-    shared or non-fair (distlock.tokens)."""
-    if lock.shared:
-        return SHARED_MARK + new_token()
-    if lock.kind != "lock":  # a semaphore's permit: first come, first served
-        return new_token()
-    backend = cast(BaseLockBackend, operations.backend)
-    fair = lock.fair if lock.fair is not None else backend.fair
-    if fair:
-        return new_token()
-    if backend.no_non_fair:
-        raise backend.non_fair_not_supported()
-    return NON_FAIR_MARK + new_token()
-
-
-# How often (s) a task waiting for a lock that another task of its transaction holds looks
-# for that task's release (asyncio.gather under async_to_sync): it never reaches the server.
-SIBLING_LOOK = 0.05
-# An acquire whose reply came too late to leave any lease: treated as not acquired.
-TOO_LATE = Attempt(False, holder_pttl_ms=0)
-
-
-def _waiting_in_this_transaction(lock: Lock) -> str:
-    """Return the token of the exclusive hold of ``lock``'s name whose release waits for a
-    transaction the running code is in, '' if none: released in another thread of that
-    transaction (async_to_sync), it is this code's own hold, to downgrade, never to wait for."""
-    held = waiting_release((lock.kind, lock.using, lock.name))
-    return str(held.token) if held is not None and held.token else ""
-
-
-class _Attempts:
-    """The state of one acquire() call, shared by the sync and async loops."""
-
-    def __init__(
-        self, lock: Lock, operations: Operations, wait: float | None, began: float
-    ) -> None:
-        self.lock = lock
-        self.operations = operations
-        # 128 random bits: unguessable, never reused; a shared holder's marked for the scripts
-        self.token = _new_token(lock, operations)
-        ttl = lock.ttl if lock.ttl is not None else operations.default_timeout
-        self.ttl_ms = operations.lease_ms(ttl)  # also enforces the alias's MAX_TTL
-        self.meta = holder_metadata(lock.purpose)
-        self.deadline = math.inf if wait is None else time.monotonic() + wait
-        self.limit: int = getattr(lock, "limit", 1)  # a Semaphore's
-        self.downgrade_from = ""
-        if lock.shared and shared.exclusive:  # a downgrade, if this thread holds it exclusively
-            owner = _current_owner()
-            self.downgrade_from = shared.downgrade_from(
-                lock.kind, lock.using, lock.name, owner
-            ) or _waiting_in_this_transaction(lock)
-        self.queue = wait != 0
-        self.contended = False
-        self.waited = False  # an acquire_when_free call was made
-        self.started = 0.0
-        self.began = began  # metrics.now() when acquire() was called (0.0: nothing recorded)
-        # A moment of the server's clock and a local time before it: (monotonic, server ms).
-        self.clock: tuple[float, int] | None = None
-
-    def request(self) -> Request:
-        """Return the request of the first try_acquire call (no grant yet)."""
-        self.started = time.monotonic()
-        return self._request()
-
-    def waiting(self) -> Request:
-        """Return the request of an acquire_when_free call (its timeout goes beside it)."""
-        self.started = time.monotonic()
-        self.waited = True
-        return self._request()
-
-    def _request(self) -> Request:
-        name, token, ttl_ms, meta = self.lock.name, self.token, self.ttl_ms, self.meta
-        return Request(name, token, ttl_ms, meta, self._patience(), self.limit, self.downgrade_from)
-
-    def _patience(self) -> int:
-        """How long (ms) the server keeps this waiter registered: until the next call can
-        renew it, so a release never misses it, and a dead waiter is forgotten soon after."""
-        if not self.queue:
-            return 0
-        block = min(self.deadline - time.monotonic(), self.operations.max_block)
-        return round((max(block, 0) + PATIENCE_MARGIN) * 1000)
-
-    def lease_started(self, attempt: Attempt) -> float:
-        """Return a local time no later than when the server granted ``attempt``'s lease:
-        the request's send time, or later when the server's clock shows it ran later (a wait
-        that blocked before it acquired). The server's time since the clock pair is counted
-        at 1 - DRIFT_FACTOR on this clock, which may run that much slower than the server's
-        (counted at one rate, a 1% slow clock placed a 10 s wait's grant 100 ms late)."""
-        started = attempt.sent or self.started
-        if self.clock is not None and attempt.acquired_ms:
-            local, server_ms = self.clock  # server_ms was read after ``local``
-            waited_ms = (attempt.acquired_ms - server_ms) * (1 - DRIFT_FACTOR)
-            started = max(started, local + (waited_ms - 1) / 1000)
-        return started
-
-    def next_block(self, attempt: Attempt) -> float | None:
-        """Return how long to wait for a turn, or None to give up."""
-        if attempt.server_ms and self.clock is None:
-            self.clock = (self.started, attempt.server_ms)
-        if not self.contended:
-            self.contended = True
-            sender = _sender(self.operations)
-            if lock_contended.has_listeners(sender):
-                lock_contended.send(sender, name=self.lock.name, alias=self.lock.using, info=None)
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0:
-            return None
-        # Wake when the holder's lease ends at the latest: a crashed holder never releases.
-        holder_left = max(attempt.holder_pttl_ms, 1) / 1000 + 0.002
-        block = min(remaining, holder_left, self.operations.max_block)
-        if attempt.place == 1:
-            # Next in line: look again once a handover's grace is over, in case the lock was
-            # handed to a waiter that died while queued (it never claims it).
-            block = min(block, HANDOFF_GRACE_MS / 1000)
-        return block
-
-    def _late(self) -> bool:
-        """Return True if a grant that a wait brought came after the wait had ended: it is
-        handed on (released, so the next waiter gets it), never kept, so that acquire(wait=W)
-        means "held within W" on every backend and kind. (The first attempt's grant is kept
-        however long its reply took: wait=0 tries once.)"""
-        return self.waited and time.monotonic() > self.deadline
-
-    def _outlived(self, attempt: Attempt) -> bool:
-        """Return True if the grant arrived with no lease left to use: less than the drift
-        allowance (DRIFT_FACTOR of the lease + DRIFT_MS), so that acquire() never returns
-        True for a lease that ends as it returns."""
-        return time.monotonic() >= lease_end(self.lease_started(attempt), self.ttl_ms)
-
-    def errored(self) -> None:
-        if metrics.ENABLED:
-            metrics.wait_ended(self.lock, self.began, "error")
-
-    # unasync: the async source of the sync code after it
-    async def aguarded(self, call: Callable[..., Awaitable[Attempt]], *args: Any) -> Attempt:
-        """Return ``call(*args)``. When it does not return (the server did not answer, or a
-        signal, KeyboardInterrupt or task cancellation cut the wait short), the server may
-        have granted the lock all the same: give it back before the error goes on."""
-        try:
-            attempt = await call(*args)
-        except BaseException:
-            await self._aabandon()
-            self.errored()
-            raise
-        if attempt.acquired and (self._outlived(attempt) or self._late()):
-            await self._aforget_maybe_granted()
-            return TOO_LATE
-        return attempt
-
-    async def _aabandon(self) -> None:
-        """An acquire that ends in an error: give back what the server may have granted, and
-        leave the queue, where a release may have reserved the lock for this token (release
-        answers 0 for a reservation and leaves it; leave_queue hands it on at once rather than
-        after the grace). Only when the server answered the release: an unreachable server
-        costs no second wait, and the registration ends on its own (docs/protocol.md, "The
-        error path")."""
-        with contextlib.suppress(LockError):
-            await self.operations.arelease(self.lock.name, self.token)
-            if self.queue:
-                await self.operations.aleave(self.lock.name, self.token)
-
-    async def _aforget_maybe_granted(self) -> None:
-        # The server may have granted the lock before the reply was lost: free it if it can
-        # be reached; otherwise the lease ends it. Never report it as acquired.
-        with contextlib.suppress(LockError):
-            await self.operations.arelease(self.lock.name, self.token)
-
-    async def agive_up(self, leave: Callable[[str, str], Awaitable[None]]) -> None:
-        if metrics.ENABLED:
-            metrics.wait_ended(self.lock, self.began, "not_acquired")
-        if self.queue:
-            with contextlib.suppress(LockError):  # the registration expires on its own
-                await leave(self.lock.name, self.token)
-
-    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
-    def guarded(self, call: Callable[..., Attempt], *args: Any) -> Attempt:
-        """Return ``call(*args)``. When it does not return (the server did not answer, or a
-        signal, KeyboardInterrupt or task cancellation cut the wait short), the server may
-        have granted the lock all the same: give it back before the error goes on."""
-        try:
-            attempt = call(*args)
-        except BaseException:
-            self._abandon()
-            self.errored()
-            raise
-        if attempt.acquired and (self._outlived(attempt) or self._late()):
-            self._forget_maybe_granted()
-            return TOO_LATE
-        return attempt
-
-    def _abandon(self) -> None:
-        """An acquire that ends in an error: give back what the server may have granted, and
-        leave the queue, where a release may have reserved the lock for this token (release
-        answers 0 for a reservation and leaves it; leave_queue hands it on at once rather than
-        after the grace). Only when the server answered the release: an unreachable server
-        costs no second wait, and the registration ends on its own (docs/protocol.md, "The
-        error path")."""
-        with contextlib.suppress(LockError):
-            self.operations.release(self.lock.name, self.token)
-            if self.queue:
-                self.operations.leave(self.lock.name, self.token)
-
-    def _forget_maybe_granted(self) -> None:
-        # The server may have granted the lock before the reply was lost: free it if it can
-        # be reached; otherwise the lease ends it. Never report it as acquired.
-        with contextlib.suppress(LockError):
-            self.operations.release(self.lock.name, self.token)
-
-    def give_up(self, leave: Callable[[str, str], None]) -> None:
-        if metrics.ENABLED:
-            metrics.wait_ended(self.lock, self.began, "not_acquired")
-        if self.queue:
-            with contextlib.suppress(LockError):  # the registration expires on its own
-                leave(self.lock.name, self.token)
-
-    # unasync: end
-
-
 def _sender(backend: Any) -> type:
     """Return the sender of a lock's signals: the backend's class (an operations object
     names its backend's)."""
@@ -1033,35 +377,8 @@ def _sender(backend: Any) -> type:
     return sender
 
 
-def _current_owner() -> tuple[int, int | None]:
-    """Identify the running thread and asyncio task, for reentrancy."""
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:
-        task = None
-    return threading.get_ident(), None if task is None else id(task)
-
-
-# lock() repeats Lock.__init__'s parameters on purpose: both signatures are public API
-# (tests/tooling/test_public_api.py) and spelled out for help() and IDEs, so neither may become
-# ``**kwargs``. (The other runs `duplicates` pairs in this file are the sync twins that
-# scripts/unasync.py generates from the async source.)
-def lock(
-    name: str,
-    *,
-    ttl: float | None = None,
-    wait: float | None = None,
-    auto_renew: bool = False,
-    reentrant: bool = False,
-    on_lost: Callable[[Lock], Any] | None = None,
-    using: str = "default",
-    purpose: str | None = None,
-    hold_until_commit: bool = True,
-    shared: bool = False,
-    metric_name: str | None = None,
-    fence: bool = False,
-    fair: bool | None = None,
-) -> Lock:
+@factory_of(Lock)
+def lock(*args: Any, **kwargs: Any) -> Lock:
     """Return a Lock on ``name`` for the DISTLOCK alias ``using``.
 
     ``ttl`` is the lease in seconds (None: the alias's TIMEOUT); ``wait`` how long acquire()
@@ -1074,23 +391,8 @@ def lock(
     in each database transaction the holder runs, so that a holder whose lease ended (a
     pause, a lock server that restarted empty) is refused (``FencedUpdateRejected``) and its
     transaction rolled back once a newer holder has claimed it (docs/fencing-and-limits.md).
-    its first ``:``, then ``:*``; see docs/observing.md). ``fair``: True serves waiters first
-    come, first served; False lets whoever asks first take a free lock (waiters may be
-    overtaken, for throughput; they are still woken when it is released); None (the
-    default): the alias's ``OPTIONS['FAIR']``, True unless set.
+    ``fair``: True serves waiters first come, first served; False lets whoever asks first
+    take a free lock (waiters may be overtaken, for throughput; they are still woken when it
+    is released); None (the default): the alias's ``OPTIONS['FAIR']``, True unless set.
     """
-    return Lock(
-        name,
-        ttl=ttl,
-        wait=wait,
-        auto_renew=auto_renew,
-        reentrant=reentrant,
-        on_lost=on_lost,
-        using=using,
-        purpose=purpose,
-        hold_until_commit=hold_until_commit,
-        shared=shared,
-        metric_name=metric_name,
-        fence=fence,
-        fair=fair,
-    )
+    return Lock(*args, **kwargs)

@@ -8,8 +8,8 @@ loop's default executor. Nothing here is thread-sensitive: Django's ORM calls go
 
 A thread cannot be stopped: cancelling the task that awaits it leaves it blocked on Redis
 (BLPOP, WAIT) until it returns, and a grant it receives then lands after the lock's
-clean-up (``_Attempts.aguarded``) has already released the token; nobody would hold it for
-its whole lease. So a cancelled caller marks the call abandoned, and the thread, once the
+clean-up (``attempts.Attempts.aguarded``) has already released the token; nobody would hold
+it for its whole lease. So a cancelled caller marks the call abandoned, and the thread, once the
 call returns (or fails: the outcome may be a grant all the same), runs ``give_back``: the
 release the clean-up sent, once more, now after the grant. The cancellation is not held
 up. A thread that ended before the mark needs nothing: its grant came before the mark, and

@@ -14,6 +14,7 @@ from typing import Any
 from . import handler
 from .backends.operations import SemaphoreKind
 from .exceptions import LockError, SemaphoreFull
+from .factory import factory_of
 from .info import SemaphoreInfo
 from .lock import Lock
 
@@ -134,22 +135,8 @@ class Semaphore(Lock):
         return Semaphore(name, limit, **{**self._settings(), **changes})
 
 
-# semaphore() repeats Semaphore.__init__'s parameters, and passes each on as __init__ passes
-# them to Lock's, on purpose: the signatures are public API, spelled out for help() and IDEs
-# (tests/tooling/test_public_api.py), so neither may become ``**kwargs``.
-def semaphore(
-    name: str,
-    limit: int,
-    *,
-    ttl: float | None = None,
-    wait: float | None = None,
-    auto_renew: bool = False,
-    on_lost: Callable[[Lock], Any] | None = None,
-    using: str = "default",
-    purpose: str | None = None,
-    hold_until_commit: bool = True,
-    metric_name: str | None = None,
-) -> Semaphore:
+@factory_of(Semaphore)
+def semaphore(*args: Any, **kwargs: Any) -> Semaphore:
     """Return a Semaphore: at most ``limit`` holders of ``name`` at once, on alias ``using``.
 
     ``ttl``, ``wait``, ``auto_renew``, ``on_lost`` and ``purpose`` mean what they mean for
@@ -157,15 +144,4 @@ def semaphore(
     inside a database transaction waits for it to end, as a lock's does. ``metric_name``: as
     for :func:`distlock.lock`.
     """
-    return Semaphore(
-        name,
-        limit,
-        ttl=ttl,
-        wait=wait,
-        auto_renew=auto_renew,
-        on_lost=on_lost,
-        using=using,
-        purpose=purpose,
-        hold_until_commit=hold_until_commit,
-        metric_name=metric_name,
-    )
+    return Semaphore(*args, **kwargs)

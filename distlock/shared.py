@@ -6,11 +6,13 @@ and extend by token, ``auto_renew`` with lost-lease notification, reentrancy, si
 ``with``/``async with``, the decorator and ``hold_until_commit`` behave as they do for an
 exclusive lock. This module also remembers which threads and tasks hold a shared lock, so
 that one of them asking for the exclusive lock of the same name (which would wait for
-itself) is refused at once.
+itself) is refused at once. An owner is a thread and asyncio task (``current_owner()``), as
+reentrancy knows the holder too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import weakref
@@ -32,6 +34,15 @@ exclusive: dict[tuple[str, str, str, tuple[int, int | None]], weakref.ref[Any]] 
 if hasattr(os, "register_at_fork"):  # a forked child holds nothing of its parent's
     os.register_at_fork(after_in_child=holds.clear)
     os.register_at_fork(after_in_child=exclusive.clear)
+
+
+def current_owner() -> tuple[int, int | None]:
+    """Identify the running thread and asyncio task (the owner of what it acquires)."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        task = None
+    return threading.get_ident(), None if task is None else id(task)
 
 
 def note_hold(lock: Any) -> None:

@@ -53,11 +53,9 @@ HEADER = (
 END = "# unasync: end"
 # Each async name and its sync twin. A name not listed stays as it is.
 RENAMES = {
-    # distlock.lock.Lock
+    # distlock.lock_calls.LockCalls (distlock.lock.Lock's calls) and distlock.lock.Lock
     "aacquire": "acquire",
     "_areenter": "_reenter",
-    "_atake_back": "_take_back",
-    "_atake_back_from_queue": "_take_back_from_queue",
     "arelease": "release",
     "_arelease_now": "_release_now",
     "aextend": "extend",
@@ -66,7 +64,10 @@ RENAMES = {
     "aholder": "holder",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
-    # distlock.lock._Attempts
+    # distlock.take_back
+    "atake_back": "take_back",
+    "atake_back_from_queue": "take_back_from_queue",
+    # distlock.attempts.Attempts
     "aguarded": "guarded",
     "_aabandon": "_abandon",
     "_aforget_maybe_granted": "_forget_maybe_granted",

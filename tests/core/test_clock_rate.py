@@ -19,8 +19,9 @@ WAIT = 10  # seconds the waiter waits: 1% of it is 100 ms, the error a one-rate 
 
 
 class SlowClock:
-    """The ``time`` module as distlock.lock uses it, with a monotonic clock running at ``rate``
-    of the real one from now on (the server's clock is the real one)."""
+    """The ``time`` module as an acquire uses it (distlock.attempts, distlock.lock_calls,
+    distlock.lock), with a monotonic clock running at ``rate`` of the real one from now on
+    (the server's clock is the real one)."""
 
     def __init__(self, rate: float) -> None:
         self.rate = rate
@@ -41,7 +42,9 @@ def test_a_waiter_whose_clock_runs_one_percent_slow_counts_no_lease_past_the_ser
     held about 1% of the wait + the lease, ~110 ms, after the key was gone.)"""
     holder = distlock.lock("slow-clock", ttl=60)
     assert holder.acquire(wait=0)
-    monkeypatch.setattr(sys.modules["distlock.lock"], "time", SlowClock(rate=0.99))
+    clock = SlowClock(rate=0.99)
+    for module in ("distlock.attempts", "distlock.lock_calls", "distlock.lock"):
+        monkeypatch.setattr(sys.modules[module], "time", clock)
     waiter = distlock.lock("slow-clock", ttl=1)
     acquired: list[bool] = []
     thread = threading.Thread(target=lambda: acquired.append(waiter.acquire(wait=3 * WAIT)))

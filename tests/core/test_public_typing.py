@@ -23,15 +23,21 @@ def public_callables():
     roots += [LockedCommandMixin, BaseLockBackend, type(distlock.locks)]
     for root in roots:
         if inspect.isclass(root):
-            for name, member in vars(root).items():
-                if (
-                    not name.startswith("_")
-                    or name
-                    in {"__init__", "__enter__", "__exit__", "__aenter__", "__aexit__", "__call__"}
-                ) and inspect.isfunction(member):
-                    yield f"{root.__qualname__}.{name}", member
+            # Its own methods and those of its bases in distlock (Lock's calls: LockCalls).
+            for owner in inspect.getmro(root):
+                if owner.__module__.startswith("distlock"):
+                    yield from public_methods(owner)
         elif inspect.isfunction(root):
             yield root.__qualname__, root
+
+
+def public_methods(owner: type):
+    for name, member in vars(owner).items():
+        if (
+            not name.startswith("_")
+            or name in {"__init__", "__enter__", "__exit__", "__aenter__", "__aexit__", "__call__"}
+        ) and inspect.isfunction(member):
+            yield f"{owner.__qualname__}.{name}", member
 
 
 @pytest.mark.parametrize(

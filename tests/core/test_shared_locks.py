@@ -4,7 +4,6 @@ them; Redlock refuses them with an error that says what to use."""
 from __future__ import annotations
 
 import asyncio
-import sys
 import threading
 import time
 from functools import partial
@@ -14,6 +13,7 @@ import pytest
 
 import distlock
 from distlock import LockError, LockLost, LockNotAcquired, LockNotOwned, SharedLockUpgrade
+from distlock import shared as owners
 from distlock.handler import locks
 from tests.conftest import QueueThreads
 from tests.support.lock_helpers import contenders, elsewhere
@@ -272,12 +272,12 @@ def test_a_thread_given_an_ended_holders_ident_is_not_refused(
         lk = reader(ttl=10)
         assert lk.acquire()
         kept.append(lk)
-        ended.append(sys.modules["distlock.lock"]._current_owner())
+        ended.append(owners.current_owner())
 
     thread = threading.Thread(target=hold_and_end)
     thread.start()
     thread.join(5)
     # The new thread is given the ended one's ident (as the OS may do).
-    monkeypatch.setattr(sys.modules["distlock.lock"], "_current_owner", lambda: ended[0])
+    monkeypatch.setattr(owners, "current_owner", lambda: ended[0])
     assert elsewhere(distlock.lock("catalogue", ttl=5, wait=0).acquire) is False  # not refused
     kept[0].release()

@@ -20,6 +20,9 @@ from devkit.paths import ROOT
 
 # distlock.lock the module (``from distlock import lock`` is the function).
 lock = importlib.import_module("distlock.lock")
+lock_calls = importlib.import_module("distlock.lock_calls")
+attempts = importlib.import_module("distlock.attempts")
+take_back = importlib.import_module("distlock.take_back")
 semaphore = importlib.import_module("distlock.semaphore")
 shared = importlib.import_module("distlock.shared")
 
@@ -106,6 +109,9 @@ def test_the_modules_with_generated_code() -> None:
     names = {path.relative_to(ROOT).as_posix() for path in MARKED}
     assert names >= {
         "distlock/lock.py",
+        "distlock/lock_calls.py",
+        "distlock/attempts.py",
+        "distlock/take_back.py",
         "distlock/semaphore.py",
         "distlock/shared.py",
         "distlock/cache.py",
@@ -202,13 +208,23 @@ def test_every_hand_written_reason_names_async_code() -> None:
 
 @pytest.mark.parametrize(
     "owner",
-    [lock.Lock, lock._Attempts, semaphore.Semaphore, shared],
+    [
+        lock.Lock,
+        lock_calls.LockCalls,
+        attempts.Attempts,
+        take_back,
+        semaphore.Semaphore,
+        shared,
+    ],
     ids=lambda owner: owner.__name__,
 )
 def test_every_async_method_has_its_sync_twin(owner: object) -> None:
     for name, value in vars(owner).items():
         if not inspect.iscoroutinefunction(value) or getattr(value, "__module__", "") not in (
             "distlock.lock",
+            "distlock.lock_calls",
+            "distlock.attempts",
+            "distlock.take_back",
             "distlock.semaphore",
             "distlock.shared",
         ):
@@ -237,14 +253,14 @@ def test_keywords_go_and_names_are_renamed() -> None:
         "    async with self.guard:\n"
         "        async for item in self.items():\n"
         "            await self.backend.aleave(item)\n"
-        "    return await self._atake_back(self)\n"
+        "    return await atake_back(self)\n"
     )
     assert unasync.unasync(source) == (
         "def acquire(self) -> bool:\n"
         "    with self.guard:\n"
         "        for item in self.items():\n"
         "            self.backend.leave(item)\n"
-        "    return self._take_back(self)\n"
+        "    return take_back(self)\n"
     )
 
 

@@ -20,6 +20,10 @@ from devkit.paths import ROOT
 PACKAGE = ROOT / "distlock"
 CORE = [
     "lock",
+    "lock_calls",
+    "attempts",
+    "take_back",
+    "factory",
     "handler",
     "backends",
     "exceptions",

@@ -1,0 +1,363 @@
+"""The Lock's calls to the lock server: acquire, release, extend and the reads (``locked``,
+``owned``, ``holder``), and what each changes of the hold around its call.
+
+``LockCalls`` is a base class of :class:`distlock.Lock`: each method is written once, async,
+and its sync twin generated after it by scripts/unasync.py (``make generate``). The hold's
+own state and bookkeeping (the grant, the lease, the ties to transactions, the signals) are
+the Lock's, in lock.py; what these methods use of it is ``LockState``, a protocol, since
+lock.py imports this module.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Protocol
+
+from . import claims, metrics, shared
+from .attempts import Attempts
+from .backends.base import lease_end
+from .backends.operations import Operations
+from .exceptions import LockError
+from .info import LockInfo
+from .lease import Lease
+from .signals import lock_released
+from .take_back import atake_back, take_back
+from .transactions import LockTies
+from .validation import seconds
+
+_UNSET: Any = object()
+
+
+class LockState(Protocol):
+    """What the calls read and change of the Lock they are methods of (lock.py)."""
+
+    name: str
+    kind: str
+    using: str
+    wait: float | None
+    shared: bool
+    reentrant: bool
+    fence: bool
+    hold_until_commit: bool
+    metric_name: str | None
+    token: str | None
+    fencing_token: int | None
+    _already_held: str
+    _depth: int
+    _owner: tuple[int, int | None] | None
+    _operations: Operations | None
+    _lease: Lease
+    _ties: LockTies
+
+    @property
+    def operations(self) -> Operations: ...
+
+    def lease_left(self) -> float: ...
+
+    def _is_mine(self, info: LockInfo | None) -> bool: ...
+
+    def _holding(self) -> tuple[Operations, str]: ...
+
+    def _forget(self, *, fence_ends: bool = True) -> None: ...
+
+    def _local_info(self) -> LockInfo | None: ...
+
+    def _report_lost(self) -> None: ...
+
+
+# Type checkers read the calls as methods of a LockState; at run time the base is object.
+if TYPE_CHECKING:
+    _Base = LockState
+else:
+    _Base = object
+
+
+class LockCalls(_Base):
+    """The methods of a Lock that call the lock server, async and (generated) sync."""
+
+    # --- acquire ------------------------------------------------------------------------
+    # unasync: the async source of the sync code after it
+    async def aacquire(self, wait: float | None = _UNSET) -> bool:
+        """Acquire the lock, waiting up to ``wait`` seconds; return True if acquired."""
+        began = metrics.now()
+        try:
+            if shared.holds and not self.shared:  # a process holding no shared lock skips it
+                await shared.arefuse_upgrade(
+                    self.kind, self.using, self.name, shared.current_owner()
+                )
+            held = self._ties.waiting_release(self)
+            if held is not None and await atake_back(self, held):
+                return True
+            self._forget_an_ended_lease()
+            if self.token is not None:
+                if self.reentrant and await self._areenter(self._check_reentry()):
+                    return True
+                if not self.reentrant and self._is_mine(
+                    await self.operations.aholder(self.name, self.token)
+                ):
+                    raise self._already_held_error()
+                self._forget()  # its hold ended on the server (force release, lease): anew
+            self._ties.warn_if_snapshot_predates(self)
+        except LockError:  # before the first attempt: a wait that ended in an error
+            self._record_error(began)
+            raise
+        attempts = Attempts(self, self.operations, self._wait_argument(wait), began)
+        return await attempts.aacquire()
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
+    def acquire(self, wait: float | None = _UNSET) -> bool:
+        """Acquire the lock, waiting up to ``wait`` seconds; return True if acquired."""
+        began = metrics.now()
+        try:
+            if shared.holds and not self.shared:  # a process holding no shared lock skips it
+                shared.refuse_upgrade(self.kind, self.using, self.name, shared.current_owner())
+            held = self._ties.waiting_release(self)
+            if held is not None and take_back(self, held):
+                return True
+            self._forget_an_ended_lease()
+            if self.token is not None:
+                if self.reentrant and self._reenter(self._check_reentry()):
+                    return True
+                if not self.reentrant and self._is_mine(
+                    self.operations.holder(self.name, self.token)
+                ):
+                    raise self._already_held_error()
+                self._forget()  # its hold ended on the server (force release, lease): anew
+            self._ties.warn_if_snapshot_predates(self)
+        except LockError:  # before the first attempt: a wait that ended in an error
+            self._record_error(began)
+            raise
+        attempts = Attempts(self, self.operations, self._wait_argument(wait), began)
+        return attempts.acquire()
+
+    # unasync: end
+
+    def _record_error(self, began: float) -> None:
+        """Record a LockError raised before the first attempt (an upgrade refused, the
+        server unreachable) as a wait that ended in an error, as the attempts' own are."""
+        if metrics.ENABLED:
+            metrics.wait_ended(self, began, "error")
+
+    def _wait_argument(self, wait: Any) -> float | None:
+        if wait is _UNSET:
+            return self.wait
+        return seconds("wait", wait, allow_none=True, allow_zero=True)
+
+    def _forget_an_ended_lease(self) -> None:
+        """Drop a non-reentrant hold whose lease has ended (run out, or lost): this object
+        then competes for the lock like any other contender instead of "already holding" it.
+        Its lease is known to have ended: the local deadline is measured from before the
+        acquire was sent, so it passes no later than the server's. A fence kept after the
+        lease was found gone ends here: the holder starts anew."""
+        if self.token is None:
+            if self.fence:
+                claims.forget_fenced(self)
+            return
+        if self.reentrant:
+            return
+        if self._lease.lost or time.monotonic() >= self._lease.deadline:
+            self._forget()
+
+    def _already_held_error(self) -> LockError:
+        return LockError(self._already_held.format(name=self.name), name=self.name)
+
+    def _check_reentry(self) -> Operations:
+        if self._owner != shared.current_owner():
+            raise LockError(
+                f"{self.name!r} is held through this Lock object by another thread or task; "
+                "each thread or task that competes for a lock needs its own Lock object.",
+                name=self.name,
+            )
+        if self._lease.lost:
+            raise self._lease.lost_error(self)
+        assert self._operations is not None
+        return self._operations
+
+    # unasync: the async source of the sync code after it
+    async def _areenter(self, backend: Operations) -> bool:
+        """Enter once more; return False if the hold has ended on the server."""
+        started = time.monotonic()
+        extended = await backend.aextend(
+            self.name, self.token or "", self._lease.ttl_ms, reenter=True
+        )
+        if extended:
+            self._after_extend(extended, started, reentered=True)
+        return extended
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
+    def _reenter(self, backend: Operations) -> bool:
+        """Enter once more; return False if the hold has ended on the server."""
+        started = time.monotonic()
+        extended = backend.extend(self.name, self.token or "", self._lease.ttl_ms, reenter=True)
+        if extended:
+            self._after_extend(extended, started, reentered=True)
+        return extended
+
+    # unasync: end
+
+    # --- release ------------------------------------------------------------------------
+    # unasync: the async source of the sync code after it
+    async def arelease(self) -> None:
+        """Release the lock (one level of a reentrant hold).
+
+        Raise LockNotOwned if this object does not hold it (any more), LockLost if automatic
+        renewal found the lease gone. If the server cannot be reached, raise
+        BackendUnavailable and keep the token, so release() can be called again.
+
+        Inside a database transaction (``hold_until_commit``), the lock stays held, its lease
+        kept alive, until the transaction ends: see docs/transactions.md.
+        """
+        if self._ties.wait(self, self._depth):
+            return
+        await self._arelease_now()
+
+    async def _arelease_now(self) -> None:
+        backend, token, final = self._begin_release()
+        try:
+            outcome = await backend.arelease(self.name, token, every_level=final)
+        except BaseException:
+            self._abort_release(final)
+            raise
+        self._end_release(outcome)
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
+    def release(self) -> None:
+        """Release the lock (one level of a reentrant hold).
+
+        Raise LockNotOwned if this object does not hold it (any more), LockLost if automatic
+        renewal found the lease gone. If the server cannot be reached, raise
+        BackendUnavailable and keep the token, so release() can be called again.
+
+        Inside a database transaction (``hold_until_commit``), the lock stays held, its lease
+        kept alive, until the transaction ends: see docs/transactions.md.
+        """
+        if self._ties.wait(self, self._depth):
+            return
+        self._release_now()
+
+    def _release_now(self) -> None:
+        backend, token, final = self._begin_release()
+        try:
+            outcome = backend.release(self.name, token, every_level=final)
+        except BaseException:
+            self._abort_release(final)
+            raise
+        self._end_release(outcome)
+
+    # unasync: end
+
+    def _begin_release(self) -> tuple[Operations, str, bool]:
+        with self._lease.mutex:
+            if self.fence and (self.token is None or self._lease.lost):
+                claims.forget_fenced(self)  # the holder ends its hold: its fence too
+            backend, token = self._holding()
+            final = self._depth <= 1
+            self._lease.begin_release(final)
+            return backend, token, final
+
+    def _abort_release(self, final: bool) -> None:
+        if final:
+            self._lease.abort_release()
+
+    def _end_release(self, outcome: int) -> None:
+        if outcome == 2:
+            self._depth -= 1
+            return
+        # Nobody connected (the usual case): no sender, no LockInfo, no send.
+        sender = self.operations.signal_sender if lock_released.receivers else None
+        info = self._local_info() if lock_released.has_listeners(sender) else None
+        in_time = self._lease.released_in_time
+        self._forget()
+        if outcome == 0 and not in_time:
+            raise self._lease.expired_error(self, "release")
+        if sender is not None:
+            lock_released.send(sender, name=self.name, alias=self.using, info=info)
+
+    # --- extend -------------------------------------------------------------------------
+    # unasync: the async source of the sync code after it
+    async def aextend(self, ttl: float | None = None) -> None:
+        """Set the lease back to ``ttl`` (default: the lock's ttl) seconds from now.
+
+        Raise RenewalLimitReached (the lock stays held) once the alias's MAX_RENEWALS is used.
+        """
+        ttl_ms = self._extend_ttl(ttl)
+        backend, token = self._holding()
+        started = time.monotonic()
+        # renewal=True: an explicit extend counts against MAX_RENEWALS like an auto-renewal.
+        extended = await backend.aextend(self.name, token, ttl_ms, renewal=True)
+        self._after_extend(extended, started, ttl_ms=ttl_ms)
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
+    def extend(self, ttl: float | None = None) -> None:
+        """Set the lease back to ``ttl`` (default: the lock's ttl) seconds from now.
+
+        Raise RenewalLimitReached (the lock stays held) once the alias's MAX_RENEWALS is used.
+        """
+        ttl_ms = self._extend_ttl(ttl)
+        backend, token = self._holding()
+        started = time.monotonic()
+        # renewal=True: an explicit extend counts against MAX_RENEWALS like an auto-renewal.
+        extended = backend.extend(self.name, token, ttl_ms, renewal=True)
+        self._after_extend(extended, started, ttl_ms=ttl_ms)
+
+    # unasync: end
+
+    def _extend_ttl(self, ttl: float | None) -> int:
+        value = seconds("ttl", ttl, allow_none=True)
+        return self._lease.ttl_ms if value is None else self.operations.lease_ms(value)
+
+    def _after_extend(
+        self, extended: bool, started: float, *, ttl_ms: int | None = None, reentered: bool = False
+    ) -> None:
+        if not extended:
+            self._forget(fence_ends=False)  # a loop that catches this is still fenced
+            raise self._lease.expired_error(self, "extend")
+        self._lease.deadline = lease_end(started, ttl_ms or self._lease.ttl_ms)
+        self._depth += reentered
+
+    # --- reads ---------------------------------------------------------------------------
+    # unasync: the async source of the sync code after it
+    async def alocked(self) -> bool:
+        """Return True if anyone holds the lock."""
+        return await self.operations.aholder(self.name, self.token) is not None
+
+    async def aowned(self) -> bool:
+        """Return True if this object holds the lock, as the server sees it."""
+        return self.token is not None and self._is_mine(
+            await self.operations.aholder(self.name, self.token)
+        )
+
+    async def aholder(self) -> LockInfo | None:
+        """Return who holds this lock now, or None if nobody does or the server cannot say.
+
+        For messages that name the holder (a contended lock); never decide with it whether
+        the lock is free: that is what acquire() does, atomically.
+        """
+        try:
+            return await self.operations.aholder(self.name, self.token)
+        except LockError:
+            return None
+
+    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
+    def locked(self) -> bool:
+        """Return True if anyone holds the lock."""
+        return self.operations.holder(self.name, self.token) is not None
+
+    def owned(self) -> bool:
+        """Return True if this object holds the lock, as the server sees it."""
+        return self.token is not None and self._is_mine(
+            self.operations.holder(self.name, self.token)
+        )
+
+    def holder(self) -> LockInfo | None:
+        """Return who holds this lock now, or None if nobody does or the server cannot say.
+
+        For messages that name the holder (a contended lock); never decide with it whether
+        the lock is free: that is what acquire() does, atomically.
+        """
+        try:
+            return self.operations.holder(self.name, self.token)
+        except LockError:
+            return None
+
+    # unasync: end
