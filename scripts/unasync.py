@@ -93,10 +93,6 @@ RENAMES = {
     # distlock.contrib.task_lock, distlock.views.release
     "arelease_quietly": "release_quietly",
     "aafter": "after",
-    # distlock.fencing (and Django's async QuerySet API)
-    "afenced_update": "fenced_update",
-    "aupdate": "update",
-    "aaggregate": "aggregate",
     # the operations of a kind that the lock calls (distlock.backends.operations)
     "atry_acquire": "try_acquire",
     "aacquire_when_free": "acquire_when_free",
