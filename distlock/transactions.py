@@ -17,9 +17,12 @@ begins (the outermost block's ``set_autocommit(False)``, or autocommit turned of
 noted on the connection and, with the connection, in a context variable that
 ``async_to_sync`` and ``sync_to_async`` carry into the code they run. A release waiting for
 a COMMIT is found again only through a transaction the running code is in with that same
-number: another request's coroutine on the same event-loop thread, another job on the same
-pool thread, or a block an ``on_commit`` hook opens after the COMMIT (a new number) never
-takes it back, and never ends the committed transaction's ties.
+number, and whose queries it runs (the connection's thread, or a coroutine async_to_sync
+runs for it; never sync code in another thread, such as a pool job given a copy of the
+context, which queries a connection of its own): another request's coroutine on the same
+event-loop thread, another job on the same pool thread, or a block an ``on_commit`` hook
+opens after the COMMIT (a new number) never takes it back, and never ends the committed
+transaction's ties.
 
 The ends are seen directly, by wrapping two Django methods: ``Atomic.__exit__`` (after
 Django has done its work, whatever it raised) and ``BaseDatabaseWrapper.set_autocommit``,
@@ -44,6 +47,7 @@ one at most MANUAL_COMMIT_WAIT, then is reported lost and left to its lease.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import functools
 import inspect
@@ -136,7 +140,8 @@ def transactions_here() -> list[Place]:
         return []
     found = []
     for conn, number in _pairs(entered):
-        if getattr(conn, "distlock_transaction", None) == number:  # not an earlier one's
+        # Not an earlier transaction's, and one whose queries this code runs in.
+        if getattr(conn, "distlock_transaction", None) == number and _runs_in(conn):
             depth = own_depth(conn)
             if depth:
                 found.append((conn, number, depth))
@@ -151,6 +156,22 @@ def transactions_here() -> list[Place]:
             and not _testcase_transaction(conn)
         ]
     return found
+
+
+def _runs_in(conn: Any) -> bool:
+    """Return True if the running code's queries run on ``conn``: it is ``conn``'s thread
+    (or ``conn`` is shared between threads), or a coroutine (async_to_sync runs it for
+    ``conn``'s thread, in a copy of that thread's context; its ORM calls go back there
+    through sync_to_async). Sync code in another thread with a copy of the context (a
+    ``sync_to_async(thread_sensitive=False)`` pool job, ``asyncio.to_thread``) queries a
+    connection of its own, Django's being per thread: it does not see the transaction's
+    uncommitted rows, so it is not in that transaction; taking its release back, it would
+    read them as they were before (double execution)."""
+    return (
+        conn._thread_ident == _get_ident()
+        or conn.allow_thread_sharing
+        or asyncio._get_running_loop() is not None
+    )
 
 
 def snapshot_isolation_aliases() -> list[str]:
@@ -1182,8 +1203,9 @@ def _committing_here() -> list[Place]:
         number = getattr(conn, "distlock_ending", None)
         # Only the committing transaction's code, or a hook's own block begun after it
         # (numbers grow): a context copied in an earlier transaction of the connection (a
-        # task that outlived its job) is not part of this one's end.
-        if number is not None and entered >= number:
+        # task that outlived its job) is not part of this one's end; nor is sync code of
+        # another thread, on a connection of its own (_runs_in).
+        if number is not None and entered >= number and _runs_in(conn):
             found.append((conn, number, 0))
     return found
 
