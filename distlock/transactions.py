@@ -907,7 +907,10 @@ def _wrap_set_autocommit(method: Callable[..., Any]) -> Callable[..., Any]:
         ) -> Any:
             forced = force_begin_transaction_with_broken_autocommit
             if not autocommit:  # every outermost block's BEGIN: kept fast
+                goes_on = not forced and _goes_on(self)  # (an atomic block's is forced)
                 result = method(self, autocommit, forced)  # raises: nothing began
+                if goes_on:  # off already: the same transaction goes on, its number kept
+                    return result
                 try:
                     # _began inlined for the usual: an atomic block's BEGIN (forced) on the
                     # connection this context noted last, one tuple made (_began moves
@@ -962,11 +965,12 @@ def _set_autocommit_watched(
     hooks: the locks released before any hook are handed on first (their lock_released
     receivers run with autocommit on, as after the block), then the hooks run as Django
     runs them, their exception the caller's."""
-    hand_on = False
+    hand_on = goes_on = False
     try:
         if autocommit and _tied and _hooks_follow_a_commit(conn):
             conn.run_commit_hooks_on_set_autocommit_on = False
             hand_on = True
+        goes_on = not autocommit and not forced and _goes_on(conn)
     except Exception:
         _bookkeeping_failed("set_autocommit")
     try:
@@ -983,7 +987,7 @@ def _set_autocommit_watched(
             # (and swallow their exception) or drop them at its ROLLBACK.
             hooks, conn.run_on_commit = conn.run_on_commit, []
             _commit_hooks_after_handing_on(conn)
-        elif not autocommit:
+        elif not autocommit and not goes_on:
             _began(conn, forced)
         elif _tied and not conn.in_atomic_block:
             block_ended(conn, 0, 0, END_MANUAL)  # a transaction managed by hand ended
@@ -1011,6 +1015,25 @@ def _commit_hooks_after_handing_on(conn: Any) -> None:
     block_ended(conn, conn.distlock_ending, 0, COMMITTED)
 
 
+def _goes_on(conn: Any) -> bool:
+    """Return True if turning autocommit off on ``conn`` (by hand) begins nothing: it is off
+    already, on an open connection, outside any block (a helper making sure, AUTOCOMMIT
+    False). Django's call then does nothing to the database: the transaction managed by hand
+    goes on, uncommitted, and keeps its number, so that the releases waiting for it still
+    wait (numbered anew, it looked ended to the renewer, which freed them before the
+    commit()). Asked before Django's method runs; never raises (fail-safe). The driver's
+    connection must be the one turned off by hand (_began notes it): Django's connect()
+    turns autocommit off on a new one while ``conn.autocommit`` still says the old one's."""
+    try:
+        return (
+            _manual_seen
+            and _in_manual_transaction(conn)
+            and getattr(conn, "distlock_raw", None) is conn.connection
+        )
+    except Exception:
+        return False
+
+
 def _began(conn: Any, forced: Any) -> None:
     """Autocommit was turned off: a transaction began on ``conn``. Number it, and note it in
     this context (the set_autocommit wrapper does both itself in the usual case)."""
@@ -1018,6 +1041,8 @@ def _began(conn: Any, forced: Any) -> None:
     if not forced and not _manual_seen:  # by hand (Atomic.__enter__ forces a BEGIN)
         _manual_seen = True
         _watch_manual_endings(type(conn))
+    if not forced:
+        conn.distlock_raw = conn.connection  # the driver's connection it began on (_goes_on)
     _note_transaction(conn)
 
 

@@ -8,9 +8,11 @@ SQLite and threads in-process where the database does not matter; PostgreSQL and
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
-from django.db import transaction
+from django.db import connections, transaction
 
 import distlock
 from devkit.databases import DatabaseServer
@@ -74,3 +76,47 @@ def test_a_pool_thread_after_the_request_on_a_real_database_never_charges_twice(
     redis_server.flushall()
     report = scenario_report(real_database, redis_server.url, "devkit.shop.adversary4")
     assert report["pool_after_request"] == {"twice": 0, "results": ["charged", "waited"]}
+
+
+def test_autocommit_turned_off_again_on_a_real_database_never_charges_twice(
+    real_database: DatabaseServer, redis_server: RedisServer
+) -> None:
+    """The last test's shape on PostgreSQL and MariaDB (devkit/shop/adversary4.py): a job
+    by hand charges an order (lock ttl=1), a helper turns autocommit off again, the job
+    works on 1.5 s and commits; another worker charges the same order meanwhile. Expected:
+    it waits for the commit() and reads the charge, 0 of 5 orders charged twice. Observed
+    on c74ddd7: the renewer freed the lock before the commit(): 5 of 5 charged twice on
+    MariaDB (psycopg refuses set_autocommit(False) inside a transaction: PostgreSQL, 0)."""
+    redis_server.flushall()
+    report = scenario_report(real_database, redis_server.url, "devkit.shop.adversary4")
+    assert report["redundant_begin"] == {"twice": 0, "results": ["already paid", "charged"]}
+
+
+def test_autocommit_turned_off_again_by_hand_goes_on_with_the_same_transaction() -> None:
+    """A job manages its transaction by hand (set_autocommit(False)); it charges an order
+    under a lock (the release waits for its commit()); then a helper it calls makes sure
+    autocommit is off: set_autocommit(False) again. For Django and the database that is
+    nothing: the same transaction goes on, uncommitted.
+
+    Expected: the lock is held until the job's commit() (docs/transactions.md: "held until
+    commit(), rollback(), close() or set_autocommit(True)").
+    Observed: distlock numbered the call as a new transaction; the renewer, at its next look
+    (a third of the lease), found the transaction the release waits for "no longer open"
+    and freed the lock: freed 0.34 s after the release with ttl=1 (within 10 s with
+    ttl=30), the job's charge not committed (double execution: devkit/shop/adversary4.py)."""
+    name = "adv4:autocommit-off-again"
+    conn = connections["fencing"]
+    transaction.set_autocommit(False, using="fencing")
+    try:
+        with distlock.lock(name, ttl=1):
+            pass  # the charge; the release waits for commit()
+        transaction.set_autocommit(False, using="fencing")  # a helper makes sure
+        time.sleep(1.2)  # the job works on: the renewer looks three times meanwhile
+        held = is_held(name)
+        transaction.commit(using="fencing")
+    finally:
+        if conn.connection is not None:
+            conn.rollback()
+            transaction.set_autocommit(True, using="fencing")
+    assert held, "freed before the transaction managed by hand committed"
+    assert free_within(name)
