@@ -716,12 +716,15 @@ def finish(freed: list[Hold]) -> None:
 
 
 # --- seeing the ends: wrappers around Django's own methods -------------------------------
-# The code's open outermost atomic blocks in this context, flat: (connection, transaction
-# number, connection, number, ...), the latest first. async_to_sync copies them into the
-# coroutine it runs, so an async lock there is tied to the calling thread's transaction. An
-# entry stays after its block ended (removing it would cost every block's exit a look-up);
-# the number tells a later transaction apart. Set anew at each BEGIN: a copy taken during one
-# transaction (a task the coroutine left running) must never read as inside the next one.
+# The code's open outermost atomic blocks in this context, flat: (connection's weak reference,
+# transaction number, reference, number, ...), the latest first. Weak: a copy of the context
+# that outlives its thread (a task, a thread given a copy) must not keep that thread's
+# connection, and its server session (idle in a transaction managed by hand), alive.
+# async_to_sync copies them into the coroutine it runs, so an async lock there is tied to the
+# calling thread's transaction. An entry stays after its block ended (removing it would cost
+# every block's exit a look-up); the number tells a later transaction apart. Set anew at each
+# BEGIN: a copy taken during one transaction (a task the coroutine left running) must never
+# read as inside the next one.
 # Flat, one tuple per BEGIN: every outermost block pays for what is made there.
 _entered: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar(
     "distlock_entered", default=()
@@ -756,15 +759,26 @@ def _outermost(block: Any, conn: Any) -> bool:
 
 
 def _pairs(entered: tuple[Any, ...]) -> Iterable[tuple[Any, int]]:
-    """Return the (connection, number) entries of ``_entered``'s flat value."""
-    return zip(entered[::2], entered[1::2], strict=True)
+    """Return the (connection, number) entries of ``_entered``'s flat value (a connection
+    collected meanwhile is left out)."""
+    for ref, number in zip(entered[::2], entered[1::2], strict=True):
+        conn = ref()
+        if conn is not None:
+            yield conn, number
 
 
 def _note_transaction(conn: Any) -> None:
-    """A transaction begins on ``conn``: number it, and note it in this context (first)."""
+    """A transaction begins on ``conn``: number it, and note it in this context (first).
+    (``weakref.ref`` without a callback gives the connection's one plain reference back
+    each time: the fast path in set_autocommit compares it by identity.)"""
     number = conn.distlock_transaction = next(_numbers)
-    others = [item for pair in _pairs(_entered.get()) if pair[0] is not conn for item in pair]
-    _entered.set((conn, number, *others))
+    others = [
+        item
+        for other, noted in _pairs(_entered.get())
+        if other is not conn
+        for item in (weakref.ref(other), noted)
+    ]
+    _entered.set((weakref.ref(conn), number, *others))
 
 
 def _wrap_exit(exit_: Callable[..., Any]) -> Callable[..., Any]:
@@ -916,12 +930,12 @@ def _wrap_set_autocommit(method: Callable[..., Any]) -> Callable[..., Any]:
                     # connection this context noted last, one tuple made (_began moves
                     # another alias's connection first).
                     entered = _entered.get()
-                    if forced and entered and entered[0] is self:
+                    if forced and entered and entered[0]() is self:
                         number = self.distlock_transaction = next(_numbers)
                         if len(entered) == 2:
-                            _entered.set((self, number))
+                            _entered.set((entered[0], number))
                         else:
-                            _entered.set((self, number, *entered[2:]))
+                            _entered.set((entered[0], number, *entered[2:]))
                     else:
                         _began(self, forced)
                 except Exception:

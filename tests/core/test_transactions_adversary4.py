@@ -8,7 +8,13 @@ SQLite and threads in-process where the database does not matter; PostgreSQL and
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import gc
+import threading
 import time
+import weakref
+from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
@@ -24,6 +30,8 @@ pytestmark = [
     pytest.mark.django_db(transaction=True, databases=["default", "fencing"]),
     pytest.mark.usefixtures("redis_backend"),
 ]
+
+STEP = 10.0  # the longest any step waits for another thread (never reached when it works)
 
 
 def _try_once(name: str) -> bool:
@@ -120,3 +128,41 @@ def test_autocommit_turned_off_again_by_hand_goes_on_with_the_same_transaction()
             transaction.set_autocommit(True, using="fencing")
     assert held, "freed before the transaction managed by hand committed"
     assert free_within(name)
+
+
+def test_a_copy_of_the_context_never_keeps_a_dead_threads_connection() -> None:
+    """A job runner's thread turns autocommit off (a transaction managed by hand), queries,
+    starts a heartbeat thread in a copy of its context (copy_context().run, as logging and
+    tracing libraries do; Python 3.14's free-threaded build gives every new thread a copy),
+    and dies before commit() or rollback() (the job raises).
+
+    Expected: as without distlock (Django's connections are per thread, not in the context),
+    the dead thread's connection is collected and the server ends its session, rolling its
+    transaction back (round 3: "distlock never keeps a connection alive").
+    Observed: distlock's context variable noting the transaction held the connection
+    strongly, so the heartbeat's copy kept it for as long as it ran (on PostgreSQL a
+    session "idle in transaction", keeping its row locks)."""
+    connection: list[weakref.ref[Any]] = []
+    stop = threading.Event()
+
+    def job() -> None:
+        conn = connections["fencing"]
+        conn.set_autocommit(False)
+        connection.append(weakref.ref(conn))
+        conn.cursor().execute("SELECT 1")
+        copy = contextvars.copy_context()
+        threading.Thread(target=copy.run, args=(stop.wait, STEP)).start()
+        raise RuntimeError("the job fails before commit() or rollback()")
+
+    def runner() -> None:
+        with contextlib.suppress(RuntimeError):
+            job()
+
+    try:
+        thread = threading.Thread(target=runner)
+        thread.start()
+        thread.join()
+        gc.collect()
+        assert connection[0]() is None, "a copy of the context keeps the dead thread's connection"
+    finally:
+        stop.set()
