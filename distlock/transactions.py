@@ -17,9 +17,12 @@ begins (the outermost block's ``set_autocommit(False)``, or autocommit turned of
 noted on the connection and, with the connection, in a context variable that
 ``async_to_sync`` and ``sync_to_async`` carry into the code they run. A release waiting for
 a COMMIT is found again only through a transaction the running code is in with that same
-number: another request's coroutine on the same event-loop thread, another job on the same
-pool thread, or a block an ``on_commit`` hook opens after the COMMIT (a new number) never
-takes it back, and never ends the committed transaction's ties.
+number, and whose queries it runs (the connection's thread, or a coroutine async_to_sync
+runs for it; never sync code in another thread, such as a pool job given a copy of the
+context, which queries a connection of its own): another request's coroutine on the same
+event-loop thread, another job on the same pool thread, or a block an ``on_commit`` hook
+opens after the COMMIT (a new number) never takes it back, and never ends the committed
+transaction's ties.
 
 The ends are seen directly, by wrapping two Django methods: ``Atomic.__exit__`` (after
 Django has done its work, whatever it raised) and ``BaseDatabaseWrapper.set_autocommit``,
@@ -44,6 +47,7 @@ one at most MANUAL_COMMIT_WAIT, then is reported lost and left to its lease.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import functools
 import inspect
@@ -136,7 +140,8 @@ def transactions_here() -> list[Place]:
         return []
     found = []
     for conn, number in _pairs(entered):
-        if getattr(conn, "distlock_transaction", None) == number:  # not an earlier one's
+        # Not an earlier transaction's, and one whose queries this code runs in.
+        if getattr(conn, "distlock_transaction", None) == number and _runs_in(conn):
             depth = own_depth(conn)
             if depth:
                 found.append((conn, number, depth))
@@ -151,6 +156,22 @@ def transactions_here() -> list[Place]:
             and not _testcase_transaction(conn)
         ]
     return found
+
+
+def _runs_in(conn: Any) -> bool:
+    """Return True if the running code's queries run on ``conn``: it is ``conn``'s thread
+    (or ``conn`` is shared between threads), or a coroutine (async_to_sync runs it for
+    ``conn``'s thread, in a copy of that thread's context; its ORM calls go back there
+    through sync_to_async). Sync code in another thread with a copy of the context (a
+    ``sync_to_async(thread_sensitive=False)`` pool job, ``asyncio.to_thread``) queries a
+    connection of its own, Django's being per thread: it does not see the transaction's
+    uncommitted rows, so it is not in that transaction; taking its release back, it would
+    read them as they were before (double execution)."""
+    return (
+        conn._thread_ident == _get_ident()
+        or conn.allow_thread_sharing
+        or asyncio._get_running_loop() is not None
+    )
 
 
 def snapshot_isolation_aliases() -> list[str]:
@@ -695,12 +716,15 @@ def finish(freed: list[Hold]) -> None:
 
 
 # --- seeing the ends: wrappers around Django's own methods -------------------------------
-# The code's open outermost atomic blocks in this context, flat: (connection, transaction
-# number, connection, number, ...), the latest first. async_to_sync copies them into the
-# coroutine it runs, so an async lock there is tied to the calling thread's transaction. An
-# entry stays after its block ended (removing it would cost every block's exit a look-up);
-# the number tells a later transaction apart. Set anew at each BEGIN: a copy taken during one
-# transaction (a task the coroutine left running) must never read as inside the next one.
+# The code's open outermost atomic blocks in this context, flat: (connection's weak reference,
+# transaction number, reference, number, ...), the latest first. Weak: a copy of the context
+# that outlives its thread (a task, a thread given a copy) must not keep that thread's
+# connection, and its server session (idle in a transaction managed by hand), alive.
+# async_to_sync copies them into the coroutine it runs, so an async lock there is tied to the
+# calling thread's transaction. An entry stays after its block ended (removing it would cost
+# every block's exit a look-up); the number tells a later transaction apart. Set anew at each
+# BEGIN: a copy taken during one transaction (a task the coroutine left running) must never
+# read as inside the next one.
 # Flat, one tuple per BEGIN: every outermost block pays for what is made there.
 _entered: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar(
     "distlock_entered", default=()
@@ -735,15 +759,26 @@ def _outermost(block: Any, conn: Any) -> bool:
 
 
 def _pairs(entered: tuple[Any, ...]) -> Iterable[tuple[Any, int]]:
-    """Return the (connection, number) entries of ``_entered``'s flat value."""
-    return zip(entered[::2], entered[1::2], strict=True)
+    """Return the (connection, number) entries of ``_entered``'s flat value (a connection
+    collected meanwhile is left out)."""
+    for ref, number in zip(entered[::2], entered[1::2], strict=True):
+        conn = ref()
+        if conn is not None:
+            yield conn, number
 
 
 def _note_transaction(conn: Any) -> None:
-    """A transaction begins on ``conn``: number it, and note it in this context (first)."""
+    """A transaction begins on ``conn``: number it, and note it in this context (first).
+    (``weakref.ref`` without a callback gives the connection's one plain reference back
+    each time: the fast path in set_autocommit compares it by identity.)"""
     number = conn.distlock_transaction = next(_numbers)
-    others = [item for pair in _pairs(_entered.get()) if pair[0] is not conn for item in pair]
-    _entered.set((conn, number, *others))
+    others = [
+        item
+        for other, noted in _pairs(_entered.get())
+        if other is not conn
+        for item in (weakref.ref(other), noted)
+    ]
+    _entered.set((weakref.ref(conn), number, *others))
 
 
 def _wrap_exit(exit_: Callable[..., Any]) -> Callable[..., Any]:
@@ -886,18 +921,21 @@ def _wrap_set_autocommit(method: Callable[..., Any]) -> Callable[..., Any]:
         ) -> Any:
             forced = force_begin_transaction_with_broken_autocommit
             if not autocommit:  # every outermost block's BEGIN: kept fast
+                goes_on = not forced and _goes_on(self)  # (an atomic block's is forced)
                 result = method(self, autocommit, forced)  # raises: nothing began
+                if goes_on:  # off already: the same transaction goes on, its number kept
+                    return result
                 try:
                     # _began inlined for the usual: an atomic block's BEGIN (forced) on the
                     # connection this context noted last, one tuple made (_began moves
                     # another alias's connection first).
                     entered = _entered.get()
-                    if forced and entered and entered[0] is self:
+                    if forced and entered and entered[0]() is self:
                         number = self.distlock_transaction = next(_numbers)
                         if len(entered) == 2:
-                            _entered.set((self, number))
+                            _entered.set((entered[0], number))
                         else:
-                            _entered.set((self, number, *entered[2:]))
+                            _entered.set((entered[0], number, *entered[2:]))
                     else:
                         _began(self, forced)
                 except Exception:
@@ -941,11 +979,12 @@ def _set_autocommit_watched(
     hooks: the locks released before any hook are handed on first (their lock_released
     receivers run with autocommit on, as after the block), then the hooks run as Django
     runs them, their exception the caller's."""
-    hand_on = False
+    hand_on = goes_on = False
     try:
         if autocommit and _tied and _hooks_follow_a_commit(conn):
             conn.run_commit_hooks_on_set_autocommit_on = False
             hand_on = True
+        goes_on = not autocommit and not forced and _goes_on(conn)
     except Exception:
         _bookkeeping_failed("set_autocommit")
     try:
@@ -962,7 +1001,7 @@ def _set_autocommit_watched(
             # (and swallow their exception) or drop them at its ROLLBACK.
             hooks, conn.run_on_commit = conn.run_on_commit, []
             _commit_hooks_after_handing_on(conn)
-        elif not autocommit:
+        elif not autocommit and not goes_on:
             _began(conn, forced)
         elif _tied and not conn.in_atomic_block:
             block_ended(conn, 0, 0, END_MANUAL)  # a transaction managed by hand ended
@@ -990,6 +1029,25 @@ def _commit_hooks_after_handing_on(conn: Any) -> None:
     block_ended(conn, conn.distlock_ending, 0, COMMITTED)
 
 
+def _goes_on(conn: Any) -> bool:
+    """Return True if turning autocommit off on ``conn`` (by hand) begins nothing: it is off
+    already, on an open connection, outside any block (a helper making sure, AUTOCOMMIT
+    False). Django's call then does nothing to the database: the transaction managed by hand
+    goes on, uncommitted, and keeps its number, so that the releases waiting for it still
+    wait (numbered anew, it looked ended to the renewer, which freed them before the
+    commit()). Asked before Django's method runs; never raises (fail-safe). The driver's
+    connection must be the one turned off by hand (_began notes it): Django's connect()
+    turns autocommit off on a new one while ``conn.autocommit`` still says the old one's."""
+    try:
+        return (
+            _manual_seen
+            and _in_manual_transaction(conn)
+            and getattr(conn, "distlock_raw", None) is conn.connection
+        )
+    except Exception:
+        return False
+
+
 def _began(conn: Any, forced: Any) -> None:
     """Autocommit was turned off: a transaction began on ``conn``. Number it, and note it in
     this context (the set_autocommit wrapper does both itself in the usual case)."""
@@ -997,6 +1055,8 @@ def _began(conn: Any, forced: Any) -> None:
     if not forced and not _manual_seen:  # by hand (Atomic.__enter__ forces a BEGIN)
         _manual_seen = True
         _watch_manual_endings(type(conn))
+    if not forced:
+        conn.distlock_raw = conn.connection  # the driver's connection it began on (_goes_on)
     _note_transaction(conn)
 
 
@@ -1182,8 +1242,9 @@ def _committing_here() -> list[Place]:
         number = getattr(conn, "distlock_ending", None)
         # Only the committing transaction's code, or a hook's own block begun after it
         # (numbers grow): a context copied in an earlier transaction of the connection (a
-        # task that outlived its job) is not part of this one's end.
-        if number is not None and entered >= number:
+        # task that outlived its job) is not part of this one's end; nor is sync code of
+        # another thread, on a connection of its own (_runs_in).
+        if number is not None and entered >= number and _runs_in(conn):
             found.append((conn, number, 0))
     return found
 
