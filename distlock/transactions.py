@@ -420,7 +420,7 @@ class Hold:
 
     def _open(self, ref: weakref.ref[Any], number: int) -> bool:
         thread = self.threads.get((ref, number))
-        if thread is not None and (thread() is None or not thread().is_alive()):  # type: ignore[union-attr]
+        if thread is not None and _thread_ended(thread):
             return False
         conn = ref()
         if conn is None:  # collected: its thread died, the server ended its session
@@ -454,6 +454,20 @@ class Hold:
             self.done = True
             return True
         return False
+
+
+def _thread_ended(ref: weakref.ref[threading.Thread]) -> bool:
+    """Return True if the thread ``ref`` refers to has ended. A thread that Python's
+    threading module did not start (a uWSGI or mod_wsgi worker thread: a dummy thread) may
+    raise instead of answering once it ended (Python 3.13's ``_DummyThread.is_alive()``:
+    RuntimeError "thread is not alive"); the renewer asks this, and must get an answer."""
+    thread = ref()
+    if thread is None:
+        return True
+    try:
+        return not thread.is_alive()
+    except Exception:
+        return True
 
 
 def _hooks(ref: weakref.ref[Any]) -> int:

@@ -8,6 +8,7 @@ SQLite and threads in-process where the database does not matter; PostgreSQL and
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import contextvars
 import gc
@@ -24,6 +25,7 @@ import distlock
 from devkit.databases import DatabaseServer
 from devkit.redis_server import RedisServer
 from devkit.shop.load import scenario_report
+from distlock import transactions
 from tests.support.lock_helpers import free_within, is_held
 
 pytestmark = [
@@ -166,3 +168,31 @@ def test_a_copy_of_the_context_never_keeps_a_dead_threads_connection() -> None:
         assert connection[0]() is None, "a copy of the context keeps the dead thread's connection"
     finally:
         stop.set()
+
+
+def test_the_dead_thread_check_answers_for_threads_threading_did_not_start() -> None:
+    """A uWSGI or mod_wsgi worker thread is not started by Python's threading module: it is
+    a dummy thread, whose is_alive() may raise once it ended (Python 3.13: RuntimeError
+    "thread is not alive") instead of answering. The renewer asks this at each renewal of a
+    hold tied to a transaction; it must be told "ended", not stop renewing on the error."""
+    started, release = threading.Event(), threading.Event()
+    seen: list[threading.Thread] = []
+
+    def worker() -> None:  # as a server's C code starts a thread: threading never knew it
+        seen.append(threading.current_thread())
+        started.set()
+        release.wait(STEP)
+
+    _thread.start_new_thread(worker, ())
+    assert started.wait(STEP)
+    try:
+        assert not transactions._thread_ended(weakref.ref(seen[0])), "a running thread ended"
+    finally:
+        release.set()
+
+    class EndedDummyThread(threading.Thread):
+        def is_alive(self) -> bool:
+            raise RuntimeError("thread is not alive")  # as _DummyThread's, once it ended
+
+    ended = EndedDummyThread()
+    assert transactions._thread_ended(weakref.ref(ended))
