@@ -3,8 +3,9 @@
 ``distlock.lock()`` and ``distlock.semaphore()`` take exactly what ``Lock`` and ``Semaphore``
 take. Their parameters are written once, in the class's ``__init__``, and are public API all
 the same: type checkers and IDEs read them from the decorator's types (a ParamSpec), help()
-and ``inspect.signature`` from ``__signature__`` (the class's, returning the class). The
-function keeps its own name and docstring.
+and ``inspect.signature`` from ``__signature__`` (the class's, returning the class), and
+``typing.get_type_hints`` (what runtime checkers read) from ``__annotations__``. The function
+keeps its own name and docstring.
 """
 
 from __future__ import annotations
@@ -28,7 +29,16 @@ def factory_of(cls: Callable[P, T]) -> Callable[[Callable[..., T]], Callable[P, 
 
         # As written with ``from __future__ import annotations``: the class's name, a string.
         returns = cast(type, cls).__name__
-        make.__signature__ = inspect.signature(cls).replace(return_annotation=returns)  # type: ignore[attr-defined]
+        signature = inspect.signature(cls).replace(return_annotation=returns)
+        make.__signature__ = signature  # type: ignore[attr-defined]
+        # functools.wraps copied the stand-in's (*args: Any, **kwargs: Any): the class's
+        # parameters instead, as strings, which get_type_hints resolves in the decorated
+        # function's module (its __wrapped__'s globals), as it did the spelled-out ones.
+        make.__annotations__ = {
+            name: param.annotation
+            for name, param in signature.parameters.items()
+            if param.annotation is not inspect.Parameter.empty
+        } | {"return": returns}
         return make
 
     return decorate

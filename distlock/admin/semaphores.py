@@ -1,5 +1,6 @@
 """Semaphores on the admin's "Held locks" page: one row per semaphore with its holders, each
-with a link to free that one permit (HeldLockAdmin.release_permit_view).
+with a link to free that one permit (its release page, ``release-permit/``:
+HeldLockAdmin.release_hold_view).
 
 A permit is named by alias, semaphore name and permit number (its ``fencing_token``); the
 holder's token never leaves the server.

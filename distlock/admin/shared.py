@@ -1,5 +1,6 @@
 """Shared locks on the admin's "Held locks" page: one row per lock held shared, with its
-holders, each with a link to release that one hold (HeldLockAdmin.release_shared_view).
+holders, each with a link to release that one hold (its release page, ``release-shared/``:
+HeldLockAdmin.release_hold_view).
 
 A shared hold is named by alias, lock name and fencing token (unique among the holders);
 the holder's token never leaves the server.

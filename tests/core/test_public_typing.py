@@ -5,6 +5,7 @@ each parameter and its return value, and the package ships ``py.typed``."""
 from __future__ import annotations
 
 import inspect
+import typing
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,14 @@ def test_py_typed_is_shipped() -> None:
     assert (package / "py.typed").exists()
     setup_cfg = (package.parent / "setup.cfg").read_text()
     assert "py.typed" in setup_cfg
+
+
+@pytest.mark.parametrize(
+    ("factory", "cls"), [(distlock.lock, distlock.Lock), (distlock.semaphore, distlock.Semaphore)]
+)
+def test_the_factories_resolve_their_class_parameters_at_run_time(factory, cls) -> None:
+    # What runtime type checkers read (typeguard, beartype, pydantic's validate_call): the
+    # class's parameters, as the spelled-out factories gave them, not the stand-in's
+    # (*args: Any, **kwargs: Any) that factory_of wraps.
+    hints = typing.get_type_hints(factory)
+    assert hints == {**typing.get_type_hints(cls.__init__), "return": cls}
