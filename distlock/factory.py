@@ -23,13 +23,25 @@ def factory_of(cls: Callable[P, T]) -> Callable[[Callable[..., T]], Callable[P, 
     """Return a decorator that gives the function it decorates the parameters of ``cls``."""
 
     def decorate(function: Callable[..., T]) -> Callable[P, T]:
-        @functools.wraps(function)
-        def make(*args: P.args, **kwargs: P.kwargs) -> T:
-            return function(*args, **kwargs)
-
         # As written with ``from __future__ import annotations``: the class's name, a string.
         returns = cast(type, cls).__name__
         signature = inspect.signature(cls).replace(return_annotation=returns)
+
+        @functools.wraps(function)
+        def make(*args: P.args, **kwargs: P.kwargs) -> T:
+            try:
+                return function(*args, **kwargs)
+            except TypeError:
+                # Arguments that do not fit are the caller's mistake: say so in the name
+                # they called (lock(), not Lock.__init__()). Any other TypeError (a value
+                # the class refuses) is raised as it was. Checked only on this path: free
+                # when the call succeeds.
+                try:
+                    signature.bind(*args, **kwargs)
+                except TypeError as wrong:
+                    raise TypeError(f"{function.__name__}() {wrong}") from None
+                raise
+
         make.__signature__ = signature  # type: ignore[attr-defined]
         # functools.wraps copied the stand-in's (*args: Any, **kwargs: Any): the class's
         # parameters instead, as strings, which get_type_hints resolves in the decorated

@@ -73,3 +73,27 @@ def test_the_factories_resolve_their_class_parameters_at_run_time(factory, cls) 
     # (*args: Any, **kwargs: Any) that factory_of wraps.
     hints = typing.get_type_hints(factory)
     assert hints == {**typing.get_type_hints(cls.__init__), "return": cls}
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: distlock.lock("a", wiat=5), "lock() got an unexpected keyword argument 'wiat'"),
+        (lambda: distlock.lock(), "lock() missing a required argument: 'name'"),
+        (lambda: distlock.semaphore("a"), "semaphore() missing a required argument: 'limit'"),
+        (
+            lambda: distlock.semaphore("a", 2, reentrant=True),
+            "semaphore() got an unexpected keyword argument 'reentrant'",
+        ),
+    ],
+)
+def test_arguments_that_do_not_fit_are_named_after_the_factory_called(call, message) -> None:
+    # The caller wrote lock(...), not Lock.__init__(...): the error names what they called.
+    with pytest.raises(TypeError) as raised:
+        call()
+    assert str(raised.value) == message
+
+
+def test_a_value_the_class_refuses_is_raised_as_the_class_raises_it() -> None:
+    with pytest.raises(TypeError, match=r"^limit must be a whole number of permits"):
+        distlock.semaphore("a", 2.5)
