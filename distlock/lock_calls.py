@@ -22,7 +22,7 @@ from .info import LockInfo
 from .lease import Lease
 from .signals import lock_released
 from .take_back import atake_back, take_back
-from .transactions import LockTies
+from .transactions import LockTies, anote_sync_thread, note_sync_thread
 from .validation import seconds
 
 _UNSET: Any = object()
@@ -80,6 +80,7 @@ class LockCalls(_Base):
     async def aacquire(self, wait: float | None = _UNSET) -> bool:
         """Acquire the lock, waiting up to ``wait`` seconds; return True if acquired."""
         began = metrics.now()
+        await anote_sync_thread()  # whether its ORM calls run in the transaction it names
         try:
             if shared.holds and not self.shared:  # a process holding no shared lock skips it
                 await shared.arefuse_upgrade(
@@ -108,6 +109,7 @@ class LockCalls(_Base):
     def acquire(self, wait: float | None = _UNSET) -> bool:
         """Acquire the lock, waiting up to ``wait`` seconds; return True if acquired."""
         began = metrics.now()
+        note_sync_thread()  # whether its ORM calls run in the transaction it names
         try:
             if shared.holds and not self.shared:  # a process holding no shared lock skips it
                 shared.refuse_upgrade(self.kind, self.using, self.name, shared.current_owner())
@@ -207,6 +209,7 @@ class LockCalls(_Base):
         Inside a database transaction (``hold_until_commit``), the lock stays held, its lease
         kept alive, until the transaction ends: see docs/transactions.md.
         """
+        await anote_sync_thread()
         if self._ties.wait(self, self._depth):
             return
         await self._arelease_now()
@@ -231,6 +234,7 @@ class LockCalls(_Base):
         Inside a database transaction (``hold_until_commit``), the lock stays held, its lease
         kept alive, until the transaction ends: see docs/transactions.md.
         """
+        note_sync_thread()
         if self._ties.wait(self, self._depth):
             return
         self._release_now()

@@ -160,18 +160,74 @@ def transactions_here() -> list[Place]:
 
 def _runs_in(conn: Any) -> bool:
     """Return True if the running code's queries run on ``conn``: it is ``conn``'s thread
-    (or ``conn`` is shared between threads), or a coroutine (async_to_sync runs it for
-    ``conn``'s thread, in a copy of that thread's context; its ORM calls go back there
-    through sync_to_async). Sync code in another thread with a copy of the context (a
-    ``sync_to_async(thread_sensitive=False)`` pool job, ``asyncio.to_thread``) queries a
-    connection of its own, Django's being per thread: it does not see the transaction's
-    uncommitted rows, so it is not in that transaction; taking its release back, it would
-    read them as they were before (double execution)."""
-    return (
-        conn._thread_ident == _get_ident()
-        or conn.allow_thread_sharing
-        or asyncio._get_running_loop() is not None
-    )
+    (or ``conn`` is shared between threads), or a coroutine whose ORM calls go back to that
+    thread (async_to_sync runs it for ``conn``'s thread, in a copy of that thread's context;
+    its sync_to_async calls run there). Sync code in another thread with a copy of the
+    context (a ``sync_to_async(thread_sensitive=False)`` pool job, ``asyncio.to_thread``)
+    queries a connection of its own, Django's being per thread: it does not see the
+    transaction's uncommitted rows, so it is not in that transaction; taking its release
+    back, it would read them as they were before (double execution). So is a coroutine
+    such a pool job starts with async_to_sync: its ORM calls go back to the pool thread
+    (note_sync_thread told which thread they go to)."""
+    if conn._thread_ident == _get_ident() or conn.allow_thread_sharing:
+        return True
+    if asyncio._get_running_loop() is None:
+        return False
+    sync_thread = _noted_sync_thread()
+    return sync_thread is None or sync_thread == conn._thread_ident
+
+
+# The thread a coroutine's ORM calls go back to (sync_to_async's, thread-sensitive), noted
+# by anote_sync_thread with the task it was noted for: asgiref copies a coroutine's context
+# variables back to its caller when it returns, so a value without its task would reach the
+# caller's next coroutines, whose thread may be another.
+_sync_thread: contextvars.ContextVar[tuple[weakref.ref[asyncio.Task[Any]], int] | None] = (
+    contextvars.ContextVar("distlock_sync_thread", default=None)
+)
+
+
+def _noted_sync_thread() -> int | None:
+    """Return the thread the running task's ORM calls go back to, None if not noted for it
+    (taken as the transaction's thread, as async_to_sync's coroutine's is)."""
+    noted = _sync_thread.get()
+    if noted is None or noted[0]() is not asyncio.current_task():
+        return None
+    return noted[1]
+
+
+async def anote_sync_thread() -> None:
+    """In a coroutine that runs in a copy of a context where a transaction is open, note
+    which thread its ORM calls go back to, asking asgiref the only public way: by making
+    such a call (one thread hop, once per task). async_to_sync's coroutine goes back to the
+    caller's thread, the transaction's; one that a ``sync_to_async(thread_sensitive=False)``
+    pool job starts goes back to the pool thread, whose connection is another. Anything
+    that goes wrong leaves it unnoted (the coroutine counts as the transaction's)."""
+    task = asyncio.current_task()
+    if task is None or _noted_sync_thread() is not None:
+        return
+    if not any(map(_open_elsewhere, _pairs(_entered.get()))):
+        return
+    try:
+        from asgiref.sync import sync_to_async
+
+        _sync_thread.set((weakref.ref(task), await sync_to_async(_get_ident)()))
+    except Exception:
+        _bookkeeping_failed("anote_sync_thread")
+
+
+def _open_elsewhere(entry: tuple[Any, int]) -> bool:
+    """Return True if ``entry`` (connection, number) of the context is a transaction still
+    open on another thread's connection: the one case where a coroutine's sync thread
+    matters."""
+    conn, number = entry
+    if getattr(conn, "distlock_transaction", None) != number or conn.allow_thread_sharing:
+        return False
+    return conn._thread_ident != _get_ident() and bool(own_depth(conn))
+
+
+def note_sync_thread() -> None:
+    """Sync code runs its queries on its own thread's connection: nothing to note (the sync
+    twin of anote_sync_thread)."""
 
 
 def snapshot_isolation_aliases() -> list[str]:

@@ -55,6 +55,7 @@ END = "# unasync: end"
 RENAMES = {
     # distlock.lock_calls.LockCalls (distlock.lock.Lock's calls) and distlock.lock.Lock
     "aacquire": "acquire",
+    "anote_sync_thread": "note_sync_thread",
     "_areenter": "_reenter",
     "arelease": "release",
     "_arelease_now": "_release_now",

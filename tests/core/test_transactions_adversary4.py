@@ -196,3 +196,62 @@ def test_the_dead_thread_check_answers_for_threads_threading_did_not_start() -> 
 
     ended = EndedDummyThread()
     assert transactions._thread_ended(weakref.ref(ended))
+
+
+def test_a_coroutine_a_pool_thread_starts_never_takes_back_the_requests_release() -> None:
+    """One level deeper than the pool thread above: the pool job (thread_sensitive=False)
+    runs a coroutine of its own through async_to_sync, which asks for the same lock.
+
+    Expected: it waits for the request's COMMIT (aacquire(wait=0) refused): its ORM calls
+    go back to the pool thread, whose connection is not the request's.
+    Observed (the fourth adversary's suspicion, reproduced): a coroutine counted as inside
+    every transaction its context names, so it took the release back at once while its
+    queries ran on the pool thread's connection, outside the request's transaction."""
+    name = "adv4:pool-coroutine"
+    got: list[tuple[bool, bool]] = []
+
+    async def inner() -> None:
+        lk = distlock.lock(name, ttl=5, wait=0)
+        granted = await lk.aacquire()
+        # Where this coroutine's ORM calls run: not the request's connection.
+        same = await sync_to_async(lambda: connections["default"].connection is request_conn)()
+        got.append((granted, same))
+        if granted:
+            await lk.arelease()
+
+    def job() -> None:
+        async_to_sync(inner)()
+
+    async def service() -> None:
+        await sync_to_async(job, thread_sensitive=False)()
+
+    with transaction.atomic():  # the request's transaction
+        request_conn = connections["default"].connection
+        with distlock.lock(name, ttl=5):
+            pass  # the request's charge; the release waits for the COMMIT
+        async_to_sync(service)()
+        assert is_held(name)
+    assert got == [(False, False)], "a pool job's coroutine took back the request's release"
+    assert free_within(name)
+
+
+def test_the_requests_own_coroutine_still_takes_its_release_back() -> None:
+    """The control: a coroutine that async_to_sync runs for the request's own thread is in
+    its transaction (its ORM calls go back to that thread): it takes the release back at
+    once instead of waiting for its own COMMIT."""
+    name = "adv4:own-coroutine"
+    got: list[bool] = []
+
+    async def service() -> None:
+        lk = distlock.lock(name, ttl=5, wait=0)
+        got.append(await lk.aacquire())
+        if got[-1]:
+            await lk.arelease()
+
+    with transaction.atomic():
+        with distlock.lock(name, ttl=5):
+            pass
+        async_to_sync(service)()
+        assert is_held(name)
+    assert got == [True]
+    assert free_within(name)

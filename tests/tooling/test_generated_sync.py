@@ -61,6 +61,9 @@ HAND_WRITTEN_MODULES = {
     "distlock/offload.py": "in_thread, the thread-offload helper: the async side only",
     "distlock/contrib/tasks.py": "the task wrapper takes the colour of the task function, in one"
     " method",
+    "distlock/transactions.py": "anote_sync_thread asks asgiref which thread a coroutine's ORM"
+    " calls go back to (a sync_to_async call); sync code has no such question: its twin,"
+    " note_sync_thread, does nothing",
     "distlock/views/decorators.py": "an async view reads the user with request.auser() and has no"
     " ATOMIC_REQUESTS transaction to run in: the async path differs from the sync one",
     "distlock/views/request_values.py": "auser_value awaits request.auser(); the sync one reads"
