@@ -130,7 +130,10 @@ class TcpProxy:
             link = _Link(self, client, server)
             with self._guard:
                 self._links.append(link)
-            link.start()
+            try:
+                link.start()
+            except RuntimeError:  # no thread to be had: refuse this connection, keep serving
+                link.abort()
 
 
 class _Link:
@@ -211,8 +214,10 @@ class _Link:
         _abort(self.server)
         # A reader blocked in recv() holds the socket open: the RST leaves only once it has
         # returned. Wait for that, so the client can be reset before reset() returns.
-        for thread in self._threads:
-            if thread.name.startswith("proxy-read") and thread is not threading.current_thread():
+        readers = [thread for thread in self._threads if thread.name.startswith("proxy-read")]
+        for thread in readers:
+            # A start that failed left some unstarted: nothing to wait for there.
+            if thread.ident is not None and thread is not threading.current_thread():
                 thread.join(timeout=2)
 
 
