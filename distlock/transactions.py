@@ -202,10 +202,13 @@ async def anote_sync_thread() -> None:
     caller's thread, the transaction's; one that a ``sync_to_async(thread_sensitive=False)``
     pool job starts goes back to the pool thread, whose connection is another. Anything
     that goes wrong leaves it unnoted (the coroutine counts as the transaction's)."""
+    entered = _entered.get()
+    if not entered:  # no transaction ever noted in this context: every async view's lock
+        return
     task = asyncio.current_task()
     if task is None or _noted_sync_thread() is not None:
         return
-    if not any(map(_open_elsewhere, _pairs(_entered.get()))):
+    if not any(map(_open_elsewhere, _pairs(entered))):
         return
     try:
         from asgiref.sync import sync_to_async
