@@ -60,8 +60,9 @@ def skip_job(self: LockedTask, key: str, seconds: float = 1.0) -> str:
     return _work("skip", key, seconds)
 
 
-# The tasks' declarations stay alike in shape (duplicates pairs retry_job with outage_job):
-# each is one LockedTask configuration the tests run a real worker on, its options the point.
+# The tasks' declarations stay alike in shape (duplicates pairs skip_job's and retry_job's with
+# late_job's and outage_job's): each is one LockedTask configuration the tests run a real worker
+# on, its options the point.
 @app.task(
     bind=True,
     base=LockedTask,
