@@ -1,8 +1,26 @@
-"""One acquire call after its checks (``Attempts``, made by ``Lock.acquire`` in lock_calls.py):
-its loop of tries and waits for a turn, the token and requests it sends, how long each wait
-blocks, and what becomes of a grant that came too late or of a call cut short (given back, so
-that nothing is held that the caller does not know of). Written once async, the sync twins
-generated (scripts/unasync.py).
+"""The acquire path, from the public call's checks to the grant: ``Lock.acquire`` and
+``Lock.aacquire`` (lock_calls.py) are one call to :func:`acquire` / :func:`aacquire` here.
+
+- The checks before the first attempt: an upgrade refused, a release of the same transaction
+  taken back, an ended lease forgotten, reentry, "already held", a snapshot warning.
+- Taking back a lock whose release waits for a transaction the running code is in (the same
+  transaction asks again): the waiting release is cancelled and the lease renewed, or the
+  loss reported. Code of the same transaction that asks for the lock again (an order met
+  twice, another task of it under ``asyncio.gather``) holds it again at once, as the
+  database's own locks stack within a session, instead of waiting for its own COMMIT
+  (docs/transactions.md). Which release waits, and for which transactions: the Lock's ties
+  (transactions.LockTies).
+- ``Attempts``, the call after its checks: its loop of tries and waits for a turn, the token
+  and requests it sends, how long each wait blocks, and what becomes of a grant that came
+  too late or of a call cut short (given back, so that nothing is held that the caller does
+  not know of). ``Lock._take`` (lock.py) records the grant.
+
+The path is written once, async; its sync twin, after each "Generated from the async source
+above" line, is scripts/unasync.py's output (``make generate``), never edited by hand. So
+the sync and async halves of this module are one source, not two copies: the duplicates
+tool pairs them, and that pair stays. ``lock`` is the Lock (or Semaphore) that asks, and
+``held`` a Lock whose release waits (often the same object): neither is imported here,
+since lock.py imports this module.
 """
 
 from __future__ import annotations
@@ -13,20 +31,230 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-from . import metrics, shared
+from . import claims, metrics, shared
 from .backends.base import DRIFT_FACTOR, HANDOFF_GRACE_MS, Attempt, BaseLockBackend, lease_end
 from .backends.operations import Operations, Request
 from .exceptions import LockError
 from .info import holder_metadata
 from .signals import lock_contended
-from .take_back import atake_back_from_queue, take_back_from_queue
 from .tokens import NON_FAIR_MARK, SHARED_MARK, new_token
-from .transactions import held_in_transactions_here, waiting_release
+from .transactions import (
+    anote_sync_thread,
+    held_in_transactions_here,
+    note_sync_thread,
+    waiting_release,
+)
+from .validation import seconds
 
+# acquire()'s ``wait`` when the caller passes none: the Lock's own (``Lock.wait``).
+UNSET: Any = object()
 # A waiter stays registered this much longer than it blocks, so a release never misses it.
 PATIENCE_MARGIN = 1.0
 
 
+# --- the call: its checks before the first attempt ----------------------------------------
+# Each async function and method of this module is the source of the sync twin generated
+# after it (make generate): the acquire path is written once, so the pair duplicates finds
+# in this module (async ~ sync) stays.
+# unasync: the async source of the sync code after it
+async def aacquire(lock: Any, wait: float | None) -> bool:
+    """Acquire ``lock``, waiting up to ``wait`` seconds (UNSET: its own ``wait``); return
+    True if acquired. The whole of the Lock's acquire call (lock_calls.py)."""
+    began = metrics.now()
+    await anote_sync_thread()  # whether its ORM calls run in the transaction it names
+    try:
+        if shared.holds and not lock.shared:  # a process holding no shared lock skips it
+            await shared.arefuse_upgrade(lock.kind, lock.using, lock.name, shared.current_owner())
+        held = lock._ties.waiting_release(lock)
+        if held is not None and await atake_back(lock, held):
+            return True
+        _forget_an_ended_lease(lock)
+        if lock.token is not None:
+            if lock.reentrant and await _areenter(lock, _check_reentry(lock)):
+                return True
+            if not lock.reentrant and lock._is_mine(
+                await lock.operations.aholder(lock.name, lock.token)
+            ):
+                raise _already_held_error(lock)
+            lock._forget()  # its hold ended on the server (force release, lease): anew
+        lock._ties.warn_if_snapshot_predates(lock)
+    except LockError:  # before the first attempt: a wait that ended in an error
+        _record_error(lock, began)
+        raise
+    attempts = Attempts(lock, lock.operations, _wait_argument(lock, wait), began)
+    return await attempts.aacquire()
+
+
+async def _areenter(lock: Any, backend: Operations) -> bool:
+    """Enter once more; return False if the hold has ended on the server."""
+    started = time.monotonic()
+    extended = await backend.aextend(lock.name, lock.token or "", lock._lease.ttl_ms, reenter=True)
+    if extended:
+        lock._after_extend(extended, started, reentered=True)
+    return extended
+
+
+# Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
+def acquire(lock: Any, wait: float | None) -> bool:
+    """Acquire ``lock``, waiting up to ``wait`` seconds (UNSET: its own ``wait``); return
+    True if acquired. The whole of the Lock's acquire call (lock_calls.py)."""
+    began = metrics.now()
+    note_sync_thread()  # whether its ORM calls run in the transaction it names
+    try:
+        if shared.holds and not lock.shared:  # a process holding no shared lock skips it
+            shared.refuse_upgrade(lock.kind, lock.using, lock.name, shared.current_owner())
+        held = lock._ties.waiting_release(lock)
+        if held is not None and take_back(lock, held):
+            return True
+        _forget_an_ended_lease(lock)
+        if lock.token is not None:
+            if lock.reentrant and _reenter(lock, _check_reentry(lock)):
+                return True
+            if not lock.reentrant and lock._is_mine(lock.operations.holder(lock.name, lock.token)):
+                raise _already_held_error(lock)
+            lock._forget()  # its hold ended on the server (force release, lease): anew
+        lock._ties.warn_if_snapshot_predates(lock)
+    except LockError:  # before the first attempt: a wait that ended in an error
+        _record_error(lock, began)
+        raise
+    attempts = Attempts(lock, lock.operations, _wait_argument(lock, wait), began)
+    return attempts.acquire()
+
+
+def _reenter(lock: Any, backend: Operations) -> bool:
+    """Enter once more; return False if the hold has ended on the server."""
+    started = time.monotonic()
+    extended = backend.extend(lock.name, lock.token or "", lock._lease.ttl_ms, reenter=True)
+    if extended:
+        lock._after_extend(extended, started, reentered=True)
+    return extended
+
+
+# unasync: end
+
+
+def _record_error(lock: Any, began: float) -> None:
+    """Record a LockError raised before or during the attempts (an upgrade refused, the
+    server unreachable) as a wait that ended in an error."""
+    if metrics.ENABLED:
+        metrics.wait_ended(lock, began, "error")
+
+
+def _wait_argument(lock: Any, wait: Any) -> float | None:
+    if wait is UNSET:
+        return lock.wait
+    return seconds("wait", wait, allow_none=True, allow_zero=True)
+
+
+def _forget_an_ended_lease(lock: Any) -> None:
+    """Drop a non-reentrant hold whose lease has ended (run out, or lost): the Lock then
+    competes for the lock like any other contender instead of "already holding" it. Its
+    lease is known to have ended: the local deadline is measured from before the acquire was
+    sent, so it passes no later than the server's. A fence kept after the lease was found
+    gone ends here: the holder starts anew."""
+    if lock.token is None:
+        if lock.fence:
+            claims.forget_fenced(lock)
+        return
+    if lock.reentrant:
+        return
+    if lock._lease.lost or time.monotonic() >= lock._lease.deadline:
+        lock._forget()
+
+
+def _already_held_error(lock: Any) -> LockError:
+    return LockError(lock._already_held.format(name=lock.name), name=lock.name)
+
+
+def _check_reentry(lock: Any) -> Operations:
+    if lock._owner != shared.current_owner():
+        raise LockError(
+            f"{lock.name!r} is held through this Lock object by another thread or task; "
+            "each thread or task that competes for a lock needs its own Lock object.",
+            name=lock.name,
+        )
+    if lock._lease.lost:
+        raise lock._lease.lost_error(lock)
+    assert lock._operations is not None
+    return lock._operations
+
+
+# --- taking back a release that waits for this transaction ---------------------------------
+# unasync: the async source of the sync code after it
+async def atake_back(lock: Any, held: Any) -> bool:
+    """Hold again, at once, the lock whose release waits for this thread's transaction
+    (an order met twice in one transaction), as the database's own locks stack within a
+    session. Return False if that hold has ended meanwhile."""
+    ttl_ms = _stop_waiting(lock, held)
+    if ttl_ms is None:
+        return False
+    started = time.monotonic()
+    try:
+        extended = await held.operations.aextend(lock.name, held.token or "", ttl_ms)
+    except BaseException:
+        held._forget()
+        raise
+    return _adopt(lock, held, extended, started, ttl_ms)
+
+
+async def atake_back_from_queue(lock: Any, operations: Operations, token: str, held: Any) -> bool:
+    """Leave the server's queue of waiters (as ``token``), then take ``held``'s waiting
+    release back."""
+    with contextlib.suppress(LockError):  # the registration expires on its own
+        await operations.aleave(lock.name, token)
+    return await atake_back(lock, held)
+
+
+# Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
+def take_back(lock: Any, held: Any) -> bool:
+    """Hold again, at once, the lock whose release waits for this thread's transaction
+    (an order met twice in one transaction), as the database's own locks stack within a
+    session. Return False if that hold has ended meanwhile."""
+    ttl_ms = _stop_waiting(lock, held)
+    if ttl_ms is None:
+        return False
+    started = time.monotonic()
+    try:
+        extended = held.operations.extend(lock.name, held.token or "", ttl_ms)
+    except BaseException:
+        held._forget()
+        raise
+    return _adopt(lock, held, extended, started, ttl_ms)
+
+
+def take_back_from_queue(lock: Any, operations: Operations, token: str, held: Any) -> bool:
+    """Leave the server's queue of waiters (as ``token``), then take ``held``'s waiting
+    release back."""
+    with contextlib.suppress(LockError):  # the registration expires on its own
+        operations.leave(lock.name, token)
+    return take_back(lock, held)
+
+
+# unasync: end
+
+
+def _stop_waiting(lock: Any, held: Any) -> int | None:
+    """Cancel ``held``'s waiting release; return ``lock``'s lease (ms), or None when the
+    release has begun already."""
+    if not held._ties.resume():
+        return None
+    operations = held.operations
+    return operations.lease_ms(lock.ttl if lock.ttl is not None else operations.default_timeout)
+
+
+def _adopt(lock: Any, held: Any, extended: bool, started: float, ttl_ms: int) -> bool:
+    """``lock`` holds ``held``'s hold again, its lease renewed to ``ttl_ms`` from ``started``;
+    or, when the renewal found it gone, nobody does (return False)."""
+    if not extended:  # its lease ended while its release waited for the transaction
+        if held._lease.lost_while_waiting(held):  # the renewer's look had not found it
+            held._report_lost()
+        held._forget()
+        return False
+    lock._hold_again(held, ttl_ms, lease_end(started, ttl_ms))
+    return True
+
+
+# --- the attempts ----------------------------------------------------------------------------
 def _new_token(lock: Any, operations: Operations) -> str:
     """Return a new token for one acquire of ``lock``, marked for the scripts when the hold is
     shared or non-fair (distlock.tokens)."""
@@ -59,11 +287,9 @@ def waiting_in_this_transaction(lock: Any) -> str:
 
 
 class Attempts:
-    """One acquire() call after its checks: its state, and its loop of tries and waits.
-
-    ``lock`` is the Lock (or Semaphore) that asks: its settings are read (``name``,
-    ``shared``, ``ttl``, ...); it is not imported here, since lock.py imports this module.
-    """
+    """One acquire() call after its checks (made by :func:`aacquire`): its state, and its
+    loop of tries and waits. ``lock``'s settings are read (``name``, ``shared``, ``ttl``,
+    ...)."""
 
     def __init__(self, lock: Any, operations: Operations, wait: float | None, began: float) -> None:
         self.lock = lock
@@ -159,10 +385,7 @@ class Attempts:
         True for a lease that ends as it returns."""
         return time.monotonic() >= lease_end(self.lease_started(attempt), self.ttl_ms)
 
-    def errored(self) -> None:
-        if metrics.ENABLED:
-            metrics.wait_ended(self.lock, self.began, "error")
-
+    # Written once: the sync loop after it is generated (see the module's docstring).
     # unasync: the async source of the sync code after it
     async def aacquire(self) -> bool:
         """Try, then wait for turns, until the lock is granted (the lock records the grant:
@@ -227,7 +450,7 @@ class Attempts:
             attempt = await call(*args)
         except BaseException:
             await self._aabandon()
-            self.errored()
+            _record_error(self.lock, self.began)
             raise
         if attempt.acquired and (self._outlived(attempt) or self._late()):
             await self._aforget_maybe_granted()
@@ -319,7 +542,7 @@ class Attempts:
             attempt = call(*args)
         except BaseException:
             self._abandon()
-            self.errored()
+            _record_error(self.lock, self.began)
             raise
         if attempt.acquired and (self._outlived(attempt) or self._late()):
             self._forget_maybe_granted()

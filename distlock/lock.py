@@ -3,7 +3,7 @@
 ``Lock`` is the hold and its bookkeeping: the grant the server made (token, fencing token,
 owner), its lease (lease.py), its ties to database transactions (transactions.py), the
 signals it sends. Its calls to the lock server are its base class's (lock_calls.py), each
-written once async with its generated sync twin; an acquire's attempts are attempts.py's.
+written once async with its generated sync twin; an acquire's path is attempts.py's.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ class Lock(LockCalls):
         return "shared" if self.shared else self.kind, self.using, self.name
 
     def _hold_again(self, held: Lock, ttl_ms: int, deadline: float) -> None:
-        """Hold ``held``'s hold, whose waiting release was taken back (take_back.py): this
+        """Hold ``held``'s hold, whose waiting release was taken back (attempts.py): this
         object's own, or another's of the same transaction, whose grant becomes this one's.
         Its lease was renewed to ``ttl_ms``, until ``deadline``."""
         if held is not self:

@@ -1,5 +1,6 @@
 """The Lock's calls to the lock server: acquire, release, extend and the reads (``locked``,
-``owned``, ``holder``), and what each changes of the hold around its call.
+``owned``, ``holder``), and what each changes of the hold around its call. An acquire is
+one call to attempts.py, the module of the acquire path from its checks to the grant.
 
 ``LockCalls`` is a base class of :class:`distlock.Lock`: each method is written once, async,
 and its sync twin generated after it by scripts/unasync.py (``make generate``). The hold's
@@ -11,41 +12,31 @@ lock.py imports this module.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from . import claims, metrics, shared
-from .attempts import Attempts
+from . import attempts, claims
+from .attempts import UNSET
 from .backends.base import lease_end
 from .backends.operations import Operations
 from .exceptions import LockError
 from .info import LockInfo
 from .lease import Lease
 from .signals import lock_released
-from .take_back import atake_back, take_back
 from .transactions import LockTies, anote_sync_thread, note_sync_thread
 from .validation import seconds
-
-_UNSET: Any = object()
 
 
 class LockState(Protocol):
     """What the calls read and change of the Lock they are methods of (lock.py)."""
 
     name: str
-    kind: str
     using: str
-    wait: float | None
-    shared: bool
-    reentrant: bool
     fence: bool
     hold_until_commit: bool
     metric_name: str | None
     token: str | None
     fencing_token: int | None
-    _already_held: str
     _depth: int
-    _owner: tuple[int, int | None] | None
-    _operations: Operations | None
     _lease: Lease
     _ties: LockTies
 
@@ -76,124 +67,16 @@ class LockCalls(_Base):
     """The methods of a Lock that call the lock server, async and (generated) sync."""
 
     # --- acquire ------------------------------------------------------------------------
+    # The acquire path, from these checks to the grant, is attempts.py's: one call, no more.
     # unasync: the async source of the sync code after it
-    async def aacquire(self, wait: float | None = _UNSET) -> bool:
+    async def aacquire(self, wait: float | None = UNSET) -> bool:
         """Acquire the lock, waiting up to ``wait`` seconds; return True if acquired."""
-        began = metrics.now()
-        await anote_sync_thread()  # whether its ORM calls run in the transaction it names
-        try:
-            if shared.holds and not self.shared:  # a process holding no shared lock skips it
-                await shared.arefuse_upgrade(
-                    self.kind, self.using, self.name, shared.current_owner()
-                )
-            held = self._ties.waiting_release(self)
-            if held is not None and await atake_back(self, held):
-                return True
-            self._forget_an_ended_lease()
-            if self.token is not None:
-                if self.reentrant and await self._areenter(self._check_reentry()):
-                    return True
-                if not self.reentrant and self._is_mine(
-                    await self.operations.aholder(self.name, self.token)
-                ):
-                    raise self._already_held_error()
-                self._forget()  # its hold ended on the server (force release, lease): anew
-            self._ties.warn_if_snapshot_predates(self)
-        except LockError:  # before the first attempt: a wait that ended in an error
-            self._record_error(began)
-            raise
-        attempts = Attempts(self, self.operations, self._wait_argument(wait), began)
-        return await attempts.aacquire()
+        return await attempts.aacquire(self, wait)
 
     # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
-    def acquire(self, wait: float | None = _UNSET) -> bool:
+    def acquire(self, wait: float | None = UNSET) -> bool:
         """Acquire the lock, waiting up to ``wait`` seconds; return True if acquired."""
-        began = metrics.now()
-        note_sync_thread()  # whether its ORM calls run in the transaction it names
-        try:
-            if shared.holds and not self.shared:  # a process holding no shared lock skips it
-                shared.refuse_upgrade(self.kind, self.using, self.name, shared.current_owner())
-            held = self._ties.waiting_release(self)
-            if held is not None and take_back(self, held):
-                return True
-            self._forget_an_ended_lease()
-            if self.token is not None:
-                if self.reentrant and self._reenter(self._check_reentry()):
-                    return True
-                if not self.reentrant and self._is_mine(
-                    self.operations.holder(self.name, self.token)
-                ):
-                    raise self._already_held_error()
-                self._forget()  # its hold ended on the server (force release, lease): anew
-            self._ties.warn_if_snapshot_predates(self)
-        except LockError:  # before the first attempt: a wait that ended in an error
-            self._record_error(began)
-            raise
-        attempts = Attempts(self, self.operations, self._wait_argument(wait), began)
-        return attempts.acquire()
-
-    # unasync: end
-
-    def _record_error(self, began: float) -> None:
-        """Record a LockError raised before the first attempt (an upgrade refused, the
-        server unreachable) as a wait that ended in an error, as the attempts' own are."""
-        if metrics.ENABLED:
-            metrics.wait_ended(self, began, "error")
-
-    def _wait_argument(self, wait: Any) -> float | None:
-        if wait is _UNSET:
-            return self.wait
-        return seconds("wait", wait, allow_none=True, allow_zero=True)
-
-    def _forget_an_ended_lease(self) -> None:
-        """Drop a non-reentrant hold whose lease has ended (run out, or lost): this object
-        then competes for the lock like any other contender instead of "already holding" it.
-        Its lease is known to have ended: the local deadline is measured from before the
-        acquire was sent, so it passes no later than the server's. A fence kept after the
-        lease was found gone ends here: the holder starts anew."""
-        if self.token is None:
-            if self.fence:
-                claims.forget_fenced(self)
-            return
-        if self.reentrant:
-            return
-        if self._lease.lost or time.monotonic() >= self._lease.deadline:
-            self._forget()
-
-    def _already_held_error(self) -> LockError:
-        return LockError(self._already_held.format(name=self.name), name=self.name)
-
-    def _check_reentry(self) -> Operations:
-        if self._owner != shared.current_owner():
-            raise LockError(
-                f"{self.name!r} is held through this Lock object by another thread or task; "
-                "each thread or task that competes for a lock needs its own Lock object.",
-                name=self.name,
-            )
-        if self._lease.lost:
-            raise self._lease.lost_error(self)
-        assert self._operations is not None
-        return self._operations
-
-    # unasync: the async source of the sync code after it
-    async def _areenter(self, backend: Operations) -> bool:
-        """Enter once more; return False if the hold has ended on the server."""
-        started = time.monotonic()
-        extended = await backend.aextend(
-            self.name, self.token or "", self._lease.ttl_ms, reenter=True
-        )
-        if extended:
-            self._after_extend(extended, started, reentered=True)
-        return extended
-
-    # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
-    def _reenter(self, backend: Operations) -> bool:
-        """Enter once more; return False if the hold has ended on the server."""
-        started = time.monotonic()
-        extended = backend.extend(self.name, self.token or "", self._lease.ttl_ms, reenter=True)
-        if extended:
-            self._after_extend(extended, started, reentered=True)
-        return extended
+        return attempts.acquire(self, wait)
 
     # unasync: end
 

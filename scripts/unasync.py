@@ -53,7 +53,8 @@ HEADER = (
 END = "# unasync: end"
 # Each async name and its sync twin. A name not listed stays as it is.
 RENAMES = {
-    # distlock.lock_calls.LockCalls (distlock.lock.Lock's calls) and distlock.lock.Lock
+    # distlock.lock_calls.LockCalls (distlock.lock.Lock's calls) and distlock.lock.Lock;
+    # distlock.attempts, the acquire path (its aacquire and _areenter, Attempts.aacquire)
     "aacquire": "acquire",
     "anote_sync_thread": "note_sync_thread",
     "_areenter": "_reenter",
@@ -65,10 +66,9 @@ RENAMES = {
     "aholder": "holder",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
-    # distlock.take_back
+    # distlock.attempts: taking back a waiting release, and Attempts
     "atake_back": "take_back",
     "atake_back_from_queue": "take_back_from_queue",
-    # distlock.attempts.Attempts
     "aguarded": "guarded",
     "_aabandon": "_abandon",
     "_aforget_maybe_granted": "_forget_maybe_granted",

@@ -365,7 +365,7 @@ def test_a_release_whose_lease_ended_while_it_waited_is_reported_lost_when_asked
     holder's writes".
 
     Observed: the take-back finds the hold gone and drops it silently (then Lock._adopt,
-    now take_back._adopt: "reported if renewed"), then acquires anew: no on_lost, no
+    now attempts._adopt: "reported if renewed"), then acquires anew: no on_lost, no
     lock_lost, no log record, so the holder never learns that another holder may have
     written in between."""
     name = "adv3:lost-while-waiting"

@@ -22,7 +22,6 @@ from devkit.paths import ROOT
 lock = importlib.import_module("distlock.lock")
 lock_calls = importlib.import_module("distlock.lock_calls")
 attempts = importlib.import_module("distlock.attempts")
-take_back = importlib.import_module("distlock.take_back")
 semaphore = importlib.import_module("distlock.semaphore")
 shared = importlib.import_module("distlock.shared")
 
@@ -116,7 +115,6 @@ def test_the_modules_with_generated_code() -> None:
         "distlock/lock.py",
         "distlock/lock_calls.py",
         "distlock/attempts.py",
-        "distlock/take_back.py",
         "distlock/semaphore.py",
         "distlock/shared.py",
         "distlock/cache.py",
@@ -216,7 +214,7 @@ def test_every_hand_written_reason_names_async_code() -> None:
         lock.Lock,
         lock_calls.LockCalls,
         attempts.Attempts,
-        take_back,
+        attempts,
         semaphore.Semaphore,
         shared,
     ],
@@ -228,7 +226,6 @@ def test_every_async_method_has_its_sync_twin(owner: object) -> None:
             "distlock.lock",
             "distlock.lock_calls",
             "distlock.attempts",
-            "distlock.take_back",
             "distlock.semaphore",
             "distlock.shared",
         ):

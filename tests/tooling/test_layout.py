@@ -22,7 +22,6 @@ CORE = [
     "lock",
     "lock_calls",
     "attempts",
-    "take_back",
     "factory",
     "handler",
     "backends",
