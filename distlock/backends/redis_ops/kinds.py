@@ -23,33 +23,33 @@ from .steps import Steps
 
 
 class LockHolds(Scripted):
-    """A lock's holds of one kind (``hold``: holds.EXCLUSIVE or shared.SHARED): both wait in
-    the lock's one queue, so the generators of .holds serve both."""
+    """A kind held on the lock itself, run by the generators of .holds with the kind's calls
+    (``calls``: holds.EXCLUSIVE or shared.SHARED): both kinds wait in the lock's one queue."""
 
-    hold: ClassVar[holds.Hold]
+    calls: ClassVar[holds.KindCalls]
 
     def acquiring(self, request: Request) -> Steps[Attempt]:
-        return holds.try_acquire(self.backend, self.hold, request)
+        return holds.try_acquire(self.backend, self.calls, request)
 
     def acquiring_when_free(self, request: Request, timeout: float) -> Steps[Attempt]:
-        return holds.wait_and_acquire(self.backend, self.hold, request, timeout)
+        return holds.wait_and_acquire(self.backend, self.calls, request, timeout)
 
     def leaving(self, name: str, token: str) -> Steps[None]:
-        return holds.leave(self.backend, self.hold, name, token)
+        return holds.leave(self.backend, self.calls, name, token)
 
     def releasing(self, name: str, token: str, every_level: bool) -> Steps[int]:
-        return holds.release(self.backend, self.hold, name, token, every_level)
+        return holds.release(self.backend, self.calls, name, token, every_level)
 
     def extending(
         self, name: str, token: str, ttl_ms: int, renewal: bool, reenter: bool
     ) -> Steps[bool]:
-        return holds.extend(self.backend, self.hold, name, token, ttl_ms, renewal, reenter)
+        return holds.extend(self.backend, self.calls, name, token, ttl_ms, renewal, reenter)
 
 
 class LockOperations(LockHolds, ExclusiveKind):
     """The exclusive lock (.holds)."""
 
-    hold = holds.EXCLUSIVE
+    calls = holds.EXCLUSIVE
 
     def inspecting(self, name: str) -> Steps[tuple[LockInfo, ...]]:
         validate_name(name)
@@ -64,7 +64,7 @@ class LockOperations(LockHolds, ExclusiveKind):
 class SharedOperations(LockHolds, SharedKind):
     """Shared holds of a lock (.shared)."""
 
-    hold = shared.SHARED
+    calls = shared.SHARED
 
     def inspecting(self, name: str) -> Steps[tuple[LockInfo, ...]]:
         return shared.holders(self.backend, name)

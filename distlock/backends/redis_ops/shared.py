@@ -78,8 +78,9 @@ def wake(layout: KeyLayout, name: str, token: str) -> str:
     return f"{layout.shared_keys_for(name).queue}:{token}"  # what hand_to_readers.lua pushes to
 
 
-# Acquired, waited for, left, released and extended by the generators of .holds.
-SHARED = holds.Hold(acquire_call, release_call, leave_call, wake, EXTEND, extend_keys)
+# The shared kind's calls: acquired, waited for, left, released and extended by the
+# generators of .holds.
+SHARED = holds.KindCalls(acquire_call, release_call, leave_call, wake, EXTEND, extend_keys)
 
 
 def info(scope: Scope, name: str) -> Steps[LockInfo | None]:
