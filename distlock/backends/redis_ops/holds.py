@@ -2,8 +2,12 @@
 bottom: the keys and arguments of its script, the steps, and what the reply means.
 
 Each operation is a generator of steps (see .steps), run by the backend on its sync client
-(``run``) or its async one (``arun``). The calls and replies that Redlock's nodes share with
-one server (extend, inspect) are here too; Redlock's own scripts are in .grants.
+(``run``) or its async one (``arun``); it takes the Scope. A ``..._call`` builds one script's
+call (an Eval) from the alias's KeyLayout, in every module of redis_ops: ``acquire_call(layout,
+request, ...)`` here, in .shared, .semaphores and .grants, followed by what the script needs
+beyond the Request (``waited`` in the lock's queue, Redlock's ``grant``; a semaphore nothing).
+The calls and replies that Redlock's nodes share with one server (extend, inspect) are here
+too; Redlock's own scripts are in .grants.
 """
 
 from __future__ import annotations
