@@ -22,7 +22,7 @@ from .scripted import Scripted
 from .steps import Steps
 
 
-class LockHolds(Scripted):
+class ScriptedOnLock(Scripted):
     """A kind held on the lock itself, run by the generators of .holds with the kind's calls
     (``calls``: holds.EXCLUSIVE or shared.SHARED): both kinds wait in the lock's one queue."""
 
@@ -46,7 +46,7 @@ class LockHolds(Scripted):
         return holds.extend(self.backend, self.calls, name, token, ttl_ms, renewal, reenter)
 
 
-class LockOperations(LockHolds, ExclusiveKind):
+class ScriptedExclusive(ScriptedOnLock, ExclusiveKind):
     """The exclusive lock (.holds)."""
 
     calls = holds.EXCLUSIVE
@@ -61,7 +61,7 @@ class LockOperations(LockHolds, ExclusiveKind):
         return listing.held_names(self.backend, prefix)
 
 
-class SharedOperations(LockHolds, SharedKind):
+class ScriptedShared(ScriptedOnLock, SharedKind):
     """Shared holds of a lock (.shared)."""
 
     calls = shared.SHARED
@@ -75,7 +75,7 @@ class SharedOperations(LockHolds, SharedKind):
         return [entry_of(name, holders, holders[0].waiters or 0) for name, holders in held.items()]
 
 
-class SemaphoreOperations(Scripted, SemaphoreKind):
+class ScriptedSemaphore(Scripted, SemaphoreKind):
     """A semaphore's permits (.semaphores)."""
 
     def acquiring(self, request: Request) -> Steps[Attempt]:
