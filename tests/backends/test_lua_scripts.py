@@ -98,7 +98,7 @@ def every_call() -> list[Eval]:
         shared.inspect_call(layout, "n"),
     ]
     waited = first_step(
-        holds.wait_and_acquire(scope, holds.EXCLUSIVE, Request("n", "t", 1000, "{}", 0), 1.0)
+        holds.acquire_when_free(scope, holds.EXCLUSIVE, Request("n", "t", 1000, "{}", 0), 1.0)
     )
     assert isinstance(waited, PopThenEval)
     found.append(waited.call)

@@ -85,7 +85,7 @@ def acquire_call(layout: KeyLayout, request: Request, waited: bool = False) -> E
     )
 
 
-def wait_and_acquire(
+def acquire_when_free(
     scope: Scope, calls: KindCalls, request: Request, timeout: float
 ) -> Steps[Attempt]:
     """Block on this waiter's own list until a release hands it the lock (or ``timeout``

@@ -32,7 +32,7 @@ class ScriptedOnLock(Scripted):
         return holds.try_acquire(self.backend, self.calls, request)
 
     def acquiring_when_free(self, request: Request, timeout: float) -> Steps[Attempt]:
-        return holds.wait_and_acquire(self.backend, self.calls, request, timeout)
+        return holds.acquire_when_free(self.backend, self.calls, request, timeout)
 
     def leaving(self, name: str, token: str) -> Steps[None]:
         return holds.leave(self.backend, self.calls, name, token)
@@ -79,10 +79,10 @@ class ScriptedSemaphore(Scripted, SemaphoreKind):
     """A semaphore's permits (.semaphores)."""
 
     def acquiring(self, request: Request) -> Steps[Attempt]:
-        return semaphores.acquire(self.backend, request)
+        return semaphores.try_acquire(self.backend, request)
 
     def acquiring_when_free(self, request: Request, timeout: float) -> Steps[Attempt]:
-        return semaphores.wait_and_acquire(self.backend, request, timeout)
+        return semaphores.acquire_when_free(self.backend, request, timeout)
 
     def leaving(self, name: str, token: str) -> Steps[None]:
         return semaphores.leave(self.backend, name, token)

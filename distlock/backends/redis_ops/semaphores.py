@@ -27,7 +27,7 @@ HELD_NAMES = load("semaphore_held_names")
 
 
 # --- acquire, wait, leave -----------------------------------------------------------------
-def acquire(scope: Scope, request: Request) -> Steps[Attempt]:
+def try_acquire(scope: Scope, request: Request) -> Steps[Attempt]:
     """Take a permit of ``request.name`` for ``request.token``, or queue it for
     ``request.patience_ms``."""
     return attempt_from((yield acquire_call(scope.layout, request)))
@@ -51,7 +51,7 @@ def acquire_call(layout: KeyLayout, request: Request) -> Eval:
     )
 
 
-def wait_and_acquire(scope: Scope, request: Request, timeout: float) -> Steps[Attempt]:
+def acquire_when_free(scope: Scope, request: Request, timeout: float) -> Steps[Attempt]:
     """Block until a permit is reserved for ``request.token`` (or ``timeout`` seconds pass)
     and try to take it, in one round trip: the acquire script runs as soon as the BLPOP on
     the waiter's own list returns."""
@@ -60,7 +60,7 @@ def wait_and_acquire(scope: Scope, request: Request, timeout: float) -> Steps[At
     wake = scope.layout.semaphore_keys_for(name).signal_prefix + token
     sent = time.monotonic()
     replies = yield PopThenEval(wake, timeout, call)
-    if replies is None:  # a late reply: the acquire may have run (see holds.wait_and_acquire)
+    if replies is None:  # a late reply: the acquire may have run (see holds.acquire_when_free)
         yield release_call(scope.layout, name, token)
         return Attempt(False)
     if any(isinstance(reply, Exception) for reply in replies):
