@@ -67,7 +67,7 @@ class ScriptedShared(ScriptedOnLock, SharedKind):
     calls = shared.SHARED
 
     def inspecting(self, name: str) -> Steps[tuple[LockInfo, ...]]:
-        return shared.holders(self.backend, name)
+        return shared.inspect(self.backend, name)
 
     def listing(self, prefix: str) -> Steps[list[HeldEntry]]:
         check_prefix(prefix)
@@ -99,16 +99,16 @@ class ScriptedSemaphore(Scripted, SemaphoreKind):
         return outcome == 1
 
     def inspecting(self, name: str) -> Steps[tuple[LockInfo, ...]]:
-        info = yield from semaphores.info(self.backend, name)
+        info = yield from semaphores.describe(self.backend, name)
         return info.holders if info is not None else ()
 
     # unasync: the async source of the sync code after it
     async def adescribe(self, name: str) -> SemaphoreInfo | None:
-        return await self.backend.arun(semaphores.info(self.backend, name))
+        return await self.backend.arun(semaphores.describe(self.backend, name))
 
     # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def describe(self, name: str) -> SemaphoreInfo | None:
-        return self.backend.run(semaphores.info(self.backend, name))
+        return self.backend.run(semaphores.describe(self.backend, name))
 
     # unasync: end
 

@@ -113,7 +113,7 @@ def extend(scope: Scope, name: str, token: str, ttl_ms: int, renewal: bool) -> S
 
 
 # --- operators ----------------------------------------------------------------------------
-def info(scope: Scope, name: str) -> Steps[SemaphoreInfo | None]:
+def describe(scope: Scope, name: str) -> Steps[SemaphoreInfo | None]:
     """Return the holders of semaphore ``name``, or None if nobody holds or waits."""
     validate_name(name)
     return semaphore_info(scope.alias, name, (yield inspect_call(scope.layout, name)))

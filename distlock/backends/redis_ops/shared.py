@@ -94,7 +94,7 @@ def info(scope: Scope, name: str) -> Steps[LockInfo | None]:
     return holds.lock_info_from(scope.alias, name, reply)
 
 
-def holders(scope: Scope, name: str) -> Steps[tuple[LockInfo, ...]]:
+def inspect(scope: Scope, name: str) -> Steps[tuple[LockInfo, ...]]:
     """Return the shared holders of ``name``, first lease to end first (empty if none)."""
     validate_name(name)
     return holders_from(scope.alias, name, (yield inspect_call(scope.layout, name)))
