@@ -4,6 +4,10 @@ permit), one name each and one return convention for every kind and backend.
 A backend (distlock.backends.base) keeps one Operations object per kind: ``backend.exclusive``,
 ``backend.shared``, ``backend.semaphores`` (``backend.kinds()`` yields the three). A Lock
 calls the object of its kind; the admin, the command and the metrics loop over the kinds.
+
+Each kind has its base here (ExclusiveKind, SharedKind, SemaphoreKind); a backend family's
+class of a kind is named by the family's base and the kind: ScriptedExclusive (redis_ops),
+InMemoryExclusive (locmem), RedlockExclusive, UnsupportedShared, and so on.
 """
 
 from __future__ import annotations
@@ -385,7 +389,7 @@ class UnsupportedShared(Unsupported, SharedKind):
         raise self.error()
 
 
-class UnsupportedSemaphores(Unsupported, SemaphoreKind):
+class UnsupportedSemaphore(Unsupported, SemaphoreKind):
     """Semaphores on a backend that keeps none: their own display raises, as acquiring does
     (Semaphore.holders(), locked())."""
 

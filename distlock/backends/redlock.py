@@ -123,7 +123,7 @@ class Sleep(NamedTuple):
     seconds: float
 
 
-class RedlockOperations(ExclusiveKind):
+class RedlockExclusive(ExclusiveKind):
     """The exclusive lock on a majority of the nodes: each operation is one of the
     backend's generators (``_acquire``, ``_turn``, ...), driven by its ``run``/``arun``."""
 
@@ -218,7 +218,7 @@ class RedlockBackend(BaseLockBackend):
     no_non_fair = NO_NON_FAIR
 
     # Shared locks and semaphores: Unsupported (NO_SHARED_LOCKS, NO_SEMAPHORES say why).
-    kind_classes: ClassVar[dict[str, type[Operations]]] = {"lock": RedlockOperations}
+    kind_classes: ClassVar[dict[str, type[Operations]]] = {"lock": RedlockExclusive}
 
     def configure(self, params: dict[str, Any], problems: Problems) -> None:
         super().configure(params, problems)
@@ -660,7 +660,7 @@ class RedlockBackend(BaseLockBackend):
         return None
 
     def held_entries(self, prefix: str) -> list[HeldEntry]:
-        """The index entries of the locks a majority holds (RedlockOperations.list)."""
+        """The index entries of the locks a majority holds (RedlockExclusive.list)."""
         results = self._ask(
             Ask(listing.held_names_calls(self.layout, "wait"), self._answered_by_quorum)
         )

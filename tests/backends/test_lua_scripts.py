@@ -85,11 +85,11 @@ def every_call() -> list[Eval]:
         grants.release_call(layout, "n", "t", False, suffix="s", vacant=True),
         grants.leave_call(layout, "n", "t"),
         grants.undo_call(layout, "n", "t", 0),
-        semaphores.acquire_call(scope, Request("n", "t", 1000, "{}", 0, limit=2)),
-        semaphores.release_call(scope, "n", "t"),
+        semaphores.acquire_call(layout, Request("n", "t", 1000, "{}", 0, limit=2)),
+        semaphores.release_call(layout, "n", "t"),
         first_step(semaphores.leave(scope, "n", "t")),
         first_step(semaphores.extend(scope, "n", "t", 1000, True)),
-        semaphores.inspect_call(scope, "n"),
+        semaphores.inspect_call(layout, "n"),
         first_step(semaphores.held_semaphores(scope, "")).calls[0],
         shared.acquire_call(layout, Request("n", "~t", 1000, "{}", 0)),
         shared.release_call(layout, "n", "~t", every_level=True),
@@ -98,7 +98,7 @@ def every_call() -> list[Eval]:
         shared.inspect_call(layout, "n"),
     ]
     waited = first_step(
-        holds.wait_and_acquire(scope, holds.EXCLUSIVE, Request("n", "t", 1000, "{}", 0), 1.0)
+        holds.acquire_when_free(scope, holds.EXCLUSIVE, Request("n", "t", 1000, "{}", 0), 1.0)
     )
     assert isinstance(waited, PopThenEval)
     found.append(waited.call)

@@ -44,7 +44,7 @@ class LatchesNotSupported(LockError, NotImplementedError):
     pass
 
 
-class Latches(InMemory, LatchKind):
+class InMemoryLatch(InMemory, LatchKind):
     """Latches in memory (its locmem module's): every token holds at once, kept in the
     store's ``kept["latch"]``: name -> token -> Held."""
 
@@ -103,9 +103,9 @@ class Latch(Lock):
 LATCH = KindDefinition(
     word="latch",
     operations=LatchKind,
-    unsupported=type("UnsupportedLatches", (kinds.definition("lock").unsupported, LatchKind), {}),
+    unsupported=type("UnsupportedLatch", (kinds.definition("lock").unsupported, LatchKind), {}),
     not_supported=lambda backend: LatchesNotSupported(f"{backend.alias} has no latches"),
-    classes={"locmem": f"{__name__}.Latches"},
+    classes={"locmem": f"{__name__}.InMemoryLatch"},
     release=ReleaseTexts(
         gone="The latch {name!r} was let go before it could be.",
         logged="distlock: let go of the latch {name!r} (alias {alias!r}, token {h.token})",

@@ -17,8 +17,8 @@ KIND = KindDefinition(
     unsupported=Unsupported,
     not_supported=_never,
     classes={
-        "redis": "distlock.backends.redis_ops.kinds.LockOperations",
-        "locmem": "distlock.backends.locmem.exclusive.Locks",
+        "redis": "distlock.backends.redis_ops.kinds.ScriptedExclusive",
+        "locmem": "distlock.backends.locmem.exclusive.InMemoryExclusive",
     },
     on_lock=True,
     release=ReleaseTexts(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..operations import SemaphoreKind, UnsupportedSemaphores
+from ..operations import SemaphoreKind, UnsupportedSemaphore
 from .definition import KindDefinition, OperatorTexts, ReleaseTexts
 
 
@@ -17,11 +17,11 @@ def _not_supported(backend: Any) -> Exception:
 KIND = KindDefinition(
     word="semaphore",
     operations=SemaphoreKind,
-    unsupported=UnsupportedSemaphores,
+    unsupported=UnsupportedSemaphore,
     not_supported=_not_supported,
     classes={
-        "redis": "distlock.backends.redis_ops.kinds.SemaphoreOperations",
-        "locmem": "distlock.backends.locmem.semaphores.Semaphores",
+        "redis": "distlock.backends.redis_ops.kinds.ScriptedSemaphore",
+        "locmem": "distlock.backends.locmem.semaphores.InMemorySemaphore",
     },
     release=ReleaseTexts(
         gone="The permit of {name!r} was released or expired before it could be freed.",

@@ -20,8 +20,8 @@ KIND = KindDefinition(
     unsupported=UnsupportedShared,
     not_supported=_not_supported,
     classes={
-        "redis": "distlock.backends.redis_ops.kinds.SharedOperations",
-        "locmem": "distlock.backends.locmem.shared.SharedLocks",
+        "redis": "distlock.backends.redis_ops.kinds.ScriptedShared",
+        "locmem": "distlock.backends.locmem.shared.InMemoryShared",
     },
     on_lock=True,
     release=ReleaseTexts(

@@ -12,7 +12,7 @@ from .inmemory import InMemory
 from .store import pttl, wait_for_turn
 
 
-class Locks(InMemory, ExclusiveKind):
+class InMemoryExclusive(InMemory, ExclusiveKind):
     def take(self, request: Request) -> Attempt:
         name, token = request.name, request.token
         store = self.store

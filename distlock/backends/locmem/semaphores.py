@@ -12,7 +12,7 @@ from .inmemory import InMemory
 from .store import Permit, Semaphore
 
 
-class Semaphores(InMemory, SemaphoreKind):
+class InMemorySemaphore(InMemory, SemaphoreKind):
     @property
     def semaphores(self) -> dict[str, Semaphore]:
         return self.store.semaphores

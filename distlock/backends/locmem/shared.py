@@ -10,7 +10,7 @@ from .inmemory import InMemory
 from .store import pttl, wait_for_turn
 
 
-class SharedLocks(InMemory, SharedKind):
+class InMemoryShared(InMemory, SharedKind):
     def take(self, request: Request) -> Attempt:
         name, token, downgrade_from = request.name, request.token, request.downgrade_from
         store = self.store

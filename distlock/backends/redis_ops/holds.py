@@ -2,8 +2,12 @@
 bottom: the keys and arguments of its script, the steps, and what the reply means.
 
 Each operation is a generator of steps (see .steps), run by the backend on its sync client
-(``run``) or its async one (``arun``). The calls and replies that Redlock's nodes share with
-one server (extend, inspect) are here too; Redlock's own scripts are in .grants.
+(``run``) or its async one (``arun``); it takes the Scope. A ``..._call`` builds one script's
+call (an Eval) from the alias's KeyLayout, in every module of redis_ops: ``acquire_call(layout,
+request, ...)`` here, in .shared, .semaphores and .grants, followed by what the script needs
+beyond the Request (``waited`` in the lock's queue, Redlock's ``grant``; a semaphore nothing).
+The calls and replies that Redlock's nodes share with one server (extend, inspect) are here
+too; Redlock's own scripts are in .grants.
 """
 
 from __future__ import annotations
@@ -34,11 +38,11 @@ MAX_WAITERS_LISTED = 1000
 GRACE = str(HANDOFF_GRACE_MS).encode()
 
 
-# --- one kind of lock hold ---------------------------------------------------------------
-class Hold(NamedTuple):
-    """The calls of one kind of lock hold: the exclusive one (EXCLUSIVE, below) or a shared
-    one (.shared). Both kinds wait in the lock's one queue and read their replies alike, so
-    the generators below serve both."""
+# --- the calls of one kind ---------------------------------------------------------------
+class KindCalls(NamedTuple):
+    """The script calls of one kind held on the lock itself: the exclusive kind's (EXCLUSIVE,
+    below) or the shared kind's (.shared). Both kinds wait in the lock's one queue and read
+    their replies alike, so the generators below serve both, given the kind's calls."""
 
     acquire_call: Callable[[KeyLayout, Request, bool], Eval]  # (layout, request, waited)
     release_call: Callable[[KeyLayout, str, str, bool], Eval]  # (layout, name, token, every)
@@ -50,15 +54,17 @@ class Hold(NamedTuple):
 
 
 # --- acquire ------------------------------------------------------------------------------
-def try_acquire(scope: Scope, hold: Hold, request: Request, waited: bool = False) -> Steps[Attempt]:
-    """Take the lock (a ``hold`` of it) for ``request.token``, or queue it for
+def try_acquire(
+    scope: Scope, calls: KindCalls, request: Request, waited: bool = False
+) -> Steps[Attempt]:
+    """Take the lock (a hold of the kind ``calls`` runs) for ``request.token``, or queue it for
     ``request.patience_ms``. ``waited``: the token may be queued already (it waited), so it
     leaves the queue once it holds."""
-    call = hold.acquire_call(scope.layout, request, waited)
+    call = calls.acquire_call(scope.layout, request, waited)
     if not scope.wait_replicas:
         return attempt_from((yield call))
     reply, confirmed = yield Confirmed(call)
-    return (yield from replicated(scope, hold, request, reply, confirmed))
+    return (yield from replicated(scope, calls, request, reply, confirmed))
 
 
 def acquire_call(layout: KeyLayout, request: Request, waited: bool = False) -> Eval:
@@ -79,13 +85,15 @@ def acquire_call(layout: KeyLayout, request: Request, waited: bool = False) -> E
     )
 
 
-def wait_and_acquire(scope: Scope, hold: Hold, request: Request, timeout: float) -> Steps[Attempt]:
+def acquire_when_free(
+    scope: Scope, calls: KindCalls, request: Request, timeout: float
+) -> Steps[Attempt]:
     """Block on this waiter's own list until a release hands it the lock (or ``timeout``
     passes), and run the acquire right after, in the same round trip: the server runs the
     pipelined script as soon as the BLPOP returns, so a waiter handed the lock (or let in
     with a batch of readers) learns it holds it from the reply that woke it."""
     name, token = request.name, request.token
-    wake = hold.wake(scope.layout, name, token)
+    wake = calls.wake(scope.layout, name, token)
     if token.startswith(NON_FAIR_MARK):
         # Non-fair: the release left the lock free, not reserved. The acquire goes after the
         # wake-up, not pipelined behind it, so that a process already running (the releaser
@@ -93,38 +101,38 @@ def wait_and_acquire(scope: Scope, hold: Hold, request: Request, timeout: float)
         # waiter to be scheduled: a round trip more per handoff, for throughput.
         yield Pop(wake, timeout)
         sent = time.monotonic()
-        attempt = yield from try_acquire(scope, hold, request, waited=True)
+        attempt = yield from try_acquire(scope, calls, request, waited=True)
         return attempt._replace(sent=sent)
-    call = hold.acquire_call(scope.layout, request, True)
+    call = calls.acquire_call(scope.layout, request, True)
     sent = time.monotonic()
     replies = yield PopThenEval(wake, timeout, call, confirm=bool(scope.wait_replicas))
     if replies is None:
         # The reply came later than the socket timeout (a loaded server or client): its
         # acquire may have run. Give back what it may have taken, which also tells whether
         # the server answers at all (BackendUnavailable if not), and report no turn.
-        yield hold.release_call(scope.layout, name, token, False)
+        yield calls.release_call(scope.layout, name, token, False)
         return Attempt(False)
     if any(isinstance(reply, Exception) for reply in replies):
         # The server forgot the script, or the slot moved: ask again the usual way (the lock
         # a release reserved for this waiter waits for it for HANDOFF_GRACE_MS).
         del replies  # no cycle through this frame (see detached.py)
-        attempt = yield from try_acquire(scope, hold, request, waited=True)
+        attempt = yield from try_acquire(scope, calls, request, waited=True)
     elif scope.wait_replicas:
-        attempt = yield from replicated(scope, hold, request, replies[1], int(replies[2]))
+        attempt = yield from replicated(scope, calls, request, replies[1], int(replies[2]))
     else:
         attempt = attempt_from(replies[1])
     return attempt._replace(sent=sent)
 
 
 def replicated(
-    scope: Scope, hold: Hold, request: Request, reply: Any, confirmed: int
+    scope: Scope, calls: KindCalls, request: Request, reply: Any, confirmed: int
 ) -> Steps[Attempt]:
     """Return the attempt in an acquire's ``reply`` if enough replicas confirmed it; else give
     back what it took and raise BackendUnavailable (fail closed: a failover could lose it)."""
     attempt = attempt_from(reply)
     if attempt.acquired and confirmed < scope.wait_replicas:
         with contextlib.suppress(BackendUnavailable):
-            yield hold.release_call(scope.layout, request.name, request.token, False)
+            yield calls.release_call(scope.layout, request.name, request.token, False)
         raise scope.unconfirmed(request.name, confirmed)
     return attempt
 
@@ -147,9 +155,9 @@ def attempt_from(reply: Any) -> Attempt:
     return Attempt(False, holder_pttl_ms=int(reply[1]))
 
 
-def leave(scope: Scope, hold: Hold, name: str, token: str) -> Steps[None]:
+def leave(scope: Scope, calls: KindCalls, name: str, token: str) -> Steps[None]:
     """Stop waiting; a lock handed to ``token`` meanwhile goes on to the next waiter."""
-    yield hold.leave_call(scope.layout, name, token)
+    yield calls.leave_call(scope.layout, name, token)
 
 
 def leave_call(layout: KeyLayout, name: str, token: str) -> Eval:
@@ -164,11 +172,11 @@ def wake(layout: KeyLayout, name: str, token: str) -> str:
 
 
 # --- release, extend ----------------------------------------------------------------------
-def release(scope: Scope, hold: Hold, name: str, token: str, every_level: bool) -> Steps[int]:
-    """Return 0 if ``token`` does not hold the lock (its ``hold``), 1 if released (and handed
+def release(scope: Scope, calls: KindCalls, name: str, token: str, every_level: bool) -> Steps[int]:
+    """Return 0 if ``token`` does not hold the lock (of ``calls``' kind), 1 if released (and handed
     on: to the longest waiter, or by the last shared holder out), 2 if one reentrant level
     was."""
-    return int((yield hold.release_call(scope.layout, name, token, every_level)))
+    return int((yield calls.release_call(scope.layout, name, token, every_level)))
 
 
 def release_call(layout: KeyLayout, name: str, token: str, every_level: bool) -> Eval:
@@ -181,13 +189,13 @@ def release_call(layout: KeyLayout, name: str, token: str, every_level: bool) ->
 
 
 def extend(
-    scope: Scope, hold: Hold, name: str, token: str, ttl_ms: int, renewal: bool, reenter: bool
+    scope: Scope, calls: KindCalls, name: str, token: str, ttl_ms: int, renewal: bool, reenter: bool
 ) -> Steps[bool]:
     """Return True if the lease of ``token`` was set to ``ttl_ms`` from now, False if it does
     not hold the lock; RenewalLimitReached for a renewal past MAX_RENEWALS. Confirmed by
     WAIT_REPLICAS replicas when the alias asks for it."""
     layout, most = scope.layout, scope.max_renewals
-    call = extend_call(layout, name, token, ttl_ms, renewal, reenter, most, hold)
+    call = extend_call(layout, name, token, ttl_ms, renewal, reenter, most, calls)
     if not scope.wait_replicas:
         return extended(scope, name, (yield call))
     reply, confirmed = yield Confirmed(call)
@@ -206,15 +214,15 @@ def extend_call(
     renewal: bool,
     reenter: bool,
     max_renewals: int | None,
-    hold: Hold | None = None,
+    calls: KindCalls | None = None,
 ) -> Eval:
-    """The call of ``hold``'s extend script (the exclusive lock's when None)."""
-    hold = hold or EXCLUSIVE
+    """The call of the extend script of ``calls``' kind (the exclusive kind's when None)."""
+    calls = calls or EXCLUSIVE
     # Sent twice, a renewal would count twice against MAX_RENEWALS at worst; a reentrant
     # acquire would add a level nobody releases, so it is never sent twice.
     return Eval(
-        hold.extend_script,
-        hold.extend_keys(layout, name),
+        calls.extend_script,
+        calls.extend_keys(layout, name),
         [
             token,
             ttl_ms,
@@ -238,7 +246,7 @@ def extended(scope: Scope, name: str, outcome: Any) -> bool:
     return outcome == 1
 
 
-EXCLUSIVE = Hold(acquire_call, release_call, leave_call, wake, EXTEND, extend_keys)
+EXCLUSIVE = KindCalls(acquire_call, release_call, leave_call, wake, EXTEND, extend_keys)
 
 
 # --- introspection ------------------------------------------------------------------------

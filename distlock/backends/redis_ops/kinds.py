@@ -22,34 +22,34 @@ from .scripted import Scripted
 from .steps import Steps
 
 
-class LockHolds(Scripted):
-    """A lock's holds of one kind (``hold``: holds.EXCLUSIVE or shared.SHARED): both wait in
-    the lock's one queue, so the generators of .holds serve both."""
+class ScriptedOnLock(Scripted):
+    """A kind held on the lock itself, run by the generators of .holds with the kind's calls
+    (``calls``: holds.EXCLUSIVE or shared.SHARED): both kinds wait in the lock's one queue."""
 
-    hold: ClassVar[holds.Hold]
+    calls: ClassVar[holds.KindCalls]
 
     def acquiring(self, request: Request) -> Steps[Attempt]:
-        return holds.try_acquire(self.backend, self.hold, request)
+        return holds.try_acquire(self.backend, self.calls, request)
 
     def acquiring_when_free(self, request: Request, timeout: float) -> Steps[Attempt]:
-        return holds.wait_and_acquire(self.backend, self.hold, request, timeout)
+        return holds.acquire_when_free(self.backend, self.calls, request, timeout)
 
     def leaving(self, name: str, token: str) -> Steps[None]:
-        return holds.leave(self.backend, self.hold, name, token)
+        return holds.leave(self.backend, self.calls, name, token)
 
     def releasing(self, name: str, token: str, every_level: bool) -> Steps[int]:
-        return holds.release(self.backend, self.hold, name, token, every_level)
+        return holds.release(self.backend, self.calls, name, token, every_level)
 
     def extending(
         self, name: str, token: str, ttl_ms: int, renewal: bool, reenter: bool
     ) -> Steps[bool]:
-        return holds.extend(self.backend, self.hold, name, token, ttl_ms, renewal, reenter)
+        return holds.extend(self.backend, self.calls, name, token, ttl_ms, renewal, reenter)
 
 
-class LockOperations(LockHolds, ExclusiveKind):
+class ScriptedExclusive(ScriptedOnLock, ExclusiveKind):
     """The exclusive lock (.holds)."""
 
-    hold = holds.EXCLUSIVE
+    calls = holds.EXCLUSIVE
 
     def inspecting(self, name: str) -> Steps[tuple[LockInfo, ...]]:
         validate_name(name)
@@ -61,13 +61,13 @@ class LockOperations(LockHolds, ExclusiveKind):
         return listing.held_names(self.backend, prefix)
 
 
-class SharedOperations(LockHolds, SharedKind):
+class ScriptedShared(ScriptedOnLock, SharedKind):
     """Shared holds of a lock (.shared)."""
 
-    hold = shared.SHARED
+    calls = shared.SHARED
 
     def inspecting(self, name: str) -> Steps[tuple[LockInfo, ...]]:
-        return shared.holders(self.backend, name)
+        return shared.inspect(self.backend, name)
 
     def listing(self, prefix: str) -> Steps[list[HeldEntry]]:
         check_prefix(prefix)
@@ -75,14 +75,14 @@ class SharedOperations(LockHolds, SharedKind):
         return [entry_of(name, holders, holders[0].waiters or 0) for name, holders in held.items()]
 
 
-class SemaphoreOperations(Scripted, SemaphoreKind):
+class ScriptedSemaphore(Scripted, SemaphoreKind):
     """A semaphore's permits (.semaphores)."""
 
     def acquiring(self, request: Request) -> Steps[Attempt]:
-        return semaphores.acquire(self.backend, request)
+        return semaphores.try_acquire(self.backend, request)
 
     def acquiring_when_free(self, request: Request, timeout: float) -> Steps[Attempt]:
-        return semaphores.wait_and_acquire(self.backend, request, timeout)
+        return semaphores.acquire_when_free(self.backend, request, timeout)
 
     def leaving(self, name: str, token: str) -> Steps[None]:
         return semaphores.leave(self.backend, name, token)
@@ -99,16 +99,16 @@ class SemaphoreOperations(Scripted, SemaphoreKind):
         return outcome == 1
 
     def inspecting(self, name: str) -> Steps[tuple[LockInfo, ...]]:
-        info = yield from semaphores.info(self.backend, name)
+        info = yield from semaphores.describe(self.backend, name)
         return info.holders if info is not None else ()
 
     # unasync: the async source of the sync code after it
     async def adescribe(self, name: str) -> SemaphoreInfo | None:
-        return await self.backend.arun(semaphores.info(self.backend, name))
+        return await self.backend.arun(semaphores.describe(self.backend, name))
 
     # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def describe(self, name: str) -> SemaphoreInfo | None:
-        return self.backend.run(semaphores.info(self.backend, name))
+        return self.backend.run(semaphores.describe(self.backend, name))
 
     # unasync: end
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ...info import LockInfo, SemaphoreInfo
-from ...keys import validate_name
+from ...keys import KeyLayout, validate_name
 from ..base import HANDOFF_GRACE_MS, Attempt
 from ..operations import Request
 from .scripts import load
@@ -27,17 +27,17 @@ HELD_NAMES = load("semaphore_held_names")
 
 
 # --- acquire, wait, leave -----------------------------------------------------------------
-def acquire(scope: Scope, request: Request) -> Steps[Attempt]:
+def try_acquire(scope: Scope, request: Request) -> Steps[Attempt]:
     """Take a permit of ``request.name`` for ``request.token``, or queue it for
     ``request.patience_ms``."""
-    return attempt_from((yield acquire_call(scope, request)))
+    return attempt_from((yield acquire_call(scope.layout, request)))
 
 
-def acquire_call(scope: Scope, request: Request) -> Eval:
+def acquire_call(layout: KeyLayout, request: Request) -> Eval:
     # Idempotent: a token already holding a permit is told so, and keeps its place.
     return Eval(
         ACQUIRE,
-        list(scope.layout.semaphore_keys_for(request.name)),
+        list(layout.semaphore_keys_for(request.name)),
         [
             request.token,
             request.ttl_ms,
@@ -51,17 +51,17 @@ def acquire_call(scope: Scope, request: Request) -> Eval:
     )
 
 
-def wait_and_acquire(scope: Scope, request: Request, timeout: float) -> Steps[Attempt]:
+def acquire_when_free(scope: Scope, request: Request, timeout: float) -> Steps[Attempt]:
     """Block until a permit is reserved for ``request.token`` (or ``timeout`` seconds pass)
     and try to take it, in one round trip: the acquire script runs as soon as the BLPOP on
     the waiter's own list returns."""
     name, token = request.name, request.token
-    call = acquire_call(scope, request)
+    call = acquire_call(scope.layout, request)
     wake = scope.layout.semaphore_keys_for(name).signal_prefix + token
     sent = time.monotonic()
     replies = yield PopThenEval(wake, timeout, call)
-    if replies is None:  # a late reply: the acquire may have run (see holds.wait_and_acquire)
-        yield release_call(scope, name, token)
+    if replies is None:  # a late reply: the acquire may have run (see holds.acquire_when_free)
+        yield release_call(scope.layout, name, token)
         return Attempt(False)
     if any(isinstance(reply, Exception) for reply in replies):
         del replies  # the script was forgotten, or the slot moved: ask the usual way
@@ -91,13 +91,11 @@ def leave(scope: Scope, name: str, token: str) -> Steps[None]:
 # --- release, extend ----------------------------------------------------------------------
 def release(scope: Scope, name: str, token: str) -> Steps[int]:
     """Give back ``token``'s permit; return 1 if it held one, else 0."""
-    return int((yield release_call(scope, name, token)))
+    return int((yield release_call(scope.layout, name, token)))
 
 
-def release_call(scope: Scope, name: str, token: str) -> Eval:
-    return Eval(
-        RELEASE, list(scope.layout.semaphore_keys_for(name)), [token, HANDOFF_GRACE_MS, name]
-    )
+def release_call(layout: KeyLayout, name: str, token: str) -> Eval:
+    return Eval(RELEASE, list(layout.semaphore_keys_for(name)), [token, HANDOFF_GRACE_MS, name])
 
 
 def extend(scope: Scope, name: str, token: str, ttl_ms: int, renewal: bool) -> Steps[int]:
@@ -115,21 +113,21 @@ def extend(scope: Scope, name: str, token: str, ttl_ms: int, renewal: bool) -> S
 
 
 # --- operators ----------------------------------------------------------------------------
-def info(scope: Scope, name: str) -> Steps[SemaphoreInfo | None]:
+def describe(scope: Scope, name: str) -> Steps[SemaphoreInfo | None]:
     """Return the holders of semaphore ``name``, or None if nobody holds or waits."""
     validate_name(name)
-    return semaphore_info(scope.alias, name, (yield inspect_call(scope, name)))
+    return semaphore_info(scope.alias, name, (yield inspect_call(scope.layout, name)))
 
 
-def inspect_call(scope: Scope, name: str) -> Eval:
-    return Eval(INSPECT, list(scope.layout.semaphore_keys_for(name)), [], idempotent=True)
+def inspect_call(layout: KeyLayout, name: str) -> Eval:
+    return Eval(INSPECT, list(layout.semaphore_keys_for(name)), [], idempotent=True)
 
 
 def held_semaphores(scope: Scope, prefix: str) -> Steps[list[SemaphoreInfo]]:
     """Return every held semaphore whose name starts with ``prefix``, by name (one round
     trip per server to list the names, one more to read them)."""
     names = yield from names_in(scope.layout.semaphore_index_keys, prefix)
-    read = yield EvalMany([inspect_call(scope, name) for name in names], reads=True)
+    read = yield EvalMany([inspect_call(scope.layout, name) for name in names], reads=True)
     found = (
         semaphore_info(scope.alias, name, reply) for name, reply in zip(names, read, strict=True)
     )

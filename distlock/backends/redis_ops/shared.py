@@ -78,8 +78,9 @@ def wake(layout: KeyLayout, name: str, token: str) -> str:
     return f"{layout.shared_keys_for(name).queue}:{token}"  # what hand_to_readers.lua pushes to
 
 
-# Acquired, waited for, left, released and extended by the generators of .holds.
-SHARED = holds.Hold(acquire_call, release_call, leave_call, wake, EXTEND, extend_keys)
+# The shared kind's calls: acquired, waited for, left, released and extended by the
+# generators of .holds.
+SHARED = holds.KindCalls(acquire_call, release_call, leave_call, wake, EXTEND, extend_keys)
 
 
 def info(scope: Scope, name: str) -> Steps[LockInfo | None]:
@@ -93,7 +94,7 @@ def info(scope: Scope, name: str) -> Steps[LockInfo | None]:
     return holds.lock_info_from(scope.alias, name, reply)
 
 
-def holders(scope: Scope, name: str) -> Steps[tuple[LockInfo, ...]]:
+def inspect(scope: Scope, name: str) -> Steps[tuple[LockInfo, ...]]:
     """Return the shared holders of ``name``, first lease to end first (empty if none)."""
     validate_name(name)
     return holders_from(scope.alias, name, (yield inspect_call(scope.layout, name)))
