@@ -131,6 +131,19 @@ def test_the_public_api_is_the_last_releases(module: str) -> None:
             assert now == expected, f"{module}.{name}: {now}, was {expected}"
 
 
+@pytest.mark.parametrize("module", MODULES)
+def test_no_public_name_is_added_without_a_record(module: str) -> None:
+    """A name a pinned module defines anew is API too: recorded here (and said in the
+    CHANGELOG), or made private. (The test above sees only the recorded names.)"""
+    recorded = json.loads(RECORD.read_text())[module]
+    unrecorded = sorted(set(public_names(importlib.import_module(module))) - set(recorded))
+    assert not unrecorded, (
+        f"{module} defines the public names {unrecorded} that public_api.json does not record: "
+        "record them (see this module's docstring) and name them in CHANGELOG.md, or make "
+        "them private"
+    )
+
+
 def record_module(name: str) -> dict[str, Any]:
     module = importlib.import_module(name)
     return {attr: describe(getattr(module, attr), name) for attr in public_names(module)}
