@@ -222,9 +222,15 @@ module Distlock
   class Client
     attr_reader :prefix, :scripts
 
+    # timeout: the read timeout R, connect_timeout: the connect timeout C, seconds.
     def initialize(url: 'redis://127.0.0.1:6379/0', prefix: 'distlock', scripts_dir:,
-                   cluster: false, default_purpose: nil, logger: nil)
+                   cluster: false, default_purpose: nil, logger: nil, timeout: 5.0,
+                   connect_timeout: 5.0)
       @prefix = Distlock.validate_prefix!(prefix)
+      @timeout = Float(timeout)
+      @connect_timeout = Float(connect_timeout)
+      # protocol.md, "BLPOP and the read timeout": MAX_BLOCK <= R / 2.
+      @max_block_ms = [MAX_BLOCK_MS, @timeout * 1000 / 2].min
       @scripts = Scripts.new(scripts_dir)
       @cluster = cluster
       @url = url
@@ -296,7 +302,7 @@ module Distlock
             return nil
           end
 
-          timeout = [l, MAX_BLOCK_MS].min
+          timeout = [l, @max_block_ms].min
           timeout = [timeout, pttl.to_i + 2].min if pttl.to_i.positive?
           timeout = [timeout, GRACE_MS].min if place.to_i == 1
           timeout = [timeout.ceil, 1].max
@@ -368,9 +374,9 @@ module Distlock
 
     def connect
       if @cluster
-        Redis.new(cluster: [@url], timeout: 5.0)
+        Redis.new(cluster: [@url], timeout: @timeout, connect_timeout: @connect_timeout)
       else
-        Redis.new(url: @url, timeout: 5.0)
+        Redis.new(url: @url, timeout: @timeout, connect_timeout: @connect_timeout)
       end
     end
 
@@ -402,7 +408,7 @@ module Distlock
     def patience_for(left)
       return 0 if left <= 0
 
-      ([left, MAX_BLOCK_MS].min + PATIENCE_MARGIN_MS).ceil
+      ([left, @max_block_ms].min + PATIENCE_MARGIN_MS).ceil
     end
 
     # The drift allowance (protocol.md): a grant with less than 1% of the lease + 2 ms left
