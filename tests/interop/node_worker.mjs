@@ -131,7 +131,7 @@ const commands = {
 
   // On "go", one acquire of NAME (wait 0): "OUTCOME MS"; on "next", three more, each said as
   // "believed TOKEN" or "not-acquired" and released once the test has read the server's holder.
-  async late(name) {
+  async lategrant(name) {
     await warmUp();
     say("ready");
     await nextLine();

@@ -47,7 +47,7 @@ when 'release' # NAME: hold it; on "go", time its release
     "error:#{e.class.name.split('::').last}"
   end
   puts format('%s %.0f', outcome, mono.call - began)
-when 'late' # NAME: on "go", one acquire (wait 0); on "next", three more, each checked
+when 'lategrant' # NAME: on "go", one acquire (wait 0); on "next", three more, each checked
   name, = args
   warm_up.call
   puts 'ready'

@@ -241,7 +241,7 @@ def holder_token(client: redis.Redis, name: str) -> str | None:
 def test_a_late_grant_after_a_read_timeout_is_never_believed(
     server: RedisServer, start_worker: StartWorker
 ) -> None:
-    worker = start_worker("late", LATE_R_S, ["late"])
+    worker = start_worker("lategrant", LATE_R_S, ["late"])
     assert worker.expect(30) == "ready"
     busy = keep_busy(server)  # its script runs after the loop, past the read timeout
     worker.send("go")
