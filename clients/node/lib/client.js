@@ -193,10 +193,19 @@ export class LockClient {
     return await this.connecting;
   }
 
-  /** Connect `connection` (lazy) within the connect timeout; return it. */
+  /** Connect `connection` (lazy) within the connect timeout; return it. A connection that
+   * failed to connect (an error reply too, such as a wrong password) is dropped. */
   async connect(connection) {
-    connection.on("error", () => {}); // each failure reaches the call that met it
-    await this.bounded(connection, connection.connect(), this.connectTimeoutMs);
+    let cause = null; // why it closed (ioredis reports "Connection is closed." for all)
+    connection.on("error", (error) => {
+      cause = error; // each failure reaches the call that met it
+    });
+    try {
+      await this.bounded(connection, connection.connect(), this.connectTimeoutMs);
+    } catch (error) {
+      this.drop(connection);
+      throw error instanceof TimeoutError || cause === null ? error : cause;
+    }
     return connection;
   }
 
