@@ -222,9 +222,15 @@ module Distlock
   class Client
     attr_reader :prefix, :scripts
 
+    # timeout: the read timeout R, connect_timeout: the connect timeout C, seconds.
     def initialize(url: 'redis://127.0.0.1:6379/0', prefix: 'distlock', scripts_dir:,
-                   cluster: false, default_purpose: nil, logger: nil)
+                   cluster: false, default_purpose: nil, logger: nil, timeout: 5.0,
+                   connect_timeout: 5.0)
       @prefix = Distlock.validate_prefix!(prefix)
+      @timeout = Float(timeout)
+      @connect_timeout = Float(connect_timeout)
+      # protocol.md, "BLPOP and the read timeout": MAX_BLOCK <= R / 2.
+      @max_block_ms = [MAX_BLOCK_MS, @timeout * 1000 / 2].min
       @scripts = Scripts.new(scripts_dir)
       @cluster = cluster
       @url = url
@@ -296,7 +302,7 @@ module Distlock
             return nil
           end
 
-          timeout = [l, MAX_BLOCK_MS].min
+          timeout = [l, @max_block_ms].min
           timeout = [timeout, pttl.to_i + 2].min if pttl.to_i.positive?
           timeout = [timeout, GRACE_MS].min if place.to_i == 1
           timeout = [timeout.ceil, 1].max
@@ -366,11 +372,16 @@ module Distlock
 
     private
 
+    # reconnect_attempts: 0: redis-rb's default (1) sends a call again on a new connection
+    # when its reply timed out or its connection failed, so a timed-out release ran twice
+    # (protocol.md, "The error path": one attempt per call, bounded by C and R). A call on a
+    # connection that failed opens a new one: that is the next call, not a retry.
     def connect
+      options = { timeout: @timeout, connect_timeout: @connect_timeout, reconnect_attempts: 0 }
       if @cluster
-        Redis.new(cluster: [@url], timeout: 5.0)
+        Redis.new(cluster: [@url], **options)
       else
-        Redis.new(url: @url, timeout: 5.0)
+        Redis.new(url: @url, **options)
       end
     end
 
@@ -402,7 +413,7 @@ module Distlock
     def patience_for(left)
       return 0 if left <= 0
 
-      ([left, MAX_BLOCK_MS].min + PATIENCE_MARGIN_MS).ceil
+      ([left, @max_block_ms].min + PATIENCE_MARGIN_MS).ceil
     end
 
     # The drift allowance (protocol.md): a grant with less than 1% of the lease + 2 ms left
@@ -437,13 +448,20 @@ module Distlock
       end
     end
 
-    # EVALSHA, and EVAL when the server does not know the script.
+    # EVALSHA, and EVAL when the server does not know the script. A call whose reply timed
+    # out, or whose connection failed, drops the connection (protocol.md, "The error path"):
+    # its late reply is never read as another call's (redis-rb closes it too).
     def run(conn, script, keys, argv)
-      conn.evalsha(script.sha, keys: keys, argv: argv)
-    rescue Redis::CommandError => e
-      raise unless e.message.start_with?('NOSCRIPT')
+      begin
+        conn.evalsha(script.sha, keys: keys, argv: argv)
+      rescue Redis::CommandError => e
+        raise unless e.message.start_with?('NOSCRIPT')
 
-      conn.eval(script.text, keys: keys, argv: argv)
+        conn.eval(script.text, keys: keys, argv: argv)
+      end
+    rescue Redis::BaseConnectionError
+      conn.close
+      raise
     end
 
     # BLPOP on the token's wake-up list with acquire pipelined behind it, on a connection
@@ -457,19 +475,20 @@ module Distlock
           p.call('BLPOP', list, secs)
           p.call('EVALSHA', script.sha, keys.size.to_s, *keys, *argv)
         end
-        on_time.stop
         res[1]
       rescue Redis::CommandError => e
         raise unless e.message.start_with?('NOSCRIPT')
 
+        on_time.stop
         run(@waiter, script, keys, argv)
       rescue StandardError
-        on_time.stop
         # The pending EVALSHA may still run: drop the connection before the error path gives
         # back (protocol.md, "The error path"), so nothing of this wait runs after it.
         @waiter.close
         @waiter = nil
         raise
+      ensure
+        on_time.stop
       end
     end
 

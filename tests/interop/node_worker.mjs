@@ -10,6 +10,11 @@ const client = new LockClient({
   ...(cluster ? { cluster: cluster.split(",") } : { url: process.env.DISTLOCK_NODE_URL }),
   prefix: "test",
   maxBlock: 0.5, // as the Python processes (half their socket timeout)
+  // The read and connect timeouts, seconds (the error-path tests set short ones).
+  ...(process.env.DISTLOCK_NODE_TIMEOUT ? { timeout: Number(process.env.DISTLOCK_NODE_TIMEOUT) } : {}),
+  ...(process.env.DISTLOCK_NODE_CONNECT_TIMEOUT
+    ? { connectTimeout: Number(process.env.DISTLOCK_NODE_CONNECT_TIMEOUT) }
+    : {}),
 });
 const say = (...words) => console.log(words.join(" "));
 const now = () => ((performance.timeOrigin + performance.now()) / 1000).toFixed(6); // wall clock, s
@@ -99,6 +104,55 @@ const commands = {
     say("late", ...late);
   },
 
+  // The error-path tests' commands (test_client_error_path.py; ruby_worker.rb has the same).
+  // Take the connections and scripts in use, say "ready"; on "go", time one acquire of NAME
+  // with WAIT_MS: say "OUTCOME MS" (acquired, not-acquired or error:CLASS).
+  async paused(name, waitMs) {
+    await warmUp();
+    say("ready");
+    await nextLine();
+    say(await timedAcquire(name, Number(waitMs)));
+  },
+
+  // Hold NAME, say "held TOKEN"; on "go", time its release: say "OUTCOME MS".
+  async release(name) {
+    await warmUp(); // release.lua loaded: MONITOR sees one EVALSHA per release sent
+    const lock = client.lock(name, { ttl: 60 });
+    if (!(await lock.acquire({ wait: 0 }))) throw new Error(`${name} is held already`);
+    say("held", lock.token);
+    await nextLine();
+    const began = performance.now();
+    const outcome = await lock.release().then(
+      () => "released",
+      (error) => `error:${error.name}`,
+    );
+    say(outcome, (performance.now() - began).toFixed(0));
+  },
+
+  // On "go", one acquire of NAME (wait 0): "OUTCOME MS"; on "next", three more, each said as
+  // "believed TOKEN" or "not-acquired" and released once the test has read the server's holder.
+  async lategrant(name) {
+    await warmUp();
+    say("ready");
+    await nextLine();
+    say(await timedAcquire(name, 0));
+    await nextLine();
+    for (let i = 0; i < 3; i++) {
+      const lock = client.lock(name, { ttl: 3 });
+      let held;
+      try {
+        held = await lock.acquire({ wait: 0 });
+      } catch (error) {
+        say(`error:${error.name}`);
+        continue;
+      }
+      say(held ? `believed ${lock.token}` : "not-acquired");
+      await nextLine();
+      if (held) await lock.release();
+    }
+    say("done");
+  },
+
   // Print who holds NAME, as JSON ("null" when nobody does).
   async holder(name) {
     const found = await client.holder(name);
@@ -115,6 +169,24 @@ const commands = {
     say(JSON.stringify(JSON.parse(namesJson).map((name) => client.keys(name))));
   },
 };
+
+async function warmUp() {
+  const lock = client.lock("warm-up", { ttl: 5 });
+  if (!(await lock.acquire({ wait: 0 }))) throw new Error("warm-up is held");
+  await lock.release();
+}
+
+async function timedAcquire(name, waitMs) {
+  const began = performance.now();
+  const outcome = await client
+    .lock(name, { ttl: 10 })
+    .acquire({ wait: waitMs / 1000 })
+    .then(
+      (held) => (held ? "acquired" : "not-acquired"),
+      (error) => `error:${error.name}`,
+    );
+  return `${outcome} ${(performance.now() - began).toFixed(0)}`;
+}
 
 // The waiter a release would hand the lock to now: the first queued token whose registration
 // (its score in `live`) has not ended by the server's clock (docs/protocol.md, "Waiting").

@@ -18,10 +18,16 @@ from devkit.redis_server import RedisServer
 from devkit.ruby import Ruby
 
 WAIT_MS = 20
-CALLS = 7
-# The contract is W + 10 ms at p99 (benchmarks measure it); a loaded test machine gets room,
-# still far below the hz timer's ~80 ms the clients took before.
-MEDIAN_BOUND_MS = 40
+CALLS = 9
+# Issue 43's acceptance: the Node.js and Ruby clients' waits end within W + 10 ms at hz 10.
+# The median of CALLS waits must, with no room added: one wait's lateness is one sample of
+# the machine's scheduling, which a loaded 2-core machine stretches past 10 ms now and then
+# (the contract's p99 is a benchmark figure: benchmarks/wait_bound.py). On the shared 2-core
+# development machine, 5 runs: medians 2.0 to 3.6 ms (Node.js) and 2.2 to 2.6 ms (Ruby),
+# the worst single wait 11.5 ms; beside a CPU-bound loop, 3 runs: medians 3.8 to 5.2 and
+# 2.1 to 5.9 ms, the worst single wait 21.2 ms. Without the clients' own timer, the waits
+# end on the server's: medians 80.8 and 80.5 ms.
+LATE_BOUND_MS = 10
 
 RUBY_TIMER = """
 library, url, scripts, wait_ms, count = ARGV
@@ -59,7 +65,8 @@ def check(late: list[float]) -> None:
     print(f"ms past a {WAIT_MS} ms wait at hz 10: {sorted(late)}")
     assert len(late) == CALLS
     assert min(late) >= -1, "a wait never ends before W"
-    assert statistics.median(late) < MEDIAN_BOUND_MS, "the wait ended on the server's timer"
+    median = statistics.median(late)
+    assert median <= LATE_BOUND_MS, f"the waits ended {median} ms past W: on the server's timer?"
 
 
 def test_a_node_wait_ends_on_time_at_hz_10(

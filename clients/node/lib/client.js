@@ -5,7 +5,7 @@ import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { basename } from "node:path";
 import { isMainThread, threadId } from "node:worker_threads";
-import Redis from "ioredis";
+import Redis, { ReplyError } from "ioredis";
 
 import { lockKeys, validateName } from "./keys.js";
 import { DEFAULT_SCRIPTS_DIR, loadScript } from "./scripts.js";
@@ -39,6 +39,29 @@ export class LockError extends Error {
 }
 /** release() or extend() of a lock this object does not hold (any more). */
 export class LockNotOwned extends LockError {}
+/** A call that got no reply within its bound (the read timeout, or the connect timeout). */
+export class TimeoutError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+// The ioredis options the protocol's error path needs (docs/protocol.md, "The error path":
+// one attempt per call, bounded in time, no offline queue, nothing resent), set over the
+// caller's redisOptions: a call that fails is never sent again by the library, a connection
+// that failed is never reconnected (the next call opens a new one), and no command waits in a
+// queue for a connection to come back. ioredis' defaults do all three (20 retries per
+// command, the offline queue, a reconnect for ever, and the unanswered commands sent again
+// after it).
+const ONE_ATTEMPT = {
+  lazyConnect: true, // connected by ready(), within the connect timeout
+  maxRetriesPerRequest: 0,
+  autoResendUnfulfilledCommands: false,
+  enableOfflineQueue: false,
+  retryStrategy: () => null,
+  reconnectOnError: () => false,
+};
 
 /** A connection to distlock's Redis: makes Lock objects, and runs their scripts. */
 export class LockClient {
@@ -48,11 +71,26 @@ export class LockClient {
    * @param {string[]} [options.cluster] a Cluster: the URLs of some of its nodes
    * @param {string} [options.prefix] the KEY_PREFIX of the distlock alias ("distlock")
    * @param {number} [options.ttl] default lease in seconds (60)
-   * @param {number} [options.maxBlock] longest single blocking wait, seconds (1)
+   * @param {number} [options.maxBlock] longest single blocking wait, seconds (1; at most half
+   *   the read timeout)
+   * @param {number} [options.timeout] the read timeout R, seconds (2): a call with no reply
+   *   this long (a wait's pipeline: its block + R) fails, and its connection is dropped
+   * @param {number} [options.connectTimeout] the connect timeout C, seconds (2)
    * @param {string} [options.scriptsDir] distlock's lua folder (default: this repository's)
-   * @param {object} [options.redisOptions] passed on to ioredis
+   * @param {object} [options.redisOptions] passed on to ioredis (but for the options that
+   *   would retry, resend or queue a call: those are always off)
    */
-  constructor({ url, cluster, prefix = "distlock", ttl = 60, maxBlock = 1, scriptsDir, redisOptions = {} } = {}) {
+  constructor({
+    url,
+    cluster,
+    prefix = "distlock",
+    ttl = 60,
+    maxBlock = 1,
+    timeout = 2,
+    connectTimeout = 2,
+    scriptsDir,
+    redisOptions = {},
+  } = {}) {
     if (!url === !cluster) throw new TypeError("Give either url (one server) or cluster (node URLs).");
     // A brace would move the Cluster hash tag into the prefix (docs/protocol.md, "Keys").
     if (typeof prefix !== "string" || !prefix || PREFIX_FORBIDDEN.test(prefix)) {
@@ -60,10 +98,22 @@ export class LockClient {
     }
     this.prefix = prefix;
     this.ttl = checkSeconds("ttl", ttl, false);
-    this.maxBlockMs = checkSeconds("maxBlock", maxBlock, false) * 1000;
-    this.redis = cluster
-      ? new Redis.Cluster(cluster.map(nodeOf), { redisOptions: { ...optionsOf(cluster[0]), ...redisOptions } })
-      : new Redis(url, redisOptions);
+    this.timeoutMs = checkSeconds("timeout", timeout, false) * 1000;
+    this.connectTimeoutMs = checkSeconds("connectTimeout", connectTimeout, false) * 1000;
+    // protocol.md, "BLPOP and the read timeout": MAX_BLOCK <= R / 2.
+    this.maxBlockMs = Math.min(checkSeconds("maxBlock", maxBlock, false) * 1000, this.timeoutMs / 2);
+    const options = { ...redisOptions, ...ONE_ATTEMPT, connectTimeout: this.connectTimeoutMs };
+    this.newConnection = cluster
+      ? () =>
+          new Redis.Cluster(cluster.map(nodeOf), {
+            lazyConnect: true,
+            clusterRetryStrategy: () => null, // no reconnect loop
+            retryDelayOnFailover: 0, // a call whose node connection closed is not sent again
+            redisOptions: { ...optionsOf(cluster[0]), ...options, lazyConnect: false, enableOfflineQueue: true },
+          })
+      : () => new Redis(url, options);
+    this.redis = this.newConnection(); // the connection of the one-shot calls (replaced when dropped)
+    this.connecting = null; // the promise of this.redis being ready
     const folder = scriptsDir || DEFAULT_SCRIPTS_DIR;
     this.scripts = {};
     for (const name of ["acquire", "release", "extend", "leave_queue", "inspect"]) {
@@ -118,14 +168,71 @@ export class LockClient {
     return lockKeys(this.prefix, name);
   }
 
-  /** Run script `name` with EVALSHA, sending its text (EVAL) when the server lacks it. */
+  /** Run script `name` with EVALSHA, sending its text (EVAL) when the server lacks it. Each
+   * call is sent once, on a ready connection, and fails after the read timeout without a
+   * reply (that connection dropped: docs/protocol.md, "The error path"). */
   async run(name, keys, args) {
     const script = this.scripts[name];
+    const connection = await this.ready();
+    const R = this.timeoutMs;
     try {
-      return await this.redis.evalsha(script.sha, keys.length, ...keys, ...args);
+      return await this.bounded(connection, connection.evalsha(script.sha, keys.length, ...keys, ...args), R);
     } catch (error) {
       if (!String(error.message).startsWith("NOSCRIPT")) throw error;
-      return await this.redis.eval(script.source, keys.length, ...keys, ...args);
+      return await this.bounded(connection, connection.eval(script.source, keys.length, ...keys, ...args), R);
+    }
+  }
+
+  /** The connection of the one-shot calls, ready: the one in use, or a new one, connected
+   * within the connect timeout (one attempt). A dropped or closed connection is never used
+   * again. */
+  async ready() {
+    if (this.redis.status === "ready") return this.redis;
+    if (this.redis.status === "end" || this.redis.status === "close") this.drop(this.redis);
+    if (this.connecting === null) this.connecting = this.connect(this.redis);
+    return await this.connecting;
+  }
+
+  /** Connect `connection` (lazy) within the connect timeout; return it. A connection that
+   * failed to connect (an error reply too, such as a wrong password) is dropped. */
+  async connect(connection) {
+    let cause = null; // why it closed (ioredis reports "Connection is closed." for all)
+    connection.on("error", (error) => {
+      cause = error; // each failure reaches the call that met it
+    });
+    try {
+      await this.bounded(connection, connection.connect(), this.connectTimeoutMs);
+    } catch (error) {
+      this.drop(connection);
+      throw error instanceof TimeoutError || cause === null ? error : cause;
+    }
+    return connection;
+  }
+
+  /** `promise` (a call on `connection`), or a TimeoutError once `ms` passed without its reply.
+   * On any failure but an error reply (a timeout, a closed connection) the connection is
+   * dropped: a late reply stays unread and nothing sent on it is sent again. */
+  async bounded(connection, promise, ms) {
+    let timer;
+    const expired = new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new TimeoutError(`No reply within ${ms} ms.`)), ms);
+    });
+    try {
+      return await Promise.race([promise, expired]);
+    } catch (error) {
+      if (!(error instanceof ReplyError)) this.drop(connection);
+      throw error;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Close `connection` for good; the next one-shot call opens a new one if it was theirs. */
+  drop(connection) {
+    connection.disconnect();
+    if (connection === this.redis) {
+      this.redis = this.newConnection();
+      this.connecting = null;
     }
   }
 
@@ -134,7 +241,12 @@ export class LockClient {
    * so the reply that wakes it says whether it holds the lock (one round trip). */
   async waitThenRun(wake, blockMs, name, keys, args) {
     const script = this.scripts[name];
-    const connection = this.idle.pop() || this.redis.duplicate();
+    let connection = this.idle.pop();
+    while (connection && connection.status !== "ready") {
+      connection.disconnect(); // closed while idle
+      connection = this.idle.pop();
+    }
+    connection = connection || (await this.connect(this.newConnection()));
     let replies;
     const pending = connection
       .pipeline()
@@ -143,13 +255,10 @@ export class LockClient {
       .exec();
     const stopNudging = endOnTime(connection, wake, blockMs);
     try {
-      replies = await pending;
-    } catch (error) {
-      // The pending EVALSHA may still run (ioredis resends unanswered commands after a
-      // reconnect): drop the connection before the error path gives back (protocol.md, "The
-      // error path"), or the script could grant the lock after it.
-      connection.disconnect();
-      throw error;
+      // The pipeline's bound is its block + R. On a failure bounded() drops the connection
+      // before the error path gives back (protocol.md, "The error path"): the pending EVALSHA
+      // is never sent again and its late reply never read.
+      replies = await this.bounded(connection, pending, blockMs + this.timeoutMs);
     } finally {
       stopNudging();
     }
@@ -160,9 +269,12 @@ export class LockClient {
     return error ? await this.run(name, keys, args) : reply;
   }
 
-  /** Close every connection. */
+  /** Close every connection (QUIT, within the read timeout; a connection that does not
+   * answer is dropped). */
   async close() {
-    await Promise.all([this.redis, ...this.idle.splice(0)].map((connection) => connection.quit()));
+    const open = [this.redis, ...this.idle.splice(0)].filter((connection) => connection.status === "ready");
+    if (this.redis.status !== "ready") this.redis.disconnect(); // never connected, or connecting
+    await Promise.all(open.map((connection) => this.bounded(connection, connection.quit(), this.timeoutMs).catch(() => {})));
   }
 }
 
