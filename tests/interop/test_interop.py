@@ -226,11 +226,14 @@ def test_node_reads_who_holds_a_lock_python_took(any_fleet: Fleet) -> None:
 
 
 # --- one round trip, either way -----------------------------------------------------------
-# The proxy adds 150 ms each way: a second round trip would take 0.6 s, and 1.6 round trips
-# (0.48 s) leave 180 ms for a loaded machine to schedule the processes, where 50 ms each way
-# left 60 ms, which a load of 7-8 once took.
+# The proxy adds 150 ms each way: a second round trip would take 0.6 s at least, and 1.8
+# round trips (0.54 s) leave 240 ms for a loaded machine to schedule the processes. 1.6 (180
+# ms of room) once took 0.49 s beside a busy loop, and 50 ms each way failed at a load of 7-8.
+# (300 ms each way is no cure: there the handoff took two round trips, 1.19 s, in 3 runs of 3;
+# why is not established yet.)
 LATENCY = 0.15
 ROUND_TRIP = 2 * LATENCY
+BOUND = 1.8 * ROUND_TRIP
 
 
 @pytest.fixture
@@ -266,7 +269,7 @@ def test_a_python_release_hands_a_node_waiter_the_lock_in_one_round_trip(
         delay = float(at) - released
     finally:
         end_processes(fleet.started)
-    assert 0.9 * ROUND_TRIP <= delay < 1.6 * ROUND_TRIP, f"handoff took {delay:.3f}s"
+    assert 0.9 * ROUND_TRIP <= delay < BOUND, f"handoff took {delay:.3f}s"
 
 
 def test_a_node_release_hands_a_python_waiter_the_lock_in_one_round_trip(
@@ -293,7 +296,7 @@ def test_a_node_release_hands_a_python_waiter_the_lock_in_one_round_trip(
             delay = acquired_at[0] - float(at)
     finally:
         end_processes(fleet.started)
-    assert 0.9 * ROUND_TRIP <= delay < 1.6 * ROUND_TRIP, f"handoff took {delay:.3f}s"
+    assert 0.9 * ROUND_TRIP <= delay < BOUND, f"handoff took {delay:.3f}s"
 
 
 def wait_for(name: str, acquired_at: list[float]) -> None:
