@@ -322,6 +322,12 @@ STATIC_SECTIONS = [
     "default `hz 10`); distlock's waiters end their own BLPOP 1 ms after its timeout, so a "
     "crashed holder's lock is taken a few ms after its lease ends at either `hz` (the crash "
     "rows above measure it at both).",
+    "- A handoff in one round trip needs a round trip shorter than the handoff grace (250 ms, "
+    "`HANDOFF_GRACE_MS`): the first waiter in line blocks at most that long between two "
+    "looks, so over a slower link its next `BLPOP` is often still on the way when the "
+    "release comes. Through the test proxy at 300 ms each way (a 600 ms round trip), a "
+    "Node.js release handed a Python waiter the lock after 1.19 s, two round trips, in 3 "
+    "runs of 3; at 150 ms each way it takes one (`test_interop.py`'s one-round-trip tests).",
     "- One Redis server is one point of failure; failover and Redlock trade-offs are in "
     "docs/deployments.md.",
     "",
