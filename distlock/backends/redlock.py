@@ -18,6 +18,10 @@ holder; the later holder's token is larger than the earlier's whole maximum as l
 nodes' clocks agree to within the time between the two acquisitions. A node restarted empty
 with its clock stepped back, or clocks further apart than a handoff takes, can break the
 order. See docs/deployments.md.
+
+The operations, with the script calls they send to every node and how they count the
+replies, are in distlock.backends.redlock_ops; this module keeps the settings, the nodes and
+how each step runs on them.
 """
 
 from __future__ import annotations
@@ -26,26 +30,24 @@ import asyncio
 import dataclasses
 import inspect
 import os
-import random
 import time
-from collections import defaultdict
 from collections.abc import Callable
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
 import redis
 
 from ..exceptions import BackendUnavailable, InvalidLockBackendError
 from ..info import LockInfo
-from ..keys import validate_name
-from .base import DRIFT_FACTOR, DRIFT_MS, Attempt, BaseLockBackend, HeldEntry
+from . import redlock_ops
+from .base import DRIFT_FACTOR, Attempt, BaseLockBackend, HeldEntry
 from .operations import ExclusiveKind, Operations, Request
 from .redis import RedisBackend
-from .redis_ops import grants, holds, listing
 from .redis_ops.fanout import Results, Skipped, afan_out, fan_out
 from .redis_ops.memory import MemoryReport, is_out_of_memory
 from .redis_ops.server_info import ServerReport
-from .redis_ops.steps import Eval, Steps, adrive, drive
+from .redis_ops.steps import Steps, adrive, drive
+from .redlock_ops import Ask, OnNode, Sleep
 from .settings import LIMIT_OPTIONS, Problems
 
 T = TypeVar("T")
@@ -61,13 +63,6 @@ GRACE = 0.25
 # redundancy between the (rarer and rarer) attempts to use it again.
 BACKOFF = 1.0
 MAX_BACKOFF = 8.0
-# A waiter whose grant got some nodes but not a majority tries again this many times, after
-# GRANT_RETRY_DELAY x 1, 2, ... seconds (the release that woke it is still reaching nodes).
-GRANT_RETRIES = 3
-GRANT_RETRY_DELAY = 0.002
-# After an attempt that got some nodes but no majority (contenders split the nodes), wait
-# a random time in this range (ms) before trying again, so that they do not split again.
-JITTER_MS = (5.0, 50.0)
 # No HELLO (RESP2, the default before redis-py 8) and no CLIENT SETINFO on connect: redis-py
 # 8 spells the latter driver_info=None, earlier ones lib_name=None, lib_version=None.
 QUIET_GREETING: dict[str, Any] = {
@@ -99,53 +94,26 @@ LOCATION_HINT = (
 )
 
 
-class Ask(NamedTuple):
-    """A step of a Redlock operation: run ``calls`` on every node that is up (of ``only``),
-    at once, until ``decided`` says the replies so far settle the outcome. Reply: per node,
-    the list of its replies or the exception that stands for them."""
-
-    calls: list[Eval]
-    decided: Callable[[Results], bool]
-    only: list[int] | None = None
-
-
-class OnNode(NamedTuple):
-    """A step of a Redlock operation: run the operation ``steps`` on node ``position``
-    alone. Reply: its outcome."""
-
-    position: int
-    steps: Steps[Any]
-
-
-class Sleep(NamedTuple):
-    """A step of a Redlock operation: wait ``seconds``."""
-
-    seconds: float
-
-
 class RedlockExclusive(ExclusiveKind):
     """The exclusive lock on a majority of the nodes: each operation is one of the
-    backend's generators (``_acquire``, ``_turn``, ...), driven by its ``run``/``arun``."""
+    generators of redlock_ops (try_acquire, turn, ...), driven by the backend's ``run``/``arun``."""
 
     backend: RedlockBackend
 
     # unasync: the async source of the sync code after it
     async def atry_acquire(self, request: Request, grant: str | None = None) -> Attempt:
-        return await self.backend.arun(self._acquire(request, grant))
+        return await self.backend.arun(redlock_ops.try_acquire(self.backend, request, grant))
 
     # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def try_acquire(self, request: Request, grant: str | None = None) -> Attempt:
-        return self.backend.run(self._acquire(request, grant))
+        return self.backend.run(redlock_ops.try_acquire(self.backend, request, grant))
 
     # unasync: end
-
-    def _acquire(self, request: Request, grant: str | None) -> Steps[Attempt]:
-        return self.backend._acquire(request, grant)
 
     # unasync: the async source of the sync code after it
     async def aacquire_when_free(self, request: Request, timeout: float) -> Attempt:
         # Block on one node for a grant, then present it to every node.
-        grant = await self.backend.arun(self.backend._turn(request.name, timeout))
+        grant = await self.backend.arun(redlock_ops.turn(self.backend, request.name, timeout))
         sent = time.monotonic()
         attempt = await self.atry_acquire(request, grant)
         return attempt._replace(sent=sent)
@@ -153,7 +121,7 @@ class RedlockExclusive(ExclusiveKind):
     # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def acquire_when_free(self, request: Request, timeout: float) -> Attempt:
         # Block on one node for a grant, then present it to every node.
-        grant = self.backend.run(self.backend._turn(request.name, timeout))
+        grant = self.backend.run(redlock_ops.turn(self.backend, request.name, timeout))
         sent = time.monotonic()
         attempt = self.try_acquire(request, grant)
         return attempt._replace(sent=sent)
@@ -162,21 +130,21 @@ class RedlockExclusive(ExclusiveKind):
 
     # unasync: the async source of the sync code after it
     async def aleave(self, name: str, token: str) -> None:
-        await self.backend.arun(self.backend._leave(name, token))
+        await self.backend.arun(redlock_ops.leave(self.backend, name, token))
 
     # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def leave(self, name: str, token: str) -> None:
-        self.backend.run(self.backend._leave(name, token))
+        self.backend.run(redlock_ops.leave(self.backend, name, token))
 
     # unasync: end
 
     # unasync: the async source of the sync code after it
     async def arelease(self, name: str, token: str, *, every_level: bool = False) -> int:
-        return await self.backend.arun(self.backend._release(name, token, every_level))
+        return await self.backend.arun(redlock_ops.release(self.backend, name, token, every_level))
 
     # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def release(self, name: str, token: str, *, every_level: bool = False) -> int:
-        return self.backend.run(self.backend._release(name, token, every_level))
+        return self.backend.run(redlock_ops.release(self.backend, name, token, every_level))
 
     # unasync: end
 
@@ -184,13 +152,17 @@ class RedlockExclusive(ExclusiveKind):
     async def aextend(
         self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
     ) -> bool:
-        return await self.backend.arun(self.backend._extend(name, token, ttl_ms, renewal, reenter))
+        return await self.backend.arun(
+            redlock_ops.extend(self.backend, name, token, ttl_ms, renewal, reenter)
+        )
 
     # Generated from the async source above by scripts/unasync.py: do not edit; run `make generate`.
     def extend(
         self, name: str, token: str, ttl_ms: int, *, renewal: bool = False, reenter: bool = False
     ) -> bool:
-        return self.backend.run(self.backend._extend(name, token, ttl_ms, renewal, reenter))
+        return self.backend.run(
+            redlock_ops.extend(self.backend, name, token, ttl_ms, renewal, reenter)
+        )
 
     # unasync: end
 
@@ -208,8 +180,9 @@ class RedlockBackend(BaseLockBackend):
     Lower-case OPTIONS go to every node's client; ``DRIFT_FACTOR`` (default 0.01) is the
     share of the lease allowed for clock drift between the nodes.
 
-    Each operation that has an async twin is a generator of steps (Ask, OnNode, Sleep) that
-    ``run`` and ``arun`` drive, so the two cannot drift (see redis_ops.steps).
+    Each operation is a generator of steps (Ask, OnNode, Sleep) in redlock_ops that ``run``
+    and ``arun`` drive, so the sync and async ones cannot drift (see redis_ops.steps); the
+    backend keeps the nodes, their settings, and how each step runs on them.
     """
 
     own_options = BaseLockBackend.own_options | {"DRIFT_FACTOR"}
@@ -241,9 +214,6 @@ class RedlockBackend(BaseLockBackend):
         self.grace = GRACE if self.timeout is None else min(GRACE, self.timeout / 2)
         self._down_until = [0.0] * len(self.nodes)
         self._failures = [0] * len(self.nodes)  # in a row, per node
-        self._acquire_decided = self._decided(holds.took_lock)
-        self._release_decided = self._decided(_released)
-        self._extend_decided = self._decided(_extended)
 
     # --- configuration --------------------------------------------------------------
     def _location_error(self, message: str) -> InvalidLockBackendError:
@@ -376,7 +346,7 @@ class RedlockBackend(BaseLockBackend):
             # Nodes restarted since they last ran the script: run it there with EVAL, all of
             # them at once again (the server caches the script on the way).
             again = self._fan_out(
-                forgot, [call.command(by_source=True) for call in step.calls], _always
+                forgot, [call.command(by_source=True) for call in step.calls], redlock_ops.always
             )
             for position in forgot:
                 results[position] = again[position]
@@ -425,41 +395,24 @@ class RedlockBackend(BaseLockBackend):
                     continue
                 results[position] = result = error  # OOM, READONLY...: this node cannot serve
             if isinstance(result, Exception) and not isinstance(result, Skipped):  # asked
-                self._leave_out(position)
+                self.leave_out(position)
         return results
 
-    def _leave_out(self, position: int) -> None:
+    def leave_out(self, position: int) -> None:
+        """Leave node ``position`` out of fan-outs for a while: it failed (see BACKOFF)."""
         self._failures[position] += 1
         backoff = min(BACKOFF * 2 ** (self._failures[position] - 1), MAX_BACKOFF)
         self._down_until[position] = time.monotonic() + backoff
 
-    def _decided(self, granted: Callable[[Any], bool]) -> Callable[[Results], bool]:
-        """Return a test of whether the replies so far settle a majority vote either way."""
-        nodes, quorum = len(self.nodes), self.quorum
+    def home(self) -> int:
+        """The node waiters block on: the first one up, so that all of them queue there."""
+        return next((i for i, up in enumerate(self._up()) if up), 0)
 
-        def decided(results: Results) -> bool:
-            yes = no = 0
-            for result in results:
-                if isinstance(result, list):
-                    if granted(result[0]):
-                        yes += 1
-                    else:
-                        no += 1
-                elif result is not None:
-                    no += 1
-            return yes >= quorum or no > nodes - quorum
-
-        return decided
-
-    def _answered_by_quorum(self, results: Results) -> bool:
-        return sum(isinstance(result, list) for result in results) >= self.quorum
-
-    def _drift_ms(self, ttl_ms: int) -> float:
-        return ttl_ms * self.drift_factor + DRIFT_MS
-
-    def _unavailable(
+    def unavailable(
         self, action: str, name: str, agreed: int, results: Results
     ) -> BackendUnavailable:
+        """The error of an operation that fewer than a majority of the nodes agreed on,
+        saying what each node that failed answered."""
         failures = [
             (node, result)
             for node, result in zip(self.nodes, results, strict=True)
@@ -484,209 +437,16 @@ class RedlockBackend(BaseLockBackend):
             name=name,
         )
 
-    # --- acquire --------------------------------------------------------------------
-    # A waiter handed the lock is woken by the first node the release reached; the other
-    # nodes may still show the releasing holder for a moment. A grant that got some nodes but
-    # not a majority is so tried again, shortly, before the waiter waits again.
-    def _acquire(self, request: Request, grant: str | None) -> Steps[Attempt]:
-        name, token, ttl_ms = request.name, request.token, request.ttl_ms
-        call = grants.acquire_call(self.layout, request, grant)
-        for retry in range(GRANT_RETRIES + 1):
-            started = time.monotonic()
-            results = yield Ask([call], self._acquire_decided)
-            attempt, undo, error = self._judge_acquire(name, ttl_ms, results, started)
-            if undo:
-                # Queue where the lock was taken back, as the refusing nodes queued it; not
-                # when the attempt fails as a whole (nobody will wait).
-                back = grants.undo_call(
-                    self.layout, name, token, 0 if error else request.patience_ms
-                )
-                yield Ask([back], _always, undo)
-            if error is not None:
-                try:
-                    raise error
-                finally:
-                    del error  # no cycle through this frame (see detached.py)
-            if attempt.acquired or not (grant and _granted_anywhere(results)):
-                break
-            yield Sleep(GRANT_RETRY_DELAY * (retry + 1))
-        return attempt
-
-    def _judge_acquire(
-        self, name: str, ttl_ms: int, results: Results, started: float
-    ) -> tuple[Attempt, list[int], BackendUnavailable | None]:
-        """Return the attempt's outcome, the nodes to take the lock back from, and the error
-        to raise instead of an outcome."""
-        answered = [
-            (i, holds.took_lock(r[0])) for i, r in enumerate(results) if isinstance(r, list)
-        ]
-        granted = [i for i, took in answered if took]
-        refused = [i for i, took in answered if not took]
-        unanswered = [
-            i
-            for i, r in enumerate(results)
-            if isinstance(r, Exception) and not isinstance(r, Skipped)
-        ]
-        validity = ttl_ms - (time.monotonic() - started) * 1000 - self._drift_ms(ttl_ms)
-        if len(granted) >= self.quorum and validity > 0:
-            taken = [holds.attempt_from(results[i][0]) for i in granted]
-            return (
-                Attempt(
-                    True,
-                    fencing_token=max(grant.fencing_token for grant in taken),
-                    acquired_ms=min(grant.acquired_ms for grant in taken),
-                ),
-                [],
-                None,
-            )
-        if len(granted) + len(refused) < self.quorum:
-            # No majority answered: nothing can be known. (The Lock then releases on every
-            # node, which also covers grants whose reply was lost.)
-            error = self._unavailable("acquire", name, len(granted), results)
-            return Attempt(False), granted, error
-        # Not held: take back every grant, including any whose reply was lost.
-        undo = granted + unanswered
-        if granted:
-            # Contenders split the nodes, or the lease ran out: retry after a jitter.
-            return Attempt(False, holder_pttl_ms=round(random.uniform(*JITTER_MS))), undo, None
-        # Held: it can be free once a majority of the refusing nodes' leases ended.
-        leases = sorted(max(int(results[i][0][1]), 1) for i in refused)
-        return Attempt(False, holder_pttl_ms=leases[self.quorum - 1]), undo, None
-
-    def _turn(self, name: str, timeout: float) -> Steps[str | None]:
-        """Block on the home node until a release pushes a grant (see grants)."""
-        home = self._home()
-        try:
-            return (yield OnNode(home, grants.wait_for_grant(self.layout, name, timeout)))
-        except BackendUnavailable:
-            self._leave_out(home)
-            return None  # the next attempt tells whether a majority is still reachable
-
-    def _home(self) -> int:
-        """The node waiters block on: the first one up, so that all of them queue there."""
-        return next((i for i, up in enumerate(self._up()) if up), 0)
-
-    def _leave(self, name: str, token: str) -> Steps[None]:
-        yield Ask([grants.leave_call(self.layout, name, token)], _always)
-
-    # --- release and extend -----------------------------------------------------------
-    def _release(self, name: str, token: str, every_level: bool) -> Steps[int]:
-        # One grant, valid on every node; and the nodes the lock was not held on (a bare
-        # majority held it) hand it to the waiters too, so no newcomer can take them first.
-        # (A force release does not know the holder's token, hence its grant: it does not.)
-        call = grants.release_call(
-            self.layout, name, token, every_level, suffix=os.urandom(8).hex(), vacant=bool(token)
-        )
-        return self._judge_release(name, (yield Ask([call], self._release_decided)))
-
-    def _judge_release(self, name: str, results: Results) -> int:
-        outcomes = [int(r[0]) for r in results if isinstance(r, list)]
-        released = sum(outcome in (1, 2) for outcome in outcomes)
-        if released >= self.quorum:
-            return 2 if outcomes.count(2) >= self.quorum else 1
-        failed = sum(isinstance(r, Exception) for r in results)
-        if released + failed >= self.quorum:
-            # Maybe held still: raise, so that the Lock keeps its token and can retry.
-            raise self._unavailable("release", name, released, results)
-        return 0
-
-    def _extend(
-        self, name: str, token: str, ttl_ms: int, renewal: bool, reenter: bool
-    ) -> Steps[bool]:
-        call = holds.extend_call(
-            self.layout, name, token, ttl_ms, renewal, reenter, self.max_renewals
-        )
-        started = time.monotonic()
-        results = yield Ask([call], self._extend_decided)
-        return self._judge_extend(name, ttl_ms, results, started)
-
-    def _judge_extend(self, name: str, ttl_ms: int, results: Results, started: float) -> bool:
-        refused = sum(isinstance(r, list) and _limit_reached(r[0]) for r in results)
-        if refused >= self.quorum:
-            raise self.renewal_limit_reached(name)
-        extended = sum(isinstance(r, list) and _extended(r[0]) for r in results)
-        validity = ttl_ms - (time.monotonic() - started) * 1000 - self._drift_ms(ttl_ms)
-        if extended >= self.quorum and validity > 0:
-            return True
-        failed = sum(isinstance(r, Exception) for r in results)
-        if extended + failed < self.quorum:
-            return False  # too many nodes no longer hold it: the lease is lost
-        raise self._unavailable("extend", name, extended, results)
-
     # --- introspection ----------------------------------------------------------------
     def info(self, name: str) -> LockInfo | None:
-        validate_name(name)  # operators pass names by hand: a clear error, not an AttributeError
-        call = holds.inspect_call(self.layout, name, redlock=True)
-        results = self._ask(Ask([call], self._answered_by_quorum))
-        infos = self._infos(name, results, 0)
-        verdict = self._majority(infos)
-        if not isinstance(verdict, LockInfo | None):  # _UNKNOWN
-            raise self._unavailable("read", name, len(infos), results)
-        return verdict
+        return self.run(redlock_ops.inspect(self, name))
 
     def info_many(self, names: list[str]) -> list[LockInfo]:
-        if not names:
-            return []
-        inspect_calls = [holds.inspect_call(self.layout, name, redlock=True) for name in names]
-        results = self._ask(Ask(inspect_calls, self._answered_by_quorum))
-        found = []
-        for position, name in enumerate(names):
-            verdict = self._majority(self._infos(name, results, position))
-            if isinstance(verdict, LockInfo):
-                found.append(verdict)
-        return found
-
-    def _infos(self, name: str, results: Results, position: int) -> list[LockInfo | None]:
-        """Return what each node that answered says about ``name`` (None: not held there);
-        raise BackendUnavailable when fewer than a majority answered."""
-        answered = [r for r in results if isinstance(r, list)]
-        if len(answered) < self.quorum:
-            raise self._unavailable("read", name, len(answered), results)
-        return [holds.lock_info_from(self.alias, name, reply[position]) for reply in answered]
-
-    def _majority(self, infos: list[LockInfo | None]) -> LockInfo | object | None:
-        """Merge the nodes' views: the LockInfo of the token a majority holds, None when no
-        token can have a majority, _UNKNOWN when the silent nodes could make one."""
-        groups: dict[str, list[LockInfo]] = defaultdict(list)
-        for info in infos:
-            if info is not None:
-                groups[info.token].append(info)
-        silent = len(self.nodes) - len(infos)
-        for group in groups.values():
-            if len(group) >= self.quorum:
-                return _merged(group, self.quorum)
-        if any(len(group) + silent >= self.quorum for group in groups.values()):
-            return _UNKNOWN
-        return None
+        return self.run(redlock_ops.inspect_many(self, names))
 
     def held_entries(self, prefix: str) -> list[HeldEntry]:
         """The index entries of the locks a majority holds (RedlockExclusive.list)."""
-        results = self._ask(
-            Ask(listing.held_names_calls(self.layout, "wait"), self._answered_by_quorum)
-        )
-        answered = [r for r in results if isinstance(r, list)]
-        if len(answered) < self.quorum:
-            raise self._unavailable(
-                "list the locks of", prefix or "every prefix", len(answered), results
-            )
-        seen: dict[str, list[HeldEntry]] = defaultdict(list)
-        for buckets in answered:
-            for reply in buckets:
-                for entry in listing.held_entries(reply):
-                    if entry.name.startswith(prefix):
-                        seen[entry.name].append(entry)
-        # Held where a majority holds it: until the quorum-th latest lease end, since the
-        # earliest acquisition among those nodes.
-        return sorted(
-            HeldEntry(
-                name,
-                sorted((e.lease_end for e in entries), reverse=True)[self.quorum - 1],
-                min((e.acquired for e in entries if e.acquired), default=0.0),
-                max(e.waiters for e in entries),
-            )
-            for name, entries in seen.items()
-            if len(entries) >= self.quorum
-        )
+        return self.run(redlock_ops.held_entries(self, prefix))
 
     def close(self) -> None:
         for node in getattr(self, "nodes", ()):
@@ -705,24 +465,6 @@ class RedlockBackend(BaseLockBackend):
         return ", ".join(node.address for node in self.nodes)
 
 
-_UNKNOWN = object()
-
-
-def _merged(group: list[LockInfo], quorum: int) -> LockInfo:
-    """One LockInfo from the nodes of a majority: the lease the majority surely still has,
-    the fencing token the holder was given (the largest), the most renewals and levels."""
-    group = sorted(group, key=lambda info: info.ttl_remaining, reverse=True)
-    return dataclasses.replace(
-        group[quorum - 1],
-        fencing_token=max(info.fencing_token for info in group),
-        acquired_at=min(info.acquired_at for info in group),
-        renewals=max(info.renewals for info in group),
-        depth=max(info.depth for info in group),
-        # Each waiter queues on every node it reaches: the most any node of the majority saw.
-        waiters=max(info.waiters or 0 for info in group),
-    )
-
-
 def _server_identity(location: str) -> tuple[str, ...]:
     """Which server a URL names, whatever its database, password or spelling of the port."""
     parts = urlsplit(location)
@@ -733,24 +475,3 @@ def _server_identity(location: str) -> tuple[str, ...]:
 
 def _no_script(reply: Any) -> bool:
     return isinstance(reply, redis.exceptions.NoScriptError)
-
-
-def _granted_anywhere(results: Results) -> bool:
-    return any(isinstance(result, list) and holds.took_lock(result[0]) for result in results)
-
-
-def _released(reply: Any) -> bool:
-    return not isinstance(reply, Exception) and int(reply) in (1, 2)
-
-
-def _extended(reply: Any) -> bool:
-    return not isinstance(reply, Exception) and int(reply) == 1
-
-
-def _limit_reached(reply: Any) -> bool:
-    """The EXTEND script's answer when MAX_RENEWALS refused the renewal."""
-    return not isinstance(reply, Exception) and int(reply) == 2
-
-
-def _always(results: Results) -> bool:
-    return True

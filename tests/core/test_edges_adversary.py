@@ -28,6 +28,7 @@ import redis
 
 import distlock
 from devkit.configs import distlock_settings
+from distlock.backends import redlock_ops
 from distlock.handler import locks
 from tests.support.lock_helpers import elsewhere
 
@@ -147,14 +148,14 @@ def test_redlock_a_short_wait_ending_does_not_wake_a_longer_one(nodes: list[Any]
 
     def wait_long() -> None:
         began = time.monotonic()
-        assert backend.run(backend._turn("signal", 0.6)) is None
+        assert backend.run(redlock_ops.turn(backend, "signal", 0.6)) is None
         ended.append(time.monotonic() - began)
 
     thread = threading.Thread(target=wait_long)
     thread.start()
     time.sleep(0.2)
     try:
-        assert backend.run(backend._turn("signal", 0.05)) is None
+        assert backend.run(redlock_ops.turn(backend, "signal", 0.05)) is None
     finally:
         thread.join(10)
         holder.release()

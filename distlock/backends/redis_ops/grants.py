@@ -1,8 +1,8 @@
 """Redlock's scripts on each of its nodes: a release pushes one grant to a list every waiter
 blocks on, and the waiter that pops it presents it to every node.
 
-RedlockBackend (distlock.backends.redlock) sends these calls to all its nodes at once and
-counts a majority; the replies read as the one-server scripts' do (holds.attempt_from,
+Redlock's operations (distlock.backends.redlock_ops) send these calls to all its nodes at
+once and count a majority; the replies read as the one-server scripts' do (holds.attempt_from,
 holds.took_lock). Extend, inspect and listing are the one-server calls (.holds, .listing).
 """
 
