@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from asgiref.sync import ThreadSensitiveContext, async_to_sync, sync_to_async
-from django.db import transaction
+from django.db import connections, transaction
 
 import distlock
 from devkit.databases import DatabaseServer
@@ -141,6 +141,48 @@ def test_a_coroutine_the_request_thread_waits_for_on_another_loop_never_hangs() 
         loop.close()
     assert result == "done"
     assert not is_held(name)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="_runs_in counts every thread in a transaction whose connection allows thread "
+    "sharing, whichever connection that thread's queries use",
+)
+def test_a_pool_job_never_takes_back_a_release_of_a_connection_shared_between_threads() -> None:
+    """The request's connection allows thread sharing (``inc_thread_sharing()``, as Django's
+    live server does for an in-memory SQLite database, handing that connection to its
+    request threads). A pool job given a copy of the request's context
+    (sync_to_async(thread_sensitive=False)) asks for a lock whose release waits for the
+    request's COMMIT.
+
+    Expected: refused (wait=0): the pool thread's queries run on its own connection
+    (``connections[alias]`` there is not the shared one), outside the transaction.
+    Observed: taken back at once, 1 of 1: _runs_in answers True for any thread once the
+    connection allows sharing, and _link counts any thread as its ender."""
+    name = "adv5:sharing"
+    got: list[bool] = []
+    used: list[bool] = []
+
+    def job() -> None:
+        used.append(connections["default"] is request_conn)
+        lk = distlock.lock(name, ttl=5, wait=0)
+        got.append(lk.acquire())
+        if got[-1]:
+            lk.release()
+
+    with transaction.atomic():  # the request's transaction
+        request_conn = connections["default"]
+        request_conn.inc_thread_sharing()
+        try:
+            with distlock.lock(name, ttl=5):
+                pass  # the release waits for the COMMIT
+            with ThreadPoolExecutor(1) as pool:
+                pool.submit(contextvars.copy_context().run, job).result(STEP)
+        finally:
+            request_conn.dec_thread_sharing()
+    assert used == [False]  # the pool job's queries are not on the request's connection
+    assert got == [False], "a pool job on a connection of its own took the release back"
+    assert free_within(name, 1)
 
 
 RECEIPT_ORDERS = 10
