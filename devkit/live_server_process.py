@@ -37,7 +37,9 @@ from devkit.servers import HOST, ManagedServer
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 5.0
-SERVERS = ("uvicorn", "gunicorn", "runserver")
+SERVERS = ("uvicorn", "gunicorn", "gunicorn-uvicorn", "runserver")
+# gunicorn with N worker processes: sync workers (WSGI) or uvicorn's worker (ASGI).
+GUNICORNS = ("gunicorn", "gunicorn-uvicorn")
 
 
 class LiveServerProcess(ManagedServer):
@@ -71,7 +73,7 @@ class LiveServerProcess(ManagedServer):
                 f"{server} needs the application, e.g. 'project.asgi:application' "
                 "(uvicorn) or 'project.wsgi:application' (gunicorn)"
             )
-        if workers < 1 or ((workers > 1 or preload) and server != "gunicorn"):
+        if workers < 1 or ((workers > 1 or preload) and server not in GUNICORNS):
             raise ValueError("workers > 1 and preload need server='gunicorn'")
         self.app = app
         self.settings = settings
@@ -111,7 +113,7 @@ class LiveServerProcess(ManagedServer):
                 "--backlog",
                 "512",
             ]
-        if self.server == "gunicorn":
+        if self.server in GUNICORNS:
             # Sync workers, each serving one request at a time. No control socket: by default
             # every gunicorn of the user shares one ($HOME/.gunicorn/gunicorn.ctl).
             return [
@@ -124,7 +126,7 @@ class LiveServerProcess(ManagedServer):
                 "--workers",
                 str(self.workers),
                 "--worker-class",
-                "sync",
+                "uvicorn.workers.UvicornWorker" if self.server == "gunicorn-uvicorn" else "sync",
                 "--timeout",
                 "60",
                 "--graceful-timeout",
@@ -169,7 +171,7 @@ class LiveServerProcess(ManagedServer):
             self.port = servers.free_port()
             outcome = self._launch_once(deadline)
             if outcome == "ok":
-                if self.server == "gunicorn":
+                if self.server in GUNICORNS:
                     try:
                         servers.wait_until(
                             lambda: len(self.worker_pids()) >= self.workers,
@@ -241,7 +243,7 @@ class LiveServerProcess(ManagedServer):
         requests under way), SIGKILL after ``timeout`` (also to any worker left), and reap
         it. Idempotent."""
         if self._proc is not None:
-            quit_signal = signal.SIGQUIT if self.server == "gunicorn" else signal.SIGTERM
+            quit_signal = signal.SIGQUIT if self.server in GUNICORNS else signal.SIGTERM
             servers.stop_managed(self._proc, timeout, quit_signal)
         self._proc = None
 

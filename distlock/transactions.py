@@ -220,12 +220,17 @@ async def anote_sync_thread() -> None:
 
 def _open_elsewhere(entry: tuple[Any, int]) -> bool:
     """Return True if ``entry`` (connection, number) of the context is a transaction still
-    open on another thread's connection: the one case where a coroutine's sync thread
-    matters."""
+    open on another thread's connection, or one whose on_commit hooks run there (the window
+    _committing_here looks at): the cases where a coroutine's sync thread matters. (Left
+    unnoted during the hooks, a pool job's coroutine counted as one of them, and took back
+    a release that waits for them.)"""
     conn, number = entry
-    if getattr(conn, "distlock_transaction", None) != number or conn.allow_thread_sharing:
+    if conn.allow_thread_sharing or conn._thread_ident == _get_ident():
         return False
-    return conn._thread_ident != _get_ident() and bool(own_depth(conn))
+    if getattr(conn, "distlock_transaction", None) == number and own_depth(conn):
+        return True
+    ending = getattr(conn, "distlock_ending", None)
+    return ending is not None and number >= ending
 
 
 def note_sync_thread() -> None:

@@ -143,7 +143,8 @@ def serve_shop(
 ) -> Iterator[Shop]:
     """A migrated database of its own on ``database``, served by ``workers`` gunicorn
     workers (0: not served; ``gc_disabled``: with the garbage collector off in each; or
-    ``server="uvicorn"``: one uvicorn process, its ASGI application), dropped afterwards."""
+    ``server="uvicorn"``: one uvicorn process, its ASGI application; ``"gunicorn-uvicorn"``:
+    gunicorn's ``workers`` uvicorn worker processes), dropped afterwards."""
     name = database.create_database()
     try:
         env = shop_env(database, name, redis_url, hold_until_commit)
@@ -159,7 +160,7 @@ def serve_shop(
             yield Shop(database, name, None)
             return
         with LiveServerProcess(
-            f"devkit.shop.{'asgi' if server == 'uvicorn' else 'wsgi'}:application",
+            f"devkit.shop.{'wsgi' if server == 'gunicorn' else 'asgi'}:application",
             server=server,
             workers=workers,
             settings=SETTINGS,

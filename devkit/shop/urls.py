@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import fenced, views
+from . import adversary5, fenced, views
 
 urlpatterns = [
     path("", views.health),
@@ -15,4 +15,6 @@ urlpatterns = [
     path("pay-hook-fails/<int:order_id>", views.pay_hook_fails),
     path("pay-fenced/<int:order_id>", fenced.pay_fenced),
     path("pay-service/<int:order_id>", views.pay_service),
+    path("pay-receipt/<int:order_id>", adversary5.pay_receipt),
+    path("pay-tasks/<int:order_id>", adversary5.pay_tasks),
 ]
