@@ -174,7 +174,7 @@ def _runs_in(conn: Any) -> bool:
     if asyncio._get_running_loop() is None:
         return False
     sync_thread = _noted_sync_thread()
-    return sync_thread is None or sync_thread == conn._thread_ident
+    return sync_thread in (None, _UNANSWERED) or sync_thread == conn._thread_ident
 
 
 # The thread a coroutine's ORM calls go back to (sync_to_async's, thread-sensitive), noted
@@ -184,6 +184,15 @@ def _runs_in(conn: Any) -> bool:
 _sync_thread: contextvars.ContextVar[tuple[weakref.ref[asyncio.Task[Any]], int] | None] = (
     contextvars.ContextVar("distlock_sync_thread", default=None)
 )
+
+
+# How long a coroutine waits for asgiref's answer before it counts as the transaction's, as
+# one never asked does: the thread it asks through may be the very one that waits for this
+# coroutine (a sync view's ``run_coroutine_threadsafe(...).result()`` to a loop of its own),
+# which would answer only after the coroutine's lock call returned, that is never (the fifth
+# adversary: the lock call hung). Noted as _UNANSWERED, so the task asks once.
+HOP_TIMEOUT = 1.0
+_UNANSWERED = 0  # a noted thread that never answered (thread idents are never 0)
 
 
 def _noted_sync_thread() -> int | None:
@@ -213,9 +222,20 @@ async def anote_sync_thread() -> None:
     try:
         from asgiref.sync import sync_to_async
 
-        _sync_thread.set((weakref.ref(task), await sync_to_async(_get_ident)()))
+        hop = asyncio.ensure_future(sync_to_async(_get_ident)())
+        # Not wait_for: cancelling a sync_to_async call waits for its thread all the same.
+        done, _ = await asyncio.wait((hop,), timeout=HOP_TIMEOUT)
+        if not done:  # left to end once that thread is free; its answer is not needed then
+            hop.add_done_callback(_drop_answer)
+        _sync_thread.set((weakref.ref(task), hop.result() if done else _UNANSWERED))
     except Exception:
         _bookkeeping_failed("anote_sync_thread")
+
+
+def _drop_answer(hop: asyncio.Future[int]) -> None:
+    """Retrieve a late hop's outcome, so that asyncio does not log it as never retrieved."""
+    if not hop.cancelled():
+        hop.exception()
 
 
 def _open_elsewhere(entry: tuple[Any, int]) -> bool:

@@ -94,11 +94,6 @@ def test_a_pool_jobs_coroutine_never_takes_back_a_release_waiting_for_the_hooks(
     assert _hooks_window_try("adv5:hooks-coroutine", coroutine=True) == [False]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="anote_sync_thread's sync_to_async hop goes to the request's thread, which waits "
-    "for this coroutine: the lock call never returns (a regression of aeea5fa)",
-)
 def test_a_coroutine_the_request_thread_waits_for_on_another_loop_never_hangs() -> None:
     """Under ASGI a sync view runs in the request's ThreadSensitiveContext thread. Inside
     its transaction (ATOMIC_REQUESTS) it sends a coroutine to a long-lived event loop of
@@ -106,11 +101,13 @@ def test_a_coroutine_the_request_thread_waits_for_on_another_loop_never_hangs() 
     code) with asyncio.run_coroutine_threadsafe and waits for its result; the coroutine
     takes an async lock that no one holds.
 
-    Expected: the coroutine gets the lock at once and returns (as it did before aeea5fa).
-    Observed: the coroutine's context is a copy of the view's (it names the open
+    Expected: the coroutine gets the lock and returns, after HOP_TIMEOUT at the most.
+    Before: the coroutine's context is a copy of the view's (it names the open
     transaction), so anote_sync_thread asks asgiref which thread its ORM calls go to by
     running get_ident through sync_to_async: routed to the request's thread, which is
-    blocked waiting for this very coroutine: it never returns (the view's wait ends it)."""
+    blocked waiting for this very coroutine, it never returned (a regression of aeea5fa;
+    the view's wait ended it). Now it stops asking after HOP_TIMEOUT and counts as the
+    transaction's, as it did before it asked."""
     loop = asyncio.new_event_loop()
     runner = threading.Thread(target=loop.run_forever, daemon=True)
     runner.start()
