@@ -305,12 +305,16 @@ def test_native_look_at_every_width_and_the_readme_screenshots(
     # The pages below the list look native too.
     page.set_viewport_size({"width": README_WIDTH, "height": 700})
     page.locator("#shared_list").get_by_role("link", name="price-list").click()
+    # The click only starts the navigation: read the new page once it is there (on a loaded
+    # machine the evaluate below once ran between the two pages, with no .breadcrumbs).
+    expect(page.locator("#content h1")).to_have_text("Shared lock “price-list”")
     style = breadcrumbs_style(page)
     assert style["background"] == style["expected"] and style["sidebar"], style
     assert layout_problems(page) == []
     if kept:
         page.screenshot(path=f"{kept}/shared-lock-{scheme}.png", full_page=True)
     page.go_back()
+    expect(page.locator("#shared_list")).to_be_visible()
     page.locator("#result_list tbody tr", has_text="search:reindex").get_by_role(
         "link", name="Force release"
     ).click()
