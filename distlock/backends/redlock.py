@@ -209,6 +209,7 @@ class RedlockBackend(BaseLockBackend):
         if not self.nodes:
             return  # the problems say why; nothing below can be worked out
         self.quorum = len(self.nodes) // 2 + 1
+        self.votes = redlock_ops.Votes.count(len(self.nodes), self.quorum)
         self.max_block = min(node.max_block for node in self.nodes)
         self.timeout: float | None = self.nodes[0].client_options.get("socket_timeout")
         self.grace = GRACE if self.timeout is None else min(GRACE, self.timeout / 2)

@@ -12,7 +12,6 @@ ttl x drift_factor + DRIFT_MS``, is still positive.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import random
 import time
@@ -71,6 +70,7 @@ class Majority(Protocol):
     max_renewals: int | None
     quorum: int  # a majority of the nodes
     drift_factor: float
+    votes: Votes  # built once with the nodes (Votes.count)
 
     @property
     def nodes(self) -> Sequence[object]: ...
@@ -95,7 +95,7 @@ def try_acquire(backend: Majority, request: Request, grant: str | None) -> Steps
     ``grant`` if a release handed it one; take back what a failed attempt was granted."""
     name, token, ttl_ms = request.name, request.token, request.ttl_ms
     call = grants.acquire_call(backend.layout, request, grant)
-    decided = vote_decided(holds.took_lock, len(backend.nodes), backend.quorum)
+    decided = backend.votes.acquired
     for retry in range(GRANT_RETRIES + 1):
         started = time.monotonic()
         results = yield Ask([call], decided)
@@ -181,8 +181,7 @@ def release(backend: Majority, name: str, token: str, every_level: bool) -> Step
     call = grants.release_call(
         backend.layout, name, token, every_level, suffix=os.urandom(8).hex(), vacant=bool(token)
     )
-    decided = vote_decided(_released, len(backend.nodes), backend.quorum)
-    return judge_release(backend, name, (yield Ask([call], decided)))
+    return judge_release(backend, name, (yield Ask([call], backend.votes.released)))
 
 
 def judge_release(backend: Majority, name: str, results: Results) -> int:
@@ -205,7 +204,7 @@ def extend(
     call = holds.extend_call(
         backend.layout, name, token, ttl_ms, renewal, reenter, backend.max_renewals
     )
-    decided = vote_decided(_extended, len(backend.nodes), backend.quorum)
+    decided = backend.votes.extended
     started = time.monotonic()
     results = yield Ask([call], decided)
     return judge_extend(backend, name, ttl_ms, results, started)
@@ -235,7 +234,7 @@ def inspect(backend: Majority, name: str) -> Steps[LockInfo | None]:
     one."""
     validate_name(name)  # operators pass names by hand: a clear error, not an AttributeError
     call = holds.inspect_call(backend.layout, name, redlock=True)
-    results = yield Ask([call], answered_by(backend.quorum))
+    results = yield Ask([call], backend.votes.answered)
     infos = _infos(backend, name, results, 0)
     verdict = _majority(backend, infos)
     if not isinstance(verdict, LockInfo | None):  # _UNKNOWN
@@ -248,7 +247,7 @@ def inspect_many(backend: Majority, names: list[str]) -> Steps[list[LockInfo]]:
     if not names:
         return []
     inspect_calls = [holds.inspect_call(backend.layout, name, redlock=True) for name in names]
-    results = yield Ask(inspect_calls, answered_by(backend.quorum))
+    results = yield Ask(inspect_calls, backend.votes.answered)
     found = []
     for position, name in enumerate(names):
         verdict = _majority(backend, _infos(backend, name, results, position))
@@ -304,7 +303,7 @@ def _merged(group: list[LockInfo], quorum: int) -> LockInfo:
 def held_entries(backend: Majority, prefix: str) -> Steps[list[HeldEntry]]:
     """The index entries of the locks a majority holds (RedlockExclusive.list)."""
     quorum = backend.quorum
-    results = yield Ask(listing.held_names_calls(backend.layout, "wait"), answered_by(quorum))
+    results = yield Ask(listing.held_names_calls(backend.layout, "wait"), backend.votes.answered)
     answered = [r for r in results if isinstance(r, list)]
     if len(answered) < quorum:
         raise backend.unavailable(
@@ -336,8 +335,6 @@ def drift_ms(backend: Majority, ttl_ms: int) -> float:
     return ttl_ms * backend.drift_factor + DRIFT_MS
 
 
-# Built once per backend shape (the three votes, the quorum): an Ask is on the hot path.
-@functools.cache
 def vote_decided(
     granted: Callable[[Any], bool], nodes: int, quorum: int
 ) -> Callable[[Results], bool]:
@@ -358,7 +355,6 @@ def vote_decided(
     return decided
 
 
-@functools.cache
 def answered_by(quorum: int) -> Callable[[Results], bool]:
     """Return a test of whether ``quorum`` nodes answered (a read is then decided)."""
 
@@ -366,6 +362,26 @@ def answered_by(quorum: int) -> Callable[[Results], bool]:
         return sum(isinstance(result, list) for result in results) >= quorum
 
     return answered
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Votes:
+    """The tests that settle each operation's fan-out, built once per backend with its nodes
+    (an Ask is on the hot path: nothing is built or looked up per operation)."""
+
+    acquired: Callable[[Results], bool]
+    released: Callable[[Results], bool]
+    extended: Callable[[Results], bool]
+    answered: Callable[[Results], bool]  # a read: a quorum answered
+
+    @classmethod
+    def count(cls, nodes: int, quorum: int) -> Votes:
+        return cls(
+            acquired=vote_decided(holds.took_lock, nodes, quorum),
+            released=vote_decided(_released, nodes, quorum),
+            extended=vote_decided(_extended, nodes, quorum),
+            answered=answered_by(quorum),
+        )
 
 
 def always(results: Results) -> bool:
