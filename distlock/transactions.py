@@ -249,8 +249,7 @@ def _open_elsewhere(entry: tuple[Any, int]) -> bool:
         return False
     if getattr(conn, "distlock_transaction", None) == number and own_depth(conn):
         return True
-    ending = getattr(conn, "distlock_ending", None)
-    return ending is not None and number >= ending
+    return _ending_covers(conn, number) is not None
 
 
 def note_sync_thread() -> None:
@@ -1337,14 +1336,20 @@ def _committing_here() -> list[Place]:
     running (the running code may be one of them)."""
     found = []
     for conn, entered in _pairs(_entered.get()):
-        number = getattr(conn, "distlock_ending", None)
-        # Only the committing transaction's code, or a hook's own block begun after it
-        # (numbers grow): a context copied in an earlier transaction of the connection (a
-        # task that outlived its job) is not part of this one's end; nor is sync code of
-        # another thread, on a connection of its own (_runs_in).
-        if number is not None and entered >= number and _runs_in(conn):
+        number = _ending_covers(conn, entered)
+        # Nor is sync code of another thread, on a connection of its own (_runs_in).
+        if number is not None and _runs_in(conn):
             found.append((conn, number, 0))
     return found
+
+
+def _ending_covers(conn: Any, entered: int) -> int | None:
+    """Return the number of ``conn``'s transaction whose on_commit hooks are running, if code
+    that entered transaction ``entered`` is part of that end: the committing transaction's
+    code, or a hook's own block begun after it (numbers grow). A context copied in an earlier
+    transaction of the connection (a task that outlived its job) is not."""
+    number: int | None = getattr(conn, "distlock_ending", None)
+    return number if number is not None and entered >= number else None
 
 
 def held_in_transactions_here(key: Hashable) -> bool:
