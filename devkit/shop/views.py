@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextvars
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -224,9 +224,18 @@ async def charge_service(order_id: int) -> str:
         return await sync_to_async(charge)(order_id)
 
 
-@csrf_exempt
-@require_POST
-def pay_service(request: HttpRequest, order_id: int) -> JsonResponse:
-    result = async_to_sync(charge_service)(order_id)
-    time.sleep(CHARGE_SECONDS)  # the view works on before its transaction commits
-    return JsonResponse({"result": result})
+def service_view(service: Callable[[int], Awaitable[str]]) -> Callable[..., JsonResponse]:
+    """A sync view (in its request's transaction under ATOMIC_REQUESTS) that runs the async
+    ``service`` through async_to_sync, then works on before its transaction commits."""
+
+    @csrf_exempt
+    @require_POST
+    def pay(request: HttpRequest, order_id: int) -> JsonResponse:
+        result = async_to_sync(service)(order_id)
+        time.sleep(CHARGE_SECONDS)  # the view works on before its transaction commits
+        return JsonResponse({"result": result})
+
+    return pay
+
+
+pay_service = service_view(charge_service)
