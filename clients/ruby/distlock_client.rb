@@ -267,7 +267,11 @@ module Distlock
       kl = shared ? k.shared_acquire_keys : k.acquire_keys
       deadline = wait.nil? ? nil : mono_ms + wait
       left = -> { deadline.nil? ? Float::INFINITY : deadline - mono_ms }
-      args = ->(patience, waited) { [token, ttl.to_s, meta, k.name, patience.to_s, waited] }
+      # acquire.lua tells by itself whether the token waited (shared_acquire.lua is told).
+      args = lambda do |patience, waited|
+        sent = [token, ttl.to_s, meta, k.name, patience.to_s]
+        shared ? sent << waited : sent
+      end
 
       queued = false
       clock = nil # [sent, server ms] of the first held reply of this acquire: relates the clocks
@@ -434,8 +438,7 @@ module Distlock
         run(@redis, @scripts['shared_release'], k.shared_release_keys,
             [token.to_s, k.name, '1', GRACE_MS.to_s]).to_i
       else
-        run(@redis, @scripts['release'], k.release_keys,
-            [token.to_s, k.name, '1', GRACE_MS.to_s]).to_i
+        run(@redis, @scripts['release'], k.release_keys, [token.to_s, k.name, '1']).to_i # grace: default
       end
     end
 
@@ -444,7 +447,7 @@ module Distlock
         run(@redis, @scripts['shared_leave'], k.shared_release_keys,
             [token, GRACE_MS.to_s, k.name])
       else
-        run(@redis, @scripts['leave_queue'], k.leave_keys, [token, GRACE_MS.to_s])
+        run(@redis, @scripts['leave_queue'], k.leave_keys, [token]) # the grace: the script's default
       end
     end
 

@@ -118,7 +118,7 @@ def test_each_call_sends_the_keys_and_arguments_its_script_names(call: Eval) -> 
         assert call.keys
     else:
         assert len(call.keys) == len(script.keys), script.keys
-    assert len(call.args) == len(script.argv), script.argv
+    assert script.least_argv <= len(call.args) <= len(script.argv), script.argv
 
 
 def test_the_exclusive_acquire_and_release_send_the_same_bytes_as_their_str_form() -> None:
@@ -132,5 +132,18 @@ def test_the_exclusive_acquire_and_release_send_the_same_bytes_as_their_str_form
         key.encode() for key in (k.lock, k.fence, k.waiters, k.live, k.index)
     )
     assert release.keys == tuple(key.encode() for key in (k.lock, k.waiters, k.live, k.index))
-    assert acquire.args[5:] == [b"1", str(HANDOFF_GRACE_MS).encode()]
-    assert release.args[2:] == [b"0", str(HANDOFF_GRACE_MS).encode()]
+    assert acquire.args[3] == release.args[1] == "caf\u00e9 {x}".encode()
+    assert release.args[2:] == [b"0"]
+
+
+def test_the_hot_calls_leave_out_what_the_scripts_derive_or_default() -> None:
+    # acquire.lua tells by itself whether the token may be queued (ARGV[6]), and the exclusive
+    # scripts default the grace: the calls send neither, the scripts' defaults are the grace's.
+    layout = KeyLayout("test")
+    request = Request("n", "t", 1000, "{}", 0)
+    assert len(holds.acquire_call(layout, request, True).args) == 5
+    assert len(holds.release_call(layout, "n", "t", every_level=True).args) == 3
+    assert len(holds.leave_call(layout, "n", "t").args) == 1
+    for name in ("acquire", "release", "leave_queue"):
+        assert f"] or '{HANDOFF_GRACE_MS}'" in LOADED[name].source, name
+    assert [LOADED[name].least_argv for name in ("acquire", "release", "leave_queue")] == [5, 3, 1]

@@ -182,3 +182,40 @@ def test_a_grant_that_arrives_after_its_lease_ended_is_given_back(data, monkeypa
     assert lk.token is None
     monkeypatch.undo()
     assert not distlock.lock("late").locked()
+
+
+def test_an_older_clients_calls_still_work_beside_the_shorter_ones(data) -> None:
+    """acquire.lua's ARGV[6] (waited) and ARGV[7] (grace), release.lua's ARGV[4] and
+    leave_queue.lua's ARGV[2] became optional (issue 42): a client that still sends them gets
+    the same locks, queue and handoff as one that leaves them out."""
+    from distlock.backends.redis_ops import holds
+
+    layout = locks["default"].layout
+    k = layout.keys_for("compat")
+    acquire_keys = [k.lock, k.fence, k.waiters, k.live, k.index]
+    release_keys = [k.lock, k.waiters, k.live, k.index]
+
+    def run(script, keys, *args):
+        return data.eval(script.source, len(keys), *keys, *args)
+
+    old = run(holds.ACQUIRE, acquire_keys, "old", 5000, "{}", "compat", 0, "0", 250)
+    assert isinstance(old, str)
+    queued = run(holds.ACQUIRE, acquire_keys, "new", 5000, "{}", "compat", 5000)
+    assert queued[0] == 0 and queued[2] == 0  # held by the old form's token; queued first
+    assert run(holds.RELEASE, release_keys, "old", "compat", "1", 250) == 1
+    assert data.get(k.lock) == "=new"
+    assert 0 < data.pttl(k.lock) <= 250  # the grace the old client sent
+    taken = run(holds.ACQUIRE, acquire_keys, "new", 5000, "{}", "compat", 5000)
+    assert isinstance(taken, str)
+    # A queued old-form waiter, handed the lock by a release that leaves the grace out.
+    run(holds.ACQUIRE, acquire_keys, "older", 5000, "{}", "compat", 5000, "0", 250)
+    assert run(holds.RELEASE, release_keys, "new", "compat", "1") == 1
+    assert data.get(k.lock) == "=older"
+    assert 0 < data.pttl(k.lock) <= 250  # the scripts' default: HANDOFF_GRACE_MS
+    assert isinstance(
+        run(holds.ACQUIRE, acquire_keys, "older", 5000, "{}", "compat", 5000, "1", 250), str
+    )
+    assert not data.exists(k.waiters, k.live, k.waiters + "|about")
+    assert run(holds.LEAVE_QUEUE, [k.lock, k.waiters, k.live], "gone", 250) == 1
+    assert run(holds.RELEASE, release_keys, "older", "compat", "1") == 1
+    assert not data.exists(k.lock) and data.zscore(k.index, "compat") is None

@@ -55,8 +55,8 @@ def test_the_check_fails_when_a_script_gains_an_undocumented_argument(tmp_path: 
 
 def test_the_check_fails_when_the_document_has_an_argument_the_file_lacks() -> None:
     extra = TEXT.replace(
-        "| `ARGV[2]` | `grace` | ms the next waiter",
-        "| `ARGV[3]` | `ghost` | nothing |\n| `ARGV[2]` | `grace` | ms the next waiter",
+        "| `ARGV[2]` | `grace` | optional: ms the next waiter",
+        "| `ARGV[3]` | `ghost` | nothing |\n| `ARGV[2]` | `grace` | optional: ms the next waiter",
     )
     assert extra != TEXT
     assert disagreements(extra) == ["leave_queue.lua: the document has ARGV[3] ghost, not the file"]

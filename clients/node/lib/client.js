@@ -337,7 +337,7 @@ export class Lock {
     const released = await this.client.run(
       "release",
       [keys.lock, keys.queue, keys.live, keys.index],
-      [this.ownToken("release"), this.name, "1", HANDOFF_GRACE_MS],
+      [this.ownToken("release"), this.name, "1"], // the grace: release.lua's default
     );
     this.token = null; // after the server answered: a lost reply leaves the token to retry with
     if (released === 0) throw this.notOwned("release");
@@ -392,20 +392,21 @@ class Attempt {
     return Math.round(Math.max(block, 0) + PATIENCE_MARGIN_MS);
   }
 
-  args(waited) {
+  // acquire.lua tells by itself whether the token waited, and defaults the grace.
+  args() {
     const lock = this.lock;
-    return [this.token, this.ttlMs, lock.metadata, lock.name, this.patience(), waited ? "1" : "0", HANDOFF_GRACE_MS];
+    return [this.token, this.ttlMs, lock.metadata, lock.name, this.patience()];
   }
 
   async first() {
-    return this.checked(performance.now(), await this.client.run("acquire", this.acquireKeys, this.args(false)));
+    return this.checked(performance.now(), await this.client.run("acquire", this.acquireKeys, this.args()));
   }
 
   /** BLPOP on this waiter's wake-up list with acquire.lua pipelined behind it. */
   async waitThenClaim(blockMs) {
     const sent = performance.now();
     const wake = `${this.keys.queue}:${this.token}`;
-    return this.checked(sent, await this.client.waitThenRun(wake, blockMs, "acquire", this.acquireKeys, this.args(true)));
+    return this.checked(sent, await this.client.waitThenRun(wake, blockMs, "acquire", this.acquireKeys, this.args()));
   }
 
   /** Return how long (ms) to block for a turn after a "held" reply, or null to give up. */
@@ -439,13 +440,13 @@ class Attempt {
 
   async leave() {
     if (!this.queued) return;
-    await this.client.run("leave_queue", [this.keys.lock, this.keys.queue, this.keys.live], [this.token, HANDOFF_GRACE_MS]);
+    await this.client.run("leave_queue", [this.keys.lock, this.keys.queue, this.keys.live], [this.token]);
   }
 
   /** Release whatever this token may hold; return whether the server answered. */
   async giveBack() {
     const keys = this.keys;
-    const release = [this.token, this.lock.name, "1", HANDOFF_GRACE_MS];
+    const release = [this.token, this.lock.name, "1"];
     return this.client
       .run("release", [keys.lock, keys.queue, keys.live, keys.index], release)
       .then(() => true, () => false);

@@ -21,7 +21,7 @@ from ...exceptions import BackendUnavailable
 from ...info import LockInfo, WaiterInfo
 from ...keys import ABOUT_WAITERS, KeyLayout, validate_name
 from ...tokens import NON_FAIR_MARK
-from ..base import HANDOFF_GRACE_MS, Attempt
+from ..base import Attempt
 from ..operations import Request
 from .scripts import Script, load
 from .steps import ENCODED_FLAG, Confirmed, Eval, Pop, PopThenEval, Scope, Steps, flag, text
@@ -34,8 +34,6 @@ INSPECT = load("inspect")
 WAITERS = load("waiters")
 # Waiters listed at most by waiters() (an operator's view, not an export).
 MAX_WAITERS_LISTED = 1000
-# HANDOFF_GRACE_MS as the hot calls send it, encoded once (see KeyLayout.encoded_keys_for).
-GRACE = str(HANDOFF_GRACE_MS).encode()
 
 
 # --- the calls of one kind ---------------------------------------------------------------
@@ -68,19 +66,14 @@ def try_acquire(
 
 
 def acquire_call(layout: KeyLayout, request: Request, waited: bool = False) -> Eval:
+    """``waited`` is KindCalls' (the shared kind sends it); acquire.lua tells by itself
+    whether the token may be queued, and defaults the grace (HANDOFF_GRACE_MS)."""
+    encoded = layout.encoded_keys_for(request.name)
     # Idempotent: sent again, it tells the token that already holds the lock so.
     return Eval(
         ACQUIRE,
-        layout.encoded_keys_for(request.name).acquire,  # lock, fence, waiters, live, index
-        [
-            request.token,
-            request.ttl_ms,
-            request.meta,
-            request.name,
-            request.patience_ms,
-            ENCODED_FLAG[waited],
-            GRACE,
-        ],
+        encoded.acquire,  # lock, fence, waiters, live, index
+        [request.token, request.ttl_ms, request.meta, encoded.name, request.patience_ms],
         idempotent=True,
     )
 
@@ -162,9 +155,8 @@ def leave(scope: Scope, calls: KindCalls, name: str, token: str) -> Steps[None]:
 
 def leave_call(layout: KeyLayout, name: str, token: str) -> Eval:
     k = layout.keys_for(name)
-    return Eval(
-        LEAVE_QUEUE, [k.lock, k.waiters, k.live], [token, HANDOFF_GRACE_MS], idempotent=True
-    )
+    # The grace left out: leave_queue.lua defaults it (HANDOFF_GRACE_MS).
+    return Eval(LEAVE_QUEUE, [k.lock, k.waiters, k.live], [token], idempotent=True)
 
 
 def wake(layout: KeyLayout, name: str, token: str) -> str:
@@ -180,11 +172,13 @@ def release(scope: Scope, calls: KindCalls, name: str, token: str, every_level: 
 
 
 def release_call(layout: KeyLayout, name: str, token: str, every_level: bool) -> Eval:
+    encoded = layout.encoded_keys_for(name)
     # Never sent twice: a release whose reply was lost, sent again, would answer "not held".
+    # The grace left out: release.lua defaults it (HANDOFF_GRACE_MS).
     return Eval(
         RELEASE,
-        layout.encoded_keys_for(name).release,  # lock, waiters, live, index
-        [token, name, ENCODED_FLAG[every_level], GRACE],
+        encoded.release,  # lock, waiters, live, index
+        [token, encoded.name, ENCODED_FLAG[every_level]],
     )
 
 

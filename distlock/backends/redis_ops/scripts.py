@@ -28,8 +28,11 @@ from typing import NamedTuple
 LUA = resources.files(__package__).joinpath("lua")
 INCLUDE = re.compile(r'^[ \t]*-- #include "([\w/]+\.lua)"[ \t]*$', re.MULTILINE)
 # A key or argument line of a header: KEYS[1] or ARGV[1], KEYS[1..n] (any number) or
-# KEYS[1..7] (that many, of one kind), then a one-word name.
-PARAMETER = re.compile(r"^-- (KEYS|ARGV)\[(\d+)(?:\.\.(\d+|n))?\]\s+(\w+)", re.MULTILINE)
+# KEYS[1..7] (that many, of one kind), then a one-word name; "optional" first in what it is
+# marks an argument a call may leave out (the last ones only).
+PARAMETER = re.compile(
+    r"^-- (KEYS|ARGV)\[(\d+)(?:\.\.(\d+|n))?\]\s+(\w+)\s+(optional)?", re.MULTILINE
+)
 
 
 class Script(NamedTuple):
@@ -41,6 +44,7 @@ class Script(NamedTuple):
     keys: tuple[str, ...]  # the names its header gives KEYS[1], KEYS[2], ...
     argv: tuple[str, ...]  # the names its header gives ARGV[1], ARGV[2], ...
     any_keys: bool  # its header says KEYS[1..n]: any number of keys
+    least_argv: int  # the fewest ARGV a call sends: the last ones, marked optional, may go
 
 
 # Every script loaded so far, by name (the tests check that each file is run by some
@@ -59,17 +63,26 @@ def load(name: str) -> Script:
         sha=hashlib.sha1(source.encode()).hexdigest(),
         keys=_names(parameters, "KEYS"),
         argv=_names(parameters, "ARGV"),
-        any_keys=any(kind == "KEYS" and last == "n" for kind, _, last, _ in parameters),
+        any_keys=any(kind == "KEYS" and last == "n" for kind, _, last, _, _ in parameters),
+        least_argv=_least_argv(parameters),
     )
     LOADED[name] = script
     return script
 
 
-def _names(parameters: list[tuple[str, str, str, str]], kind: str) -> tuple[str, ...]:
+def _least_argv(parameters: list[tuple[str, str, str, str, str]]) -> int:
+    """The count of ARGV before the run of optional ones that ends the header's list."""
+    optional = [bool(mark) for kind, _, _, _, mark in parameters if kind == "ARGV"]
+    while optional and optional[-1]:
+        optional.pop()
+    return len(optional)
+
+
+def _names(parameters: list[tuple[str, str, str, str, str]], kind: str) -> tuple[str, ...]:
     """The names of ``kind`` (KEYS or ARGV) in header order; KEYS[1..7] semaphore gives
     semaphore[1] ... semaphore[7], and KEYS[1..n] locks one name, locks[1..n]."""
     names: list[str] = []
-    for found, first, last, label in parameters:
+    for found, first, last, label, _ in parameters:
         if found != kind:
             continue
         if not last:

@@ -16,30 +16,32 @@
 -- ARGV[3]  metadata  the holder's JSON (kept as the waiter's while it is queued)
 -- ARGV[4]  name      the lock's name
 -- ARGV[5]  patience  ms to stay registered as a waiter when the lock is held; 0: do not queue
--- ARGV[6]  waited    '1' when this token may be queued already (it waited), else '0'
--- ARGV[7]  grace     ms a waiter handed the lock has to claim it (250 when left out)
+-- ARGV[6]  waited    optional, ignored: the '1' or '0' older clients send (whether this
+--                    token may be queued); the script tells it itself (lapsed.lua)
+-- ARGV[7]  grace     optional: ms a waiter handed the lock has to claim it (250 when left out)
 -- Reply:   "FENCE ACQUIRED_MS" (a string: one costs the server less than a table) when
 --          acquired, also when this token already holds the lock (a retried call whose first
 --          reply was lost); {0, remaining lease ms, place in the queue (0 first, -1 not
 --          queued), server time ms} when held.
 -- Effect:  a new fencing token drawn (next_fence.lua); a free lock, or one handed to this
 --          token, held by it for the lease and listed in the index; this token out of the
---          queue once it holds the lock. A held lock, or one handed to another waiter (it
---          is reserved for that waiter for the grace: newcomers cannot barge in), queues the
---          token for its patience (first registration keeps its arrival) and keeps the queue
---          zsets alive at least that long; a token queued for the first time has its
---          metadata in KEYS[3] .. '|about' (written on the waiting path only), dropped when
---          it leaves the queue. A free lock with waiters queued (its holder's lease ran out
---          without a release) goes to the first live waiter first (lapsed.lua): a newcomer
---          or a later waiter queues behind it. A non-fair acquirer (its token starts with '!')
---          takes a free lock whoever is queued (it may overtake them), never one reserved
---          for a waiter.
+--          queue once it holds the lock (no queue work when no queue or readers zset exists:
+--          nobody waits, and a single waiter handed the lock left the queue at the handoff).
+--          A held lock, or one handed to another waiter (it is reserved for that waiter for
+--          the grace: newcomers cannot barge in), queues the token for its patience (first
+--          registration keeps its arrival) and keeps the queue zsets alive at least that
+--          long; a token queued for the first time has its metadata in KEYS[3] .. '|about'
+--          (written on the waiting path only), dropped when it leaves the queue. A free lock
+--          with waiters queued (its holder's lease ran out without a release) goes to the
+--          first live waiter first (lapsed.lua): a newcomer or a later waiter queues behind
+--          it. A non-fair acquirer (its token starts with '!') takes a free lock whoever is
+--          queued (it may overtake them), never one reserved for a waiter.
 -- #include "include/clock.lua"
 -- #include "include/lapsed.lua"
 -- #include "include/new_hold.lua"
 if redis.call('SET', KEYS[1], held_value, 'NX', 'PX', ARGV[2]) then
   -- #include "include/index.lua"
-  if ARGV[6] == '1' then
+  if queue_exists then
     redis.call('ZREM', KEYS[3], ARGV[1])
     redis.call('ZREM', KEYS[4], ARGV[1])
     redis.call('HDEL', KEYS[3] .. '|about', ARGV[1])
@@ -68,9 +70,12 @@ if holder or (reserved and reserved ~= ARGV[1]) then
   end
   return {0, redis.call('PTTL', KEYS[1]), place, now_ms}
 end
--- Handed to this token by a release: claim it.
+-- Handed to this token by a release: claim it. The handoff took it out of the queue
+-- (hand_over.lua); a queue that still exists may hold it again (a late call of its own).
 -- #include "include/take.lua"
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('ZREM', KEYS[4], ARGV[1])
-redis.call('HDEL', KEYS[3] .. '|about', ARGV[1])
+if queue_exists then
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('ZREM', KEYS[4], ARGV[1])
+  redis.call('HDEL', KEYS[3] .. '|about', ARGV[1])
+end
 return next_fence .. ' ' .. now_ms

@@ -5,7 +5,8 @@
 --                    metadata (acquire.lua)
 -- KEYS[3]  live      zset: waiting token -> when its registration ends (ms)
 -- ARGV[1]  token     the waiter's token
--- ARGV[2]  grace     ms the next waiter has to claim the lock, if it is handed on
+-- ARGV[2]  grace     optional: ms the next waiter has to claim the lock, if it is handed on
+--                    (250 when left out)
 -- Reply:   1
 -- Effect:  the token (and its metadata) out of the queue; a lock handed to it in the
 --          meantime goes on to the next waiter (hand_over.lua). While shared holders hold the
@@ -18,11 +19,11 @@ local value = redis.call('GET', KEYS[1])
 if value == '=' .. ARGV[1] then
   redis.call('DEL', KEYS[1])
   -- #include "include/now.lua"
-  local grace = ARGV[2]
+  local grace = ARGV[2] or '250'
   -- #include "include/hand_over.lua"
 elseif value == '=~' then
   -- #include "include/now.lua"
-  local grace = ARGV[2]
+  local grace = ARGV[2] or '250'
   -- #include "include/wake_readers.lua"
 end
 return 1

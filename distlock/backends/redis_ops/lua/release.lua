@@ -11,7 +11,8 @@
 -- ARGV[3]  every     '1' to release every reentrant level at once (the holder's last level:
 --                    Lock objects know their own depth, and send it, so that the usual
 --                    release only compares the token at the start of the value), else '0'
--- ARGV[4]  grace     ms the waiter handed the lock has to claim it
+-- ARGV[4]  grace     optional: ms the waiter handed the lock has to claim it (250 when left
+--                    out)
 -- Reply:   0 when ARGV[1] does not hold the lock (a lock handed to a waiter, "=TOKEN", is
 --          held by nobody yet), 1 when released, 2 when one reentrant level was released and
 --          the lock is still held.
@@ -39,7 +40,7 @@ redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[4], ARGV[2])
 if redis.call('EXISTS', KEYS[2], KEYS[2] .. '|readers') > 0 then
   -- #include "include/now.lua"
-  local grace = ARGV[4]
+  local grace = ARGV[4] or '250'
   local shared_index, lock_name = string.sub(KEYS[4], 1, -5) .. 'shheld', ARGV[2]
   -- #include "include/downgraded.lua"
   if not downgraded and redis.call('EXISTS', KEYS[2]) == 1 then

@@ -4,7 +4,10 @@
 --
 -- Needs:   KEYS[1] the lock, KEYS[3] the queue, KEYS[4] the liveness zset, KEYS[5] the
 --          bucket's index (the acquire scripts' keys), ARGV[4] the name, now_ms (string,
---          clock.lua) and ARGV[7] (grace, ms; 250 when an older client leaves it out).
+--          clock.lua) and ARGV[7] (grace, ms; 250 when left out).
+-- Sets:    queue_exists: true when the queue or the readers zset exists (the token may be
+--          queued already: it waited); false when nobody waits, so the token is in no queue
+--          and the script has no queue work to do.
 -- Effect:  only when the lock's key is gone and its queue (or its readers zset, KEYS[3] ..
 --          '|readers') exists: the holder's lease ran out without a release (it crashed, or
 --          stopped), since a release hands the lock on itself. Shared places a downgrade took
@@ -17,8 +20,11 @@
 --          ARGV[1] starts with '!') hands nothing over: it takes the free lock itself.
 -- Why:     every waiter blocks until the lease's end on its own timer; without this, the
 --          one whose timer fired first took the lock, whatever its place in the queue. On
---          the uncontended path it costs one EXISTS (no queue) and no round trip.
-if redis.call('EXISTS', KEYS[3], KEYS[3] .. '|readers') > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
+--          the uncontended path it costs one EXISTS (no queue) and no round trip; that
+--          EXISTS also tells the script whether the token can be queued (queue_exists), which
+--          clients no longer say (acquire.lua's ARGV[6]).
+local queue_exists = redis.call('EXISTS', KEYS[3], KEYS[3] .. '|readers') > 0
+if queue_exists and redis.call('EXISTS', KEYS[1]) == 0 then
   -- The bucket's shared index: shared_acquire.lua's KEYS[5]; acquire.lua's KEYS[5] is the
   -- exclusive one, whose last word "held" reads "shheld" (as in release.lua).
   local shared_index, lock_name = KEYS[5], ARGV[4]
