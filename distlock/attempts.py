@@ -60,7 +60,7 @@ PATIENCE_MARGIN = 1.0
 async def aacquire(lock: Any, wait: float | None) -> bool:
     """Acquire ``lock``, waiting up to ``wait`` seconds (UNSET: its own ``wait``); return
     True if acquired. The whole of the Lock's acquire call (lock_calls.py)."""
-    began = metrics.now()
+    began = time.monotonic() if metrics.ENABLED else 0.0  # metrics.now(), without a call
     await anote_sync_thread()  # whether its ORM calls run in the transaction it names
     try:
         if shared.holds and not lock.shared:  # a process holding no shared lock skips it
@@ -100,7 +100,7 @@ async def _areenter(lock: Any, backend: Operations) -> bool:
 def acquire(lock: Any, wait: float | None) -> bool:
     """Acquire ``lock``, waiting up to ``wait`` seconds (UNSET: its own ``wait``); return
     True if acquired. The whole of the Lock's acquire call (lock_calls.py)."""
-    began = metrics.now()
+    began = time.monotonic() if metrics.ENABLED else 0.0  # metrics.now(), without a call
     note_sync_thread()  # whether its ORM calls run in the transaction it names
     try:
         if shared.holds and not lock.shared:  # a process holding no shared lock skips it

@@ -88,7 +88,8 @@ class Lock(LockCalls):
         self.ttl = seconds("ttl", ttl, allow_none=True)
         if self.ttl is not None:
             lease_milliseconds("ttl", self.ttl)
-        self.wait = seconds("wait", wait, allow_none=True, allow_zero=True)
+        # (None, the default, needs no check.)
+        self.wait = None if wait is None else seconds("wait", wait, allow_zero=True)
         check_options(
             auto_renew, reentrant, on_lost, using, purpose, hold_until_commit, shared,
             metric_name, fence, fair,
