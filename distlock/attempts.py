@@ -362,8 +362,9 @@ class Attempts:
             self.clock = (self.started, attempt.server_ms)
         if not self.contended:
             self.contended = True
-            sender = self.operations.signal_sender
-            if lock_contended.has_listeners(sender):
+            # Nobody connected (the usual case): not even the sender is looked up.
+            sender = self.operations.signal_sender if lock_contended.receivers else None
+            if sender is not None and lock_contended.has_listeners(sender):
                 lock_contended.send(sender, name=self.lock.name, alias=self.lock.using, info=None)
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:

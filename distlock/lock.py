@@ -159,7 +159,8 @@ class Lock(LockCalls):
         if metrics.ENABLED:
             self._held_since = time.monotonic()  # metrics.now(), which checks ENABLED again
             metrics.wait_ended(self, attempts.began, "acquired")
-        self._send(lock_acquired)
+        if lock_acquired.receivers:  # nobody connected (the usual case): no call
+            self._send(lock_acquired)
 
     def _note_owner(self) -> None:
         """The running thread and task hold it now, one level deep: the downgrade,
