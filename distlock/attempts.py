@@ -29,7 +29,7 @@ import contextlib
 import math
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any
 
 from . import claims, metrics, shared
 from .backends.base import DRIFT_FACTOR, HANDOFF_GRACE_MS, Attempt, BaseLockBackend, lease_end
@@ -60,7 +60,7 @@ PATIENCE_MARGIN = 1.0
 async def aacquire(lock: Any, wait: float | None) -> bool:
     """Acquire ``lock``, waiting up to ``wait`` seconds (UNSET: its own ``wait``); return
     True if acquired. The whole of the Lock's acquire call (lock_calls.py)."""
-    began = metrics.now()
+    began = time.monotonic() if metrics.ENABLED else 0.0  # metrics.now(), without a call
     await anote_sync_thread()  # whether its ORM calls run in the transaction it names
     try:
         if shared.holds and not lock.shared:  # a process holding no shared lock skips it
@@ -68,7 +68,8 @@ async def aacquire(lock: Any, wait: float | None) -> bool:
         held = lock._ties.waiting_release(lock)
         if held is not None and await atake_back(lock, held):
             return True
-        _forget_an_ended_lease(lock)
+        if lock.token is not None or lock.fence:  # a new Lock has nothing to forget
+            _forget_an_ended_lease(lock)
         if lock.token is not None:
             if lock.reentrant and await _areenter(lock, _check_reentry(lock)):
                 return True
@@ -81,7 +82,8 @@ async def aacquire(lock: Any, wait: float | None) -> bool:
     except LockError:  # before the first attempt: a wait that ended in an error
         _record_error(lock, began)
         raise
-    attempts = Attempts(lock, lock.operations, _wait_argument(lock, wait), began)
+    wait = lock.wait if wait is UNSET else _wait_argument(lock, wait)
+    attempts = Attempts(lock, lock.operations, wait, began)
     return await attempts.aacquire()
 
 
@@ -98,7 +100,7 @@ async def _areenter(lock: Any, backend: Operations) -> bool:
 def acquire(lock: Any, wait: float | None) -> bool:
     """Acquire ``lock``, waiting up to ``wait`` seconds (UNSET: its own ``wait``); return
     True if acquired. The whole of the Lock's acquire call (lock_calls.py)."""
-    began = metrics.now()
+    began = time.monotonic() if metrics.ENABLED else 0.0  # metrics.now(), without a call
     note_sync_thread()  # whether its ORM calls run in the transaction it names
     try:
         if shared.holds and not lock.shared:  # a process holding no shared lock skips it
@@ -106,7 +108,8 @@ def acquire(lock: Any, wait: float | None) -> bool:
         held = lock._ties.waiting_release(lock)
         if held is not None and take_back(lock, held):
             return True
-        _forget_an_ended_lease(lock)
+        if lock.token is not None or lock.fence:  # a new Lock has nothing to forget
+            _forget_an_ended_lease(lock)
         if lock.token is not None:
             if lock.reentrant and _reenter(lock, _check_reentry(lock)):
                 return True
@@ -117,7 +120,8 @@ def acquire(lock: Any, wait: float | None) -> bool:
     except LockError:  # before the first attempt: a wait that ended in an error
         _record_error(lock, began)
         raise
-    attempts = Attempts(lock, lock.operations, _wait_argument(lock, wait), began)
+    wait = lock.wait if wait is UNSET else _wait_argument(lock, wait)
+    attempts = Attempts(lock, lock.operations, wait, began)
     return attempts.acquire()
 
 
@@ -262,7 +266,7 @@ def _new_token(lock: Any, operations: Operations) -> str:
         return SHARED_MARK + new_token()
     if lock.kind != "lock":  # a semaphore's permit: first come, first served
         return new_token()
-    backend = cast(BaseLockBackend, operations.backend)
+    backend: BaseLockBackend = operations.backend  # type: ignore[assignment]
     fair = lock.fair if lock.fair is not None else backend.fair
     if fair:
         return new_token()
@@ -311,6 +315,7 @@ class Attempts:
         self.contended = False
         self.waited = False  # an acquire_when_free call was made
         self.started = 0.0
+        self.lease_until = 0.0  # the local end of a granted attempt's lease (_outlived)
         self.began = began  # metrics.now() when acquire() was called (0.0: nothing recorded)
         # A moment of the server's clock and a local time before it: (monotonic, server ms).
         self.clock: tuple[float, int] | None = None
@@ -357,8 +362,9 @@ class Attempts:
             self.clock = (self.started, attempt.server_ms)
         if not self.contended:
             self.contended = True
-            sender = self.operations.signal_sender
-            if lock_contended.has_listeners(sender):
+            # Nobody connected (the usual case): not even the sender is looked up.
+            sender = self.operations.signal_sender if lock_contended.receivers else None
+            if sender is not None and lock_contended.has_listeners(sender):
                 lock_contended.send(sender, name=self.lock.name, alias=self.lock.using, info=None)
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
@@ -383,7 +389,9 @@ class Attempts:
         """Return True if the grant arrived with no lease left to use: less than the drift
         allowance (DRIFT_FACTOR of the lease + DRIFT_MS), so that acquire() never returns
         True for a lease that ends as it returns."""
-        return time.monotonic() >= lease_end(self.lease_started(attempt), self.ttl_ms)
+        # Kept for the grant (Lock._take): the lease it records ends at the same time.
+        self.lease_until = lease_end(self.lease_started(attempt), self.ttl_ms)
+        return time.monotonic() >= self.lease_until
 
     # Written once: the sync loop after it is generated (see the module's docstring).
     # unasync: the async source of the sync code after it

@@ -20,7 +20,7 @@ from typing import Any, TypeVar, cast
 
 from . import claims, handler, metrics, shared
 from .attempts import Attempts
-from .backends.base import Attempt, BaseLockBackend, lease_end
+from .backends.base import Attempt, BaseLockBackend
 from .backends.operations import Operations
 from .exceptions import LockNotAcquired, LockNotOwned
 from .factory import factory_of
@@ -44,6 +44,8 @@ class Lock(LockCalls):
     """
 
     kind = "lock"  # what the name names: a lock and a semaphore of one name are unrelated
+    # The metrics' (alias, kind, name) of this lock, looked up at its first record (metrics.py).
+    _metric_form: tuple[str, str, str] | None = None
     # What acquiring again through the object that holds it says (.format(name=...)).
     # The settings copy() carries over: the keyword arguments of __init__.
     _copied: tuple[str, ...] = (
@@ -86,7 +88,8 @@ class Lock(LockCalls):
         self.ttl = seconds("ttl", ttl, allow_none=True)
         if self.ttl is not None:
             lease_milliseconds("ttl", self.ttl)
-        self.wait = seconds("wait", wait, allow_none=True, allow_zero=True)
+        # (None, the default, needs no check.)
+        self.wait = None if wait is None else seconds("wait", wait, allow_zero=True)
         check_options(
             auto_renew, reentrant, on_lost, using, purpose, hold_until_commit, shared,
             metric_name, fence, fair,
@@ -114,7 +117,8 @@ class Lock(LockCalls):
         # A shared holder's thread: its ident may be reused by a new thread once it ended.
         self._owner_thread: weakref.ref[threading.Thread] | None = None
         self._lease = Lease()  # its length, deadline, renewal, loss (lease.py)
-        self._ties = LockTies(self._resource(), self._lease)  # to transactions (transactions.py)
+        key = ("shared" if shared else self.kind, using, self.name)  # as _resource() says
+        self._ties = LockTies(key, self._lease)  # to transactions (transactions.py)
         self._held_since = 0.0  # metrics.now() at the grant, when metrics are recorded
 
     def __repr__(self) -> str:
@@ -148,14 +152,15 @@ class Lock(LockCalls):
         self._acquired_ms = attempt.acquired_ms
         self._meta = attempts.meta
         self._note_owner()
-        self._lease.start(self, lease_end(attempts.lease_started(attempt), attempts.ttl_ms))
+        self._lease.start(self, attempts.lease_until)  # lease_end(), as guarded() found it
         self._ties.tie(self)
         if self.fence:
             claims.note_fenced(self)
         if metrics.ENABLED:
-            self._held_since = metrics.now()
+            self._held_since = time.monotonic()  # metrics.now(), which checks ENABLED again
             metrics.wait_ended(self, attempts.began, "acquired")
-        self._send(lock_acquired)
+        if lock_acquired.receivers:  # nobody connected (the usual case): no call
+            self._send(lock_acquired)
 
     def _note_owner(self) -> None:
         """The running thread and task hold it now, one level deep: the downgrade,
@@ -244,10 +249,12 @@ class Lock(LockCalls):
             # A lease that ran out (or was lost) ended by its deadline at the latest.
             metrics.hold_ended(self, self._held_since, min(time.monotonic(), self._lease.deadline))
             self._held_since = 0.0
-        self._ties.drop()
+        if self._ties.hold is not None:  # tied to a transaction (else nothing to drop)
+            self._ties.drop()
         if self.fence and fence_ends:
             claims.forget_fenced(self)
-        self._lease.stop_renewing()
+        if self._lease.renewal is not None:  # renewed (else nothing to stop)
+            self._lease.stop_renewing()
         if self.shared:
             shared.forget_hold(self)
         elif self._owner is not None:

@@ -150,9 +150,14 @@ class LockCalls(_Base):
         if outcome == 2:
             self._depth -= 1
             return
-        # Nobody connected (the usual case): no sender, no LockInfo, no send.
+        # Nobody connected (the usual case): no sender, no LockInfo, no send, and not even
+        # has_listeners(), which looks the sender up in the signal's cache.
         sender = self.operations.signal_sender if lock_released.receivers else None
-        info = self._local_info() if lock_released.has_listeners(sender) else None
+        info = (
+            self._local_info()
+            if sender is not None and lock_released.has_listeners(sender)
+            else None
+        )
         in_time = self._lease.released_in_time
         self._forget()
         if outcome == 0 and not in_time:

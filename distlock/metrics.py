@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 # Declared Any, then bound by assignment: an import straight into ``_otel`` redefines the
 # name for mypy when opentelemetry-api is not installed (scripts/typecheck checks both ways).
@@ -86,8 +86,9 @@ def kind_of(lock: Lock) -> str:
 
 
 @lru_cache(maxsize=1024)
-def _attributes(alias: str, kind: str, name: str, outcome: str | None) -> dict[str, str]:
+def _attributes(form: tuple[str, str, str], outcome: str | None) -> dict[str, str]:
     # Cached: the same few dicts for every recording, never built per acquire.
+    alias, kind, name = form
     attributes = {"distlock.alias": alias, "distlock.kind": kind, "distlock.name": name}
     if outcome is not None:
         attributes["distlock.outcome"] = outcome
@@ -96,7 +97,18 @@ def _attributes(alias: str, kind: str, name: str, outcome: str | None) -> dict[s
 
 def attributes_of(lock: Lock, outcome: str | None = None) -> dict[str, str]:
     """Return the attributes recorded for ``lock`` (with ``outcome``, for a wait)."""
-    return _attributes(lock.using, kind_of(lock), metric_name(lock), outcome)
+    return _attributes(getattr(lock, "_metric_form", None) or _form_of(lock), outcome)
+
+
+def _form_of(lock: Lock) -> tuple[str, str, str]:
+    """Return ``lock``'s alias, kind and name in the metrics, kept on the lock (a
+    distlock.Lock has the attribute): its acquire's wait and its hold record the same
+    ones, looked up once."""
+    kind = "shared" if getattr(lock, "shared", False) else lock.kind  # kind_of()
+    form = (lock.using, kind, lock.metric_name or derived_name(lock.name))  # metric_name()
+    if hasattr(lock, "_metric_form"):
+        cast(Any, lock)._metric_form = form
+    return form
 
 
 class Instruments:
@@ -151,14 +163,16 @@ def now() -> float:
 def wait_ended(lock: Lock, began: float, outcome: str) -> None:
     """Record an acquire() that began at ``began`` (now()) and ended with ``outcome``."""
     if _instruments is not None:
-        _instruments.wait.record(time.monotonic() - began, attributes_of(lock, outcome))
+        form = getattr(lock, "_metric_form", None) or _form_of(lock)  # attributes_of()
+        _instruments.wait.record(time.monotonic() - began, _attributes(form, outcome))
 
 
 def hold_ended(lock: Lock, since: float, ended: float | None = None) -> None:
     """Record a hold granted at ``since`` (now()) that ended at ``ended`` (default: now)."""
     if _instruments is not None and since:
         until = time.monotonic() if ended is None else ended
-        _instruments.hold.record(max(until - since, 0.0), attributes_of(lock))
+        form = getattr(lock, "_metric_form", None) or _form_of(lock)  # attributes_of()
+        _instruments.hold.record(max(until - since, 0.0), _attributes(form, None))
 
 
 def lost(lock: Lock) -> None:
@@ -171,4 +185,4 @@ def force_released(alias: str, kind: str, name: str) -> None:
     """Count a force release of lock ``name`` (``kind``: a lock, a shared hold, a permit),
     as the backend does once for every caller."""
     if _instruments is not None:
-        _instruments.force_released.add(1, _attributes(alias, kind, derived_name(name), None))
+        _instruments.force_released.add(1, _attributes((alias, kind, derived_name(name)), None))

@@ -38,10 +38,10 @@ if hasattr(os, "register_at_fork"):  # a forked child holds nothing of its paren
 
 def current_owner() -> tuple[int, int | None]:
     """Identify the running thread and asyncio task (the owner of what it acquires)."""
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:
-        task = None
+    # Outside an event loop (every sync acquire) asyncio.current_task() raises RuntimeError,
+    # which costs more than the rest of this: look for the running loop first.
+    loop = asyncio._get_running_loop()  # in asyncio.events.__all__; no exception
+    task = None if loop is None else asyncio.current_task(loop)
     return threading.get_ident(), None if task is None else id(task)
 
 

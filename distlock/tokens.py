@@ -19,29 +19,31 @@ SHARED_MARK = "~"
 NON_FAIR_MARK = "!"
 
 TOKEN_BYTES = 16
+TOKEN_DIGITS = 2 * TOKEN_BYTES  # hexadecimal
 BATCH_TOKENS = 256  # tokens per read of the random source
 
 
 class _TokenSource:
     def __init__(self) -> None:
         self._mutex = threading.Lock()
-        self._batch = b""
+        self._batch = ""  # hexadecimal digits of random bytes
         self._offset = 0
 
     def new_token(self) -> str:
         """Return 32 hexadecimal digits no other call, thread or process returns."""
         with self._mutex:
-            if self._offset >= len(self._batch):
-                self._batch, self._offset = os.urandom(TOKEN_BYTES * BATCH_TOKENS), 0
             start = self._offset
-            self._offset = start + TOKEN_BYTES
+            if start >= len(self._batch):
+                # Hexed once per batch: each token is then a slice of it.
+                self._batch, start = os.urandom(TOKEN_BYTES * BATCH_TOKENS).hex(), 0
+            self._offset = start + TOKEN_DIGITS
             batch = self._batch
-        return batch[start : start + TOKEN_BYTES].hex()
+        return batch[start : start + TOKEN_DIGITS]
 
     def forget(self) -> None:
         """Drop the batch (and a mutex another thread may have held) in a forked child."""
         self._mutex = threading.Lock()
-        self._batch, self._offset = b"", 0
+        self._batch, self._offset = "", 0
 
 
 _source = _TokenSource()

@@ -743,7 +743,7 @@ class LockTies:
     def warn_if_snapshot_predates(self, lock: Owner) -> None:
         """Warn when acquiring inside a transaction that reads from a snapshot: it may have
         been taken before the lock, and then rows read under the lock can be stale."""
-        if not lock.hold_until_commit:
+        if not lock.hold_until_commit or not _isolation_levels_set():  # the usual case, first
             return
         aliases = snapshot_isolation_aliases()
         if aliases:

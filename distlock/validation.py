@@ -64,6 +64,21 @@ def check_options(
 ) -> None:
     """Raise TypeError/ValueError saying what is wrong with a Lock's keyword arguments (other
     than its name, ttl and wait), given in the order of Lock's signature."""
+    if (
+        # The usual Lock (every one made checks these): the defaults, or plain bools and
+        # strs, answered in one test before the checks that say what is wrong.
+        auto_renew.__class__ is bool
+        and reentrant.__class__ is bool
+        and hold_until_commit.__class__ is bool
+        and shared.__class__ is bool
+        and fence is False
+        and on_lost is None
+        and using.__class__ is str
+        and purpose is None
+        and metric_name is None
+        and (fair is None or (fair is True or (fair is False and shared is False)))
+    ):
+        return
     for label, flag in (
         ("auto_renew", auto_renew),
         ("reentrant", reentrant),

@@ -45,6 +45,22 @@ class ScriptedOnLock(Scripted):
     ) -> Steps[bool]:
         return holds.extend(self.backend, self.calls, name, token, ttl_ms, renewal, reenter)
 
+    # The two calls of every uncontended pair, run straight when no replica must confirm:
+    # each is then one Eval step whose reply holds.try_acquire and holds.release read with
+    # the same functions, so driving a generator for it (made, sent to, stopped) only costs.
+    # A step's BackendUnavailable is raised here as the generator would have raised it.
+    def try_acquire(self, request: Request, grant: str | None = None) -> Attempt:
+        backend = self.backend
+        if backend.wait_replicas:
+            return backend.run(self.acquiring(request))
+        call = self.calls.acquire_call(backend.layout, request, False)
+        return holds.attempt_from(backend.execute(call))
+
+    def release(self, name: str, token: str, *, every_level: bool = False) -> int:
+        backend = self.backend
+        call = self.calls.release_call(backend.layout, name, token, every_level)
+        return int(backend.execute(call))
+
 
 class ScriptedExclusive(ScriptedOnLock, ExclusiveKind):
     """The exclusive lock (.holds)."""

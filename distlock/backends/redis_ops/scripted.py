@@ -8,7 +8,7 @@ part of it runs in a thread (see .threads).
 
 from __future__ import annotations
 
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ...info import LockInfo
 from ..operations import Attempt, Backend, HeldEntry, Operations, Request
@@ -23,6 +23,8 @@ class Runs(Backend, Scope, Protocol):
     protocol here, not an import back)."""
 
     def run(self, steps: Steps[T]) -> T: ...
+
+    def execute(self, step: Any) -> Any: ...
 
     async def arun(self, steps: Steps[T], give_back: GiveBack = None) -> T: ...
 

@@ -1,0 +1,211 @@
+"""What one uncontended acquire+release costs the client, in CPU instructions (callgrind):
+a count that does not depend on the machine's load, unlike the times of
+``profile_hot_path.py`` (issue 42).
+
+    python benchmarks/cost_pair.py [--tree PATH ...] [--case NAME ...]
+
+Each case runs in a process of its own under ``valgrind --tool=callgrind``, on a
+redis-server of its own (the server's work is another process: not counted). The process
+runs 200 warm-up pairs on one name, then 300 pairs, then 1,500; a call to ``os.getppid()``
+between them makes callgrind dump its counts (``--dump-before=getppid``), and a pair costs
+(count of the 1,500 - count of the 300) / 1,200, which cancels what the dumps themselves
+cost. Cases: ``distlock.lock()``; the backend's operations alone (``try_acquire`` and
+``release``, what the Lock calls); redis-py's ``Lock``; python-redis-lock (when it can be
+imported). ``--tree`` runs distlock from other clones too (the same run, e.g. main against
+a branch). Prints JSON; writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import json
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve()
+TTL = 10
+WARM, SHORT, LONG = 200, 300, 1500
+DISTLOCK, FAKED, BACKEND, REDIS_PY, PYTHON_REDIS_LOCK = (
+    "distlock.lock()",
+    "distlock.lock(), backend faked",
+    "backend operations",
+    "redis-py Lock",
+    "python-redis-lock",
+)
+CASES = (DISTLOCK, FAKED, BACKEND, REDIS_PY, PYTHON_REDIS_LOCK)
+ANCHORS = (REDIS_PY, PYTHON_REDIS_LOCK)  # distlock is not imported: one run is enough
+
+
+def make_pair(case: str, url: str, name: str) -> Callable[[], None]:
+    """Return one acquire+release of ``case`` (in the process valgrind watches)."""
+    import redis
+
+    if case == REDIS_PY:
+        client = redis.Redis.from_url(url)
+
+        def redis_py() -> None:
+            lock = client.lock(name, timeout=TTL, sleep=0.001)
+            lock.acquire()
+            lock.release()
+
+        return redis_py
+    if case == PYTHON_REDIS_LOCK:
+        import redis_lock
+
+        client = redis.Redis.from_url(url)
+
+        def python_redis_lock() -> None:
+            lock = redis_lock.Lock(client, name, expire=TTL)
+            lock.acquire()
+            lock.release()
+
+        return python_redis_lock
+    from benchmarks.harness import configure_distlock
+
+    configure_distlock(url)
+    import django
+
+    django.setup()
+    import distlock
+    from distlock.handler import locks
+
+    tree = os.environ["PYTHONPATH"].split(os.pathsep)[0]
+    assert distlock.__file__.startswith(tree), distlock.__file__
+    if case == FAKED:
+        fake_replies(locks["default"])
+    if case in (DISTLOCK, FAKED):
+
+        def public_api() -> None:
+            lock = distlock.lock(name, ttl=TTL)
+            lock.acquire()
+            lock.release()
+
+        return public_api
+    from distlock.backends.operations import Request
+    from distlock.info import holder_metadata
+
+    operations = locks["default"].exclusive
+    meta = holder_metadata(None)
+    token = "0" * 32
+
+    def backend() -> None:
+        operations.try_acquire(Request(name, token, TTL * 1000, meta, 2000))
+        operations.release(name, token, every_level=True)  # as a Lock's last release
+
+    return backend
+
+
+def fake_replies(backend: Any) -> None:
+    """Answer the backend's steps without a server (the Lock's own Python alone): the
+    acquire's grant ("FENCE ACQUIRED_MS"), the release's 1."""
+    import time
+
+    from distlock.backends.redis_ops import holds
+
+    def execute(step: Any) -> Any:
+        if step.script is holds.ACQUIRE:
+            return b"7 %d" % int(time.time() * 1000)
+        return 1
+
+    backend.execute = execute
+
+
+def child(case: str, url: str, name: str) -> None:
+    pair = make_pair(case, url, name)
+    for _ in range(WARM):  # connected, caches filled
+        pair()
+    gc.collect()
+    gc.freeze()  # start-up's objects out of the collector's way
+    for pairs in (SHORT, LONG):
+        os.getppid()  # callgrind dumps (and resets) its counts here
+        for _ in range(pairs):
+            pair()
+    os.getppid()
+
+
+def count(url: str, run: tuple[Path, str]) -> float:
+    """Return the instructions of one pair of ``case`` with distlock imported from ``tree``."""
+    from devkit.processes import run_process
+
+    tree, case = run
+    with tempfile.TemporaryDirectory() as directory:
+        out = Path(directory) / "callgrind.out"
+        path = os.pathsep.join(filter(None, (str(tree), os.environ.get("PYTHONPATH"))))
+        env = {**os.environ, "PYTHONPATH": path, "PYTHONHASHSEED": "0"}
+        run_process(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--dump-before=getppid",
+                f"--callgrind-out-file={out}",
+                sys.executable,
+                str(HERE),
+                "--child",
+                case,
+                "--url",
+                url,
+                "--name",  # a name of its own: runs at the same time never contend
+                f"cost:pair:{tree.name}:{case}",
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+            cwd=tree,
+        )
+        parts = sorted(
+            Path(directory).glob("callgrind.out.*"), key=lambda path: int(path.suffix[1:])
+        )
+        totals = []
+        for part in parts:
+            found = re.search(r"^(?:totals|summary): (\d+)", part.read_text(), re.MULTILINE)
+            assert found, part
+            totals.append(int(found.group(1)))
+    # Dumps: start-up and warm-up, the short run, the long run; the rest after it.
+    return (totals[2] - totals[1]) / (LONG - SHORT)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tree", action="append", type=Path, help="a clone to run distlock from")
+    parser.add_argument("--case", action="append", choices=CASES, help="default: every one")
+    parser.add_argument("--jobs", type=int, default=2, help="valgrind runs at a time")
+    parser.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--name", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:  # the tree measured is first on PYTHONPATH, with its benchmarks
+        child(args.child, args.url, args.name)
+        return 0
+    sys.path.insert(0, str(HERE.parent.parent))  # the clone, for its devkit
+    from devkit.redis_server import RedisServer
+
+    trees = [tree.resolve() for tree in args.tree or [HERE.parent.parent]]
+    cases = args.case or list(CASES)
+    runs = [(trees[0], case) for case in cases if case in ANCHORS]
+    runs += [(tree, case) for tree in trees for case in cases if case not in ANCHORS]
+    server = RedisServer().start()
+    try:
+        with ThreadPoolExecutor(args.jobs) as pool:  # counts do not depend on the load
+            counted = pool.map(functools.partial(count, server.url), runs)
+            counts = dict(zip(runs, counted, strict=True))
+    finally:
+        server.stop()
+    results: dict[str, dict[str, int]] = {}
+    for (tree, case), instructions in counts.items():
+        results.setdefault("anchors" if case in ANCHORS else str(tree), {})[case] = round(
+            instructions
+        )
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
