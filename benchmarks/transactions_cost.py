@@ -198,9 +198,9 @@ def measure(
     runs = [(trees[0], PLAIN), (trees[0], CONTROL)]
     runs += [(tree, mode) for tree in trees for mode in MODES[2:]]
     samples: Samples = {(run, case): [] for run in range(len(runs)) for case in range(len(CASES))}
-    for generation in range(generations):
-        share = rounds // generations + (generation < rounds % generations)
-        _generation(databases, runs, share, calls, samples)
+    for _ in range(generations):
+        # The same share each (a remainder is dropped): the generations' medians compare.
+        _generation(databases, runs, max(1, rounds // generations), calls, samples)
     results: dict[str, Any] = {}
     for index, (tree, mode) in enumerate(runs[1:], start=1):
         figures = results.setdefault(str(tree), {}).setdefault(mode, {})
