@@ -12,14 +12,11 @@ servers' (devkit/shop/slow_commit), as a commit that waits for a disk is.
 
 Writes benchmarks/results/transactions.json and prints the table.
 
-    python benchmarks/bench_transactions.py --cost [--quick]
+    python benchmarks/bench_transactions.py --cost [--quick] [--rounds N] [--generations N]
+        [--tree PATH ...]
 
-measures, in this process, what distlock's hooks into Django cost an ``atomic()`` block with
-no lock in it, against plain Django in the same run (distlock's two wrappers and the fence's
-execute wrapper taken off): an outermost block, one with ten nested ``savepoint=False``
-blocks, and an outermost block running one query, on an SQLite file and a PostgreSQL server
-of its own; also while another thread's release waits for its COMMIT, and while another
-thread holds a fenced lock (``fence=True``: its execute wrapper is on every connection).
+measures what distlock's hooks into Django cost an ``atomic()`` block with no lock in it,
+against plain Django, in wall and CPU time (benchmarks/transactions_cost.py says how).
 Writes benchmarks/results/transactions_cost.json (docs/transactions.md quotes it).
 """
 
@@ -170,169 +167,6 @@ def table(rows: list[dict[str, Any]], orders: int, units: int) -> str:
     return "\n".join(lines)
 
 
-CASES = (
-    "outermost atomic()",
-    "outermost + ten nested atomic(savepoint=False)",
-    "outermost atomic() running one query",
-)
-MODES = (
-    "plain Django",
-    "distlock",
-    "distlock, a release waiting in another thread",
-    "distlock, a fenced lock held in another thread",
-)
-
-
-def cost(rounds: int = 300, calls: int = 50) -> dict[str, Any]:
-    """Return what distlock's hooks cost an atomic() block with no lock in it, against plain
-    Django in the same run and process: each case timed with distlock's wrappers (the two
-    around Django's methods, and the fence's execute wrapper wherever distlock put it) taken
-    off (plain Django), on as distlock leaves them (nothing tied, nothing fenced), on while
-    another thread's release waits for its COMMIT (the wrappers' slow path is armed), and on
-    while another thread holds a fenced lock, interleaved with plain Django, the best of
-    ``rounds`` rounds of ``calls`` blocks each (the machine is shared: the best is the least
-    disturbed; each mode's ratio is to the plain Django batches of its own pass); on an
-    SQLite file and on a PostgreSQL server of its own."""
-    import tempfile
-    import threading
-
-    import django
-    from django.conf import settings
-
-    with PostgresServer() as postgres, tempfile.TemporaryDirectory() as directory:
-        settings.configure(
-            DATABASES={
-                "default": {
-                    "ENGINE": "django.db.backends.sqlite3",
-                    "NAME": str(Path(directory) / "cost.sqlite3"),
-                },
-                "postgresql": postgres.django_settings(),
-            },
-            INSTALLED_APPS=["distlock"],
-            DISTLOCK={"default": {"BACKEND": "distlock.backends.locmem.LocMemBackend"}},
-            USE_TZ=True,
-        )
-        django.setup()
-        from django.db import connections, transaction
-
-        import distlock
-        from distlock import claims, transactions
-
-        def outermost(alias: str) -> None:
-            with transaction.atomic(using=alias):
-                pass
-
-        def nested(alias: str) -> None:
-            def inner() -> Any:
-                return transaction.atomic(using=alias, savepoint=False)
-
-            with transaction.atomic(using=alias):  # noqa: SIM117 - nested, as measured
-                with inner(), inner(), inner(), inner(), inner():
-                    with inner(), inner(), inner(), inner(), inner():
-                        pass
-
-        def one_query(alias: str) -> None:
-            with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-                cursor.execute("SELECT 1")
-
-        wrapped = {(cls, name): getattr(cls, name) for cls, name, _ in transactions.TARGETS}
-        fenced_off: list[Any] = []  # the connections the fence's wrapper was taken off
-
-        def wrappers(on: bool, alias: str) -> None:
-            for (cls, name), method in wrapped.items():
-                setattr(cls, name, method if on else method.__wrapped__)
-            execute_wrappers = connections[alias].execute_wrappers
-            if on:
-                while fenced_off:
-                    execute_wrappers.insert(0, fenced_off.pop())
-            elif claims.claim_first in execute_wrappers:  # as distlock left it
-                execute_wrappers.remove(claims.claim_first)
-                fenced_off.append(claims.claim_first)
-
-        waiting, done = threading.Event(), threading.Event()
-
-        def hold_in_another_thread(fence: bool) -> None:  # another request's
-            if fence:  # held outside any transaction: the fence's wrapper is what it costs
-                with distlock.lock("cost:fenced", ttl=600, fence=True):
-                    waiting.set()
-                    done.wait()
-            else:  # released inside its transaction: the release waits for its COMMIT
-                with transaction.atomic():
-                    lk = distlock.lock("cost:waiting", ttl=600)
-                    lk.acquire()
-                    lk.release()
-                    waiting.set()
-                    done.wait()
-            connections.close_all()
-
-        def in_another_thread(fence: bool) -> threading.Thread:
-            done.clear()
-            waiting.clear()
-            thread = threading.Thread(target=hold_in_another_thread, args=(fence,))
-            thread.start()
-            waiting.wait()
-            return thread
-
-        def end_in_other_thread(thread: threading.Thread | None) -> None:
-            if thread is not None:
-                done.set()
-                thread.join()
-
-        blocks = (outermost, nested, one_query)
-        results: dict[str, Any] = {}
-        for alias in ("default", "postgresql"):
-            connections[alias].ensure_connection()
-            one_query(alias)  # as distlock leaves the connection after its first statement
-            # (case, mode, distlock's hooks on): each mode against the plain Django batches
-            # interleaved with it (the machine's load drifts between the modes' passes).
-            best = {
-                (case, mode, on): float("inf")
-                for case in CASES
-                for mode in MODES[1:]
-                for on in (False, True)
-            }
-            for mode in MODES[1:]:
-                # Each mode interleaved with plain Django, batch by batch; the last two while
-                # another thread has a release waiting for its COMMIT, or holds a fenced lock.
-                other = None
-                if mode == MODES[2]:
-                    other = in_another_thread(fence=False)
-                    assert transactions._tied
-                elif mode == MODES[3]:
-                    other = in_another_thread(fence=True)
-                    assert claims.claim_first in connections[alias].execute_wrappers
-                for _ in range(rounds):
-                    for on in (False, True):
-                        wrappers(on, alias)
-                        for case, block in zip(CASES, blocks, strict=True):
-                            started = time.perf_counter()
-                            for _ in range(calls):
-                                block(alias)
-                            spent = (time.perf_counter() - started) / calls * 1e6
-                            best[case, mode, on] = min(best[case, mode, on], spent)
-                wrappers(True, alias)
-                end_in_other_thread(other)
-            vendor = connections[alias].vendor
-
-            results[vendor] = {
-                case: {
-                    "plain_us": round(best[case, MODES[1], False], 2),
-                    "distlock_us": round(best[case, MODES[1], True], 2),
-                    "ratio": _ratio(best, case, MODES[1]),
-                    "ratio_while_waiting": _ratio(best, case, MODES[2]),
-                    "ratio_while_fenced": _ratio(best, case, MODES[3]),
-                }
-                for case in CASES
-            }
-        connections.close_all()
-    return results
-
-
-def _ratio(best: dict[tuple[str, str, bool], float], case: str, mode: str) -> float:
-    """Return ``case``'s time with distlock's hooks on over plain Django's, in ``mode``."""
-    return round(best[case, mode, True] / best[case, mode, False], 3)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="30 orders, 20 units, 1 run")
@@ -340,10 +174,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cost", action="store_true", help="an atomic() block's cost against plain Django"
     )
+    parser.add_argument("--rounds", type=int, default=None, help="--cost: rounds (default 400)")
+    parser.add_argument(
+        "--generations", type=int, default=None, help="--cost: sets of processes (default 20)"
+    )
+    parser.add_argument(
+        "--tree", action="append", type=Path, help="--cost: a clone to run distlock from too"
+    )
     args = parser.parse_args(argv)
     if args.cost:
+        from benchmarks.transactions_cost import cost
+
         load_before = os.getloadavg()[0]
-        figures = cost(rounds=60) if args.quick else cost()
+        rounds = args.rounds or (60 if args.quick else 400)
+        generations = args.generations or (3 if args.quick else 20)
+        figures = cost(rounds, generations, args.tree or [ROOT])
         figures["machine"] = platform.platform()
         # The machine may be shared: its 1-minute load average before and after the run.
         figures["load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
