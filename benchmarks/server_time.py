@@ -28,18 +28,19 @@ NAME = "server-time"
 SAMPLE_PAIRS = 3  # pairs watched with MONITOR to learn which commands a library sends
 
 # The commands distlock's acquire and release scripts run for an uncontended pair, in order
-# (the clock, the look at the queue and readers (a lapsed lease, lapsed.lua), the fencing
-# token, the lock, the index; the token check, the delete, the index, the look at the queue
-# and readers (a handoff, a downgrade)), with constant values instead of the scripts' string
-# work (the lock's value is the holder's metadata alone, its largest part). The index's
-# 1-in-10 pruning is left out. tests/tooling/test_benchmark_server_time.py checks that these
-# are the commands MONITOR sees the real scripts run.
+# (the clock, one look at the lock, the queue and readers (nothing there: the lock is free and
+# nobody waits, so no lapsed lease, lapsed.lua), the fencing token, the lock, the index; the
+# token check, the delete, the index, the look at the queue and readers (a handoff, a
+# downgrade)), with constant values instead of the scripts' string work (the lock's value is
+# the holder's metadata alone, its largest part). The index's 1-in-10 pruning is left out.
+# tests/tooling/test_benchmark_server_time.py checks that these are the commands MONITOR sees
+# the real scripts run.
 COMMANDS_ONLY = {
     "acquire": """
 redis.call('TIME')
-redis.call('EXISTS', KEYS[3], KEYS[3] .. '|readers')
+redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[3] .. '|readers')
 redis.call('SET', KEYS[2], '1795000000000000', 'GET')
-redis.call('SET', KEYS[1], ARGV[3], 'NX', 'PX', ARGV[2])
+redis.call('PSETEX', KEYS[1], ARGV[2], ARGV[3])
 redis.call('ZADD', KEYS[5], '1795000010000', ARGV[4])
 return '1795000000000000 1795000000000'
 """,

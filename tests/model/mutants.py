@@ -19,15 +19,17 @@ class Mutant:
 # fields, an edit and where it shows; the table is data, and the checker runs it once.
 MUTANTS = (
     Mutant(
-        "a held lock is taken over (SET without NX)",
-        Edit("acquire.lua", "held_value, 'NX', 'PX'", "held_value, 'PX'"),
+        "a held lock is taken over (its value not looked at)",
+        Edit(
+            "acquire.lua",
+            "if value and reserved ~= ARGV[1] then",
+            "if reserved and reserved ~= ARGV[1] then",
+        ),
         "exclusive",
     ),
     Mutant(
         "a reservation is taken by another waiter",
-        Edit(
-            "acquire.lua", "if holder or (reserved and reserved ~= ARGV[1]) then", "if holder then"
-        ),
+        Edit("acquire.lua", "if value and reserved ~= ARGV[1] then", "if holder then"),
         "exclusive3",
     ),
     Mutant(
@@ -46,7 +48,11 @@ MUTANTS = (
     ),
     Mutant(
         "the queue keys outlive every registration (no TTL)",
-        Edit("acquire.lua", "if redis.call('PTTL', key) < patience then", "if false then"),
+        Edit(
+            "acquire.lua",
+            "if not queue_exists or redis.call('PTTL', KEYS[3]) < patience then",
+            "if false then",
+        ),
         "exclusive",
     ),
     Mutant(
@@ -60,7 +66,7 @@ MUTANTS = (
     ),
     Mutant(
         "a lapsed lease goes to whoever asks first, not to the queue's head",
-        Edit("include/lapsed.lua", "and redis.call('EXISTS', KEYS[1]) == 0 then", "and false then"),
+        Edit("include/lapsed.lua", "if lock_gone then", "if false then"),
         "exclusive3",
     ),
     Mutant(

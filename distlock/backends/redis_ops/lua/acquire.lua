@@ -23,36 +23,45 @@
 --          acquired, also when this token already holds the lock (a retried call whose first
 --          reply was lost); {0, remaining lease ms, place in the queue (0 first, -1 not
 --          queued), server time ms} when held.
--- Effect:  a new fencing token drawn (next_fence.lua); a free lock, or one handed to this
---          token, held by it for the lease and listed in the index; this token out of the
---          queue once it holds the lock (no queue work when no queue or readers zset exists:
---          nobody waits, and a single waiter handed the lock left the queue at the handoff).
---          A held lock, or one handed to another waiter (it is reserved for that waiter for
---          the grace: newcomers cannot barge in), queues the token for its patience (first
---          registration keeps its arrival) and keeps the queue zsets alive at least that
---          long; a token queued for the first time has its metadata in KEYS[3] .. '|about'
+-- Effect:  a free lock, or one handed to this token, held by it for the lease with a new
+--          fencing token (next_fence.lua: drawn only then) and listed in the index; this
+--          token out of the queue once it holds the lock (no queue work when no queue or
+--          readers zset exists: nobody waits; one ZREM when it is not queued: a fair waiter
+--          handed the lock left the queue at the handoff). A held lock, or one handed to
+--          another waiter (it is reserved for that waiter for the grace: newcomers cannot
+--          barge in), queues the token for its patience (first registration keeps its
+--          arrival; no token drawn, no try to take it) and keeps the queue zsets alive at
+--          least that long (one PTTL, of the queue, stands for the three keys, which are
+--          extended together); a token queued for the first time has its metadata in KEYS[3] .. '|about'
 --          (written on the waiting path only), dropped when it leaves the queue. A free lock
 --          with waiters queued (its holder's lease ran out without a release) goes to the
 --          first live waiter first (lapsed.lua): a newcomer or a later waiter queues behind
 --          it. A non-fair acquirer (its token starts with '!') takes a free lock whoever is
 --          queued (it may overtake them), never one reserved for a waiter.
 -- #include "include/clock.lua"
+-- One EXISTS tells the uncontended path (nothing there: no lock, no queue, no readers) from
+-- the rest, where the lock's value is read (held, handed to a waiter, or free with a queue):
+-- a held lock is then queued for without drawing a fencing token or trying to take it.
+local found = redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[3] .. '|readers')
+local value = found > 0 and redis.call('GET', KEYS[1])
+local queue_exists = found > (value and 1 or 0)
+local lock_gone = queue_exists and not value
 -- #include "include/lapsed.lua"
--- #include "include/new_hold.lua"
-if redis.call('SET', KEYS[1], held_value, 'NX', 'PX', ARGV[2]) then
-  -- #include "include/index.lua"
-  if queue_exists then
-    redis.call('ZREM', KEYS[3], ARGV[1])
-    redis.call('ZREM', KEYS[4], ARGV[1])
-    redis.call('HDEL', KEYS[3] .. '|about', ARGV[1])
-  end
-  return next_fence .. ' ' .. now_ms
+if lock_gone then
+  value = redis.call('GET', KEYS[1])  -- lapsed.lua may have handed it over
 end
--- #include "include/read.lua"
+local holder, fence, acquired, reserved
+if value then
+  if string.sub(value, 1, 1) == '=' then
+    reserved = string.sub(value, 2)
+  else
+    holder, fence, acquired = string.match(value, '^(%S+) (%S+) (%S+) ')
+  end
+end
 if holder == ARGV[1] then
   return fence .. ' ' .. acquired
 end
-if holder or (reserved and reserved ~= ARGV[1]) then
+if value and reserved ~= ARGV[1] then
   local patience = tonumber(ARGV[5])
   local place = -1
   if patience > 0 then
@@ -61,20 +70,26 @@ if holder or (reserved and reserved ~= ARGV[1]) then
       redis.call('HSET', about, ARGV[1], ARGV[3])
     end
     redis.call('ZADD', KEYS[4], now_ms + patience, ARGV[1])
-    for _, key in ipairs({KEYS[3], KEYS[4], about}) do
-      if redis.call('PTTL', key) < patience then
-        redis.call('PEXPIRE', key, patience)
-      end
+    -- The three keys are made, extended and emptied together (every script that registers
+    -- a waiter extends all three to its patience), so the queue's TTL stands for theirs; a
+    -- queue that did not exist was made by this call, and this token is its first.
+    if not queue_exists or redis.call('PTTL', KEYS[3]) < patience then
+      -- ARGV[5], the string: a Lua number goes out formatted anew for each call.
+      redis.call('PEXPIRE', KEYS[3], ARGV[5])
+      redis.call('PEXPIRE', KEYS[4], ARGV[5])
+      redis.call('PEXPIRE', about, ARGV[5])
     end
-    place = redis.call('ZRANK', KEYS[3], ARGV[1])
+    place = queue_exists and redis.call('ZRANK', KEYS[3], ARGV[1]) or 0
   end
   return {0, redis.call('PTTL', KEYS[1]), place, now_ms}
 end
--- Handed to this token by a release: claim it. The handoff took it out of the queue
--- (hand_over.lua); a queue that still exists may hold it again (a late call of its own).
+-- Free (this script saw it so: nothing can come in between), or handed to this token by a
+-- release: take it. A token still in the queue (a fair waiter leaves it when the lock is
+-- handed to it, a non-fair one stays; a late call of its own may have queued it again)
+-- leaves it; its ZREM tells whether it was there.
+-- #include "include/new_hold.lua"
 -- #include "include/take.lua"
-if queue_exists then
-  redis.call('ZREM', KEYS[3], ARGV[1])
+if queue_exists and redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then
   redis.call('ZREM', KEYS[4], ARGV[1])
   redis.call('HDEL', KEYS[3] .. '|about', ARGV[1])
 end

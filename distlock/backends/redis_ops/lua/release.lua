@@ -43,7 +43,8 @@ if redis.call('EXISTS', KEYS[2], KEYS[2] .. '|readers') > 0 then
   local grace = ARGV[4] or '250'
   local shared_index, lock_name = string.sub(KEYS[4], 1, -5) .. 'shheld', ARGV[2]
   -- #include "include/downgraded.lua"
-  if not downgraded and redis.call('EXISTS', KEYS[2]) == 1 then
+  -- The EXISTS above found the queue or the readers zset: without readers, the queue.
+  if not downgraded and (not readers_there or redis.call('EXISTS', KEYS[2]) == 1) then
     local woken = false
     if string.sub(value, 1, 1) == '!' then
       -- #include "include/wake_head.lua"

@@ -37,6 +37,8 @@
 --          exclusively, the place is granted at once beside that hold (a downgrade). A free lock with waiters queued
 --          goes to the head of the queue first, as for acquire.lua (lapsed.lua).
 -- #include "include/clock.lua"
+local queue_exists = redis.call('EXISTS', KEYS[3], KEYS[3] .. '|readers') > 0
+local lock_gone = queue_exists and redis.call('EXISTS', KEYS[1]) == 0
 -- #include "include/lapsed.lua"
 local lock_key, readers_key, rmeta_key, shared_index = KEYS[1], KEYS[6], KEYS[7], KEYS[5]
 local name = ARGV[4]

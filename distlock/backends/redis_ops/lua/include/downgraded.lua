@@ -5,7 +5,9 @@
 --          (number) and grace (ms). The readers zset and holders hash are KEYS[2] ..
 --          '|readers' and KEYS[2] .. '|rmeta' (as for shared_acquire.lua); shared_index, the
 --          bucket's shared index, and lock_name, the lock's name.
--- Sets:    downgraded: true when live shared places were left.
+-- Sets:    downgraded: true when live shared places were left; readers_there: whether the
+--          readers zset exists (a caller that found the queue or the readers zset there
+--          knows, when it does not, that the queue does).
 -- Effect:  places whose lease ended are dropped; if any is left, the lock holds the shared
 --          marker "=~" until the last of their leases ends (in the same step that ended the
 --          exclusive hold: no writer can come in between), the name is scored by that end in
@@ -14,7 +16,8 @@
 --          queued behind them.
 local downgraded = false
 local readers_of = KEYS[2] .. '|readers'
-if redis.call('EXISTS', readers_of) == 1 then
+local readers_there = redis.call('EXISTS', readers_of) == 1
+if readers_there then
   local rmeta_of = KEYS[2] .. '|rmeta'
   -- As shared_keys.lua's prune_readers() (not included here: it needs the names a shared
   -- script sets, where this fragment has KEYS[2]'s).

@@ -9,7 +9,8 @@
 --          starts with '~'), the lock goes to the whole run of shared waiters at the head of
 --          the queue instead (hand_to_readers.lua). Waiters whose registration ran out (they
 --          gave up, or died) are dropped on the way, with their metadata (KEYS[2] .. '|about';
---          up to 16 are looked at).
+--          up to 16 are looked at). A waiter handed the lock that was the only one queued
+--          deletes the queue's three keys (KEYS[2], KEYS[3], KEYS[2] .. '|about').
 local queued = redis.call('ZRANGE', KEYS[2], 0, 15)
 for _, waiter in ipairs(queued) do
   local alive = tonumber(redis.call('ZSCORE', KEYS[3], waiter))
@@ -19,8 +20,14 @@ for _, waiter in ipairs(queued) do
   elseif alive and alive > now_ms then
     -- The waiter leaves the queue now: it holds a reservation, not a place. Were it to die
     -- unclaimed, an entry left behind would keep the readers queued behind it out for its
-    -- whole registration, not just the grace.
-    -- #include "drop_waiter.lua"
+    -- whole registration, not just the grace. The last one in it takes the queue's three
+    -- keys with it in one DEL (they hold the same tokens: every script adds and drops a
+    -- token in all three).
+    if #queued == 1 then
+      redis.call('DEL', KEYS[2], KEYS[3], KEYS[2] .. '|about')
+    else
+      -- #include "drop_waiter.lua"
+    end
     redis.call('SET', KEYS[1], '=' .. waiter, 'PX', grace)
     -- #include "wake_waiter.lua"
     break

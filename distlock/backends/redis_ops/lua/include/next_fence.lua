@@ -8,8 +8,9 @@
 --          more than the last token issued in the bucket (SET ... GET swaps it in one
 --          command). So they keep rising while the server's clock steps back, and after a
 --          restart that lost the memory, as long as the clock has moved past the last token
---          by then. Digit strings of one length compare as their numbers do. A token drawn by
---          an attempt that then finds the lock held is simply never used.
+--          by then. Digit strings of one length compare as their numbers do. acquire.lua draws
+--          one only once it knows it takes the lock (a token drawn and never used would
+--          only leave a gap).
 local next_fence = now_us
 local last = redis.call('SET', KEYS[2], next_fence, 'GET')
 if last and (#last > #next_fence or (#last == #next_fence and last >= next_fence)) then
