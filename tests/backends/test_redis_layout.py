@@ -251,3 +251,21 @@ def test_a_woken_non_fair_waiter_that_takes_the_free_lock_leaves_the_queue(data)
     assert data.hget(k.waiters + "|about", "!b") is None
     assert release("!b") == 1
     assert data.llen(f"{k.waiters}:!c") == 1  # the next waiter is woken, not "!b" again
+
+
+def test_the_name_goes_out_in_the_clients_encoding_in_every_call(data, settings) -> None:
+    """OPTIONS may set the client's ``encoding`` (a redis-py argument, accepted by the
+    checks). Every call sends the name in it, the hot pair's too: issue 42 sent the pair's name
+    as UTF-8 bytes, and the renewal's as the client encodes it, so a held name got two index
+    entries, and its release left the renewal's behind."""
+    default = settings.DISTLOCK["default"]
+    default["OPTIONS"] = {**default["OPTIONS"], "encoding": "latin-1"}
+    locks.reset()
+    lk = distlock.lock("caf\u00e9", ttl=5)
+    assert lk.acquire()
+    lk.extend(10)  # a renewal: extend.lua sends the name too
+    index = locks["default"].layout.keys_for("caf\u00e9").index
+    raw = redis.Redis.from_url(settings.DISTLOCK["default"]["LOCATION"])  # bytes replies
+    assert raw.zrange(index, 0, -1) == ["caf\u00e9".encode("latin-1")]
+    lk.release()
+    assert raw.zrange(index, 0, -1) == []
