@@ -85,13 +85,12 @@ class LockKeys(NamedTuple):
 
 class EncodedKeys(NamedTuple):
     """The keys of the exclusive lock's acquire and release calls, in their scripts' order,
-    and the name as their ARGV carry it, encoded once per name: redis-py encodes every str
-    argument of every call, and these are the same for every acquire and release of a name
-    (the uncontended pair's hot path)."""
+    encoded once per name: redis-py encodes every str argument of every call, and these are
+    the same for every acquire and release of a name (the uncontended pair's hot path). The
+    name in their ARGV goes as a str, which the client encodes as in its other calls."""
 
     acquire: tuple[bytes, ...]  # KEYS of acquire.lua: lock, fence, waiters, live, index
     release: tuple[bytes, ...]  # KEYS of release.lua: lock, waiters, live, index
-    name: bytes  # the name, UTF-8 (acquire.lua's ARGV[4], release.lua's ARGV[2])
 
 
 # The hash of the waiters' metadata is the queue's key followed by this ('|' is escaped in
@@ -182,7 +181,6 @@ class KeyLayout:
         return EncodedKeys(
             acquire=(lock, fence, waiters, live, index),
             release=(lock, waiters, live, index),
-            name=name.encode(),
         )
 
     # Alike in shape to _keys_for (duplicates pairs them): each spells one kind's key layout,

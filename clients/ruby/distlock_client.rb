@@ -27,7 +27,13 @@ module Distlock
 
   # ------------------------------------------------------------------ scripts
 
-  Script = Struct.new(:name, :text, :sha)
+  # least_argv: the fewest ARGV a call sends, those before the run of optional ones that ends
+  # the file's header (protocol.md, Compatibility); older files mark none optional.
+  Script = Struct.new(:name, :text, :sha, :least_argv) do
+    # FULL, a call's ARGV in their long form, less the last ones the file marks optional
+    # (its default is what they say): older files get them all.
+    def argv(full) = full.first(least_argv)
+  end
 
   # Loads NAME.lua from a folder, expanding `-- #include "part.lua"` lines.
   class Scripts
@@ -43,12 +49,22 @@ module Distlock
 
     def [](name)
       @cache[name] ||= begin
-        text = expand(File.join(@dir, "#{name}.lua"), [])
-        Script.new(name, text, Digest::SHA1.hexdigest(text.b))
+        file = File.join(@dir, "#{name}.lua")
+        text = expand(file, [])
+        Script.new(name, text, Digest::SHA1.hexdigest(text.b), least_argv(File.read(file)))
       end
     end
 
     private
+
+    # A header's ARGV line; "optional" first in what it says marks one a call may leave out.
+    ARGV_RE = /^-- ARGV\[(\d+)\]\s+\w+\s+(optional)?/.freeze
+
+    def least_argv(header)
+      optional = header.scan(ARGV_RE).map { |_, mark| !mark.nil? }
+      optional.pop while optional.last
+      optional.size
+    end
 
     def expand(path, stack)
       real = File.expand_path(path)
@@ -267,10 +283,11 @@ module Distlock
       kl = shared ? k.shared_acquire_keys : k.acquire_keys
       deadline = wait.nil? ? nil : mono_ms + wait
       left = -> { deadline.nil? ? Float::INFINITY : deadline - mono_ms }
-      # acquire.lua tells by itself whether the token waited (shared_acquire.lua is told).
+      # Current files of acquire.lua tell by themselves whether the token waited, and default
+      # the grace: the two go out only to older files (shared_acquire.lua is told).
       args = lambda do |patience, waited|
-        sent = [token, ttl.to_s, meta, k.name, patience.to_s]
-        shared ? sent << waited : sent
+        sent = [token, ttl.to_s, meta, k.name, patience.to_s, waited]
+        shared ? sent : script.argv(sent << GRACE_MS.to_s)
       end
 
       queued = false
@@ -438,7 +455,8 @@ module Distlock
         run(@redis, @scripts['shared_release'], k.shared_release_keys,
             [token.to_s, k.name, '1', GRACE_MS.to_s]).to_i
       else
-        run(@redis, @scripts['release'], k.release_keys, [token.to_s, k.name, '1']).to_i # grace: default
+        script = @scripts['release']
+        run(@redis, script, k.release_keys, script.argv([token.to_s, k.name, '1', GRACE_MS.to_s])).to_i
       end
     end
 
@@ -447,7 +465,8 @@ module Distlock
         run(@redis, @scripts['shared_leave'], k.shared_release_keys,
             [token, GRACE_MS.to_s, k.name])
       else
-        run(@redis, @scripts['leave_queue'], k.leave_keys, [token]) # the grace: the script's default
+        script = @scripts['leave_queue']
+        run(@redis, script, k.leave_keys, script.argv([token, GRACE_MS.to_s]))
       end
     end
 

@@ -122,3 +122,34 @@ def test_cluster_settings_are_checked_without_connecting() -> None:
     assert error.id == "distlock.E005" and "only has database 0" in error.msg
     [error] = check({"CLUSTER": True, **confirmed}, "unix:///run/redis.sock")
     assert error.id == "distlock.E005" and "unix socket" in error.msg
+
+
+def test_the_pair_runs_again_after_every_master_forgot_its_scripts(cluster: RedisCluster) -> None:
+    """EVALSHA goes through execute_command (issue 42), routed by its keys; NOSCRIPT after a
+    SCRIPT FLUSH still falls back to EVAL, sync and async, on whichever master holds the name."""
+    import asyncio
+
+    names = [f"flushed:{n}" for n in range(12)]  # spread over the masters' slots
+    for name in names:
+        with distlock.lock(name, ttl=5):
+            pass
+
+    async def pairs() -> list[bool]:
+        held = []
+        for name in names:
+            async with distlock.lock(name, ttl=5) as lk:
+                held.append(lk.token is not None)
+        return held
+
+    for flush_before in ("sync", "async"):
+        for node in cluster.nodes:
+            with node.client() as client:
+                client.script_flush()
+        if flush_before == "sync":
+            for name in names:
+                lk = distlock.lock(name, ttl=5)
+                assert lk.acquire(wait=0)
+                lk.release()
+        else:
+            assert asyncio.run(pairs()) == [True] * len(names)
+    assert not any(distlock.lock(name).locked() for name in names)

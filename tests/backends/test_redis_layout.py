@@ -219,3 +219,53 @@ def test_an_older_clients_calls_still_work_beside_the_shorter_ones(data) -> None
     assert run(holds.LEAVE_QUEUE, [k.lock, k.waiters, k.live], "gone", 250) == 1
     assert run(holds.RELEASE, release_keys, "older", "compat", "1") == 1
     assert not data.exists(k.lock) and data.zscore(k.index, "compat") is None
+
+
+def test_a_woken_non_fair_waiter_that_takes_the_free_lock_leaves_the_queue(data) -> None:
+    """A non-fair release wakes the queue's head and leaves the lock free (it stays queued);
+    its acquire then takes the lock by SET NX. acquire.lua must take it out of the queue there
+    (since issue 42 it reads that it may be queued off the queue's existence, no more off the
+    waited flag): a token left queued is the head the next non-fair release wakes, and the
+    waiters behind it are never woken."""
+    from distlock.backends.redis_ops import holds
+
+    layout = locks["default"].layout
+    k = layout.keys_for("nonfair")
+    acquire_keys = [k.lock, k.fence, k.waiters, k.live, k.index]
+    release_keys = [k.lock, k.waiters, k.live, k.index]
+
+    def acquire(token, patience):
+        return data.eval(
+            holds.ACQUIRE.source, 5, *acquire_keys, token, 5000, "{}", "nonfair", patience
+        )
+
+    def release(token):
+        return data.eval(holds.RELEASE.source, 4, *release_keys, token, "nonfair", "1")
+
+    assert isinstance(acquire("!a", 0), str)
+    assert acquire("!b", 5000)[2] == 0 and acquire("!c", 5000)[2] == 1  # queued, in order
+    assert release("!a") == 1
+    assert data.lpop(f"{k.waiters}:!b") == "1"  # woken (its BLPOP), the lock left free
+    assert isinstance(acquire("!b", 5000), str)  # taken by SET NX
+    assert data.zscore(k.waiters, "!b") is None and data.zscore(k.live, "!b") is None
+    assert data.hget(k.waiters + "|about", "!b") is None
+    assert release("!b") == 1
+    assert data.llen(f"{k.waiters}:!c") == 1  # the next waiter is woken, not "!b" again
+
+
+def test_the_name_goes_out_in_the_clients_encoding_in_every_call(data, settings) -> None:
+    """OPTIONS may set the client's ``encoding`` (a redis-py argument, accepted by the
+    checks). Every call sends the name in it, the hot pair's too: issue 42 sent the pair's name
+    as UTF-8 bytes, and the renewal's as the client encodes it, so a held name got two index
+    entries, and its release left the renewal's behind."""
+    default = settings.DISTLOCK["default"]
+    default["OPTIONS"] = {**default["OPTIONS"], "encoding": "latin-1"}
+    locks.reset()
+    lk = distlock.lock("caf\u00e9", ttl=5)
+    assert lk.acquire()
+    lk.extend(10)  # a renewal: extend.lua sends the name too
+    index = locks["default"].layout.keys_for("caf\u00e9").index
+    raw = redis.Redis.from_url(settings.DISTLOCK["default"]["LOCATION"])  # bytes replies
+    assert raw.zrange(index, 0, -1) == ["caf\u00e9".encode("latin-1")]
+    lk.release()
+    assert raw.zrange(index, 0, -1) == []

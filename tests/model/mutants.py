@@ -69,6 +69,22 @@ MUTANTS = (
         Edit("include/lapsed.lua", "if lock_gone then", "if false then"),
         "exclusive3",
     ),
+    # Issue 42's lean calls send no grace: the scripts' default is what every handoff gets.
+    Mutant(
+        "release.lua without the grace's default (a lean release hands nothing on)",
+        Edit("release.lua", "local grace = ARGV[4] or '250'", "local grace = ARGV[4]"),
+        "exclusive3",
+    ),
+    Mutant(
+        "leave_queue.lua without the grace's default (a lean leave hands nothing on)",
+        Edit("leave_queue.lua", "local grace = ARGV[2] or '250'", "local grace = ARGV[2]"),
+        "exclusive3",
+    ),
+    Mutant(
+        "lapsed.lua without the grace's default (a lean acquire hands no lapsed lock on)",
+        Edit("include/lapsed.lua", "local grace = ARGV[7] or '250'", "local grace = ARGV[7]"),
+        "exclusive3",
+    ),
     Mutant(
         "a reader joins while a writer holds the lock",
         Edit("shared_acquire.lua", "if not value then", "if true then"),

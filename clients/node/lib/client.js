@@ -168,6 +168,12 @@ export class LockClient {
     return lockKeys(this.prefix, name);
   }
 
+  /** Return `full`, the ARGV of a call of script `name` in their long form, less the last ones
+   * the loaded file marks optional (its default is what they say): older files get them all. */
+  argv(name, full) {
+    return full.slice(0, this.scripts[name].leastArgv);
+  }
+
   /** Run script `name` with EVALSHA, sending its text (EVAL) when the server lacks it. Each
    * call is sent once, on a ready connection, and fails after the read timeout without a
    * reply (that connection dropped: docs/protocol.md, "The error path"). */
@@ -337,7 +343,7 @@ export class Lock {
     const released = await this.client.run(
       "release",
       [keys.lock, keys.queue, keys.live, keys.index],
-      [this.ownToken("release"), this.name, "1"], // the grace: release.lua's default
+      this.client.argv("release", [this.ownToken("release"), this.name, "1", HANDOFF_GRACE_MS]),
     );
     this.token = null; // after the server answered: a lost reply leaves the token to retry with
     if (released === 0) throw this.notOwned("release");
@@ -392,21 +398,23 @@ class Attempt {
     return Math.round(Math.max(block, 0) + PATIENCE_MARGIN_MS);
   }
 
-  // acquire.lua tells by itself whether the token waited, and defaults the grace.
-  args() {
+  // Current files of acquire.lua tell by themselves whether the token waited, and default
+  // the grace: the two go out only to older files, which need them.
+  args(waited) {
     const lock = this.lock;
-    return [this.token, this.ttlMs, lock.metadata, lock.name, this.patience()];
+    const full = [this.token, this.ttlMs, lock.metadata, lock.name, this.patience(), waited ? "1" : "0", HANDOFF_GRACE_MS];
+    return this.client.argv("acquire", full);
   }
 
   async first() {
-    return this.checked(performance.now(), await this.client.run("acquire", this.acquireKeys, this.args()));
+    return this.checked(performance.now(), await this.client.run("acquire", this.acquireKeys, this.args(false)));
   }
 
   /** BLPOP on this waiter's wake-up list with acquire.lua pipelined behind it. */
   async waitThenClaim(blockMs) {
     const sent = performance.now();
     const wake = `${this.keys.queue}:${this.token}`;
-    return this.checked(sent, await this.client.waitThenRun(wake, blockMs, "acquire", this.acquireKeys, this.args()));
+    return this.checked(sent, await this.client.waitThenRun(wake, blockMs, "acquire", this.acquireKeys, this.args(true)));
   }
 
   /** Return how long (ms) to block for a turn after a "held" reply, or null to give up. */
@@ -440,13 +448,14 @@ class Attempt {
 
   async leave() {
     if (!this.queued) return;
-    await this.client.run("leave_queue", [this.keys.lock, this.keys.queue, this.keys.live], [this.token]);
+    const args = this.client.argv("leave_queue", [this.token, HANDOFF_GRACE_MS]);
+    await this.client.run("leave_queue", [this.keys.lock, this.keys.queue, this.keys.live], args);
   }
 
   /** Release whatever this token may hold; return whether the server answered. */
   async giveBack() {
     const keys = this.keys;
-    const release = [this.token, this.lock.name, "1"];
+    const release = this.client.argv("release", [this.token, this.lock.name, "1", HANDOFF_GRACE_MS]);
     return this.client
       .run("release", [keys.lock, keys.queue, keys.live, keys.index], release)
       .then(() => true, () => false);

@@ -40,5 +40,17 @@ export function loadScript(folder, name) {
     );
   }
   const source = expand(folder, text);
-  return { name, source, sha: createHash("sha1").update(source, "utf8").digest("hex") };
+  const sha = createHash("sha1").update(source, "utf8").digest("hex");
+  return { name, source, sha, leastArgv: leastArgv(text) };
+}
+
+// A header's ARGV line; "optional" first in what it says marks one a call may leave out.
+const ARGV_LINE = /^-- ARGV\[(\d+)\]\s+\w+\s+(optional)?/gm;
+
+/** The fewest ARGV a call of a file's script sends: those before the run of optional ones
+ * that ends its header (docs/protocol.md, Compatibility). Older files mark none optional. */
+export function leastArgv(text) {
+  const optional = [...text.matchAll(ARGV_LINE)].map((found) => found[2] !== undefined);
+  while (optional.length > 0 && optional[optional.length - 1]) optional.pop();
+  return optional.length;
 }

@@ -68,12 +68,13 @@ def try_acquire(
 def acquire_call(layout: KeyLayout, request: Request, waited: bool = False) -> Eval:
     """``waited`` is KindCalls' (the shared kind sends it); acquire.lua tells by itself
     whether the token may be queued, and defaults the grace (HANDOFF_GRACE_MS)."""
-    encoded = layout.encoded_keys_for(request.name)
-    # Idempotent: sent again, it tells the token that already holds the lock so.
+    # Idempotent: sent again, it tells the token that already holds the lock so. The name goes
+    # as a str, which the client encodes as it does in every other call (its OPTIONS may set
+    # an encoding): the index entry a renewal or a listing reads is then the same one.
     return Eval(
         ACQUIRE,
-        encoded.acquire,  # lock, fence, waiters, live, index
-        [request.token, request.ttl_ms, request.meta, encoded.name, request.patience_ms],
+        layout.encoded_keys_for(request.name).acquire,  # lock, fence, waiters, live, index
+        [request.token, request.ttl_ms, request.meta, request.name, request.patience_ms],
         idempotent=True,
     )
 
@@ -172,13 +173,12 @@ def release(scope: Scope, calls: KindCalls, name: str, token: str, every_level: 
 
 
 def release_call(layout: KeyLayout, name: str, token: str, every_level: bool) -> Eval:
-    encoded = layout.encoded_keys_for(name)
     # Never sent twice: a release whose reply was lost, sent again, would answer "not held".
     # The grace left out: release.lua defaults it (HANDOFF_GRACE_MS).
     return Eval(
         RELEASE,
-        encoded.release,  # lock, waiters, live, index
-        [token, encoded.name, ENCODED_FLAG[every_level]],
+        layout.encoded_keys_for(name).release,  # lock, waiters, live, index
+        [token, name, ENCODED_FLAG[every_level]],  # the name as a str: see acquire_call
     )
 
 
