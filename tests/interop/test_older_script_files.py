@@ -1,8 +1,8 @@
 """A client of the other languages pointed at the script files of an older distlock (issue
 42's lean calls). docs/protocol.md, Compatibility: "A client that leaves them out needs script
 files that make them optional (...); with older files, it sends them". The older files are
-today's with issue 42's edits undone: acquire.lua reads ARGV[6] (waited), and release.lua and
-leave_queue.lua take the grace as they are sent it (no default)."""
+today's with issue 42's edits undone: acquire.lua reads ARGV[6] (waited) to leave the queue,
+and release.lua and leave_queue.lua take the grace as they are sent it (no default)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,11 @@ UNDONE = (
     ("leave_queue.lua", "local grace = ARGV[2] or '250'", "local grace = ARGV[2]"),
     ("acquire.lua", "-- ARGV[6]  waited    optional, ignored:", "-- ARGV[6]  waited   "),
     ("acquire.lua", "-- ARGV[7]  grace     optional: ms", "-- ARGV[7]  grace     ms"),
-    ("acquire.lua", "  if queue_exists then\n    redis", "  if ARGV[6] == '1' then\n    redis"),
+    (
+        "acquire.lua",
+        "if queue_exists and redis.call('ZREM', KEYS[3], ARGV[1])",
+        "if ARGV[6] == '1' and redis.call('ZREM', KEYS[3], ARGV[1])",
+    ),
 )
 
 NODE_WORKER = ROOT / "tests" / "interop" / "node_worker.mjs"
