@@ -19,7 +19,11 @@ from devkit.configs import distlock_settings
 from devkit.processes import Start, started_processes
 from devkit.redis_server import RedisServer
 from distlock.handler import locks
+from tests.support import django_redis_pools
 from tests.support.lock_helpers import contenders
+
+# A test's CACHES (and its pool options) end with the test: see django_redis_pools.
+django_redis_pools.connect()
 
 
 def chosen(kinds: list[str]) -> list[str]:

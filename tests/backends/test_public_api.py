@@ -186,21 +186,24 @@ def small_cache_pool(
 ) -> Iterator[Any]:
     """The default route (no DISTLOCK): locks share a django-redis cache with a small pool."""
     _, cache_settings = distlock_settings("django_redis", redis_url)
+    options = cache_settings["default"]["OPTIONS"]
     if request.param.startswith("blocking"):
-        pool_kwargs = {
-            "connection_pool_class": redis.BlockingConnectionPool,
-            "max_connections": 2,
-            "timeout": 20,
-        }
+        # django-redis's option for the pool's class (a kwarg of the pool's would reach
+        # the connections).
+        options["CONNECTION_POOL_CLASS"] = "redis.BlockingConnectionPool"
+        options["CONNECTION_POOL_KWARGS"] = {"max_connections": 2, "timeout": 20}
     else:
-        pool_kwargs = {"max_connections": 4}
-    cache_settings["default"]["OPTIONS"]["CONNECTION_POOL_KWARGS"] = pool_kwargs
+        options["CONNECTION_POOL_KWARGS"] = {"max_connections": 4}
     settings.CACHES = cache_settings
     del settings.DISTLOCK
     locks.reset()
     cache = caches["default"]
-    yield cache.client.get_client(True).connection_pool
-    cache.client.get_client(True).connection_pool.disconnect()
+    pool = cache.client.get_client(True).connection_pool
+    # The pool this test asked for, not one an earlier test built for the same URL.
+    assert isinstance(pool, redis.BlockingConnectionPool) == request.param.startswith("blocking")
+    assert pool.max_connections == options["CONNECTION_POOL_KWARGS"]["max_connections"]
+    yield pool
+    pool.disconnect()
     locks.reset()
 
 
