@@ -104,8 +104,7 @@ def _form_of(lock: Lock) -> tuple[str, str, str]:
     """Return ``lock``'s alias, kind and name in the metrics, kept on the lock (a
     distlock.Lock has the attribute): its acquire's wait and its hold record the same
     ones, looked up once."""
-    kind = "shared" if getattr(lock, "shared", False) else lock.kind  # kind_of()
-    form = (lock.using, kind, lock.metric_name or derived_name(lock.name))  # metric_name()
+    form = (lock.using, kind_of(lock), metric_name(lock))
     if hasattr(lock, "_metric_form"):
         cast(Any, lock)._metric_form = form
     return form
@@ -163,16 +162,14 @@ def now() -> float:
 def wait_ended(lock: Lock, began: float, outcome: str) -> None:
     """Record an acquire() that began at ``began`` (now()) and ended with ``outcome``."""
     if _instruments is not None:
-        form = getattr(lock, "_metric_form", None) or _form_of(lock)  # attributes_of()
-        _instruments.wait.record(time.monotonic() - began, _attributes(form, outcome))
+        _instruments.wait.record(time.monotonic() - began, attributes_of(lock, outcome))
 
 
 def hold_ended(lock: Lock, since: float, ended: float | None = None) -> None:
     """Record a hold granted at ``since`` (now()) that ended at ``ended`` (default: now)."""
     if _instruments is not None and since:
         until = time.monotonic() if ended is None else ended
-        form = getattr(lock, "_metric_form", None) or _form_of(lock)  # attributes_of()
-        _instruments.hold.record(max(until - since, 0.0), _attributes(form, None))
+        _instruments.hold.record(max(until - since, 0.0), attributes_of(lock))
 
 
 def lost(lock: Lock) -> None:
