@@ -22,7 +22,6 @@ import functools
 import gc
 import json
 import os
-import re
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -59,23 +58,10 @@ def child(mode: str, blocks: int) -> None:
     else:
         assert not any(name.startswith("distlock") for name in sys.modules)
 
-    def outermost() -> None:
-        with transaction.atomic():
-            pass
+    # The cases as the timed harness runs them; this script's folder is first on sys.path.
+    from transactions_cost import atomic_blocks
 
-    def inner() -> Any:
-        return transaction.atomic(savepoint=False)
-
-    def nested() -> None:
-        with transaction.atomic():  # noqa: SIM117 - nested, as measured
-            with inner(), inner(), inner(), inner(), inner():
-                with inner(), inner(), inner(), inner(), inner():
-                    pass
-
-    def one_query() -> None:
-        with transaction.atomic(), connections["default"].cursor() as cursor:
-            cursor.execute("SELECT 1")
-
+    outermost, nested, one_query = atomic_blocks()
     waiting, done = threading.Event(), threading.Event()
 
     def hold() -> None:  # another request's
@@ -113,41 +99,15 @@ def child(mode: str, blocks: int) -> None:
 def count(tree: Path, mode: str, blocks: int, databases: dict[str, Any]) -> list[int]:
     """Return the instructions of each case (CASES) in one callgrind run of ``mode`` with
     distlock imported from ``tree``."""
-    from devkit.processes import run_process
+    from devkit.callgrind import dump_totals
 
-    with tempfile.TemporaryDirectory() as directory:
-        out = Path(directory) / "callgrind.out"
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(tree),
-            "PYTHONHASHSEED": "0",
-            "COST_DATABASES": json.dumps(databases),
-        }
-        run_process(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                "--dump-before=getppid",
-                f"--callgrind-out-file={out}",
-                sys.executable,
-                str(HERE),
-                "--child",
-                mode,
-                "--blocks",
-                str(blocks),
-            ],
-            env=env,
-            check=True,
-            capture_output=True,
-        )
-        parts = sorted(
-            Path(directory).glob("callgrind.out.*"), key=lambda path: int(path.suffix[1:])
-        )
-        totals = []
-        for part in parts:
-            found = re.search(r"^(?:totals|summary): (\d+)", part.read_text(), re.MULTILINE)
-            assert found, part
-            totals.append(int(found.group(1)))
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tree),
+        "PYTHONHASHSEED": "0",
+        "COST_DATABASES": json.dumps(databases),
+    }
+    totals = dump_totals([str(HERE), "--child", mode, "--blocks", str(blocks)], env)
     # Dumps: start-up (before the first case), then one per case; the rest after the last.
     return totals[1 : 1 + len(CASES)]
 

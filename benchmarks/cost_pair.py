@@ -22,9 +22,7 @@ import functools
 import gc
 import json
 import os
-import re
 import sys
-import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -133,41 +131,14 @@ def child(case: str, url: str, name: str) -> None:
 
 def count(url: str, run: tuple[Path, str]) -> float:
     """Return the instructions of one pair of ``case`` with distlock imported from ``tree``."""
-    from devkit.processes import run_process
+    from devkit.callgrind import dump_totals
 
     tree, case = run
-    with tempfile.TemporaryDirectory() as directory:
-        out = Path(directory) / "callgrind.out"
-        path = os.pathsep.join(filter(None, (str(tree), os.environ.get("PYTHONPATH"))))
-        env = {**os.environ, "PYTHONPATH": path, "PYTHONHASHSEED": "0"}
-        run_process(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                "--dump-before=getppid",
-                f"--callgrind-out-file={out}",
-                sys.executable,
-                str(HERE),
-                "--child",
-                case,
-                "--url",
-                url,
-                "--name",  # a name of its own: runs at the same time never contend
-                f"cost:pair:{tree.name}:{case}",
-            ],
-            env=env,
-            check=True,
-            capture_output=True,
-            cwd=tree,
-        )
-        parts = sorted(
-            Path(directory).glob("callgrind.out.*"), key=lambda path: int(path.suffix[1:])
-        )
-        totals = []
-        for part in parts:
-            found = re.search(r"^(?:totals|summary): (\d+)", part.read_text(), re.MULTILINE)
-            assert found, part
-            totals.append(int(found.group(1)))
+    path = os.pathsep.join(filter(None, (str(tree), os.environ.get("PYTHONPATH"))))
+    env = {**os.environ, "PYTHONPATH": path, "PYTHONHASHSEED": "0"}
+    # A name of its own: runs at the same time never contend.
+    name = f"cost:pair:{tree.name}:{case}"
+    totals = dump_totals([str(HERE), "--child", case, "--url", url, "--name", name], env, tree)
     # Dumps: start-up and warm-up, the short run, the long run; the rest after it.
     return (totals[2] - totals[1]) / (LONG - SHORT)
 

@@ -88,7 +88,7 @@ def worker(mode: str) -> None:
         assert distlock.__file__.startswith(os.environ["COST_TREE"]), distlock.__file__
     if hasattr(os, "sched_setaffinity"):  # every worker on the same core, one at a time
         os.sched_setaffinity(0, {int(os.environ["COST_CPU"])})
-    blocks = _blocks()
+    blocks = atomic_blocks()
     blocks[2]()  # connected first: a fenced hold puts its wrapper on the open connections
     done = _other_thread(mode)
     for block in blocks:  # warm: connected, caches filled, bytecode specialised
@@ -113,8 +113,8 @@ def worker(mode: str) -> None:
         done()
 
 
-def _blocks() -> tuple[Callable[[], None], ...]:
-    """Return the cases' blocks (CASES' order), as cost_instructions.py runs them."""
+def atomic_blocks() -> tuple[Callable[[], None], ...]:
+    """Return the cases' blocks (CASES' order); cost_instructions.py counts the same ones."""
     from django.db import connections, transaction
 
     def outermost() -> None:
