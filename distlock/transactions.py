@@ -168,13 +168,31 @@ def _runs_in(conn: Any) -> bool:
     transaction's uncommitted rows, so it is not in that transaction; taking its release
     back, it would read them as they were before (double execution). So is a coroutine
     such a pool job starts with async_to_sync: its ORM calls go back to the pool thread
-    (note_sync_thread told which thread they go to)."""
-    if conn._thread_ident == _get_ident() or conn.allow_thread_sharing:
+    (note_sync_thread told which thread they go to).
+
+    A connection shared between threads (``inc_thread_sharing()``: Django's live server
+    hands its in-memory SQLite connection to each request thread) counts for sync code in a
+    thread it was handed to, and for any coroutine (which of the sharing threads its ORM
+    calls go to is not known: docs/transactions.md, limits)."""
+    if conn._thread_ident == _get_ident():
         return True
     if asyncio._get_running_loop() is None:
-        return False
+        return _handed_here(conn)
+    if conn.allow_thread_sharing:
+        return True
     sync_thread = _noted_sync_thread()
     return sync_thread in (None, _UNANSWERED) or sync_thread == conn._thread_ident
+
+
+def _handed_here(conn: Any) -> bool:
+    """Return True if ``conn``, another thread's, is shared with this one: it allows thread
+    sharing and is among this thread's connections (``connections[alias] = conn`` here). A
+    thread it was not handed to (a pool job given a copy of the context) queries a
+    connection of its own, outside the transaction. (Only this thread's connections already
+    made are looked at: none is made here.)"""
+    return conn.allow_thread_sharing and any(
+        mine is conn for mine in connections.all(initialized_only=True)
+    )
 
 
 # The thread a coroutine's ORM calls go back to (sync_to_async's, thread-sensitive), noted

@@ -144,11 +144,6 @@ def test_a_coroutine_the_request_thread_waits_for_on_another_loop_never_hangs() 
     assert not is_held(name)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_runs_in counts every thread in a transaction whose connection allows thread "
-    "sharing, whichever connection that thread's queries use",
-)
 def test_a_pool_job_never_takes_back_a_release_of_a_connection_shared_between_threads() -> None:
     """The request's connection allows thread sharing (``inc_thread_sharing()``, as Django's
     live server does for an in-memory SQLite database, handing that connection to its
@@ -158,8 +153,8 @@ def test_a_pool_job_never_takes_back_a_release_of_a_connection_shared_between_th
 
     Expected: refused (wait=0): the pool thread's queries run on its own connection
     (``connections[alias]`` there is not the shared one), outside the transaction.
-    Observed: taken back at once, 1 of 1: _runs_in answers True for any thread once the
-    connection allows sharing, and _link counts any thread as its ender."""
+    Observed on bbdc692: taken back at once, 1 of 1: _runs_in answered True for any thread
+    once the connection allowed sharing."""
     name = "adv5:sharing"
     got: list[bool] = []
     used: list[bool] = []
@@ -183,6 +178,39 @@ def test_a_pool_job_never_takes_back_a_release_of_a_connection_shared_between_th
             request_conn.dec_thread_sharing()
     assert used == [False]  # the pool job's queries are not on the request's connection
     assert got == [False], "a pool job on a connection of its own took the release back"
+    assert free_within(name, 1)
+
+
+def test_a_thread_handed_the_shared_connection_takes_back_its_transactions_release() -> None:
+    """The twin of the case above: a thread that was handed the shared connection
+    (``connections[alias] = conn``, what Django's live server does in each request thread)
+    runs its queries inside the request's transaction, so it takes the release back at once
+    (wait=0), as the request's own thread would; the COMMIT then frees the lock."""
+    name = "adv5:handed"
+    got: list[bool] = []
+    used: list[bool] = []
+
+    def job() -> None:
+        connections["default"] = request_conn  # handed the shared connection
+        used.append(connections["default"] is request_conn)
+        lk = distlock.lock(name, ttl=5, wait=0)
+        got.append(lk.acquire())
+        if got[-1]:
+            lk.release()  # waits for the request's COMMIT again
+
+    with transaction.atomic():
+        request_conn = connections["default"]
+        request_conn.inc_thread_sharing()
+        try:
+            with distlock.lock(name, ttl=5):
+                pass  # the release waits for the COMMIT
+            with ThreadPoolExecutor(1) as pool:
+                pool.submit(contextvars.copy_context().run, job).result(STEP)
+            assert is_held(name)  # still waiting for the COMMIT
+        finally:
+            request_conn.dec_thread_sharing()
+    assert used == [True]
+    assert got == [True], "a thread on the transaction's own connection was refused"
     assert free_within(name, 1)
 
 
