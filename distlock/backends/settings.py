@@ -3,6 +3,7 @@ with every problem collected, so that one `manage.py check` names them all."""
 
 from __future__ import annotations
 
+import codecs
 import re
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
@@ -105,6 +106,7 @@ def parse_common(
         lambda: _parse_limits(alias, options, timeout), no_limits
     )
     fair = problems.parse(lambda: _parse_fair(alias, options), True)
+    problems.parse(lambda: _check_prefix_encoding(alias, key_prefix, options), None)
     return CommonSettings(key_prefix, timeout, options, max_ttl, max_renewals, fair)
 
 
@@ -146,6 +148,27 @@ def _parse_prefix(alias: str, prefix: object) -> str:
             hint="For example 'KEY_PREFIX': 'distlock' or 'myproject:locks'.",
         )
     return prefix
+
+
+def _check_prefix_encoding(alias: str, prefix: str, options: dict[str, Any]) -> None:
+    """Keys are UTF-8 on the wire (docs/protocol.md): a client ``encoding`` other than
+    UTF-8 would write a non-ASCII prefix as other bytes in the calls it encodes, so one lock
+    would have keys under two prefixes (and other languages' clients a third)."""
+    if prefix.isascii():
+        return
+    encoding = options.get("encoding", "utf-8")
+    try:
+        utf8 = isinstance(encoding, str) and codecs.lookup(encoding).name == "utf-8"
+    except LookupError:
+        utf8 = False
+    if not utf8:
+        raise InvalidLockBackendError(
+            f"DISTLOCK[{alias!r}]['KEY_PREFIX'] {prefix!r} has non-ASCII characters, and "
+            f"OPTIONS['encoding'] is {encoding!r}: keys are UTF-8 on the wire, so the "
+            "client would write the prefix as other bytes in some calls.",
+            check_id="distlock.E008",
+            hint="Leave OPTIONS['encoding'] at its default ('utf-8'), or use an ASCII KEY_PREFIX.",
+        )
 
 
 def _parse_timeout(alias: str, timeout: object) -> float:

@@ -132,6 +132,38 @@ def test_bad_key_prefix_is_e008(prefix: Any) -> None:
     assert error.id == "distlock.E008"
 
 
+@pytest.mark.parametrize("encoding", ["latin-1", "cp1252", "no-such-codec", 8])
+def test_a_non_ascii_prefix_with_a_client_encoding_other_than_utf8_is_e008(
+    encoding: Any,
+) -> None:
+    """Keys are UTF-8 on the wire: the client would write the prefix as other bytes in the
+    calls it encodes (one lock's keys under two prefixes)."""
+    [error] = check(
+        {
+            "default": {
+                "BACKEND": REDIS,
+                "LOCATION": URL,
+                "KEY_PREFIX": "verrou-café",
+                "OPTIONS": {"encoding": encoding},
+            }
+        }
+    )
+    assert error.id == "distlock.E008"
+    assert "non-ASCII" in error.msg and repr(encoding) in error.msg
+    assert "encoding" in (error.hint or "")
+
+
+@pytest.mark.parametrize("options", [{}, {"encoding": "utf-8"}, {"encoding": "UTF8"}])
+def test_a_non_ascii_prefix_with_utf8_is_accepted(options: dict[str, Any]) -> None:
+    setting = {"BACKEND": REDIS, "LOCATION": URL, "KEY_PREFIX": "verrou-café", "OPTIONS": options}
+    assert check({"default": setting}) == []
+
+
+def test_an_ascii_prefix_takes_any_client_encoding() -> None:
+    setting = {"BACKEND": REDIS, "LOCATION": URL, "OPTIONS": {"encoding": "latin-1"}}
+    assert check({"default": setting}) == []
+
+
 def test_unknown_key_is_e009() -> None:
     assert check({"default": {"BACKEND": REDIS, "LOCATON": URL}})[0].id == "distlock.E009"
 
