@@ -46,6 +46,37 @@ def no_discard() -> Config:
     )
 
 
+def mixed3(cancel_woken: bool) -> Config:
+    """Fair and non-fair clients on one name: a non-fair holder that never waits, a non-fair
+    waiter and a fair one."""
+    return Config(
+        "mixed3 (fair and non-fair on one name)",
+        (
+            _client("A", wait=0, lease=500, rounds=1, fair=False),
+            _client(
+                "B",
+                rate=0.99,
+                lease=300,
+                wait=1500,
+                rounds=1,
+                fair=False,
+                cancel_woken=cancel_woken,
+            ),
+            _client("C", rate=1.01, lease=300, wait=1500, rounds=1, cancel_woken=cancel_woken),
+        ),
+        depth=5,
+    )
+
+
+def non_fair_give_up() -> Config:
+    """A non-fair waiter woken by a non-fair release that gives up before its acquire (a
+    cancel, or an error on its BLPOP): leave_queue.lua passes the wake-up on to nobody, and the next
+    waiter sleeps on the free lock until its BLPOP's timeout (a fair waiter handed the lock
+    hands it on as it leaves)."""
+    config = mixed3(cancel_woken=True)
+    return dataclasses.replace(config, name="a woken non-fair waiter gives up", depth=6)
+
+
 CONFIGS = {
     "exclusive": Config(
         "exclusive",
@@ -80,4 +111,15 @@ CONFIGS = {
         depth=6,
     ),
     "rate": rate("new"),
+    # Non-fair locks ("Non-fair locks"): '!' tokens, whose waiters send the BLPOP alone. A
+    # waiter that gives up once woken is left out (non_fair_give_up shows why).
+    "nonfair": Config(
+        "nonfair",
+        (
+            _client("A", rate=1.01, wait=0, lease=500, fair=False),
+            _client("B", rate=0.99, lease=300, wait=1500, fair=False, cancel_woken=False),
+        ),
+        depth=8,
+    ),
+    "mixed3": mixed3(cancel_woken=False),
 }
