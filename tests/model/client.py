@@ -56,10 +56,6 @@ class Client:
     faults: bool = True  # may crash, lose replies, cancel
     discard: bool = True  # the error path closes a pending pipeline's connection (a MUST)
     fair: bool = True  # False: a non-fair exclusive acquirer ('!' tokens, "Non-fair locks")
-    # May give up once woken (a wake-up pushed to it, or its BLPOP answered, not yet its
-    # acquire); False leaves out the one move that shows the non-fair wake-up's known gap
-    # (config.non_fair_give_up).
-    cancel_woken: bool = True
     pc: str = "idle"
     serial: int = 0
     began: float = 0.0  # local ms the acquire began
@@ -113,8 +109,7 @@ class Client:
                 steps.append(("acquire, reply lost", lambda c: self.start(c, lost=True)))
         elif pc == "blocked":
             steps += self.wake_ups(now_ms, data)
-            woken = bool(value_of(data, self.operations.wake_list(self.token)))
-            if self.faults and (self.cancel_woken or not woken):
+            if self.faults:
                 kept = "discarded" if self.discard else "kept open"
                 steps.append((f"cancel (connection {kept})", self.to_error_path))
         elif pc == "hold":
@@ -124,8 +119,7 @@ class Client:
             steps.append(("acquire after the BLPOP", lambda c: self.wake(c, lost=False)))
             if self.faults:
                 steps.append(("acquire after the BLPOP, reply lost", lambda c: self.wake(c, True)))
-                if self.cancel_woken:
-                    steps.append(("cancel", self.to_error_path))
+                steps.append(("cancel", self.to_error_path))
         elif pc in CALLS:
             steps.append((pc, lambda c: CALLS[pc](self, c)))
         if self.ghost is not None:

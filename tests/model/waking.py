@@ -17,12 +17,18 @@ from .kinds import LOCK, lock_holder, registered_waiters, value_of
 from .state import World
 
 
-def check_wakes(before: World, after: World, index: int, context: Context) -> list[str]:
-    """The checks of one step of client ``index``."""
+def check_wakes(
+    before: World, after: World, index: int, context: Context, woken_may_leave: bool
+) -> list[str]:
+    """The checks of one step of client ``index``; ``woken_may_leave``: let the known gap
+    through (a woken waiter without a reservation that gives up wakes nobody)."""
+    idle = _idle_free_lock(before, after)
+    if idle and woken_may_leave and _woken(before, before.clients[index]):
+        idle = []
     return [
         *_woken_is_head(before, after),
         *_freed_wakes(before, after),
-        *_idle_free_lock(before, after),
+        *idle,
         *_non_fair_release(before, after, before.clients[index], context),
         *_non_fair_acquire(before, after, after.clients[index], context),
     ]
@@ -78,6 +84,15 @@ def _on_the_way(world: World) -> bool:
     if any(woken.get(token) for token in registered_waiters(world.data, world.now_ms)):
         return True
     return any(c.pc == "popped" for c in world.clients)
+
+
+def _woken(world: World, client: Client) -> bool:
+    """Whether ``client`` was woken and has not come for the lock yet: an element on its
+    list while it is registered, or its BLPOP answered (a non-fair waiter's, popped)."""
+    if client.pc == "popped":
+        return True
+    queued = client.token in registered_waiters(world.data, world.now_ms)
+    return queued and bool(_wake_lengths(world).get(client.token))
 
 
 def _idle_free_lock(before: World, after: World) -> list[str]:
