@@ -114,7 +114,7 @@ def section(figures: dict[str, Any]) -> list[str]:
         lines.append(f"- {old['config']}: {found}.")
     lines += [
         "",
-        "A known gap of the non-fair mode, shown (left out of the configurations above):",
+        "A known gap of the non-fair mode, shown (the configurations above let it through):",
         "",
     ]
     for gap in figures.get("known_gaps", ()):
