@@ -1,13 +1,13 @@
 """Run the checker by hand: ``python -m tests.model [--depth N] [--config NAME ...]
-[--mutants] [--old-rule]``. Without options: every configuration at its CI depth, then the
-mutants; ``--depth`` goes deeper (or shallower) for every configuration."""
+[--mutants] [--old-rule] [--known-gap]``. Without options: every configuration at its CI
+depth, then the mutants; ``--depth`` goes deeper (or shallower) for every configuration."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from .config import CONFIGS, no_discard, rate
+from .config import CONFIGS, no_discard, non_fair_give_up, rate
 from .explorer import Explorer
 from .mutants import MUTANTS
 
@@ -24,14 +24,20 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the client rules before issue 44 (the drift rule, a cancel without discard)",
     )
+    parser.add_argument(
+        "--known-gap",
+        action="store_true",
+        help="the non-fair mode's known gap (a woken waiter that gives up wakes nobody)",
+    )
     options = parser.parse_args(argv)
     failed = False
-    if options.old_rule:
-        for config in (rate("old"), no_discard()):
+    if options.old_rule or options.known_gap:
+        shown = (rate("old"), no_discard()) if options.old_rule else (non_fair_give_up(),)
+        for config in shown:
             result = Explorer(config).run(options.depth or config.depth)
             print(result)
             print(result.finding or "NOT caught")
-            failed |= result.finding is None  # each old rule must be caught
+            failed |= result.finding is None  # each must be caught
         return 1 if failed else 0
     if not options.mutants:
         for name in options.config or sorted(CONFIGS):

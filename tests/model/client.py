@@ -33,8 +33,10 @@ class Context:
     kind: Kind
     grants: list[int] = dataclasses.field(default_factory=list)
     errors: list[str] = dataclasses.field(default_factory=list)
+    scripts: list[str] = dataclasses.field(default_factory=list)  # the calls made, in order
 
     def run(self, call: Call) -> Any:
+        self.scripts.append(call.script)
         reply = self.server.run(call)
         if isinstance(reply, Exception):
             self.errors.append(f"{call.script} answered an error: {reply}")
@@ -53,6 +55,7 @@ class Client:
     rule: str = "new"  # the drift allowance: "new" (the wait counted at 0.99) or "old"
     faults: bool = True  # may crash, lose replies, cancel
     discard: bool = True  # the error path closes a pending pipeline's connection (a MUST)
+    fair: bool = True  # False: a non-fair exclusive acquirer ('!' tokens, "Non-fair locks")
     pc: str = "idle"
     serial: int = 0
     began: float = 0.0  # local ms the acquire began
@@ -70,7 +73,8 @@ class Client:
         return self.token_of(self.serial)
 
     def token_of(self, serial: int) -> str:
-        return f"{'~' if self.kind == 'shared' else ''}t{self.name}{serial:04d}"
+        mark = "~" if self.kind == "shared" else "" if self.fair else "!"
+        return f"{mark}t{self.name}{serial:04d}"
 
     @property
     def operations(self) -> Kind:
@@ -104,19 +108,18 @@ class Client:
             if self.faults:
                 steps.append(("acquire, reply lost", lambda c: self.start(c, lost=True)))
         elif pc == "blocked":
-            woken = bool(value_of(data, self.operations.wake_list(self.token)))
-            if woken or self.now(now_ms) >= self.sent + self.block:
-                steps.append(
-                    ("wake" if woken else "BLPOP timed out", lambda c: self.wake(c, lost=False))
-                )
-                if self.faults:
-                    steps.append(("wake, reply lost", lambda c: self.wake(c, lost=True)))
+            steps += self.wake_ups(now_ms, data)
             if self.faults:
                 kept = "discarded" if self.discard else "kept open"
                 steps.append((f"cancel (connection {kept})", self.to_error_path))
         elif pc == "hold":
             steps.append(("release", self.release))
             steps.append(("extend", self.extend))
+        elif pc == "popped":  # non-fair: the BLPOP answered, the acquire not sent yet
+            steps.append(("acquire after the BLPOP", lambda c: self.wake(c, lost=False)))
+            if self.faults:
+                steps.append(("acquire after the BLPOP, reply lost", lambda c: self.wake(c, True)))
+                steps.append(("cancel", self.to_error_path))
         elif pc in CALLS:
             steps.append((pc, lambda c: CALLS[pc](self, c)))
         if self.ghost is not None:
@@ -124,8 +127,23 @@ class Client:
             woken = bool(value_of(data, self.operations.wake_list(ghost_token)))
             if woken or self.now(now_ms) >= self.ghost[1]:
                 steps.append(("the abandoned pipeline's acquire runs", self.run_ghost))
-        if self.faults and pc in ("blocked", "hold"):
+        if self.faults and pc in ("blocked", "popped", "hold"):
             steps.append(("crash", lambda c: dataclasses.replace(self, pc="dead")))
+        return steps
+
+    def wake_ups(self, now_ms: int, data: Data) -> list[tuple[str, Callable[[Context], Client]]]:
+        """A blocked waiter's BLPOP returns (woken, or its timeout). A fair waiter's pipelined
+        acquire runs with it; a non-fair waiter sends its acquire once the BLPOP answered
+        (step 2 of "Non-fair locks"), a step of its own, so others may run in between."""
+        woken = bool(value_of(data, self.operations.wake_list(self.token)))
+        if not woken and self.now(now_ms) < self.sent + self.block:
+            return []
+        label = "wake" if woken else "BLPOP timed out"
+        if not self.fair:
+            return [(f"{label} (BLPOP alone)", self.pop)]
+        steps = [(label, lambda c: self.wake(c, lost=False))]
+        if self.faults:
+            steps.append(("wake, reply lost", lambda c: self.wake(c, lost=True)))
         return steps
 
     def events(self) -> list[int]:
@@ -134,7 +152,7 @@ class Client:
         times = []
         if self.pc == "blocked":
             times.append(server_time_of(self.rate, self.sent + self.block))
-        if self.pc in ("blocked", "giveback"):
+        if self.pc in ("blocked", "popped", "giveback"):
             times.append(server_time_of(self.rate, self.began + self.wait) + 1)
         if self.pc == "hold":
             times.append(server_time_of(self.rate, self.end))
@@ -157,13 +175,23 @@ class Client:
         return client.after(c, reply, waited=False)
 
     def wake(self, c: Context, lost: bool) -> Client:
-        """The BLPOP returned (woken, or its timeout): the pipelined acquire runs."""
-        c.server.lpop(self.operations.wake_list(self.token))
+        """The BLPOP returned (woken, or its timeout): the pipelined acquire runs. A non-fair
+        waiter popped already (pop), and sends the acquire now: its t_send is now."""
+        client = self
+        if self.fair:
+            c.server.lpop(self.operations.wake_list(self.token))
+        else:
+            client = dataclasses.replace(self, sent=self.now(c.now_ms))
         call = self.operations.acquire(self.token, self.lease, self.patience, waited=True)
         reply = c.run(call)
         if lost or reply is None:
-            return self.to_error_path(c)
-        return self.after(c, reply, waited=True)
+            return client.to_error_path(c)
+        return client.after(c, reply, waited=True)
+
+    def pop(self, c: Context) -> Client:
+        """A non-fair waiter's BLPOP returned alone (woken, or its timeout)."""
+        c.server.lpop(self.operations.wake_list(self.token))
+        return dataclasses.replace(self, pc="popped")
 
     def after(self, c: Context, reply: Any, waited: bool) -> Client:
         """Step 3 of Acquire and of the loop: read the reply."""

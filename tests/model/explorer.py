@@ -15,6 +15,7 @@ from .invariants import check_state, check_step
 from .kinds import KINDS
 from .server import CLOCK, Edit, Server
 from .state import MS_RANGE, World
+from .waking import check_wakes
 
 Step = Callable[[Context], Client]
 
@@ -112,6 +113,7 @@ class Explorer:
         last_fence = max([world.last_fence, *context.grants])
         after = World(world.now_ms, self.server.dump(), clients, last_fence, CLOCK.micro)
         problems = [*context.errors, *check_step(world, after, actor, context.grants)]
+        problems += check_wakes(world, after, index, context, self.config.woken_may_leave)
         return label, after, [*problems, *check_state(after)]
 
 

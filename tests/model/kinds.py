@@ -171,6 +171,13 @@ def lock_holder(data: Data) -> str | None:
     return value if value.startswith("=") else value.split(" ")[0]
 
 
+def registered_waiters(data: Data, now_ms: int) -> dict[str, float]:
+    """The lock's queued tokens whose registration runs still (token -> arrival, µs)."""
+    queue = dict(value_of(data, LOCK.waiters) or ())
+    live = dict(value_of(data, LOCK.live) or ())
+    return {token: arrival for token, arrival in queue.items() if live.get(token, 0) > now_ms}
+
+
 def shared_holders(data: Data, now_ms: int) -> set[str]:
     """Tokens holding a shared place now (not a reserved one: those have no fields yet)."""
     if value_of(data, LOCK.lock) != "=~":

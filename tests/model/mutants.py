@@ -85,6 +85,45 @@ MUTANTS = (
         Edit("include/lapsed.lua", "local grace = ARGV[7] or '250'", "local grace = ARGV[7]"),
         "exclusive3",
     ),
+    # Non-fair locks: each shows only where a '!' token acts.
+    Mutant(
+        "a non-fair release wakes nobody (wake_head.lua pushes nothing)",
+        Edit(
+            "include/wake_head.lua",
+            "if redis.call('EXISTS', KEYS[2] .. ':' .. waiter) == 0 then",
+            "if false then",
+        ),
+        "nonfair",
+    ),
+    Mutant(
+        "a non-fair release wakes the last waiter, not the head",
+        Edit(
+            "include/wake_head.lua",
+            "redis.call('ZRANGE', KEYS[2], 0, 15)",
+            "redis.call('ZREVRANGE', KEYS[2], 0, 15)",
+        ),
+        "mixed3",
+    ),
+    Mutant(
+        "a non-fair acquirer takes a lock reserved for a waiter",
+        Edit(
+            "acquire.lua",
+            "if value and reserved ~= ARGV[1] then",
+            "if value and reserved ~= ARGV[1]"
+            " and not (reserved and string.sub(ARGV[1], 1, 1) == '!') then",
+        ),
+        "mixed3",
+    ),
+    Mutant(
+        "a non-fair release hands the lock over instead of waking the head",
+        Edit("release.lua", "if string.sub(value, 1, 1) == '!' then", "if false then"),
+        "nonfair",
+    ),
+    Mutant(
+        "a non-fair acquirer hands a free lock to the queue's head instead of taking it",
+        Edit("include/lapsed.lua", "and string.sub(ARGV[1], 1, 1) ~= '!'", "and true"),
+        "nonfair",
+    ),
     Mutant(
         "a reader joins while a writer holds the lock",
         Edit("shared_acquire.lua", "if not value then", "if true then"),
