@@ -180,9 +180,13 @@ def _runs_in(conn: Any) -> bool:
 # The thread a coroutine's ORM calls go back to (sync_to_async's, thread-sensitive), noted
 # by anote_sync_thread with the task it was noted for: asgiref copies a coroutine's context
 # variables back to its caller when it returns, so a value without its task would reach the
-# caller's next coroutines, whose thread may be another.
-_sync_thread: contextvars.ContextVar[tuple[weakref.ref[asyncio.Task[Any]], int] | None] = (
-    contextvars.ContextVar("distlock_sync_thread", default=None)
+# caller's next coroutines, whose thread may be another. Also noted: the async_to_sync call
+# whose thread answered (asgiref's executor of that thread for this context, weakly); once
+# that call has returned, the answer is stale: a task that outlives it goes back to no
+# thread of the transaction (_NOWHERE), and asks again.
+_Noted = tuple[weakref.ref[asyncio.Task[Any]], int, "weakref.ref[Any] | None"]
+_sync_thread: contextvars.ContextVar[_Noted | None] = contextvars.ContextVar(
+    "distlock_sync_thread", default=None
 )
 
 
@@ -193,15 +197,39 @@ _sync_thread: contextvars.ContextVar[tuple[weakref.ref[asyncio.Task[Any]], int] 
 # adversary: the lock call hung). Noted as _UNANSWERED, so the task asks once.
 HOP_TIMEOUT = 1.0
 _UNANSWERED = 0  # a noted thread that never answered (thread idents are never 0)
+# A noted "no thread": asgiref refused the hop (a task that outlived the async_to_sync call
+# that started it: "CurrentThreadExecutor already quit"). Its ORM calls reach no thread of
+# the transaction, so it is not in it (counted in, it took back a release waiting for the
+# request's COMMIT and charged again on a pool thread's connection: the sixth adversary).
+_NOWHERE = -1
 
 
 def _noted_sync_thread() -> int | None:
     """Return the thread the running task's ORM calls go back to, None if not noted for it
     (taken as the transaction's thread, as async_to_sync's coroutine's is)."""
     noted = _sync_thread.get()
-    if noted is None or noted[0]() is not asyncio.current_task():
+    if noted is None or noted[0]() is not asyncio.current_task() or _returned(noted[2]):
         return None
     return noted[1]
+
+
+def _returned(call: weakref.ref[Any] | None) -> bool:
+    """Return True if the async_to_sync call that a noted answer came through has returned:
+    asgiref's executor of its thread is done (no public flag: a private attribute, read
+    with a default, so that an asgiref without it keeps the answer as before)."""
+    if call is None:
+        return False
+    executor = call()
+    return executor is None or bool(getattr(executor, "_broken", False))
+
+
+def _current_call() -> weakref.ref[Any] | None:
+    """Return asgiref's executor of the async_to_sync call this context runs in, weakly
+    (None outside one: the answer then never goes stale)."""
+    from asgiref.sync import AsyncToSync
+
+    executor = getattr(AsyncToSync.executors, "current", None)
+    return weakref.ref(executor) if executor is not None else None
 
 
 async def anote_sync_thread() -> None:
@@ -227,9 +255,17 @@ async def anote_sync_thread() -> None:
         done, _ = await asyncio.wait((hop,), timeout=HOP_TIMEOUT)
         if not done:  # left to end once that thread is free; its answer is not needed then
             hop.add_done_callback(_drop_answer)
-        _sync_thread.set((weakref.ref(task), hop.result() if done else _UNANSWERED))
+        answer = _answer(hop) if done else _UNANSWERED
+        call = _current_call() if answer > 0 else None  # "no thread" never goes stale
+        _sync_thread.set((weakref.ref(task), answer, call))
     except Exception:
         _bookkeeping_failed("anote_sync_thread")
+
+
+def _answer(hop: asyncio.Future[int]) -> int:
+    """Return the thread a finished hop ran in, _NOWHERE if asgiref refused to run it (the
+    only way the call itself fails: it ran ``threading.get_ident``)."""
+    return _NOWHERE if hop.exception() is not None else hop.result()
 
 
 def _drop_answer(hop: asyncio.Future[int]) -> None:
