@@ -255,11 +255,20 @@ async def anote_sync_thread() -> None:
         done, _ = await asyncio.wait((hop,), timeout=HOP_TIMEOUT)
         if not done:  # left to end once that thread is free; its answer is not needed then
             hop.add_done_callback(_drop_answer)
-        answer = _answer(hop) if done else _UNANSWERED
+        answer = _answer(hop) if done else _unanswered()
         call = _current_call() if answer > 0 else None  # "no thread" never goes stale
         _sync_thread.set((weakref.ref(task), answer, call))
     except Exception:
         _bookkeeping_failed("anote_sync_thread")
+
+
+def _unanswered() -> int:
+    """What a hop that timed out says: nothing (_UNANSWERED, the coroutine counts as the
+    transaction's) unless the async_to_sync call this task was started in has returned: the
+    task outlived it, and its calls wait for a thread busy with other work (a view's, under
+    a sync-only middleware's async_to_sync): they would run after that work, the COMMIT
+    included, so it is in no transaction of that thread (_NOWHERE)."""
+    return _NOWHERE if _returned(_current_call()) else _UNANSWERED
 
 
 def _answer(hop: asyncio.Future[int]) -> int:

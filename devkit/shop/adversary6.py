@@ -8,6 +8,8 @@ tests/core/test_transactions_adversary6.py. Every request is in a transaction
   before its COMMIT. The follow-up outlives the ``async_to_sync`` call that started it: its
   thread-sensitive ``sync_to_async`` calls have no thread left (asgiref refuses them), so
   it charges through a pool job (``thread_sensitive=False``), on a connection of its own.
+* ``pay-follow-up-slow``: the same, the view working on 1.5 s (longer than
+  ``distlock.transactions.HOP_TIMEOUT``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from .views import charge
 
 FOLLOW_UP_DELAY = 0.1  # the follow-up asks after the service returned, before the COMMIT
 VIEW_WORKS_ON = 0.6  # the view's work after its service, before its transaction commits
+VIEW_WORKS_SLOWLY = 1.5  # the same, longer than distlock.transactions.HOP_TIMEOUT
 _background: set[asyncio.Task[object]] = set()
 
 
@@ -49,11 +52,24 @@ async def _start_follow_up(order_id: int) -> None:
     task.add_done_callback(_background.discard)
 
 
-@csrf_exempt
-@require_POST
-def pay_follow_up(request: HttpRequest, order_id: int) -> JsonResponse:
+def _pay_follow_up(order_id: int, works_on: float) -> JsonResponse:
     with distlock.lock(f"pay:{order_id}", ttl=30, wait=10):
         result = charge(order_id)
     async_to_sync(_start_follow_up)(order_id)
-    time.sleep(VIEW_WORKS_ON)  # the view works on before its transaction commits
+    time.sleep(works_on)  # the view works on before its transaction commits
     return JsonResponse({"result": result})
+
+
+@csrf_exempt
+@require_POST
+def pay_follow_up(request: HttpRequest, order_id: int) -> JsonResponse:
+    return _pay_follow_up(order_id, VIEW_WORKS_ON)
+
+
+@csrf_exempt
+@require_POST
+def pay_follow_up_slow(request: HttpRequest, order_id: int) -> JsonResponse:
+    """The view works on longer than distlock.transactions.HOP_TIMEOUT: under a sync-only
+    middleware (its async_to_sync runs the view in its thread), the follow-up's question
+    waits for that thread, busy with the view, and is not answered in time."""
+    return _pay_follow_up(order_id, VIEW_WORKS_SLOWLY)

@@ -18,4 +18,5 @@ urlpatterns = [
     path("pay-receipt/<int:order_id>", adversary5.pay_receipt),
     path("pay-tasks/<int:order_id>", adversary5.pay_tasks),
     path("pay-follow-up/<int:order_id>", adversary6.pay_follow_up),
+    path("pay-follow-up-slow/<int:order_id>", adversary6.pay_follow_up_slow),
 ]
