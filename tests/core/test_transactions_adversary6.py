@@ -147,6 +147,29 @@ def test_a_task_the_service_waits_for_still_takes_its_release_back() -> None:
     assert got == [(True, True)]
 
 
+def test_a_task_left_by_a_nested_call_is_in_the_transaction_while_the_outer_call_runs() -> None:
+    """The control one level down: the service (async_to_sync's coroutine) calls sync code
+    in the request's thread, which runs an inner service through async_to_sync; the inner
+    one starts the follow-up and returns; the outer service then waits for the follow-up.
+    Its ORM calls go back to the request's thread through the outer call, which still
+    runs: it is in the transaction and takes the release back at once."""
+    holder: list[asyncio.Task[None]] = []
+
+    async def service(follow_up: Callable[[], Awaitable[None]]) -> None:
+        async def inner() -> None:
+            async def later() -> None:
+                await asyncio.sleep(0.05)  # the inner service has returned by then
+                await follow_up()
+
+            holder.append(asyncio.create_task(later()))
+
+        await sync_to_async(async_to_sync(inner))()
+        await holder[0]
+
+    got = _request_with_a_task_left_behind("adv6:nested", service)
+    assert got == [(True, True)]
+
+
 FOLLOW_UP_ORDERS = 10
 SERVED = pytest.mark.parametrize(
     ("server", "workers"), [("uvicorn", 1), ("gunicorn-uvicorn", 2)], ids=["uvicorn", "gunicorn"]
