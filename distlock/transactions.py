@@ -198,9 +198,13 @@ def _handed_here(conn: Any) -> bool:
 # The thread a coroutine's ORM calls go back to (sync_to_async's, thread-sensitive), noted
 # by anote_sync_thread with the task it was noted for: asgiref copies a coroutine's context
 # variables back to its caller when it returns, so a value without its task would reach the
-# caller's next coroutines, whose thread may be another.
-_sync_thread: contextvars.ContextVar[tuple[weakref.ref[asyncio.Task[Any]], int] | None] = (
-    contextvars.ContextVar("distlock_sync_thread", default=None)
+# caller's next coroutines, whose thread may be another. Also noted: the async_to_sync call
+# whose thread answered (asgiref's executor of that thread for this context, weakly); once
+# that call has returned, the answer is stale: a task that outlives it goes back to no
+# thread of the transaction (_NOWHERE), and asks again.
+_Noted = tuple[weakref.ref[asyncio.Task[Any]], int, "weakref.ref[Any] | None"]
+_sync_thread: contextvars.ContextVar[_Noted | None] = contextvars.ContextVar(
+    "distlock_sync_thread", default=None
 )
 
 
@@ -211,29 +215,78 @@ _sync_thread: contextvars.ContextVar[tuple[weakref.ref[asyncio.Task[Any]], int] 
 # adversary: the lock call hung). Noted as _UNANSWERED, so the task asks once.
 HOP_TIMEOUT = 1.0
 _UNANSWERED = 0  # a noted thread that never answered (thread idents are never 0)
+# A noted "no thread": asgiref refused the hop (a task that outlived the async_to_sync call
+# that started it: "CurrentThreadExecutor already quit"). Its ORM calls reach no thread of
+# the transaction, so it is not in it (counted in, it took back a release waiting for the
+# request's COMMIT and charged again on a pool thread's connection: the sixth adversary).
+_NOWHERE = -1
 
 
 def _noted_sync_thread() -> int | None:
     """Return the thread the running task's ORM calls go back to, None if not noted for it
-    (taken as the transaction's thread, as async_to_sync's coroutine's is)."""
+    (taken as the transaction's thread, as async_to_sync's coroutine's is), _NOWHERE once
+    the async_to_sync call that answered has returned (they go back to none of that call's
+    thread now; anote_sync_thread asks again before each lock call)."""
     noted = _sync_thread.get()
     if noted is None or noted[0]() is not asyncio.current_task():
         return None
-    return noted[1]
+    return _NOWHERE if _returned(noted[2]) else noted[1]
+
+
+def _returned(call: weakref.ref[Any] | None) -> bool:
+    """Return True if the async_to_sync call of ``call`` (asgiref's executor of its thread,
+    weakly; None: no such call, never returns) has returned. asgiref has no public flag:
+    a private attribute, read with a default (an asgiref without it: never returned)."""
+    if call is None:
+        return False
+    executor = call()
+    return executor is None or bool(getattr(executor, "_broken", False))
+
+
+def _calls() -> Iterable[Any]:
+    """Yield asgiref's executors of the async_to_sync calls this context runs in, the
+    innermost first (a thread-sensitive call goes to the first that has not returned)."""
+    from asgiref.sync import AsyncToSync
+
+    executor = getattr(AsyncToSync.executors, "current", None)
+    for _ in range(100):  # a chain, never a cycle: bounded all the same
+        if executor is None:
+            return
+        yield executor
+        executor = getattr(executor, "_old_executor", None)
+
+
+def _answering_call() -> weakref.ref[Any] | None:
+    """Return the call a thread-sensitive call of this context goes to (the first not
+    returned), weakly; None outside any (the answer then never goes stale)."""
+    for executor in _calls():
+        if not getattr(executor, "_broken", False):
+            return weakref.ref(executor)
+    return None
+
+
+def _own_call_returned() -> bool:
+    """Return True if the async_to_sync call this task was started in has returned: it is
+    not that call's coroutine (nor one it waits for)."""
+    innermost = next(iter(_calls()), None)
+    return innermost is not None and bool(getattr(innermost, "_broken", False))
 
 
 async def anote_sync_thread() -> None:
     """In a coroutine that runs in a copy of a context where a transaction is open, note
     which thread its ORM calls go back to, asking asgiref the only public way: by making
-    such a call (one thread hop, once per task). async_to_sync's coroutine goes back to the
-    caller's thread, the transaction's; one that a ``sync_to_async(thread_sensitive=False)``
-    pool job starts goes back to the pool thread, whose connection is another. Anything
-    that goes wrong leaves it unnoted (the coroutine counts as the transaction's)."""
+    such a call (one thread hop, once per task, and again once the async_to_sync call whose
+    thread answered has returned). async_to_sync's coroutine goes back to the caller's
+    thread, the transaction's; one that a ``sync_to_async(thread_sensitive=False)`` pool
+    job starts goes back to the pool thread, whose connection is another; a task that
+    outlived the async_to_sync call that started it, to none (asgiref refuses the call, or
+    the thread it waits for is busy with other work). Anything else that goes wrong leaves
+    it unnoted (the coroutine counts as the transaction's)."""
     entered = _entered.get()
     if not entered:  # no transaction ever noted in this context: every async view's lock
         return
     task = asyncio.current_task()
-    if task is None or _noted_sync_thread() is not None:
+    if task is None or _noted_sync_thread() not in (None, _NOWHERE) or _noted_nowhere(task):
         return
     if not any(map(_open_elsewhere, _pairs(entered))):
         return
@@ -245,9 +298,32 @@ async def anote_sync_thread() -> None:
         done, _ = await asyncio.wait((hop,), timeout=HOP_TIMEOUT)
         if not done:  # left to end once that thread is free; its answer is not needed then
             hop.add_done_callback(_drop_answer)
-        _sync_thread.set((weakref.ref(task), hop.result() if done else _UNANSWERED))
+        answer = _answer(hop) if done else _unanswered()
+        call = _answering_call() if answer > 0 else None  # "no thread" never goes stale
+        _sync_thread.set((weakref.ref(task), answer, call))
     except Exception:
         _bookkeeping_failed("anote_sync_thread")
+
+
+def _noted_nowhere(task: asyncio.Task[Any]) -> bool:
+    """Return True if ``task`` was answered "no thread" (asked once: that never changes)."""
+    noted = _sync_thread.get()
+    return noted is not None and noted[0]() is task and noted[1] == _NOWHERE
+
+
+def _unanswered() -> int:
+    """What a hop that timed out says: nothing (_UNANSWERED, the coroutine counts as the
+    transaction's) unless the async_to_sync call this task was started in has returned: the
+    task outlived it, and its calls wait for a thread busy with other work (a view's, under
+    a sync-only middleware's async_to_sync): they would run after that work, the COMMIT
+    included, so it is in no transaction of that thread (_NOWHERE)."""
+    return _NOWHERE if _own_call_returned() else _UNANSWERED
+
+
+def _answer(hop: asyncio.Future[int]) -> int:
+    """Return the thread a finished hop ran in, _NOWHERE if asgiref refused to run it (the
+    only way the call itself fails: it ran ``threading.get_ident``)."""
+    return _NOWHERE if hop.exception() is not None else hop.result()
 
 
 def _drop_answer(hop: asyncio.Future[int]) -> None:

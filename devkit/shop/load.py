@@ -140,16 +140,20 @@ def serve_shop(
     hold_until_commit: bool = True,
     gc_disabled: bool = False,
     server: str = "gunicorn",
+    django_middleware: bool = False,
 ) -> Iterator[Shop]:
     """A migrated database of its own on ``database``, served by ``workers`` gunicorn
     workers (0: not served; ``gc_disabled``: with the garbage collector off in each; or
     ``server="uvicorn"``: one uvicorn process, its ASGI application; ``"gunicorn-uvicorn"``:
-    gunicorn's ``workers`` uvicorn worker processes), dropped afterwards."""
+    gunicorn's ``workers`` uvicorn worker processes; ``django_middleware``: Django's own
+    middleware instead of the shop's, devkit/shop/settings.py), dropped afterwards."""
     name = database.create_database()
     try:
         env = shop_env(database, name, redis_url, hold_until_commit)
         if gc_disabled:
             env["SHOP_GC_DISABLED"] = "1"
+        if django_middleware:
+            env["SHOP_DJANGO_MIDDLEWARE"] = "1"
         run_process(
             [sys.executable, "-m", "django", "migrate", "--noinput", "-v", "0"],
             {**child_env(settings=SETTINGS), **env},

@@ -12,6 +12,15 @@ ALLOWED_HOSTS = ["*"]
 USE_TZ = True
 INSTALLED_APPS = ["distlock", "devkit.shop"]
 MIDDLEWARE = ["devkit.shop.views.contention"]
+if os.environ.get("SHOP_DJANGO_MIDDLEWARE") == "1":
+    # Django's own middleware only, each both sync and async, as a new project's: under ASGI
+    # the view's thread then runs under no async_to_sync call of the handler's (the
+    # contention middleware, sync only, puts one around it). No X-Waited header.
+    MIDDLEWARE = [
+        "django.middleware.security.SecurityMiddleware",
+        "django.middleware.common.CommonMiddleware",
+        "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    ]
 ROOT_URLCONF = "devkit.shop.urls"
 WSGI_APPLICATION = "devkit.shop.wsgi.application"
 DATABASES = databases_from_env() or {

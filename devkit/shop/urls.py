@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import adversary5, fenced, views
+from . import adversary5, adversary6, fenced, views
 
 urlpatterns = [
     path("", views.health),
@@ -17,4 +17,6 @@ urlpatterns = [
     path("pay-service/<int:order_id>", views.pay_service),
     path("pay-receipt/<int:order_id>", adversary5.pay_receipt),
     path("pay-tasks/<int:order_id>", adversary5.pay_tasks),
+    path("pay-follow-up/<int:order_id>", adversary6.pay_follow_up),
+    path("pay-follow-up-slow/<int:order_id>", adversary6.pay_follow_up_slow),
 ]
