@@ -160,7 +160,7 @@ def transactions_here() -> list[Place]:
 
 def _runs_in(conn: Any) -> bool:
     """Return True if the running code's queries run on ``conn``: it is ``conn``'s thread
-    (or ``conn`` is shared between threads), or a coroutine whose ORM calls go back to that
+    (or one ``conn`` is shared with, see below), or a coroutine whose ORM calls go back to that
     thread (async_to_sync runs it for ``conn``'s thread, in a copy of that thread's context;
     its sync_to_async calls run there). Sync code in another thread with a copy of the
     context (a ``sync_to_async(thread_sensitive=False)`` pool job, ``asyncio.to_thread``)
@@ -1389,6 +1389,29 @@ def django_problems() -> list[str]:
         missing = [name for name in CONNECTION_ATTRIBUTES if not hasattr(conn, name)]
         if missing:
             problems.append(f"connections[{conn.alias!r}] has no {', '.join(missing)}.")
+    return problems + _asgiref_problems()
+
+
+def _asgiref_problems() -> list[str]:
+    """Return what is missing in the asgiref internals that tell a task which outlived its
+    async_to_sync call (_returned, _calls): read with defaults, their absence would count
+    such a task in the request's transaction again. (``_old_executor``, the chain of nested
+    calls, is newer than asgiref 3.8.1, which Django 5.2 allows: its absence is not one.)"""
+    from asgiref.current_thread_executor import CurrentThreadExecutor
+    from asgiref.sync import AsyncToSync
+
+    problems = []
+    if not hasattr(AsyncToSync, "executors"):
+        problems.append("asgiref's AsyncToSync has no executors.")
+    try:
+        try:
+            executor = CurrentThreadExecutor(None)  # type: ignore[call-arg,unused-ignore]
+        except TypeError:  # asgiref 3.8: no argument
+            executor = CurrentThreadExecutor()  # type: ignore[call-arg,unused-ignore]
+    except Exception as exc:
+        return [*problems, f"asgiref's CurrentThreadExecutor cannot be made ({exc})."]
+    if not hasattr(executor, "_broken"):
+        problems.append("asgiref's CurrentThreadExecutor has no _broken.")
     return problems
 
 

@@ -354,6 +354,26 @@ def test_the_check_fails_when_a_django_internal_is_missing(
     assert "distlock.E010" in errors and "has no run_and_clear_commit_hooks" in errors
 
 
+def test_the_check_fails_when_asgirefs_executor_has_no_broken_flag(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A task that outlived its async_to_sync call is told by asgiref's executor flag
+    (read with a default): an asgiref without it would count the task in the request's
+    transaction again, so `manage.py check` says so."""
+    from asgiref.current_thread_executor import CurrentThreadExecutor
+
+    made = CurrentThreadExecutor.__init__
+
+    def without_flag(self: Any, *args: Any, **kwargs: Any) -> None:
+        made(self, *args, **kwargs)
+        del self._broken
+
+    assert call_command_errors() == ""
+    monkeypatch.setattr(CurrentThreadExecutor, "__init__", without_flag)
+    errors = call_command_errors()
+    assert "distlock.E010" in errors and "CurrentThreadExecutor has no _broken" in errors
+
+
 def test_install_leaves_a_library_wrapper_that_keeps_distlocks_inside(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
