@@ -42,6 +42,7 @@ from .transactions import (
     anote_sync_thread,
     held_in_transactions_here,
     note_sync_thread,
+    transactions_entered,
     waiting_release,
 )
 from .validation import seconds
@@ -61,7 +62,8 @@ async def aacquire(lock: Any, wait: float | None) -> bool:
     """Acquire ``lock``, waiting up to ``wait`` seconds (UNSET: its own ``wait``); return
     True if acquired. The whole of the Lock's acquire call (lock_calls.py)."""
     began = time.monotonic() if metrics.ENABLED else 0.0  # metrics.now(), without a call
-    await anote_sync_thread()  # whether its ORM calls run in the transaction it names
+    if transactions_entered():  # (a builtin: no frame when no transaction was ever entered)
+        await anote_sync_thread()  # whether its ORM calls run in the transaction it names
     try:
         if shared.holds and not lock.shared:  # a process holding no shared lock skips it
             await shared.arefuse_upgrade(lock.kind, lock.using, lock.name, shared.current_owner())
@@ -101,7 +103,8 @@ def acquire(lock: Any, wait: float | None) -> bool:
     """Acquire ``lock``, waiting up to ``wait`` seconds (UNSET: its own ``wait``); return
     True if acquired. The whole of the Lock's acquire call (lock_calls.py)."""
     began = time.monotonic() if metrics.ENABLED else 0.0  # metrics.now(), without a call
-    note_sync_thread()  # whether its ORM calls run in the transaction it names
+    if transactions_entered():  # (a builtin: no frame when no transaction was ever entered)
+        note_sync_thread()  # whether its ORM calls run in the transaction it names
     try:
         if shared.holds and not lock.shared:  # a process holding no shared lock skips it
             shared.refuse_upgrade(lock.kind, lock.using, lock.name, shared.current_owner())
@@ -321,26 +324,22 @@ class Attempts:
         self.clock: tuple[float, int] | None = None
 
     def request(self) -> Request:
-        """Return the request of the first try_acquire call (no grant yet)."""
+        """Return the request of a try_acquire call, sent now (no grant yet)."""
         self.started = time.monotonic()
-        return self._request()
+        name, token, ttl_ms, meta = self.lock.name, self.token, self.ttl_ms, self.meta
+        return Request(name, token, ttl_ms, meta, self._patience(), self.limit, self.downgrade_from)
 
     def waiting(self) -> Request:
         """Return the request of an acquire_when_free call (its timeout goes beside it)."""
-        self.started = time.monotonic()
         self.waited = True
-        return self._request()
-
-    def _request(self) -> Request:
-        name, token, ttl_ms, meta = self.lock.name, self.token, self.ttl_ms, self.meta
-        return Request(name, token, ttl_ms, meta, self._patience(), self.limit, self.downgrade_from)
+        return self.request()
 
     def _patience(self) -> int:
         """How long (ms) the server keeps this waiter registered: until the next call can
         renew it, so a release never misses it, and a dead waiter is forgotten soon after."""
         if not self.queue:
             return 0
-        block = min(self.deadline - time.monotonic(), self.operations.max_block)
+        block = min(self.deadline - self.started, self.operations.max_block)  # from the send
         return round((max(block, 0) + PATIENCE_MARGIN) * 1000)
 
     def lease_started(self, attempt: Attempt) -> float:

@@ -5,7 +5,9 @@ take. Their parameters are written once, in the class's ``__init__``, and are pu
 the same: type checkers and IDEs read them from the decorator's types (a ParamSpec), help()
 and ``inspect.signature`` from ``__signature__`` (the class's, returning the class), and
 ``typing.get_type_hints`` (what runtime checkers read) from ``__annotations__``. The function
-keeps its own name and docstring.
+keeps its own name and docstring. Its body (``return Lock(*args, **kwargs)``) says what a call
+does, but only forwards: the function made calls the class itself, one frame less on every
+lock made.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def factory_of(cls: Callable[P, T]) -> Callable[[Callable[..., T]], Callable[P, 
         @functools.wraps(function)
         def make(*args: P.args, **kwargs: P.kwargs) -> T:
             try:
-                return function(*args, **kwargs)
+                return cls(*args, **kwargs)
             except TypeError:
                 # Arguments that do not fit are the caller's mistake: say so in the name
                 # they called (lock(), not Lock.__init__()). Any other TypeError (a value

@@ -402,4 +402,4 @@ def lock(*args: Any, **kwargs: Any) -> Lock:
     take a free lock (waiters may be overtaken, for throughput; they are still woken when it
     is released); None (the default): the alias's ``OPTIONS['FAIR']``, True unless set.
     """
-    return Lock(*args, **kwargs)
+    return Lock(*args, **kwargs)  # what a call does: factory_of makes the Lock itself

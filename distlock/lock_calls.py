@@ -22,7 +22,7 @@ from .exceptions import LockError
 from .info import LockInfo
 from .lease import Lease
 from .signals import lock_released
-from .transactions import LockTies, anote_sync_thread, note_sync_thread
+from .transactions import LockTies, anote_sync_thread, note_sync_thread, transactions_entered
 from .validation import seconds
 
 
@@ -92,7 +92,8 @@ class LockCalls(_Base):
         Inside a database transaction (``hold_until_commit``), the lock stays held, its lease
         kept alive, until the transaction ends: see docs/transactions.md.
         """
-        await anote_sync_thread()
+        if transactions_entered():  # (a builtin: no frame when none was ever entered)
+            await anote_sync_thread()
         if self._ties.wait(self, self._depth):
             return
         await self._arelease_now()
@@ -117,7 +118,8 @@ class LockCalls(_Base):
         Inside a database transaction (``hold_until_commit``), the lock stays held, its lease
         kept alive, until the transaction ends: see docs/transactions.md.
         """
-        note_sync_thread()
+        if transactions_entered():  # (a builtin: no frame when none was ever entered)
+            note_sync_thread()
         if self._ties.wait(self, self._depth):
             return
         self._release_now()

@@ -144,4 +144,4 @@ def semaphore(*args: Any, **kwargs: Any) -> Semaphore:
     inside a database transaction waits for it to end, as a lock's does. ``metric_name``: as
     for :func:`distlock.lock`.
     """
-    return Semaphore(*args, **kwargs)
+    return Semaphore(*args, **kwargs)  # what a call does: factory_of makes the Semaphore itself

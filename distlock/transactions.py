@@ -136,7 +136,7 @@ def transactions_here() -> list[Place]:
     has turned autocommit off by hand.
     """
     entered = _entered.get()
-    if not entered and not _manual_seen:
+    if not entered and not _manual_seen:  # (LockTies.wait and tie ask this first, inline)
         return []
     found = []
     for conn, number in _pairs(entered):
@@ -703,10 +703,14 @@ class LockTies:
             )
         if depth > 1 or self.lease.lost or lock.token is None:
             return False
+        hold = self.hold
+        # No tie, and no transaction entered here nor managed by hand (the usual case): what
+        # transactions_here() would find out, without its call.
+        if hold is None and not (_entered.get() or _manual_seen):
+            return False
         # hold_until_commit=False ties to no transaction of its own, but a hold it took back
         # keeps its ties: the holds stack, so the earlier one's still waits for its end.
         transactions = transactions_here() if lock.hold_until_commit else []
-        hold = self.hold
         if hold is None and not transactions:
             return False
         left = lock.lease_left()
@@ -724,8 +728,8 @@ class LockTies:
     def tie(self, lock: Owner) -> None:
         """Tie this hold to the transactions and savepoints it is taken (or taken back) in:
         their end, not the release, decides when the lock is freed."""
-        if not lock.hold_until_commit:
-            return
+        if not lock.hold_until_commit or not (_entered.get() or _manual_seen):
+            return  # no transaction here (as transactions_here() would say, without its call)
         transactions = transactions_here()
         if transactions:
             if self.hold is None:
@@ -810,7 +814,10 @@ class LockTies:
     def waiting_release(self, lock: Owner) -> Any:
         """Return the hold of this lock whose release waits for a transaction the running
         code is in (the transaction holds it, not the thread)."""
-        return waiting_release(self.key) if self.pending or lock.token is None else None
+        # Nothing tied anywhere (the usual case): waiting_release() would say None at once.
+        if not _tied or (self.pending is None and lock.token is not None):
+            return None
+        return waiting_release(self.key)
 
     def resume(self) -> bool:
         """Cancel the waiting release (this lock is taken back); return False when there is
@@ -920,6 +927,10 @@ def finish(freed: list[Hold]) -> None:
 _entered: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar(
     "distlock_entered", default=()
 )
+# The same, for a caller outside this module: empty (false) in the usual case, where
+# anote_sync_thread has nothing to do. A builtin method: asking costs no Python frame, so the
+# acquire and release paths ask it before they call anote_sync_thread (or its empty sync twin).
+transactions_entered = _entered.get
 _numbers = itertools.count(1)
 # Whether autocommit was ever turned off by hand in this process (set_autocommit(False), or
 # AUTOCOMMIT False): until then no connection needs a look for a manual transaction.

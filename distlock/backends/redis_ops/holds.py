@@ -70,11 +70,19 @@ def acquire_call(layout: KeyLayout, request: Request, waited: bool = False) -> E
     whether the token may be queued, and defaults the grace (HANDOFF_GRACE_MS)."""
     # Idempotent: sent again, it tells the token that already holds the lock so. The name goes
     # as a str, which the client encodes as it does in every other call (its OPTIONS may set
-    # an encoding): the index entry a renewal or a listing reads is then the same one.
+    # an encoding): the index entry a renewal or a listing reads is then the same one. So
+    # does the metadata (JSON, not always ASCII). The token and the numbers are ASCII in any
+    # encoding: they go encoded, which redis-py passes on as they are (every acquire).
     return Eval(
         ACQUIRE,
         layout.encoded_keys_for(request.name).acquire,  # lock, fence, waiters, live, index
-        [request.token, request.ttl_ms, request.meta, request.name, request.patience_ms],
+        [
+            request.token.encode(),
+            b"%d" % request.ttl_ms,
+            request.meta,
+            request.name,
+            b"%d" % request.patience_ms,
+        ],
         idempotent=True,
     )
 
@@ -178,7 +186,7 @@ def release_call(layout: KeyLayout, name: str, token: str, every_level: bool) ->
     return Eval(
         RELEASE,
         layout.encoded_keys_for(name).release,  # lock, waiters, live, index
-        [token, name, ENCODED_FLAG[every_level]],  # the name as a str: see acquire_call
+        [token.encode(), name, ENCODED_FLAG[every_level]],  # the name as a str: see acquire_call
     )
 
 

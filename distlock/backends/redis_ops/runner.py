@@ -190,12 +190,16 @@ class Runner:
 
     # --- Eval: one script ---------------------------------------------------------------
     # EVALSHA through execute_command(), what client.evalsha() calls after two wrappers that
-    # each pack the dozen arguments again: every uncontended pair sends two.
+    # each pack the dozen arguments again: every uncontended pair sends two. The digest and
+    # the number of keys go encoded (ASCII), which redis-py passes on as they are; a Cluster
+    # client reads the number as int() does (int(b"5") == 5).
     def eval(self, step: Eval) -> Any:
         client = self.client  # a Redis Cluster's connects to learn its slots
         keys = step.keys
         try:
-            return client.execute_command("EVALSHA", step.script.sha, len(keys), *keys, *step.args)
+            return client.execute_command(
+                "EVALSHA", step.script.encoded_sha, b"%d" % len(keys), *keys, *step.args
+            )
         except redis.exceptions.NoScriptError:  # the server restarted or was flushed
             return client.eval(step.script.source, len(keys), *keys, *step.args)
 
@@ -203,7 +207,7 @@ class Runner:
         keys = step.keys
         try:
             return await client.execute_command(
-                "EVALSHA", step.script.sha, len(keys), *keys, *step.args
+                "EVALSHA", step.script.encoded_sha, b"%d" % len(keys), *keys, *step.args
             )
         except redis.exceptions.NoScriptError:
             return await client.eval(step.script.source, len(step.keys), *step.keys, *step.args)

@@ -41,6 +41,9 @@ class Script(NamedTuple):
     name: str  # the file's name without .lua
     source: str  # includes expanded
     sha: str  # the SHA1 digest Redis knows the script by (EVALSHA): the same everywhere
+    # The same, encoded once (hexadecimal: ASCII in every encoding): what Runner.eval sends,
+    # which redis-py then passes on as it is instead of testing and encoding it each call.
+    encoded_sha: bytes
     keys: tuple[str, ...]  # the names its header gives KEYS[1], KEYS[2], ...
     argv: tuple[str, ...]  # the names its header gives ARGV[1], ARGV[2], ...
     any_keys: bool  # its header says KEYS[1..n]: any number of keys
@@ -56,11 +59,13 @@ def load(name: str) -> Script:
     """Return script ``lua/<name>.lua``, its includes expanded."""
     text = LUA.joinpath(f"{name}.lua").read_text(encoding="utf-8")
     source = expand(LUA, text)
+    sha = hashlib.sha1(source.encode()).hexdigest()
     parameters = PARAMETER.findall(header(text))
     script = Script(
         name=name,
         source=source,
-        sha=hashlib.sha1(source.encode()).hexdigest(),
+        sha=sha,
+        encoded_sha=sha.encode(),
         keys=_names(parameters, "KEYS"),
         argv=_names(parameters, "ARGV"),
         any_keys=any(kind == "KEYS" and last == "n" for kind, _, last, _, _ in parameters),
