@@ -124,12 +124,13 @@ def transaction_number(conn: Any) -> int:
     return number
 
 
-def transactions_here() -> list[Place]:
+def transactions_here(*, taking_back: bool = False) -> list[Place]:
     """Return each transaction the running code is in, as (connection, number, own depth):
     the connections of its open atomic blocks (this thread's, and in a coroutine that
     ``async_to_sync`` runs for a thread inside atomic blocks, that thread's), and this
     thread's connections in a transaction managed by hand (an atomic block inside one
-    included).
+    included). ``taking_back``: the code would take back a release found waiting for one of
+    them; a coroutine whose question went unanswered is in none then (_runs_in).
 
     Cheap when there is none (every acquire asks): the open blocks are read from a context
     variable, and connections are looked at for a manual transaction only once this process
@@ -141,7 +142,7 @@ def transactions_here() -> list[Place]:
     found = []
     for conn, number in _pairs(entered):
         # Not an earlier transaction's, and one whose queries this code runs in.
-        if getattr(conn, "distlock_transaction", None) == number and _runs_in(conn):
+        if getattr(conn, "distlock_transaction", None) == number and _runs_in(conn, taking_back):
             depth = own_depth(conn)
             if depth:
                 found.append((conn, number, depth))
@@ -158,7 +159,7 @@ def transactions_here() -> list[Place]:
     return found
 
 
-def _runs_in(conn: Any) -> bool:
+def _runs_in(conn: Any, taking_back: bool = False) -> bool:
     """Return True if the running code's queries run on ``conn``: it is ``conn``'s thread
     (or one ``conn`` is shared with, see below), or a coroutine whose ORM calls go back to that
     thread (async_to_sync runs it for ``conn``'s thread, in a copy of that thread's context;
@@ -173,7 +174,15 @@ def _runs_in(conn: Any) -> bool:
     A connection shared between threads (``inc_thread_sharing()``: Django's live server
     hands its in-memory SQLite connection to each request thread) counts for sync code in a
     thread it was handed to, and for any coroutine (which of the sharing threads its ORM
-    calls go to is not known: docs/transactions.md, limits)."""
+    calls go to is not known: docs/transactions.md, limits).
+
+    A coroutine whose question asgiref did not answer in time (_UNANSWERED) may be the
+    transaction's (its thread waits for it) or not (a coroutine sent to a loop of its own
+    and not waited for, its ORM calls then on a connection of its own): when in doubt, hold
+    longer and take nothing back. It is in the transaction for tying (its release waits for
+    the COMMIT, as an insider's), outside it for ``taking_back`` a release found waiting for
+    that COMMIT (counted in, a sync view's follow-up sent to a background loop and not
+    waited for took back the view's release and charged again through a pool job)."""
     if conn._thread_ident == _get_ident():
         return True
     if asyncio._get_running_loop() is None:
@@ -181,7 +190,9 @@ def _runs_in(conn: Any) -> bool:
     if conn.allow_thread_sharing:
         return True
     sync_thread = _noted_sync_thread()
-    return sync_thread in (None, _UNANSWERED) or sync_thread == conn._thread_ident
+    if sync_thread == _UNANSWERED:
+        return not taking_back
+    return sync_thread is None or sync_thread == conn._thread_ident
 
 
 def _handed_here(conn: Any) -> bool:
@@ -208,11 +219,13 @@ _sync_thread: contextvars.ContextVar[_Noted | None] = contextvars.ContextVar(
 )
 
 
-# How long a coroutine waits for asgiref's answer before it counts as the transaction's, as
-# one never asked does: the thread it asks through may be the very one that waits for this
-# coroutine (a sync view's ``run_coroutine_threadsafe(...).result()`` to a loop of its own),
-# which would answer only after the coroutine's lock call returned, that is never (the fifth
-# adversary: the lock call hung). Noted as _UNANSWERED, so the task asks once.
+# How long a coroutine waits for asgiref's answer: the thread it asks through may be the
+# very one that waits for this coroutine (a sync view's
+# ``run_coroutine_threadsafe(...).result()`` to a loop of its own), which would answer only
+# after the coroutine's lock call returned, that is never (the fifth adversary: the lock
+# call hung). Noted as _UNANSWERED, so the task asks once: in the transaction for tying
+# (its release waits for the COMMIT), not for taking back a release waiting for it
+# (_runs_in: the same thread may be busy with a view that never waits for it).
 HOP_TIMEOUT = 1.0
 _UNANSWERED = 0  # a noted thread that never answered (thread idents are never 0)
 # A noted "no thread": asgiref refused the hop (a task that outlived the async_to_sync call
@@ -312,11 +325,12 @@ def _noted_nowhere(task: asyncio.Task[Any]) -> bool:
 
 
 def _unanswered() -> int:
-    """What a hop that timed out says: nothing (_UNANSWERED, the coroutine counts as the
-    transaction's) unless the async_to_sync call this task was started in has returned: the
-    task outlived it, and its calls wait for a thread busy with other work (a view's, under
-    a sync-only middleware's async_to_sync): they would run after that work, the COMMIT
-    included, so it is in no transaction of that thread (_NOWHERE)."""
+    """What a hop that timed out says: nothing (_UNANSWERED: the coroutine's releases wait
+    for the transaction's COMMIT, and it takes back none waiting for it) unless the
+    async_to_sync call this task was started in has returned: the task outlived it, and
+    its calls wait for a thread busy with other work (a view's, under a sync-only
+    middleware's async_to_sync): they would run after that work, the COMMIT included, so
+    it is in no transaction of that thread (_NOWHERE)."""
     return _NOWHERE if _own_call_returned() else _UNANSWERED
 
 
@@ -1438,7 +1452,7 @@ def waiting_release(key: Hashable) -> Any:
     only."""
     if not _tied:
         return None
-    places = transactions_here() + _committing_here()
+    places = transactions_here(taking_back=True) + _committing_here()
     # A hold tied to several transactions (a pool thread's own block, and the request's it
     # runs in a copy of the context of) is taken back only by code in every one of them:
     # code in one alone would get the lock before the other's COMMIT.
@@ -1465,8 +1479,9 @@ def _committing_here() -> list[Place]:
     found = []
     for conn, entered in _pairs(_entered.get()):
         number = _ending_covers(conn, entered)
-        # Nor is sync code of another thread, on a connection of its own (_runs_in).
-        if number is not None and _runs_in(conn):
+        # Nor is sync code of another thread, on a connection of its own, nor a coroutine
+        # whose question went unanswered (_runs_in: this is for taking a release back).
+        if number is not None and _runs_in(conn, taking_back=True):
             found.append((conn, number, 0))
     return found
 
@@ -1484,10 +1499,11 @@ def held_in_transactions_here(key: Hashable) -> bool:
     """Return True if a hold of the lock named by ``key`` (held, not released) is tied to a
     transaction the running code is in: another task of the same transaction (asyncio.gather
     under async_to_sync) holds it, and its release will wait for the COMMIT, which waits for
-    this code: so this code looks for that release often instead of blocking on the server."""
+    this code: so this code looks for that release often instead of blocking on the server.
+    (Only code that may take that release back: an unanswered coroutine waits for it.)"""
     if not _tied:
         return False
-    places = transactions_here()
+    places = transactions_here(taking_back=True)
     for conn, number, _depth in places:
         ref = _known(conn)
         with _guard:

@@ -19,4 +19,5 @@ urlpatterns = [
     path("pay-tasks/<int:order_id>", adversary5.pay_tasks),
     path("pay-follow-up/<int:order_id>", adversary6.pay_follow_up),
     path("pay-follow-up-slow/<int:order_id>", adversary6.pay_follow_up_slow),
+    path("pay-background-loop/<int:order_id>", adversary6.pay_background_loop),
 ]

@@ -106,8 +106,9 @@ def test_a_coroutine_the_request_thread_waits_for_on_another_loop_never_hangs() 
     transaction), so anote_sync_thread asks asgiref which thread its ORM calls go to by
     running get_ident through sync_to_async: routed to the request's thread, which is
     blocked waiting for this very coroutine, it never returned (a regression of aeea5fa;
-    the view's wait ended it). Now it stops asking after HOP_TIMEOUT and counts as the
-    transaction's, as it did before it asked."""
+    the view's wait ended it). Now it stops asking after HOP_TIMEOUT; unanswered, its
+    release waits for the COMMIT, and it would take back no release waiting for it
+    (test_an_unanswered_coroutine_never_takes_back_a_release_waiting_for_the_commit)."""
     loop = asyncio.new_event_loop()
     runner = threading.Thread(target=loop.run_forever, daemon=True)
     runner.start()

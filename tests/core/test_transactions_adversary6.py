@@ -11,11 +11,12 @@ it does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 import pytest
 from asgiref.sync import ThreadSensitiveContext, async_to_sync, sync_to_async
@@ -24,6 +25,7 @@ from django.db import connections, transaction
 import distlock
 from devkit.databases import DatabaseServer
 from devkit.shop.load import serve_shop
+from distlock import transactions
 from tests.support.lock_helpers import free_within, is_held
 
 pytestmark = [
@@ -238,3 +240,130 @@ def _settled(read: Callable[[], dict[int, int]]) -> dict[int, int]:
             return now
         last = now
     return last
+
+
+@pytest.mark.parametrize(
+    ("server", "workers"), [("uvicorn", 1), ("gunicorn-uvicorn", 2)], ids=["uvicorn", "gunicorn"]
+)
+def test_a_follow_up_on_a_background_loop_never_charges_twice(
+    real_database: DatabaseServer, redis_url: str, server: str, workers: int
+) -> None:
+    """``pay-background-loop`` (devkit/shop/adversary6.py) under a real uvicorn: the view
+    charges the order under its lock (the release waits for the COMMIT), sends the
+    follow-up ("charge unless paid", under the same lock, through a pool job) to a
+    background event loop of the process with run_coroutine_threadsafe, does not wait for
+    it, and works on 1.5 s before its COMMIT. The follow-up runs in a copy of the view's
+    context: its question to asgiref goes to the request's thread, busy with the view, and
+    times out (distlock.transactions.HOP_TIMEOUT).
+
+    Expected: unanswered, the follow-up takes back no release (it waits for the COMMIT,
+    then reads the charge): every order charged once.
+    Observed on 197747e (an unanswered coroutine counted as the transaction's): it took the
+    view's release back and charged again on the pool job's connection: 10 of 10 orders
+    charged twice on PostgreSQL under uvicorn and gunicorn's uvicorn workers, 6 to 10 of
+    10 on MariaDB."""
+    orders = range(1, FOLLOW_UP_ORDERS + 1)
+    with serve_shop(real_database, redis_url, workers=workers, server=server) as shop:
+        shop.query("INSERT INTO shop_order (id) VALUES " + ", ".join(f"({n})" for n in orders))
+        answers = shop.send([f"/pay-background-loop/{n}" for n in orders])
+        charges = _settled(shop.charges_per_order)
+    assert Counter(a.status for a in answers) == {200: FOLLOW_UP_ORDERS}
+    twice = {order: n for order, n in charges.items() if n > 1}
+    assert sorted(charges) == list(orders)
+    assert not twice, f"{len(twice)} of {FOLLOW_UP_ORDERS} orders charged twice"
+
+
+T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def _background_loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """A long-lived event loop in a thread of its own (as a client bound to one loop is used
+    from sync code), shut down as asyncio.run does (its async generators finalised)."""
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+    try:
+        yield loop
+    finally:
+        asyncio.run_coroutine_threadsafe(loop.shutdown_asyncgens(), loop).result(STEP)
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(STEP)
+        loop.close()
+
+
+def _served(view: Callable[[], T]) -> T:
+    """Run the sync ``view`` as Django's ASGIHandler does: in the request's
+    ThreadSensitiveContext thread (a coroutine given a copy of its context asks asgiref
+    through that thread, which answers only once the view is free)."""
+
+    async def asgi_request() -> T:
+        async with ThreadSensitiveContext():
+            return await sync_to_async(view)()
+
+    return asyncio.run(asgi_request())
+
+
+async def _try_unanswered(name: str, *, shared: bool = False) -> tuple[bool, bool]:
+    """Ask for ``name`` (wait=0) and release it if granted; return whether it was granted
+    and whether this coroutine's question to asgiref went unanswered (HOP_TIMEOUT)."""
+    lk = distlock.lock(name, ttl=5, wait=0, shared=shared)
+    granted = await lk.aacquire()
+    unanswered = transactions._noted_sync_thread() == transactions._UNANSWERED
+    if granted:
+        await lk.arelease()
+    return granted, unanswered
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["acquire", "shared-downgrade"])
+def test_an_unanswered_coroutine_never_takes_back_a_release_waiting_for_the_commit(
+    shared: bool,
+) -> None:
+    """Inside the request's transaction the view releases a lock (the release waits for
+    the COMMIT), then waits for a coroutine it sent to a loop of its own
+    (run_coroutine_threadsafe(...).result()); the coroutine asks for the same lock, wait=0
+    (exclusive, or shared: a downgrade of the waiting release). Its question to asgiref
+    goes to the request's thread, blocked waiting for it: unanswered.
+
+    Expected: refused (when in doubt, take nothing back: the same unanswered question is
+    asked by a follow-up the view never waits for, whose ORM calls run on a connection of
+    their own); the lock stays held until the COMMIT.
+    Observed on 197747e: granted, the release taken back (an unanswered coroutine counted
+    as the transaction's), as under uvicorn, where such a follow-up charged 10 of 10
+    orders twice (test_a_follow_up_on_a_background_loop_never_charges_twice)."""
+    name = f"adv7:unanswered-{'shared' if shared else 'exclusive'}"
+
+    def view() -> tuple[tuple[bool, bool], bool]:
+        with transaction.atomic():  # ATOMIC_REQUESTS
+            with distlock.lock(name, ttl=5):
+                pass  # the charge; the release waits for the COMMIT
+            sent = asyncio.run_coroutine_threadsafe(_try_unanswered(name, shared=shared), loop)
+            got = sent.result(STEP)
+            return got, is_held(name)
+
+    with _background_loop() as loop:
+        got, held = _served(view)
+    assert got == (False, True), "an unanswered coroutine took back the release"
+    assert held
+    assert free_within(name, 1)
+
+
+def test_an_unanswered_coroutine_s_release_waits_for_the_commit() -> None:
+    """The same coroutine takes a lock nobody holds and releases it inside the view's
+    transaction.
+
+    Expected: granted (after HOP_TIMEOUT); its release waits for the COMMIT, as an
+    insider's would (keeping a lock longer is always safe), then the lock is freed."""
+    name = "adv7:unanswered-free"
+
+    def view() -> tuple[tuple[bool, bool], bool]:
+        with transaction.atomic():  # ATOMIC_REQUESTS
+            sent = asyncio.run_coroutine_threadsafe(_try_unanswered(name), loop)
+            got = sent.result(STEP)
+            return got, is_held(name)
+
+    with _background_loop() as loop:
+        got, held = _served(view)
+    assert got == (True, True)
+    assert held, "an unanswered coroutine's release did not wait for the COMMIT"
+    assert free_within(name, 1)
