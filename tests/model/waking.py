@@ -45,11 +45,14 @@ def _wake_lengths(world: World) -> dict[str, int]:
 def _woken_is_head(before: World, after: World, actor: Client) -> list[str]:
     """A wake-up (a handoff's, a non-fair release's, or a leave's from a free lock) goes to the
     first registered waiter: of those registered before the step, but for the acting client
-    if it left the queue in it."""
+    if it left the queue in it unwoken (it gave up; a waiter whose own acquire hands it the
+    lock is woken by it, and leaves as the head)."""
     earlier, now = _wake_lengths(before), _wake_lengths(after)
     queue = registered_waiters(before.data, before.now_ms)
-    if actor.token not in registered_waiters(after.data, after.now_ms):
-        queue.pop(actor.token, None)
+    token = actor.token
+    gone = token not in registered_waiters(after.data, after.now_ms)
+    if gone and now.get(token, 0) <= earlier.get(token, 0):
+        queue.pop(token, None)
     head = min(queue, key=queue.__getitem__) if queue else None
     return [
         f"{token} was woken while {head}, registered, arrived first"
