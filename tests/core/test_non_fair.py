@@ -18,6 +18,7 @@ from devkit.processes import child_env
 from distlock import LockError
 from distlock.backends.operations import Request
 from distlock.info import holder_metadata
+from distlock.tokens import NON_FAIR_MARK, SHARED_MARK, new_token
 from distlock.views.decorators import ViewLock, ViewLockOptions
 from tests.support.lock_helpers import assert_counted_exactly, spawner
 
@@ -72,6 +73,36 @@ def test_a_non_fair_release_wakes_the_longest_waiter_without_handing_it_the_lock
         and client.exists(backend.layout.keys_for("report").lock) == 0
     )
     assert backend.exclusive.try_acquire(waiter._replace(patience_ms=0)).acquired
+
+
+@pytest.mark.parametrize("second", ["non-fair", "fair", "shared"])
+def test_a_woken_waiter_that_gives_up_wakes_the_next_one(
+    redis_backend: str, redis_url: str, second: str
+) -> None:
+    """docs/protocol.md, "Non-fair locks": the head a non-fair release woke (not handed the
+    lock) gives up before its acquire, by the error path (release.lua, then leave_queue.lua).
+    Its leave wakes the next waiter, whose BLPOP returns at once; before, it slept on the free
+    lock until its BLPOP's timeout (up to MAX_BLOCK, or the 250 ms grace)."""
+    backend = distlock.locks["default"]
+    client = redis.Redis.from_url(redis_url)
+    holder = distlock.lock("report", ttl=60, fair=False)
+    assert holder.acquire()
+    meta = holder_metadata("waiter")
+    first = Request("report", NON_FAIR_MARK + new_token(), 10_000, meta, 10_000)
+    mark = {"non-fair": NON_FAIR_MARK, "fair": "", "shared": SHARED_MARK}[second]
+    then = Request("report", mark + new_token(), 10_000, meta, 10_000)
+    kind = backend.shared if second == "shared" else backend.exclusive
+    assert not backend.exclusive.try_acquire(first).acquired  # queued, blocked on its list
+    assert not kind.try_acquire(then).acquired  # queued behind it
+    waiters = backend.layout.keys_for("report").waiters
+    holder.release()
+    assert client.llen(f"{waiters}:{first.token}") == 1  # woken, the lock not reserved
+    assert client.llen(f"{waiters}:{then.token}") == 0
+    # Its BLPOP returned; its caller cancels before its acquire: the error path.
+    assert backend.exclusive.release("report", first.token) == 0
+    backend.exclusive.leave("report", first.token)
+    assert client.llen(f"{waiters}:{then.token}") == 1  # woken: its BLPOP returns now
+    assert kind.try_acquire(then._replace(patience_ms=0)).acquired
 
 
 def test_an_in_memory_waiter_is_woken_by_a_non_fair_release(settings: Any) -> None:

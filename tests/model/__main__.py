@@ -1,13 +1,13 @@
 """Run the checker by hand: ``python -m tests.model [--depth N] [--config NAME ...]
-[--mutants] [--old-rule] [--known-gap]``. Without options: every configuration at its CI
-depth, then the mutants; ``--depth`` goes deeper (or shallower) for every configuration."""
+[--mutants] [--old-rule]``. Without options: every configuration at its CI depth, then the
+mutants; ``--depth`` goes deeper (or shallower) for every configuration."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from .config import CONFIGS, no_discard, non_fair_give_up, rate
+from .config import CONFIGS, no_discard, rate
 from .explorer import Explorer
 from .mutants import MUTANTS
 
@@ -24,16 +24,10 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the client rules before issue 44 (the drift rule, a cancel without discard)",
     )
-    parser.add_argument(
-        "--known-gap",
-        action="store_true",
-        help="the non-fair mode's known gap (a woken waiter that gives up wakes nobody)",
-    )
     options = parser.parse_args(argv)
     failed = False
-    if options.old_rule or options.known_gap:
-        shown = (rate("old"), no_discard()) if options.old_rule else (non_fair_give_up(),)
-        for config in shown:
+    if options.old_rule:
+        for config in (rate("old"), no_discard()):
             result = Explorer(config).run(options.depth or config.depth)
             print(result)
             print(result.finding or "NOT caught")

@@ -13,9 +13,6 @@ class Config:
     name: str
     clients: tuple[Client, ...]
     depth: int  # CI's depth (a run by hand may go deeper)
-    # Let the non-fair mode's known gap through (non_fair_give_up shows it): a waiter woken
-    # without a reservation that gives up wakes nobody. Everything else is still checked.
-    woken_may_leave: bool = False
 
 
 def _client(name: str, kind: str = "exclusive", **options: object) -> Client:
@@ -47,30 +44,6 @@ def no_discard() -> Config:
         ),
         depth=7,
     )
-
-
-def mixed3(woken_may_leave: bool) -> Config:
-    """Fair and non-fair clients on one name: a non-fair holder that never waits, a non-fair
-    waiter and a fair one."""
-    return Config(
-        "mixed3 (fair and non-fair on one name)",
-        (
-            _client("A", wait=0, lease=500, rounds=1, fair=False),
-            _client("B", rate=0.99, lease=300, wait=1500, rounds=1, fair=False),
-            _client("C", rate=1.01, lease=300, wait=1500, rounds=1),
-        ),
-        depth=5,
-        woken_may_leave=woken_may_leave,
-    )
-
-
-def non_fair_give_up() -> Config:
-    """mixed3 with the known gap checked: a waiter woken by a non-fair release (no reservation)
-    that gives up before its acquire (a cancel, an error on a call) leaves the queue with
-    leave_queue.lua, which passes the wake-up on to nobody; the next waiter sleeps on the free
-    lock until its BLPOP's timeout. A fair waiter handed the lock hands it on as it leaves."""
-    config = mixed3(woken_may_leave=False)
-    return dataclasses.replace(config, name="a woken non-fair waiter gives up", depth=6)
 
 
 CONFIGS = {
@@ -107,8 +80,7 @@ CONFIGS = {
         depth=6,
     ),
     "rate": rate("new"),
-    # Non-fair locks ("Non-fair locks"): '!' tokens, whose waiters send the BLPOP alone; the
-    # known gap let through (non_fair_give_up shows it).
+    # Non-fair locks ("Non-fair locks"): '!' tokens, whose waiters send the BLPOP alone.
     "nonfair": Config(
         "nonfair",
         (
@@ -116,7 +88,17 @@ CONFIGS = {
             _client("B", rate=0.99, lease=300, wait=1500, fair=False),
         ),
         depth=8,
-        woken_may_leave=True,
     ),
-    "mixed3": mixed3(woken_may_leave=True),
+    # Fair and non-fair clients on one name: a non-fair holder that never waits, a non-fair
+    # waiter and a fair one. Depth 6 reaches a woken non-fair waiter that gives up (its
+    # leave_queue.lua wakes the next waiter).
+    "mixed3": Config(
+        "mixed3 (fair and non-fair on one name)",
+        (
+            _client("A", wait=0, lease=500, rounds=1, fair=False),
+            _client("B", rate=0.99, lease=300, wait=1500, rounds=1, fair=False),
+            _client("C", rate=1.01, lease=300, wait=1500, rounds=1),
+        ),
+        depth=6,
+    ),
 }

@@ -113,7 +113,7 @@ class Explorer:
         last_fence = max([world.last_fence, *context.grants])
         after = World(world.now_ms, self.server.dump(), clients, last_fence, CLOCK.micro)
         problems = [*context.errors, *check_step(world, after, actor, context.grants)]
-        problems += check_wakes(world, after, index, context, self.config.woken_may_leave)
+        problems += check_wakes(world, after, index, context)
         return label, after, [*problems, *check_state(after)]
 
 

@@ -125,6 +125,11 @@ MUTANTS = (
         "nonfair",
     ),
     Mutant(
+        "leave_queue does not wake the head of a free lock",
+        Edit("leave_queue.lua", "elseif not value then", "elseif false then"),
+        "mixed3",
+    ),
+    Mutant(
         "a reader joins while a writer holds the lock",
         Edit("shared_acquire.lua", "if not value then", "if true then"),
         "shared",

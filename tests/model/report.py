@@ -8,7 +8,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from .config import CONFIGS, Config, no_discard, non_fair_give_up, rate
+from .config import CONFIGS, Config, no_discard, rate
 from .explorer import Explorer
 from .mutants import MUTANTS
 
@@ -38,14 +38,12 @@ def measure() -> dict[str, Any]:
             {"mutant": mutant.name, "file": mutant.edit.file, "caught": found is not None}
         )
     old_rules = [_found(rate("old")), _found(no_discard())]
-    known_gaps = [_found(non_fair_give_up())]
     seconds = round(time.perf_counter() - began)
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
     return {
         "configs": configs,
         "mutants": mutants,
         "old_rules": old_rules,
-        "known_gaps": known_gaps,
         "total_seconds": seconds,
         "when": when,
         "load": round(os.getloadavg()[0], 1),
@@ -112,12 +110,4 @@ def section(figures: dict[str, Any]) -> list[str]:
     for old in figures["old_rules"]:
         found = f"{old['steps']} steps: {old['problem']}" if old["problem"] else "NOT caught"
         lines.append(f"- {old['config']}: {found}.")
-    lines += [
-        "",
-        "A known gap of the non-fair mode, shown (the configurations above let it through):",
-        "",
-    ]
-    for gap in figures.get("known_gaps", ()):
-        found = f"{gap['steps']} steps: {gap['problem']}" if gap["problem"] else "NOT shown"
-        lines.append(f"- {gap['config']}: {found}.")
     return lines

@@ -8,7 +8,7 @@ import pytest
 
 from devkit.paths import ROOT
 
-from .config import CONFIGS, no_discard, non_fair_give_up, rate
+from .config import CONFIGS, no_discard, rate
 from .explorer import Explorer
 from .mutants import MUTANTS, Mutant
 
@@ -50,19 +50,6 @@ def test_a_cancel_that_keeps_the_pending_pipeline_open_leaves_an_orphan_hold() -
     assert result.finding is not None
     print(result.finding)
     assert "which client B gave up on" in result.finding.problems[0]
-
-
-def test_a_woken_non_fair_waiter_that_gives_up_leaves_the_next_asleep_on_a_free_lock() -> None:
-    """A known gap of the non-fair mode (docs/protocol.md, "Non-fair locks"): a release wakes
-    only the head, which stays queued without a reservation; if it gives up before its
-    acquire, leave_queue.lua wakes nobody, and the next waiter sleeps on the free lock until
-    its BLPOP's timeout. The fair mode hands a reservation on as its waiter leaves."""
-    config = non_fair_give_up()
-    result = Explorer(config).run(config.depth)
-    assert result.finding is not None
-    print(result.finding)
-    assert "nobody was woken, nobody is coming for it" in result.finding.problems[0]
-    assert any("B: cancel" in step for step in result.finding.steps)
 
 
 def test_fakeredis_is_used_by_the_model_checker_alone() -> None:

@@ -16,19 +16,17 @@ from .clock import server_time_of
 from .kinds import LOCK, lock_holder, registered_waiters, value_of
 from .state import World
 
+# A client at one of these steps sends leave_queue.lua before it does anything else (the
+# error path, a wait that ended, a grant that came too late: client.CALLS).
+LEAVING = frozenset({"late", "leave", "err_release", "err_leave"})
 
-def check_wakes(
-    before: World, after: World, index: int, context: Context, woken_may_leave: bool
-) -> list[str]:
-    """The checks of one step of client ``index``; ``woken_may_leave``: let the known gap
-    through (a woken waiter without a reservation that gives up wakes nobody)."""
-    idle = _idle_free_lock(before, after)
-    if idle and woken_may_leave and _woken(before, before.clients[index]):
-        idle = []
+
+def check_wakes(before: World, after: World, index: int, context: Context) -> list[str]:
+    """The checks of one step of client ``index``."""
     return [
-        *_woken_is_head(before, after),
+        *_woken_is_head(before, after, before.clients[index]),
         *_freed_wakes(before, after),
-        *idle,
+        *_idle_free_lock(before, after),
         *_non_fair_release(before, after, before.clients[index], context),
         *_non_fair_acquire(before, after, after.clients[index], context),
     ]
@@ -44,10 +42,17 @@ def _wake_lengths(world: World) -> dict[str, int]:
     }
 
 
-def _woken_is_head(before: World, after: World) -> list[str]:
-    """A wake-up (a handoff's or a non-fair release's) goes to the first registered waiter."""
+def _woken_is_head(before: World, after: World, actor: Client) -> list[str]:
+    """A wake-up (a handoff's, a non-fair release's, or a leave's from a free lock) goes to the
+    first registered waiter: of those registered before the step, but for the acting client
+    if it left the queue in it unwoken (it gave up; a waiter whose own acquire hands it the
+    lock is woken by it, and leaves as the head)."""
     earlier, now = _wake_lengths(before), _wake_lengths(after)
     queue = registered_waiters(before.data, before.now_ms)
+    token = actor.token
+    gone = token not in registered_waiters(after.data, after.now_ms)
+    if gone and now.get(token, 0) <= earlier.get(token, 0):
+        queue.pop(token, None)
     head = min(queue, key=queue.__getitem__) if queue else None
     return [
         f"{token} was woken while {head}, registered, arrived first"
@@ -77,22 +82,15 @@ def _freed_wakes(before: World, after: World) -> list[str]:
 
 def _on_the_way(world: World) -> bool:
     """Someone is coming for the lock: it is not free, or a registered waiter was woken (an
-    element on its list), or a client is between its BLPOP and its acquire."""
+    element on its list), or a client is between its BLPOP and its acquire, or a client is
+    yet to send leave_queue.lua (which wakes the head of a free lock: the leave is the step
+    checked)."""
     if value_of(world.data, LOCK.lock) is not None:
         return True
     woken = _wake_lengths(world)
     if any(woken.get(token) for token in registered_waiters(world.data, world.now_ms)):
         return True
-    return any(c.pc == "popped" for c in world.clients)
-
-
-def _woken(world: World, client: Client) -> bool:
-    """Whether ``client`` was woken and has not come for the lock yet: an element on its
-    list while it is registered, or its BLPOP answered (a non-fair waiter's, popped)."""
-    if client.pc == "popped":
-        return True
-    queued = client.token in registered_waiters(world.data, world.now_ms)
-    return queued and bool(_wake_lengths(world).get(client.token))
+    return any(c.pc == "popped" or c.pc in LEAVING for c in world.clients)
 
 
 def _idle_free_lock(before: World, after: World) -> list[str]:
