@@ -278,13 +278,6 @@ def _answering_call() -> weakref.ref[Any] | None:
     return None
 
 
-def _own_call_returned() -> bool:
-    """Return True if the async_to_sync call this task was started in has returned: it is
-    not that call's coroutine (nor one it waits for)."""
-    innermost = next(iter(_calls()), None)
-    return innermost is not None and bool(getattr(innermost, "_broken", False))
-
-
 async def anote_sync_thread() -> None:
     """In a coroutine that runs in a copy of a context where a transaction is open, note
     which thread its ORM calls go back to, asking asgiref the only public way: by making
@@ -292,9 +285,9 @@ async def anote_sync_thread() -> None:
     thread answered has returned). async_to_sync's coroutine goes back to the caller's
     thread, the transaction's; one that a ``sync_to_async(thread_sensitive=False)`` pool
     job starts goes back to the pool thread, whose connection is another; a task that
-    outlived the async_to_sync call that started it, to none (asgiref refuses the call, or
-    the thread it waits for is busy with other work). Anything else that goes wrong leaves
-    it unnoted (the coroutine counts as the transaction's)."""
+    outlived every async_to_sync call that started it, to none (asgiref refuses the call);
+    one whose call is not answered in time is unanswered (_UNANSWERED). Anything else that
+    goes wrong leaves it unnoted (the coroutine counts as the transaction's)."""
     entered = _entered.get()
     if not entered:  # no transaction ever noted in this context: every async view's lock
         return
@@ -311,7 +304,14 @@ async def anote_sync_thread() -> None:
         done, _ = await asyncio.wait((hop,), timeout=HOP_TIMEOUT)
         if not done:  # left to end once that thread is free; its answer is not needed then
             hop.add_done_callback(_drop_answer)
-        answer = _answer(hop) if done else _unanswered()
+        # Unanswered, even for a task that outlived the async_to_sync call it was started
+        # in: its calls then wait for the thread of an outer call still running, busy with
+        # work that may hold the transaction (a sync-only middleware's thread running the
+        # view: they run after its COMMIT) or run inside it (sync code the service runs, the
+        # transaction opened before the service: they run in it). Counted as in none
+        # (_NOWHERE), such a task's release freed the lock before the COMMIT of its own
+        # writes (test_transactions_adversary39b).
+        answer = _answer(hop) if done else _UNANSWERED
         call = _answering_call() if answer > 0 else None  # "no thread" never goes stale
         _sync_thread.set((weakref.ref(task), answer, call))
     except Exception:
@@ -322,16 +322,6 @@ def _noted_nowhere(task: asyncio.Task[Any]) -> bool:
     """Return True if ``task`` was answered "no thread" (asked once: that never changes)."""
     noted = _sync_thread.get()
     return noted is not None and noted[0]() is task and noted[1] == _NOWHERE
-
-
-def _unanswered() -> int:
-    """What a hop that timed out says: nothing (_UNANSWERED: the coroutine's releases wait
-    for the transaction's COMMIT, and it takes back none waiting for it) unless the
-    async_to_sync call this task was started in has returned: the task outlived it, and
-    its calls wait for a thread busy with other work (a view's, under a sync-only
-    middleware's async_to_sync): they would run after that work, the COMMIT included, so
-    it is in no transaction of that thread (_NOWHERE)."""
-    return _NOWHERE if _own_call_returned() else _UNANSWERED
 
 
 def _answer(hop: asyncio.Future[int]) -> int:

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import adversary5, adversary6, fenced, views
+from . import adversary5, adversary6, adversary39b, fenced, views
 
 urlpatterns = [
     path("", views.health),
@@ -20,4 +20,5 @@ urlpatterns = [
     path("pay-follow-up/<int:order_id>", adversary6.pay_follow_up),
     path("pay-follow-up-slow/<int:order_id>", adversary6.pay_follow_up_slow),
     path("pay-background-loop/<int:order_id>", adversary6.pay_background_loop),
+    path("pay-nested-follow-up/<int:order_id>", adversary39b.pay_nested_follow_up),
 ]
