@@ -36,6 +36,11 @@ IO_METHODS = {"recv", "recv_into", "recvfrom", "sendall", "sendto", "readv", "wr
 # Names with an underscore that are public by documentation (named tuples' methods).
 DOCUMENTED = {"_replace", "_asdict", "_fields", "_make"}
 OS_IO = {"read", "write", "readv", "writev", "pread", "pwrite", "sendfile"}
+# Names that redis-py happens to define too, read here off another library's objects: the
+# module that reads each, and whose the name is. transactions.py reads asgiref's
+# CurrentThreadExecutor._broken (a task that outlived its async_to_sync call; checked by
+# distlock.E010), never a redis-py object's.
+NOT_REDIS_PY = {"distlock/transactions.py": {"_broken"}}
 
 
 # --- acceptance 2: no private names of redis-py or hiredis, no socket I/O ---------------
@@ -164,10 +169,22 @@ def test_distlock_uses_no_private_name_of_redis_py_and_no_socket_of_its_own(
 ) -> None:
     report = {}
     for path in sorted(PACKAGE.rglob("*.py")):
-        found = violations(path.read_text(encoding="utf-8"), redis_private)
+        where = str(path.relative_to(PACKAGE.parent))
+        private = redis_private - NOT_REDIS_PY.get(where, set())
+        found = violations(path.read_text(encoding="utf-8"), private)
         if found:
-            report[str(path.relative_to(PACKAGE.parent))] = found
+            report[where] = found
     assert report == {}
+
+
+def test_each_name_let_through_is_still_read_where_it_is_named(redis_private: set[str]) -> None:
+    """NOT_REDIS_PY lets through only names still read in their module (and still redis-py's
+    too: else the exception is not needed)."""
+    for where, names in NOT_REDIS_PY.items():
+        found = violations((PACKAGE.parent / where).read_text(encoding="utf-8"), redis_private)
+        for name in names:
+            assert name in redis_private, name
+            assert any(repr(name) in line for line in found), (where, name)
 
 
 # --- acceptance 1: a shared pool is never starved ------------------------------------------
