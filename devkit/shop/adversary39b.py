@@ -18,13 +18,10 @@ import asyncio
 import time
 
 from asgiref.sync import async_to_sync, sync_to_async
-from django.http import HttpRequest, JsonResponse
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
 
 import distlock
 
-from .views import charge
+from .views import charge, service_view
 
 RECEIPT_SECONDS = 1.5  # longer than distlock.transactions.HOP_TIMEOUT
 VIEW_WORKS_ON = 0.6  # the view's work after its service, before its transaction commits
@@ -49,9 +46,4 @@ async def _service(order_id: int) -> str:
     return await started[0]
 
 
-@csrf_exempt
-@require_POST
-def pay_nested_follow_up(request: HttpRequest, order_id: int) -> JsonResponse:
-    result = async_to_sync(_service)(order_id)
-    time.sleep(VIEW_WORKS_ON)  # the view works on before its transaction commits
-    return JsonResponse({"result": result})
+pay_nested_follow_up = service_view(_service, works_on=VIEW_WORKS_ON)

@@ -224,15 +224,18 @@ async def charge_service(order_id: int) -> str:
         return await sync_to_async(charge)(order_id)
 
 
-def service_view(service: Callable[[int], Awaitable[str]]) -> Callable[..., JsonResponse]:
+def service_view(
+    service: Callable[[int], Awaitable[str]], works_on: float | None = None
+) -> Callable[..., JsonResponse]:
     """A sync view (in its request's transaction under ATOMIC_REQUESTS) that runs the async
-    ``service`` through async_to_sync, then works on before its transaction commits."""
+    ``service`` through async_to_sync, then works on before its transaction commits
+    (``works_on`` seconds; CHARGE_SECONDS when None)."""
 
     @csrf_exempt
     @require_POST
     def pay(request: HttpRequest, order_id: int) -> JsonResponse:
         result = async_to_sync(service)(order_id)
-        time.sleep(CHARGE_SECONDS)  # the view works on before its transaction commits
+        time.sleep(CHARGE_SECONDS if works_on is None else works_on)
         return JsonResponse({"result": result})
 
     return pay

@@ -145,6 +145,40 @@ def test_a_coroutine_the_request_thread_waits_for_on_another_loop_never_hangs() 
     assert not is_held(name)
 
 
+def _pool_job_on_a_shared_connection(name: str, *, handed: bool) -> tuple[bool, bool]:
+    """Inside a request's transaction whose connection allows thread sharing, release
+    ``name`` (the release waits for the COMMIT), then let a pool job given a copy of the
+    context ask for it (wait=0); ``handed``: the job's thread is handed the request's
+    connection first (``connections[alias] = conn``, as Django's live server does). Return
+    (whether the job's queries ran on the request's connection, what it got); the lock is
+    checked free right after the COMMIT."""
+    got: list[bool] = []
+    used: list[bool] = []
+
+    def job() -> None:
+        if handed:
+            connections["default"] = request_conn
+        used.append(connections["default"] is request_conn)
+        lk = distlock.lock(name, ttl=5, wait=0)
+        got.append(lk.acquire())
+        if got[-1]:
+            lk.release()  # inside the transaction: waits for its COMMIT again
+
+    with transaction.atomic():  # the request's transaction
+        request_conn = connections["default"]
+        request_conn.inc_thread_sharing()
+        try:
+            with distlock.lock(name, ttl=5):
+                pass  # the release waits for the COMMIT
+            with ThreadPoolExecutor(1) as pool:
+                pool.submit(contextvars.copy_context().run, job).result(STEP)
+            assert is_held(name)  # still waiting for the COMMIT
+        finally:
+            request_conn.dec_thread_sharing()
+    assert free_within(name, 1)
+    return used == [True], got == [True]
+
+
 def test_a_pool_job_never_takes_back_a_release_of_a_connection_shared_between_threads() -> None:
     """The request's connection allows thread sharing (``inc_thread_sharing()``, as Django's
     live server does for an in-memory SQLite database, handing that connection to its
@@ -156,30 +190,9 @@ def test_a_pool_job_never_takes_back_a_release_of_a_connection_shared_between_th
     (``connections[alias]`` there is not the shared one), outside the transaction.
     Observed on bbdc692: taken back at once, 1 of 1: _runs_in answered True for any thread
     once the connection allowed sharing."""
-    name = "adv5:sharing"
-    got: list[bool] = []
-    used: list[bool] = []
-
-    def job() -> None:
-        used.append(connections["default"] is request_conn)
-        lk = distlock.lock(name, ttl=5, wait=0)
-        got.append(lk.acquire())
-        if got[-1]:
-            lk.release()
-
-    with transaction.atomic():  # the request's transaction
-        request_conn = connections["default"]
-        request_conn.inc_thread_sharing()
-        try:
-            with distlock.lock(name, ttl=5):
-                pass  # the release waits for the COMMIT
-            with ThreadPoolExecutor(1) as pool:
-                pool.submit(contextvars.copy_context().run, job).result(STEP)
-        finally:
-            request_conn.dec_thread_sharing()
-    assert used == [False]  # the pool job's queries are not on the request's connection
-    assert got == [False], "a pool job on a connection of its own took the release back"
-    assert free_within(name, 1)
+    on_request_conn, got = _pool_job_on_a_shared_connection("adv5:sharing", handed=False)
+    assert not on_request_conn  # the pool job's queries are not on the request's connection
+    assert not got, "a pool job on a connection of its own took the release back"
 
 
 def test_a_thread_handed_the_shared_connection_takes_back_its_transactions_release() -> None:
@@ -187,32 +200,9 @@ def test_a_thread_handed_the_shared_connection_takes_back_its_transactions_relea
     (``connections[alias] = conn``, what Django's live server does in each request thread)
     runs its queries inside the request's transaction, so it takes the release back at once
     (wait=0), as the request's own thread would; the COMMIT then frees the lock."""
-    name = "adv5:handed"
-    got: list[bool] = []
-    used: list[bool] = []
-
-    def job() -> None:
-        connections["default"] = request_conn  # handed the shared connection
-        used.append(connections["default"] is request_conn)
-        lk = distlock.lock(name, ttl=5, wait=0)
-        got.append(lk.acquire())
-        if got[-1]:
-            lk.release()  # waits for the request's COMMIT again
-
-    with transaction.atomic():
-        request_conn = connections["default"]
-        request_conn.inc_thread_sharing()
-        try:
-            with distlock.lock(name, ttl=5):
-                pass  # the release waits for the COMMIT
-            with ThreadPoolExecutor(1) as pool:
-                pool.submit(contextvars.copy_context().run, job).result(STEP)
-            assert is_held(name)  # still waiting for the COMMIT
-        finally:
-            request_conn.dec_thread_sharing()
-    assert used == [True]
-    assert got == [True], "a thread on the transaction's own connection was refused"
-    assert free_within(name, 1)
+    on_request_conn, got = _pool_job_on_a_shared_connection("adv5:handed", handed=True)
+    assert on_request_conn
+    assert got, "a thread on the transaction's own connection was refused"
 
 
 RECEIPT_ORDERS = 10

@@ -213,14 +213,22 @@ def test_a_follow_up_task_under_uvicorn_never_charges_twice(
     queued behind the view in the middleware's thread, timed out and the follow-up counted
     as the transaction's (with the first fix alone): 10 of 10 on PostgreSQL under uvicorn
     and gunicorn, 10 and 4 of 10 on MariaDB (6 of 10 in an earlier run)."""
-    orders = range(1, FOLLOW_UP_ORDERS + 1)
-    with serve_shop(
+    _assert_each_order_charged_once(
+        view,
         real_database,
         redis_url,
         workers=workers,
         server=server,
         django_middleware=django_middleware,
-    ) as shop:
+    )
+
+
+def _assert_each_order_charged_once(view: str, *served: Any, **serving: Any) -> None:
+    """POST ``/<view>/<n>`` once for each of FOLLOW_UP_ORDERS new orders to the shop served
+    with ``serve_shop(*served, **serving)``; every answer is 200, and once the follow-ups
+    are done, every order was charged once."""
+    orders = range(1, FOLLOW_UP_ORDERS + 1)
+    with serve_shop(*served, **serving) as shop:
         shop.query("INSERT INTO shop_order (id) VALUES " + ", ".join(f"({n})" for n in orders))
         answers = shop.send([f"/{view}/{n}" for n in orders])
         charges = _settled(shop.charges_per_order)
@@ -262,15 +270,9 @@ def test_a_follow_up_on_a_background_loop_never_charges_twice(
     view's release back and charged again on the pool job's connection: 10 of 10 orders
     charged twice on PostgreSQL under uvicorn and gunicorn's uvicorn workers, 6 to 10 of
     10 on MariaDB."""
-    orders = range(1, FOLLOW_UP_ORDERS + 1)
-    with serve_shop(real_database, redis_url, workers=workers, server=server) as shop:
-        shop.query("INSERT INTO shop_order (id) VALUES " + ", ".join(f"({n})" for n in orders))
-        answers = shop.send([f"/pay-background-loop/{n}" for n in orders])
-        charges = _settled(shop.charges_per_order)
-    assert Counter(a.status for a in answers) == {200: FOLLOW_UP_ORDERS}
-    twice = {order: n for order, n in charges.items() if n > 1}
-    assert sorted(charges) == list(orders)
-    assert not twice, f"{len(twice)} of {FOLLOW_UP_ORDERS} orders charged twice"
+    _assert_each_order_charged_once(
+        "pay-background-loop", real_database, redis_url, workers=workers, server=server
+    )
 
 
 T = TypeVar("T")
