@@ -178,12 +178,12 @@ def test_distlock_uses_no_private_name_of_redis_py_and_no_socket_of_its_own(
 
 
 def test_each_name_let_through_is_still_read_where_it_is_named(redis_private: set[str]) -> None:
-    """NOT_REDIS_PY lets through only names still read in their module (and still redis-py's
-    too: else the exception is not needed)."""
+    """NOT_REDIS_PY lets through only names still read in their module. (Whether redis-py
+    defines the name too depends on its version: 5.0 has no ``_broken``.)"""
     for where, names in NOT_REDIS_PY.items():
-        found = violations((PACKAGE.parent / where).read_text(encoding="utf-8"), redis_private)
+        text = (PACKAGE.parent / where).read_text(encoding="utf-8")
+        found = violations(text, redis_private | names)
         for name in names:
-            assert name in redis_private, name
             assert any(repr(name) in line for line in found), (where, name)
 
 
