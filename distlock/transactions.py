@@ -240,20 +240,34 @@ def _noted_sync_thread() -> int | None:
     (taken as the transaction's thread, as async_to_sync's coroutine's is), _NOWHERE once
     the async_to_sync call that answered has returned (they go back to none of that call's
     thread now; anote_sync_thread asks again before each lock call)."""
-    noted = _sync_thread.get()
-    if noted is None or noted[0]() is not asyncio.current_task():
+    noted = _noted_for(asyncio.current_task())
+    if noted is None:
         return None
     return _NOWHERE if _returned(noted[2]) else noted[1]
 
 
+def _noted_for(task: asyncio.Task[Any] | None) -> _Noted | None:
+    """Return what anote_sync_thread noted for ``task``, None if nothing (or for another
+    task: a value asgiref copied back to a caller)."""
+    noted = _sync_thread.get()
+    return noted if noted is not None and noted[0]() is task else None
+
+
 def _returned(call: weakref.ref[Any] | None) -> bool:
     """Return True if the async_to_sync call of ``call`` (asgiref's executor of its thread,
-    weakly; None: no such call, never returns) has returned. asgiref has no public flag:
-    a private attribute, read with a default (an asgiref without it: never returned)."""
+    weakly; None: no such call, never returns) has returned (its executor quit, or is
+    gone)."""
     if call is None:
         return False
     executor = call()
-    return executor is None or bool(getattr(executor, "_broken", False))
+    return executor is None or _has_quit(executor)
+
+
+def _has_quit(executor: Any) -> bool:
+    """Return True if asgiref's executor of an async_to_sync call has quit (the call
+    returned). asgiref has no public flag: its private one, read with a default
+    (``manage.py check`` says when it is missing: _asgiref_problems)."""
+    return bool(getattr(executor, "_broken", False))
 
 
 def _calls() -> Iterable[Any]:
@@ -273,7 +287,7 @@ def _answering_call() -> weakref.ref[Any] | None:
     """Return the call a thread-sensitive call of this context goes to (the first not
     returned), weakly; None outside any (the answer then never goes stale)."""
     for executor in _calls():
-        if not getattr(executor, "_broken", False):
+        if not _has_quit(executor):
             return weakref.ref(executor)
     return None
 
@@ -292,7 +306,11 @@ async def anote_sync_thread() -> None:
     if not entered:  # no transaction ever noted in this context: every async view's lock
         return
     task = asyncio.current_task()
-    if task is None or _noted_sync_thread() not in (None, _NOWHERE) or _noted_nowhere(task):
+    if task is None:
+        return
+    noted = _noted_for(task)
+    # Answered already: "no thread" for good, or a thread whose call still runs.
+    if noted is not None and (noted[1] == _NOWHERE or not _returned(noted[2])):
         return
     if not any(map(_open_elsewhere, _pairs(entered))):
         return
@@ -316,12 +334,6 @@ async def anote_sync_thread() -> None:
         _sync_thread.set((weakref.ref(task), answer, call))
     except Exception:
         _bookkeeping_failed("anote_sync_thread")
-
-
-def _noted_nowhere(task: asyncio.Task[Any]) -> bool:
-    """Return True if ``task`` was answered "no thread" (asked once: that never changes)."""
-    noted = _sync_thread.get()
-    return noted is not None and noted[0]() is task and noted[1] == _NOWHERE
 
 
 def _answer(hop: asyncio.Future[int]) -> int:
