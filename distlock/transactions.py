@@ -207,13 +207,38 @@ def _handed_here(conn: Any) -> bool:
 
 
 # The thread a coroutine's ORM calls go back to (sync_to_async's, thread-sensitive), noted
-# by anote_sync_thread with the task it was noted for: asgiref copies a coroutine's context
-# variables back to its caller when it returns, so a value without its task would reach the
-# caller's next coroutines, whose thread may be another. Also noted: the async_to_sync call
-# whose thread answered (asgiref's executor of that thread for this context, weakly); once
-# that call has returned, the answer is stale: a task that outlives it goes back to no
-# thread of the transaction (_NOWHERE), and asks again.
-_Noted = tuple[weakref.ref[asyncio.Task[Any]], int, "weakref.ref[Any] | None"]
+# by anote_sync_thread for its task (_Noted): asgiref copies a coroutine's context variables
+# back to its caller when it returns, so a value without its task would reach the caller's
+# next coroutines, whose thread may be another.
+class _Noted:
+    """What anote_sync_thread noted for one task: the thread its ORM calls go back to
+    (``thread``; _UNANSWERED until a late answer comes, _NOWHERE), the async_to_sync call
+    whose thread answered (asgiref's executor of that thread, weakly: once that call has
+    returned, the answer is stale), and the route asgiref took (``route``: the answer holds
+    only while the running code's route is the same one)."""
+
+    __slots__ = ("call", "route", "task", "thread")
+
+    def __init__(self, task: asyncio.Task[Any], call: Any, route: tuple[Any, ...]) -> None:
+        self.task = weakref.ref(task)
+        self.thread = _UNANSWERED
+        self.call = call
+        self.route = route
+
+    def holds(self, route: tuple[Any, ...]) -> bool:
+        """Return True if no new question is needed: the route is the one asked on, and the
+        answer is "no thread", still awaited (a late answer comes by itself), or a thread
+        whose call still runs."""
+        return _same_route(self.route, route) and (self.thread <= 0 or not _returned(self.call))
+
+    def answered(self, hop: asyncio.Future[int]) -> None:
+        """Take a hop's answer (_answer), given late too: a question that waited behind
+        other sync work on its thread (a sibling task's slow charge) is unanswered until
+        then, and answered as it would have been at once."""
+        if not hop.cancelled():
+            self.thread = _answer(hop)
+
+
 _sync_thread: contextvars.ContextVar[_Noted | None] = contextvars.ContextVar(
     "distlock_sync_thread", default=None
 )
@@ -223,11 +248,12 @@ _sync_thread: contextvars.ContextVar[_Noted | None] = contextvars.ContextVar(
 # very one that waits for this coroutine (a sync view's
 # ``run_coroutine_threadsafe(...).result()`` to a loop of its own), which would answer only
 # after the coroutine's lock call returned, that is never (the fifth adversary: the lock
-# call hung). Noted as _UNANSWERED, so the task asks once: in the transaction for tying
-# (its release waits for the COMMIT), not for taking back a release waiting for it
-# (_runs_in: the same thread may be busy with a view that never waits for it).
+# call hung). Noted as _UNANSWERED until the answer comes, if ever (the task asks once):
+# in the transaction for tying (its release waits for the COMMIT), not for taking back a
+# release waiting for it (_runs_in: the same thread may be busy with a view that never
+# waits for it).
 HOP_TIMEOUT = 1.0
-_UNANSWERED = 0  # a noted thread that never answered (thread idents are never 0)
+_UNANSWERED = 0  # a noted thread that has not answered (thread idents are never 0)
 # A noted "no thread": asgiref refused the hop (a task that outlived the async_to_sync call
 # that started it: "CurrentThreadExecutor already quit"). Its ORM calls reach no thread of
 # the transaction, so it is not in it (counted in, it took back a release waiting for the
@@ -243,14 +269,16 @@ def _noted_sync_thread() -> int | None:
     noted = _noted_for(asyncio.current_task())
     if noted is None:
         return None
-    return _NOWHERE if _returned(noted[2]) else noted[1]
+    if noted.thread > 0 and _returned(noted.call):
+        return _NOWHERE
+    return noted.thread
 
 
 def _noted_for(task: asyncio.Task[Any] | None) -> _Noted | None:
     """Return what anote_sync_thread noted for ``task``, None if nothing (or for another
     task: a value asgiref copied back to a caller)."""
     noted = _sync_thread.get()
-    return noted if noted is not None and noted[0]() is task else None
+    return noted if noted is not None and noted.task() is task else None
 
 
 def _returned(call: weakref.ref[Any] | None) -> bool:
@@ -292,46 +320,92 @@ def _answering_call() -> weakref.ref[Any] | None:
     return None
 
 
+def _route() -> tuple[Any, ...]:
+    """Return what decides where the running coroutine's thread-sensitive calls go, weakly:
+    asgiref's executor of the async_to_sync call it runs in, and its thread-sensitive
+    context (inside ``ThreadSensitiveContext(executor=...)`` they go to that executor's
+    thread, the call's executor hidden until the block ends). An answer noted on one route
+    says nothing of another (the eighth adversary: noted inside such a block, it was kept
+    after it, and before it, inside)."""
+    from asgiref.sync import AsyncToSync, SyncToAsync
+
+    context = getattr(SyncToAsync, "thread_sensitive_context", None)
+    return (
+        _weak(getattr(AsyncToSync.executors, "current", None)),
+        _weak(context.get(None) if context is not None else None),
+    )
+
+
+def _weak(thing: Any) -> Any:
+    """Return a weak reference to ``thing`` (None for None; ``thing`` itself if it cannot be
+    referred to weakly)."""
+    if thing is None:
+        return None
+    try:
+        return weakref.ref(thing)
+    except TypeError:
+        return thing
+
+
+def _same_route(noted: tuple[Any, ...], now: tuple[Any, ...]) -> bool:
+    """Return True if two routes (_route) name the same objects (a weak reference to an
+    object gone names none)."""
+    return all(
+        (a is b) if a is None or b is None else _referent(a) is _referent(b) is not None
+        for a, b in zip(noted, now, strict=True)
+    )
+
+
+def _referent(ref: Any) -> Any:
+    return ref() if isinstance(ref, weakref.ref) else ref
+
+
 async def anote_sync_thread() -> None:
     """In a coroutine that runs in a copy of a context where a transaction is open, note
     which thread its ORM calls go back to, asking asgiref the only public way: by making
-    such a call (one thread hop, once per task, and again once the async_to_sync call whose
-    thread answered has returned). async_to_sync's coroutine goes back to the caller's
-    thread, the transaction's; one that a ``sync_to_async(thread_sensitive=False)`` pool
-    job starts goes back to the pool thread, whose connection is another; a task that
-    outlived every async_to_sync call that started it, to none (asgiref refuses the call);
-    one whose call is not answered in time is unanswered (_UNANSWERED). Anything else that
-    goes wrong leaves it unnoted (the coroutine counts as the transaction's)."""
+    such a call (one thread hop, once per task and route, and again once the async_to_sync
+    call whose thread answered has returned). async_to_sync's coroutine goes back to the
+    caller's thread, the transaction's; one that a ``sync_to_async(thread_sensitive=False)``
+    pool job starts goes back to the pool thread, whose connection is another; one inside
+    ``ThreadSensitiveContext(executor=...)``, to that executor's thread; a task that
+    outlived every async_to_sync call that started it, to none (asgiref refuses the call).
+    One whose call is not answered in time is unanswered (_UNANSWERED) until the answer
+    comes. Anything else that goes wrong leaves it unnoted (the coroutine counts as the
+    transaction's)."""
     entered = _entered.get()
     if not entered:  # no transaction ever noted in this context: every async view's lock
         return
     task = asyncio.current_task()
     if task is None:
         return
-    noted = _noted_for(task)
-    # Answered already: "no thread" for good, or a thread whose call still runs.
-    if noted is not None and (noted[1] == _NOWHERE or not _returned(noted[2])):
-        return
-    if not any(map(_open_elsewhere, _pairs(entered))):
-        return
     try:
+        route = _route()
+        noted = _noted_for(task)
+        if noted is not None and noted.holds(route):
+            return
+        if not any(map(_open_elsewhere, _pairs(entered))):
+            return
         from asgiref.sync import sync_to_async
 
+        noted = _Noted(task, _answering_call(), route)
         hop = asyncio.ensure_future(sync_to_async(_get_ident)())
         # Not wait_for: cancelling a sync_to_async call waits for its thread all the same.
         done, _ = await asyncio.wait((hop,), timeout=HOP_TIMEOUT)
-        if not done:  # left to end once that thread is free; its answer is not needed then
-            hop.add_done_callback(_drop_answer)
-        # Unanswered, even for a task that outlived the async_to_sync call it was started
-        # in: its calls then wait for the thread of an outer call still running, busy with
-        # work that may hold the transaction (a sync-only middleware's thread running the
-        # view: they run after its COMMIT) or run inside it (sync code the service runs, the
-        # transaction opened before the service: they run in it). Counted as in none
-        # (_NOWHERE), such a task's release freed the lock before the COMMIT of its own
-        # writes (test_transactions_adversary39b).
-        answer = _answer(hop) if done else _UNANSWERED
-        call = _answering_call() if answer > 0 else None  # "no thread" never goes stale
-        _sync_thread.set((weakref.ref(task), answer, call))
+        if done:
+            noted.answered(hop)
+        else:
+            # Unanswered until the thread is free (the answer is taken then: a question
+            # that waited behind a sibling task's sync work longer than HOP_TIMEOUT, left
+            # unanswered for good, kept that task from its sibling's release for ever),
+            # even for a task that outlived the async_to_sync call it was started in: its
+            # calls then wait for the thread of an outer call still running, busy with
+            # work that may hold the transaction (a sync-only middleware's thread running
+            # the view: they run after its COMMIT) or run inside it (sync code the service
+            # runs, the transaction opened before the service: they run in it). Counted as
+            # in none (_NOWHERE), such a task's release freed the lock before the COMMIT of
+            # its own writes (test_transactions_adversary39b).
+            hop.add_done_callback(noted.answered)
+        _sync_thread.set(noted)
     except Exception:
         _bookkeeping_failed("anote_sync_thread")
 
@@ -340,12 +414,6 @@ def _answer(hop: asyncio.Future[int]) -> int:
     """Return the thread a finished hop ran in, _NOWHERE if asgiref refused to run it (the
     only way the call itself fails: it ran ``threading.get_ident``)."""
     return _NOWHERE if hop.exception() is not None else hop.result()
-
-
-def _drop_answer(hop: asyncio.Future[int]) -> None:
-    """Retrieve a late hop's outcome, so that asyncio does not log it as never retrieved."""
-    if not hop.cancelled():
-        hop.exception()
 
 
 def _open_elsewhere(entry: tuple[Any, int]) -> bool:
