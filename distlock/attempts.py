@@ -42,6 +42,7 @@ from .transactions import (
     anote_sync_thread,
     held_in_transactions_here,
     note_sync_thread,
+    tied,
     transactions_entered,
     waiting_release,
 )
@@ -406,7 +407,9 @@ class Attempts:
             if block is None:
                 await self.agive_up(backend.aleave)
                 return False
-            if held_in_transactions_here(lock._resource()):
+            if not tied:
+                pass  # no hold of this process is tied to a transaction: none to look for
+            elif held_in_transactions_here(lock._resource()):
                 # Another task of this transaction holds it (asyncio.gather): its release
                 # waits for the COMMIT, which waits for this task, so look for that release
                 # often, and take it back as soon as it is made.
@@ -502,7 +505,9 @@ class Attempts:
             if block is None:
                 self.give_up(backend.leave)
                 return False
-            if held_in_transactions_here(lock._resource()):
+            if not tied:
+                pass  # no hold of this process is tied to a transaction: none to look for
+            elif held_in_transactions_here(lock._resource()):
                 # Another task of this transaction holds it (asyncio.gather): its release
                 # waits for the COMMIT, which waits for this task, so look for that release
                 # often, and take it back as soon as it is made.

@@ -45,7 +45,8 @@ class KindCalls(NamedTuple):
     acquire_call: Callable[[KeyLayout, Request, bool], Eval]  # (layout, request, waited)
     release_call: Callable[[KeyLayout, str, str, bool], Eval]  # (layout, name, token, every)
     leave_call: Callable[[KeyLayout, str, str], Eval]  # (layout, name, token)
-    wake: Callable[[KeyLayout, str, str], str]  # the list a release pushes a waiter's turn to
+    # The list a release pushes a waiter's turn to (encoded or not, as redis-py takes keys).
+    wake: Callable[[KeyLayout, str, str], str | bytes]
     # The extend script (extend.lua, shared_extend.lua: one ARGV) and its keys for a name.
     extend_script: Script
     extend_keys: Callable[[KeyLayout, str], list[str]]
@@ -108,11 +109,20 @@ def acquire_when_free(
     call = calls.acquire_call(scope.layout, request, True)
     sent = time.monotonic()
     replies = yield PopThenEval(wake, timeout, call, confirm=bool(scope.wait_replicas))
+    return (yield from after_turn(scope, calls, request, replies, sent))
+
+
+def after_turn(
+    scope: Scope, calls: KindCalls, request: Request, replies: list[Any] | None, sent: float
+) -> Steps[Attempt]:
+    """Return the attempt in the ``replies`` of a fair waiter's PopThenEval (sent at
+    ``sent``), after the steps their rare outcomes need (ScriptedOnLock.acquire_when_free
+    reads the usual one itself)."""
     if replies is None:
         # The reply came later than the socket timeout (a loaded server or client): its
         # acquire may have run. Give back what it may have taken, which also tells whether
         # the server answers at all (BackendUnavailable if not), and report no turn.
-        yield calls.release_call(scope.layout, name, token, False)
+        yield calls.release_call(scope.layout, request.name, request.token, False)
         return Attempt(False)
     if any(isinstance(reply, Exception) for reply in replies):
         # The server forgot the script, or the slot moved: ask again the usual way (the lock
@@ -168,8 +178,10 @@ def leave_call(layout: KeyLayout, name: str, token: str) -> Eval:
     return Eval(LEAVE_QUEUE, [k.lock, k.waiters, k.live], [token], idempotent=True)
 
 
-def wake(layout: KeyLayout, name: str, token: str) -> str:
-    return f"{layout.keys_for(name).waiters}:{token}"  # what hand_over.lua pushes to
+def wake(layout: KeyLayout, name: str, token: str) -> bytes:
+    # What hand_over.lua pushes to: "<waiters>:<token>", encoded as the acquire's keys are
+    # (redis-py passes bytes on as they are: one encoder call less on every wait).
+    return layout.encoded_keys_for(name).acquire[2] + b":" + token.encode()
 
 
 # --- release, extend ----------------------------------------------------------------------
