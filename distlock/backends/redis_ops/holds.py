@@ -155,16 +155,16 @@ def took_lock(reply: Any) -> bool:
     return isinstance(reply, (bytes, str))
 
 
-def attempt_from(reply: Any) -> Attempt:
-    """Return the Attempt in an acquire.lua, shared_acquire.lua or grant_acquire.lua reply."""
+def attempt_from(reply: Any, sent: float = 0.0) -> Attempt:
+    """Return the Attempt in an acquire.lua, shared_acquire.lua or grant_acquire.lua reply
+    (to a request sent at ``sent``, when known: a waiter's turn; positional arguments, and
+    no _replace() after: both cost a waiter's every turn)."""
     if isinstance(reply, (bytes, str)):  # took_lock(), inlined: the hot path
         fence, acquired = reply.split()
-        return Attempt(True, int(fence), int(acquired))
+        return Attempt(True, int(fence), int(acquired), 0, -1, 0, sent)
     if len(reply) > 2:  # one server: the place in the queue and the server's clock
-        return Attempt(
-            False, holder_pttl_ms=int(reply[1]), place=int(reply[2]), server_ms=int(reply[3])
-        )
-    return Attempt(False, holder_pttl_ms=int(reply[1]))
+        return Attempt(False, 0, 0, int(reply[1]), int(reply[2]), int(reply[3]), sent)
+    return Attempt(False, 0, 0, int(reply[1]), -1, 0, sent)
 
 
 def leave(scope: Scope, calls: KindCalls, name: str, token: str) -> Steps[None]:

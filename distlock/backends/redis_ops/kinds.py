@@ -77,7 +77,7 @@ class ScriptedOnLock(Scripted):
             backend.execute(Pop(wake, timeout))
             sent = time.monotonic()
             reply = backend.execute(calls.acquire_call(layout, request, True))
-            return holds.attempt_from(reply)._replace(sent=sent)
+            return holds.attempt_from(reply, sent)
         call = calls.acquire_call(layout, request, True)
         sent = time.monotonic()
         replies = backend.execute(PopThenEval(wake, timeout, call))
@@ -87,7 +87,7 @@ class ScriptedOnLock(Scripted):
             or isinstance(replies[1], Exception)
         ):
             return backend.run(holds.after_turn(backend, calls, request, replies, sent))
-        return holds.attempt_from(replies[1])._replace(sent=sent)
+        return holds.attempt_from(replies[1], sent)
 
 
 class ScriptedExclusive(ScriptedOnLock, ExclusiveKind):
