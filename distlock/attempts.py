@@ -42,6 +42,7 @@ from .transactions import (
     anote_sync_thread,
     held_in_transactions_here,
     note_sync_thread,
+    tied,
     transactions_entered,
     waiting_release,
 )
@@ -318,7 +319,7 @@ class Attempts:
         self.contended = False
         self.waited = False  # an acquire_when_free call was made
         self.started = 0.0
-        self.lease_until = 0.0  # the local end of a granted attempt's lease (_outlived)
+        self.lease_until = 0.0  # the local end of a granted attempt's lease (_unusable)
         self.began = began  # metrics.now() when acquire() was called (0.0: nothing recorded)
         # A moment of the server's clock and a local time before it: (monotonic, server ms).
         self.clock: tuple[float, int] | None = None
@@ -377,20 +378,20 @@ class Attempts:
             block = min(block, HANDOFF_GRACE_MS / 1000)
         return block
 
-    def _late(self) -> bool:
-        """Return True if a grant that a wait brought came after the wait had ended: it is
-        handed on (released, so the next waiter gets it), never kept, so that acquire(wait=W)
-        means "held within W" on every backend and kind. (The first attempt's grant is kept
-        however long its reply took: wait=0 tries once.)"""
-        return self.waited and time.monotonic() > self.deadline
+    def _unusable(self, attempt: Attempt) -> bool:
+        """Return True if a granted ``attempt`` cannot be kept, read on one clock reading:
 
-    def _outlived(self, attempt: Attempt) -> bool:
-        """Return True if the grant arrived with no lease left to use: less than the drift
-        allowance (DRIFT_FACTOR of the lease + DRIFT_MS), so that acquire() never returns
-        True for a lease that ends as it returns."""
+        - it arrived with no lease left to use: less than the drift allowance (DRIFT_FACTOR
+          of the lease + DRIFT_MS), so that acquire() never returns True for a lease that
+          ends as it returns;
+        - a wait brought it after the wait had ended: it is handed on (released, so the next
+          waiter gets it), never kept, so that acquire(wait=W) means "held within W" on
+          every backend and kind. (The first attempt's grant is kept however long its reply
+          took: wait=0 tries once.)"""
         # Kept for the grant (Lock._take): the lease it records ends at the same time.
         self.lease_until = lease_end(self.lease_started(attempt), self.ttl_ms)
-        return time.monotonic() >= self.lease_until
+        now = time.monotonic()
+        return now >= self.lease_until or (self.waited and now > self.deadline)
 
     # Written once: the sync loop after it is generated (see the module's docstring).
     # unasync: the async source of the sync code after it
@@ -406,7 +407,9 @@ class Attempts:
             if block is None:
                 await self.agive_up(backend.aleave)
                 return False
-            if held_in_transactions_here(lock._resource()):
+            if not tied:
+                pass  # no hold of this process is tied to a transaction: none to look for
+            elif held_in_transactions_here(lock._resource()):
                 # Another task of this transaction holds it (asyncio.gather): its release
                 # waits for the COMMIT, which waits for this task, so look for that release
                 # often, and take it back as soon as it is made.
@@ -459,7 +462,7 @@ class Attempts:
             await self._aabandon()
             _record_error(self.lock, self.began)
             raise
-        if attempt.acquired and (self._outlived(attempt) or self._late()):
+        if attempt.acquired and self._unusable(attempt):
             await self._aforget_maybe_granted()
             return TOO_LATE
         return attempt
@@ -502,7 +505,9 @@ class Attempts:
             if block is None:
                 self.give_up(backend.leave)
                 return False
-            if held_in_transactions_here(lock._resource()):
+            if not tied:
+                pass  # no hold of this process is tied to a transaction: none to look for
+            elif held_in_transactions_here(lock._resource()):
                 # Another task of this transaction holds it (asyncio.gather): its release
                 # waits for the COMMIT, which waits for this task, so look for that release
                 # often, and take it back as soon as it is made.
@@ -551,7 +556,7 @@ class Attempts:
             self._abandon()
             _record_error(self.lock, self.began)
             raise
-        if attempt.acquired and (self._outlived(attempt) or self._late()):
+        if attempt.acquired and self._unusable(attempt):
             self._forget_maybe_granted()
             return TOO_LATE
         return attempt

@@ -483,6 +483,9 @@ _guard = threading.Lock()
 # as without distlock, so the server ends its session (rolling back); its ties then end
 # (_end_gone). Empty (the common case): the wrappers return at once.
 _tied: dict[weakref.ref[Any], set[Hold]] = {}
+# The same dict (never rebound), read by the acquire's waiting loop (attempts.py) before any
+# look at the ties: empty, no waiter has a transaction's hold to look for.
+tied = _tied
 # The weak references of tied connections collected since the last look (their weakref
 # callback appends: no lock is taken there, the collector may run anywhere).
 _gone: list[weakref.ref[Any]] = []

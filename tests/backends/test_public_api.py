@@ -302,6 +302,37 @@ def test_scripts_are_loaded_again_after_the_server_forgets_them(redis_backend: s
     assert distlock.lock("calls").locked() is False
 
 
+@pytest.mark.parametrize("fair", [True, False], ids=["fair", "non-fair"])
+def test_a_waiter_whose_turn_finds_the_scripts_forgotten_still_gets_the_lock(
+    redis_backend: str, fair: bool
+) -> None:
+    """The turn runs straight (ScriptedOnLock.acquire_when_free): a NOSCRIPT reply behind
+    the BLPOP goes on as the steps generator's did, asking again by source."""
+    cycle()
+    admin = redis.Redis.from_url(redis_backend)
+    holder = distlock.lock("turn", ttl=5)
+    holder.acquire()
+    got: list[int | None] = []
+
+    def wait() -> None:
+        with distlock.lock("turn", ttl=5, wait=5, fair=fair) as lk:
+            got.append(lk.fencing_token)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    try:
+        for _ in range(500):  # until the waiter blocks in its BLPOP
+            if any("b" in client["flags"] for client in admin.client_list()):
+                break
+            threading.Event().wait(0.01)
+        admin.script_flush()
+    finally:
+        holder.release()
+        thread.join(10)
+    assert got and got[0] is not None and got[0] > (holder.fencing_token or 0)
+    assert distlock.lock("turn").locked() is False
+
+
 def test_a_connection_the_server_closed_is_replaced_before_use(redis_backend: str) -> None:
     cycle()
     admin = redis.Redis.from_url(redis_backend)

@@ -45,7 +45,8 @@ class KindCalls(NamedTuple):
     acquire_call: Callable[[KeyLayout, Request, bool], Eval]  # (layout, request, waited)
     release_call: Callable[[KeyLayout, str, str, bool], Eval]  # (layout, name, token, every)
     leave_call: Callable[[KeyLayout, str, str], Eval]  # (layout, name, token)
-    wake: Callable[[KeyLayout, str, str], str]  # the list a release pushes a waiter's turn to
+    # The list a release pushes a waiter's turn to (encoded or not, as redis-py takes keys).
+    wake: Callable[[KeyLayout, str, str], str | bytes]
     # The extend script (extend.lua, shared_extend.lua: one ARGV) and its keys for a name.
     extend_script: Script
     extend_keys: Callable[[KeyLayout, str], list[str]]
@@ -108,11 +109,20 @@ def acquire_when_free(
     call = calls.acquire_call(scope.layout, request, True)
     sent = time.monotonic()
     replies = yield PopThenEval(wake, timeout, call, confirm=bool(scope.wait_replicas))
+    return (yield from after_turn(scope, calls, request, replies, sent))
+
+
+def after_turn(
+    scope: Scope, calls: KindCalls, request: Request, replies: list[Any] | None, sent: float
+) -> Steps[Attempt]:
+    """Return the attempt in the ``replies`` of a fair waiter's PopThenEval (sent at
+    ``sent``), after the steps their rare outcomes need (ScriptedOnLock.acquire_when_free
+    reads the usual one itself)."""
     if replies is None:
         # The reply came later than the socket timeout (a loaded server or client): its
         # acquire may have run. Give back what it may have taken, which also tells whether
         # the server answers at all (BackendUnavailable if not), and report no turn.
-        yield calls.release_call(scope.layout, name, token, False)
+        yield calls.release_call(scope.layout, request.name, request.token, False)
         return Attempt(False)
     if any(isinstance(reply, Exception) for reply in replies):
         # The server forgot the script, or the slot moved: ask again the usual way (the lock
@@ -145,16 +155,16 @@ def took_lock(reply: Any) -> bool:
     return isinstance(reply, (bytes, str))
 
 
-def attempt_from(reply: Any) -> Attempt:
-    """Return the Attempt in an acquire.lua, shared_acquire.lua or grant_acquire.lua reply."""
+def attempt_from(reply: Any, sent: float = 0.0) -> Attempt:
+    """Return the Attempt in an acquire.lua, shared_acquire.lua or grant_acquire.lua reply
+    (to a request sent at ``sent``, when known: a waiter's turn; positional arguments, and
+    no _replace() after: both cost a waiter's every turn)."""
     if isinstance(reply, (bytes, str)):  # took_lock(), inlined: the hot path
         fence, acquired = reply.split()
-        return Attempt(True, int(fence), int(acquired))
+        return Attempt(True, int(fence), int(acquired), 0, -1, 0, sent)
     if len(reply) > 2:  # one server: the place in the queue and the server's clock
-        return Attempt(
-            False, holder_pttl_ms=int(reply[1]), place=int(reply[2]), server_ms=int(reply[3])
-        )
-    return Attempt(False, holder_pttl_ms=int(reply[1]))
+        return Attempt(False, 0, 0, int(reply[1]), int(reply[2]), int(reply[3]), sent)
+    return Attempt(False, 0, 0, int(reply[1]), -1, 0, sent)
 
 
 def leave(scope: Scope, calls: KindCalls, name: str, token: str) -> Steps[None]:
@@ -168,8 +178,10 @@ def leave_call(layout: KeyLayout, name: str, token: str) -> Eval:
     return Eval(LEAVE_QUEUE, [k.lock, k.waiters, k.live], [token], idempotent=True)
 
 
-def wake(layout: KeyLayout, name: str, token: str) -> str:
-    return f"{layout.keys_for(name).waiters}:{token}"  # what hand_over.lua pushes to
+def wake(layout: KeyLayout, name: str, token: str) -> bytes:
+    # What hand_over.lua pushes to: "<waiters>:<token>", encoded as the acquire's keys are
+    # (redis-py passes bytes on as they are: one encoder call less on every wait).
+    return layout.encoded_keys_for(name).acquire[2] + b":" + token.encode()
 
 
 # --- release, extend ----------------------------------------------------------------------

@@ -3,10 +3,12 @@ its generators in .holds, .shared, .semaphores and .listing, which .scripted run
 
 from __future__ import annotations
 
+import time
 from typing import ClassVar
 
 from ...info import LockInfo, SemaphoreInfo
 from ...keys import validate_name
+from ...tokens import NON_FAIR_MARK
 from ..base import check_prefix
 from ..operations import (
     Attempt,
@@ -19,7 +21,7 @@ from ..operations import (
 )
 from . import holds, listing, semaphores, shared
 from .scripted import Scripted
-from .steps import Steps
+from .steps import Pop, PopThenEval, Steps
 
 
 class ScriptedOnLock(Scripted):
@@ -60,6 +62,32 @@ class ScriptedOnLock(Scripted):
         backend = self.backend
         call = self.calls.release_call(backend.layout, name, token, every_level)
         return int(backend.execute(call))
+
+    # A waiter's turn, run straight the same way (what holds.acquire_when_free does, step by
+    # step): a non-fair waiter's Pop, then its acquire; a fair one's PopThenEval, whose rare
+    # outcomes (a late reply, an error reply) go on in holds.after_turn. With replicas to
+    # confirm, the generator runs it all.
+    def acquire_when_free(self, request: Request, timeout: float) -> Attempt:
+        backend = self.backend
+        if backend.wait_replicas:
+            return backend.run(self.acquiring_when_free(request, timeout))
+        layout, calls = backend.layout, self.calls
+        wake = calls.wake(layout, request.name, request.token)
+        if request.token.startswith(NON_FAIR_MARK):
+            backend.execute(Pop(wake, timeout))
+            sent = time.monotonic()
+            reply = backend.execute(calls.acquire_call(layout, request, True))
+            return holds.attempt_from(reply, sent)
+        call = calls.acquire_call(layout, request, True)
+        sent = time.monotonic()
+        replies = backend.execute(PopThenEval(wake, timeout, call))
+        if (
+            replies is None
+            or isinstance(replies[0], Exception)
+            or isinstance(replies[1], Exception)
+        ):
+            return backend.run(holds.after_turn(backend, calls, request, replies, sent))
+        return holds.attempt_from(replies[1], sent)
 
 
 class ScriptedExclusive(ScriptedOnLock, ExclusiveKind):

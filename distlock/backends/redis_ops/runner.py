@@ -279,12 +279,13 @@ class Runner:
         return commands
 
     def blocking(
-        self, node: Any, key: str, timeout: float, behind: list[tuple[Any, ...]]
+        self, node: Any, key: str | bytes, timeout: float, behind: list[tuple[Any, ...]]
     ) -> list[Any] | None:
         """Send BLPOP ``key`` and the commands ``behind`` it on one connection of ``node``'s
         pool; return their replies (errors among them as values), None when they came later
         than the socket timeout."""
-        commands = [("BLPOP", key, block_seconds(timeout)), *behind]
+        # The timeout as redis-py would encode the float (its repr), without its encoder call.
+        commands = [("BLPOP", key, b"%r" % block_seconds(timeout)), *behind]
         pool = node.connection_pool
         connection = pool.get_connection(*POOL_ARGS)
         try:
@@ -308,10 +309,10 @@ class Runner:
             pool.release(connection)
 
     async def ablocking(
-        self, client: Any, key: str, timeout: float, behind: list[tuple[Any, ...]]
+        self, client: Any, key: str | bytes, timeout: float, behind: list[tuple[Any, ...]]
     ) -> list[Any] | None:
         """Async twin of blocking()."""
-        commands = [("BLPOP", key, block_seconds(timeout)), *behind]
+        commands = [("BLPOP", key, b"%r" % block_seconds(timeout)), *behind]
         pool = client.connection_pool
         connection = await pool.get_connection(*POOL_ARGS)
         try:
@@ -390,7 +391,7 @@ class Runner:
         return replies
 
     # --- Cluster routing ----------------------------------------------------------------
-    def node_client(self, key: str) -> Any:
+    def node_client(self, key: str | bytes) -> Any:
         """Return the plain client of the server that holds ``key``."""
         if self.cluster:
             return self.client.get_redis_connection(self.client.get_node_from_key(key))

@@ -42,7 +42,9 @@ class Eval:
         """Return the command as redis-py packs it (EVAL with the source if ``by_source``)."""
         if by_source:
             return ("EVAL", self.script.source, len(self.keys), *self.keys, *self.args)
-        return ("EVALSHA", self.script.sha, len(self.keys), *self.keys, *self.args)
+        # The digest and the key count encoded (ASCII), as Runner.eval sends them: redis-py
+        # passes bytes on as they are (a waiter's pipelined acquire, Redlock's fan-out).
+        return ("EVALSHA", self.script.encoded_sha, b"%d" % len(self.keys), *self.keys, *self.args)
 
 
 @dataclass(slots=True)
@@ -73,7 +75,7 @@ class Pop:
     str; None when none came in time, or when the reply came later than the socket timeout
     (a loaded server or client: that is "no signal", not an outage)."""
 
-    key: str
+    key: str | bytes
     timeout: float
     idempotent: ClassVar[bool] = False
 
@@ -85,7 +87,7 @@ class PopThenEval:
     errors among them as values; None when the reply came later than the socket timeout (the
     script may have run)."""
 
-    wake: str
+    wake: str | bytes
     timeout: float
     call: Eval
     confirm: bool = False
