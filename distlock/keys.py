@@ -57,8 +57,12 @@ def validate_name(name: object) -> str:
     return name
 
 
-# What quote(name, safe=SAFE_CHARACTERS) makes of each ASCII character it does not keep.
-ESCAPED_ASCII = {code: f"%{code:02X}" for code in range(128) if not PLAIN.fullmatch(chr(code))}
+# What quote(name, safe=SAFE_CHARACTERS) makes of each ASCII character, by its code: the
+# character itself or its escape. Every code has its entry: str.translate() looks a missing
+# one up through a LookupError, which made a name of 50 characters cost more than quote().
+ENCODED_ASCII = tuple(
+    chr(code) if PLAIN.fullmatch(chr(code)) else f"%{code:02X}" for code in range(128)
+)
 
 
 def encode_name(name: str) -> str:
@@ -66,7 +70,7 @@ def encode_name(name: str) -> str:
     if PLAIN.fullmatch(name):  # most names (order:42): quote() would return them as they are
         return name
     if name.isascii():  # quote()'s result in one C call, not a Python call per byte
-        return name.translate(ESCAPED_ASCII)
+        return name.translate(ENCODED_ASCII)
     return quote(name, safe=SAFE_CHARACTERS)
 
 
