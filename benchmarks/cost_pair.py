@@ -11,8 +11,10 @@ between them makes callgrind dump its counts (``--dump-before=getppid``), and a 
 (count of the 1,500 - count of the 300) / 1,200, which cancels what the dumps themselves
 cost. Cases: ``distlock.lock()``; the backend's operations alone (``try_acquire`` and
 ``release``, what the Lock calls); redis-py's ``Lock``; python-redis-lock (when it can be
-imported). ``--tree`` runs distlock from other clones too (the same run, e.g. main against
-a branch). Prints JSON; writes nothing.
+imported). Each but the faked one also runs on a new name every pair (``... | distinct
+names``: a new lock each pair on a name never seen before, the other half of acceptance 1).
+``--tree`` runs distlock from other clones too (the same run, e.g. main against a branch).
+Prints JSON; writes nothing.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
+import itertools
 import json
 import os
+import re
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -38,19 +42,41 @@ DISTLOCK, FAKED, BACKEND, REDIS_PY, PYTHON_REDIS_LOCK = (
     "redis-py Lock",
     "python-redis-lock",
 )
-CASES = (DISTLOCK, FAKED, BACKEND, REDIS_PY, PYTHON_REDIS_LOCK)
-ANCHORS = (REDIS_PY, PYTHON_REDIS_LOCK)  # distlock is not imported: one run is enough
+DISTINCT = " | distinct names"  # the case on a new name every pair
+CASES = (
+    DISTLOCK,
+    FAKED,
+    BACKEND,
+    REDIS_PY,
+    PYTHON_REDIS_LOCK,
+    *(case + DISTINCT for case in (DISTLOCK, BACKEND, REDIS_PY, PYTHON_REDIS_LOCK)),
+)
+# distlock is not imported: one run is enough
+ANCHORS = tuple(case for case in CASES if case.startswith((REDIS_PY, PYTHON_REDIS_LOCK)))
 
 
 def make_pair(case: str, url: str, name: str) -> Callable[[], None]:
-    """Return one acquire+release of ``case`` (in the process valgrind watches)."""
+    """Return one acquire+release of ``case`` (in the process valgrind watches): on ``name``,
+    or on a new name each call (``name:0``, ``name:1``, ...) for a ``... | distinct names``
+    case."""
     import redis
+
+    if case.endswith(DISTINCT):
+        case = case.removesuffix(DISTINCT)
+        counter = itertools.count()
+
+        def next_name() -> str:
+            return f"{name}:{next(counter)}"
+    else:
+
+        def next_name() -> str:
+            return name
 
     if case == REDIS_PY:
         client = redis.Redis.from_url(url)
 
         def redis_py() -> None:
-            lock = client.lock(name, timeout=TTL, sleep=0.001)
+            lock = client.lock(next_name(), timeout=TTL, sleep=0.001)
             lock.acquire()
             lock.release()
 
@@ -61,7 +87,7 @@ def make_pair(case: str, url: str, name: str) -> Callable[[], None]:
         client = redis.Redis.from_url(url)
 
         def python_redis_lock() -> None:
-            lock = redis_lock.Lock(client, name, expire=TTL)
+            lock = redis_lock.Lock(client, next_name(), expire=TTL)
             lock.acquire()
             lock.release()
 
@@ -82,7 +108,7 @@ def make_pair(case: str, url: str, name: str) -> Callable[[], None]:
     if case in (DISTLOCK, FAKED):
 
         def public_api() -> None:
-            lock = distlock.lock(name, ttl=TTL)
+            lock = distlock.lock(next_name(), ttl=TTL)
             lock.acquire()
             lock.release()
 
@@ -95,8 +121,9 @@ def make_pair(case: str, url: str, name: str) -> Callable[[], None]:
     token = "0" * 32
 
     def backend() -> None:
-        operations.try_acquire(Request(name, token, TTL * 1000, meta, 2000))
-        operations.release(name, token, every_level=True)  # as a Lock's last release
+        this = next_name()
+        operations.try_acquire(Request(this, token, TTL * 1000, meta, 2000))
+        operations.release(this, token, every_level=True)  # as a Lock's last release
 
     return backend
 
@@ -136,8 +163,10 @@ def count(url: str, run: tuple[Path, str]) -> float:
     tree, case = run
     path = os.pathsep.join(filter(None, (str(tree), os.environ.get("PYTHONPATH"))))
     env = {**os.environ, "PYTHONPATH": path, "PYTHONHASHSEED": "0"}
-    # A name of its own: runs at the same time never contend.
-    name = f"cost:pair:{tree.name}:{case}"
+    # A name of its own: runs at the same time never contend. Plain (letters, digits, ':'),
+    # as uncontended.py's are and most names are: a name with other characters also pays
+    # its percent-encoding, once per name (every pair of the distinct-names cases).
+    name = re.sub(r"[^A-Za-z0-9:]+", "-", f"cost:pair:{tree.name}:{case}")
     totals = dump_totals([str(HERE), "--child", case, "--url", url, "--name", name], env, tree)
     # Dumps: start-up and warm-up, the short run, the long run; the rest after it.
     return (totals[2] - totals[1]) / (LONG - SHORT)

@@ -57,10 +57,20 @@ def validate_name(name: object) -> str:
     return name
 
 
+# What quote(name, safe=SAFE_CHARACTERS) makes of each ASCII character, by its code: the
+# character itself or its escape. Every code has its entry: str.translate() looks a missing
+# one up through a LookupError, which made a name of 50 characters cost more than quote().
+ENCODED_ASCII = tuple(
+    chr(code) if PLAIN.fullmatch(chr(code)) else f"%{code:02X}" for code in range(128)
+)
+
+
 def encode_name(name: str) -> str:
     """Return the name percent-encoded so it is safe as the tail of a key."""
     if PLAIN.fullmatch(name):  # most names (order:42): quote() would return them as they are
         return name
+    if name.isascii():  # quote()'s result in one C call, not a Python call per byte
+        return name.translate(ENCODED_ASCII)
     return quote(name, safe=SAFE_CHARACTERS)
 
 
@@ -138,6 +148,11 @@ class KeyLayout:
         self.fence_keys = self.bucket_keys("fence")
         self.semaphore_index_keys = self.bucket_keys("semheld")
         self.shared_index_keys = self.bucket_keys("shheld")
+        # Per bucket, what every new name's keys are built from (the exclusive lock's pair
+        # on a new name each time builds them once per name).
+        self.tags = [self._tag(bucket) for bucket in range(BUCKETS)]
+        self.encoded_index_keys = [key.encode() for key in self.index_keys]
+        self.encoded_fence_keys = [key.encode() for key in self.fence_keys]
         # Hot names (a cron job's, a view's) are locked again and again: build their keys once.
         self.keys_for = lru_cache(maxsize=4096)(self._keys_for)
         self.semaphore_keys_for = lru_cache(maxsize=4096)(self._semaphore_keys_for)
@@ -163,24 +178,30 @@ class KeyLayout:
     def _keys_for(self, name: str) -> LockKeys:
         bucket = bucket_of(name)
         encoded = encode_name(name)
-        base = self._tag(bucket)
+        base = self.tags[bucket]
+        # Positional: keyword arguments cost a NamedTuple's __new__ a dict per call.
         return LockKeys(
-            lock=f"{base}:lock:{encoded}",
-            fence=self.fence_keys[bucket],
-            waiters=f"{base}:wait:{encoded}",
-            live=f"{base}:live:{encoded}",
-            signal=f"{base}:signal:{encoded}",
-            index=self.index_keys[bucket],
+            f"{base}:lock:{encoded}",  # lock
+            self.fence_keys[bucket],  # fence
+            f"{base}:wait:{encoded}",  # waiters
+            f"{base}:live:{encoded}",  # live
+            f"{base}:signal:{encoded}",  # signal
+            self.index_keys[bucket],  # index
         )
 
     def _encoded_keys_for(self, name: str) -> EncodedKeys:
-        k = self.keys_for(name)
-        lock, fence, waiters, live, index = (
-            key.encode() for key in (k.lock, k.fence, k.waiters, k.live, k.index)
-        )
+        # Spelled as _keys_for spells them (test_names checks they agree), not read from
+        # keys_for: a new name then builds and caches only the keys its pair sends.
+        bucket = bucket_of(name)
+        encoded = encode_name(name)
+        base = self.tags[bucket]
+        lock = f"{base}:lock:{encoded}".encode()
+        waiters = f"{base}:wait:{encoded}".encode()
+        live = f"{base}:live:{encoded}".encode()
+        index = self.encoded_index_keys[bucket]
         return EncodedKeys(
-            acquire=(lock, fence, waiters, live, index),
-            release=(lock, waiters, live, index),
+            (lock, self.encoded_fence_keys[bucket], waiters, live, index),
+            (lock, waiters, live, index),
         )
 
     # Alike in shape to _keys_for (duplicates pairs them): each spells one kind's key layout,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from urllib.parse import quote
 
 import pytest
 from hypothesis import given, settings
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 import distlock
 from distlock import InvalidLockName
-from distlock.keys import BUCKETS, KeyLayout, encode_name, validate_name
+from distlock.keys import BUCKETS, SAFE_CHARACTERS, KeyLayout, encode_name, validate_name
 
 printable = st.text(
     alphabet=st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), min_size=1, max_size=200
@@ -110,6 +111,34 @@ def test_keys_keep_their_structure(name: str) -> None:
         assert not any(char in key for char in "*?[]\n\r \\")
     encoded = encode_name(name)
     assert keys.lock.endswith(":lock:" + encoded)
+
+
+@given(printable)
+@settings(deadline=None)
+def test_a_name_is_encoded_as_quote_encodes_it(name: str) -> None:
+    # encode_name's fast paths (plain names as they are, ASCII names by one translate)
+    # give the keys every client computes (devkit/vectors.py, clients/): quote()'s.
+    assert encode_name(name) == quote(name, safe=SAFE_CHARACTERS)
+
+
+@pytest.mark.parametrize("code", range(128))
+def test_every_ascii_character_is_encoded_as_quote_encodes_it(code: int) -> None:
+    name = f"a{chr(code)}b"
+    assert encode_name(name) == quote(name, safe=SAFE_CHARACTERS)
+
+
+@given(printable)
+@settings(deadline=None)
+def test_the_encoded_keys_of_a_name_are_its_keys_encoded(name: str) -> None:
+    # _encoded_keys_for spells the keys again rather than read keys_for: they must agree.
+    layout = KeyLayout("myapp:locks:\u00e9")
+    keys, encoded = layout.keys_for(name), layout.encoded_keys_for(name)
+    assert encoded.acquire == tuple(
+        key.encode() for key in (keys.lock, keys.fence, keys.waiters, keys.live, keys.index)
+    )
+    assert encoded.release == tuple(
+        key.encode() for key in (keys.lock, keys.waiters, keys.live, keys.index)
+    )
 
 
 def test_buckets_spread_names() -> None:
