@@ -1,0 +1,86 @@
+"""Issue 39's eighth adversary: views of the shop served by a real uvicorn (ASGI), for
+tests/core/test_transactions_adversary8.py. Every request is in a transaction
+(ATOMIC_REQUESTS).
+
+* ``pay-legacy-client``: the view runs its async service through ``async_to_sync``; the
+  service first renders the receipt under the order's receipt lock inside
+  ``ThreadSensitiveContext(executor=...)`` (asgiref's way to send thread-sensitive calls to
+  a thread of the caller's own: here a thread-bound legacy client, one thread per process),
+  then, after that block, charges the order under its lock through ``sync_to_async`` (the
+  request's thread and transaction, as asgiref sends it there again). The view works on
+  before its COMMIT.
+* ``pay-items-slow``: the view runs its async service through ``async_to_sync``; the
+  service charges the order's two items at once (``asyncio.gather``), each under the
+  order's lock; the first item's charge (in the request's thread, ``sync_to_async``) takes
+  longer than ``distlock.transactions.HOP_TIMEOUT`` (a slow payment provider), and the
+  second item looks its price up (async) once the first is charging, then asks for the lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
+
+import distlock
+
+from .views import charge, service_view
+
+VIEW_WORKS_ON = 2.0  # the view's work after its service, before its transaction commits
+RECEIPT_SECONDS = 0.005
+PROVIDER_SECONDS = 1.5  # longer than distlock.transactions.HOP_TIMEOUT
+PRICE_LOOKUP = 0.2  # the second item's async step before it asks for the lock
+ITEM_WAIT = 4.0  # each item's wait for the order's lock
+# The legacy client's thread: thread-sensitive calls inside the block go there.
+_legacy = ThreadPoolExecutor(max_workers=1, thread_name_prefix="legacy-client")
+
+
+def _render_receipt(order_id: int) -> str:
+    time.sleep(RECEIPT_SECONDS)  # no ORM: the legacy client's own work
+    return f"receipt {order_id}"
+
+
+async def _pay_after_receipt(order_id: int) -> str:
+    async with (
+        ThreadSensitiveContext(executor=_legacy),
+        distlock.lock(f"receipt:{order_id}", ttl=30, wait=10),
+    ):
+        await sync_to_async(_render_receipt)(order_id)
+    # Out of the block: thread-sensitive calls go to the request's thread again.
+    async with distlock.lock(f"pay:{order_id}", ttl=30, wait=10):
+        return await sync_to_async(charge)(order_id)
+
+
+pay_legacy_client = service_view(_pay_after_receipt, works_on=VIEW_WORKS_ON)
+
+
+def _charge_slowly(order_id: int) -> str:
+    result = charge(order_id)
+    time.sleep(PROVIDER_SECONDS)  # the provider confirms, in the request's thread
+    return result
+
+
+async def _item(order_id: int, charging: asyncio.Event, first: bool) -> str:
+    if not first:
+        # The price, from an async client: it comes once the first item is charging (the
+        # race a slower look-up makes likely, pinned here so that a loaded machine runs the
+        # same shape).
+        await charging.wait()
+        await asyncio.sleep(PRICE_LOOKUP)
+    async with distlock.lock(f"pay:{order_id}", ttl=30, wait=ITEM_WAIT):
+        if first:
+            charging.set()
+        return await sync_to_async(_charge_slowly)(order_id)
+
+
+async def _pay_items(order_id: int) -> str:
+    charging = asyncio.Event()
+    first, _second = await asyncio.gather(
+        _item(order_id, charging, True), _item(order_id, charging, False)
+    )
+    return first
+
+
+pay_items_slow = service_view(_pay_items, works_on=0.05)

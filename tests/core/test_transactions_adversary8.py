@@ -1,0 +1,251 @@
+"""Issue 39, the eighth adversary: the answer a coroutine notes about which thread its ORM
+calls go to (anote_sync_thread), and the unanswered coroutine (HOP_TIMEOUT). Each test says
+what it expects and what was observed on main at 8aafe3c; each FAILS there, marked
+``xfail(strict=True)`` until it is fixed.
+
+In-process (SQLite, an event loop standing for uvicorn's) where the database does not
+matter; PostgreSQL and MariaDB served by a real uvicorn (devkit/shop/adversary8.py) where
+it does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from asgiref.sync import ThreadSensitiveContext, async_to_sync, sync_to_async
+from django.db import connections, transaction
+
+import distlock
+from devkit.databases import DatabaseServer
+from devkit.shop.load import serve_shop
+from distlock import transactions
+from tests.support.lock_helpers import free_within, is_held
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True, databases=["default", "fencing"]),
+    pytest.mark.usefixtures("redis_backend"),
+]
+
+
+def _in_request_transaction(request_conn: list[Any]) -> bool:
+    conn = connections["default"]
+    return conn.connection is request_conn[0] and conn.in_atomic_block
+
+
+# --- 1. an answer noted inside ThreadSensitiveContext(executor=...) ---------------------
+@pytest.mark.xfail(
+    strict=True,
+    reason="adv8: an answer noted inside ThreadSensitiveContext(executor=...) (no "
+    "async_to_sync call answered: never stale) is kept after the block, where the "
+    "coroutine's ORM calls go back to the request's transaction: its release frees the "
+    "lock before the COMMIT of its own charge",
+)
+def test_a_release_after_an_executor_block_waits_for_the_commit() -> None:
+    """The request's sync view opens its transaction and runs its async service through
+    async_to_sync. The service first works under one lock inside
+    ``ThreadSensitiveContext(executor=legacy)`` (asgiref sends its thread-sensitive calls to
+    the legacy client's thread there), then, after the block, takes the order's lock and
+    charges through sync_to_async: in the request's thread, on its connection, inside its
+    transaction (asgiref sends thread-sensitive calls there again), and releases.
+
+    Expected: that release waits for the COMMIT (the charge is uncommitted).
+    Observed on 8aafe3c: the coroutine noted the legacy thread inside the block, with no
+    async_to_sync call to go stale with; after the block it still counts as outside the
+    transaction: its release freed the lock at once, before the COMMIT."""
+    seen: dict[str, Any] = {}
+    request_conn: list[Any] = []
+    legacy = ThreadPoolExecutor(1)
+
+    async def service() -> None:
+        async with (
+            ThreadSensitiveContext(executor=legacy),
+            distlock.lock("adv8:receipt", ttl=5, wait=2),
+        ):
+            await sync_to_async(time.sleep)(0.01)  # the legacy client's work
+        lk = distlock.lock("adv8:pay", ttl=5, wait=2)
+        assert await lk.aacquire()
+        seen["in_transaction"] = await sync_to_async(_in_request_transaction)(request_conn)
+        await lk.arelease()
+        seen["held_after_release"] = is_held("adv8:pay")
+
+    try:
+        with transaction.atomic():
+            request_conn.append(connections["default"].connection)
+            async_to_sync(service)()
+    finally:
+        legacy.shutdown()
+    assert seen["in_transaction"] is True  # the charge was in the request's transaction
+    assert seen["held_after_release"], "freed before the COMMIT of its own charge"
+    assert free_within("adv8:pay", 2)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="adv8: an answer noted before a ThreadSensitiveContext(executor=...) block "
+    "(the request's thread, its async_to_sync call still running) is kept inside it, where "
+    "the coroutine's ORM calls run on the legacy thread's own connection: it takes back "
+    "the request's release waiting for the COMMIT",
+)
+def test_a_coroutine_inside_an_executor_block_never_takes_back_the_requests_release() -> None:
+    """The view charges under the order's lock (its release waits for the COMMIT), then
+    runs its async service through async_to_sync. The service takes the customer's lock
+    (the coroutine notes the request's thread), then, inside
+    ``ThreadSensitiveContext(executor=legacy)``, asks for the order's lock: its
+    thread-sensitive calls run on the legacy thread's connection, outside the transaction
+    (they read the order unpaid).
+
+    Expected: not granted (it is not in the request's transaction: it waits for the
+    COMMIT, as a pool job does; wait=0 here).
+    Observed on 8aafe3c: granted at once (the request's release taken back), its next
+    ORM call on a connection of its own, outside the transaction."""
+    seen: dict[str, Any] = {}
+    request_conn: list[Any] = []
+    legacy = ThreadPoolExecutor(1)
+
+    def outside() -> bool:
+        try:
+            return not _in_request_transaction(request_conn)
+        finally:
+            connections.close_all()  # the legacy thread's connection ends with its call
+
+    async def service() -> None:
+        async with (
+            distlock.lock("adv8:customer", ttl=5, wait=2),
+            ThreadSensitiveContext(executor=legacy),
+        ):
+            lk = distlock.lock("adv8:order", ttl=5, wait=0)
+            seen["granted"] = await lk.aacquire()
+            seen["outside"] = await sync_to_async(outside)()
+            if seen["granted"]:
+                await lk.arelease()
+
+    try:
+        with transaction.atomic():
+            request_conn.append(connections["default"].connection)
+            with distlock.lock("adv8:order", ttl=5, wait=2):
+                pass  # the view's charge: its release waits for the COMMIT
+            async_to_sync(service)()
+    finally:
+        legacy.shutdown()
+    assert seen["outside"] is True  # its ORM calls ran outside the transaction
+    assert seen["granted"] is False, "took back the request's release"
+    assert free_within("adv8:order", 2)
+
+
+# --- 2. a task of the transaction unanswered behind a sibling's sync work ------------------
+@pytest.mark.xfail(
+    strict=True,
+    reason="adv8: a task of the request's own async_to_sync call whose question waits "
+    "behind a sibling's sync work longer than HOP_TIMEOUT is unanswered for good: it never "
+    "sees the sibling's hold, waits on the server for a release that waits for the COMMIT, "
+    "which waits for it (refused after its wait; never returns with wait=None)",
+)
+def test_two_tasks_hand_on_when_a_siblings_sync_work_outlasts_the_hop_timeout() -> None:
+    """asyncio.gather under async_to_sync inside atomic(): the first task takes the lock and
+    charges through sync_to_async (the request's thread) for longer than HOP_TIMEOUT (a
+    slow payment provider); the second looks a price up (async) once the first is
+    charging, then asks for the same lock with wait=4.
+
+    Expected: the second gets the lock once the first released (about 1.5 s in), as two
+    tasks of one transaction do (docs/transactions.md, issue 39's gather row).
+    Observed on 8aafe3c: the second's question to asgiref waited behind the first's sync
+    work and timed out (unanswered); it then took the sibling's hold for another
+    transaction's: refused after 5.0 s (1 s question + its 4 s wait); with wait=None it
+    never returns."""
+    name = "adv8:gather-busy"
+    got: list[tuple[str, float]] = []
+    began = time.monotonic()
+
+    charging = asyncio.Event()
+
+    async def first() -> None:
+        async with distlock.lock(name, ttl=5, wait=4):
+            got.append(("first", time.monotonic() - began))
+            charging.set()
+            await sync_to_async(time.sleep)(transactions.HOP_TIMEOUT + 0.5)  # the provider
+
+    async def second() -> None:
+        await charging.wait()
+        await asyncio.sleep(0.2)  # the price look-up, once the first item is charging
+        lk = distlock.lock(name, ttl=5, wait=4)
+        if await lk.aacquire():
+            got.append(("second", time.monotonic() - began))
+            await lk.arelease()
+
+    async def both() -> None:
+        await asyncio.gather(first(), second())
+
+    with transaction.atomic():
+        async_to_sync(both)()
+    assert free_within(name, 2)
+    assert [who for who, _at in got] == ["first", "second"], f"got {got}"
+
+
+# --- 3. the same shapes served: PostgreSQL and MariaDB under uvicorn -----------------------
+ORDERS = 10
+SECOND_CLICK = 1.0  # after the service's charge, before the view's COMMIT (2 s later)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="adv8: pay-legacy-client under uvicorn: the charge's release after a "
+    "ThreadSensitiveContext(executor=...) block frees the lock before the COMMIT; a second "
+    "click charges again (10 of 10 orders twice on PostgreSQL and on MariaDB)",
+)
+def test_a_charge_after_an_executor_block_under_uvicorn_never_charges_twice(
+    real_database: DatabaseServer, redis_url: str
+) -> None:
+    """``pay-legacy-client`` (devkit/shop/adversary8.py) under a real uvicorn, and a second
+    click on ``pay`` for the same order 1 s later (it asks for the order's lock while the
+    first request's view works on before its COMMIT).
+
+    Expected: the charge's release waits for the first request's COMMIT; the second click
+    then reads the charge ("already paid"): every order charged once.
+    Observed on 8aafe3c: 10 of 10 orders charged twice, on PostgreSQL and on MariaDB."""
+    orders = range(1, ORDERS + 1)
+    with serve_shop(real_database, redis_url, workers=1, server="uvicorn") as shop:
+        shop.query("INSERT INTO shop_order (id) VALUES " + ", ".join(f"({n})" for n in orders))
+        with ThreadPoolExecutor(2 * ORDERS) as pool:
+            first = [pool.submit(shop.post, f"/pay-legacy-client/{n}") for n in orders]
+            time.sleep(SECOND_CLICK)
+            second = [pool.submit(shop.post, f"/pay/{n}") for n in orders]
+            answers = [future.result() for future in first + second]
+        charges = shop.charges_per_order()
+    assert Counter(a.status for a in answers) == {200: 2 * ORDERS}
+    twice = {order: n for order, n in charges.items() if n > 1}
+    assert sorted(charges) == list(orders)
+    assert not twice, f"{len(twice)} of {ORDERS} orders charged twice"
+
+
+ITEM_ORDERS = 4
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="adv8: pay-items-slow under uvicorn: the second item's task, unanswered behind "
+    "the first item's slow charge, waits for its own transaction's COMMIT: every request "
+    "fails (LockNotAcquired after 5 s)",
+)
+def test_two_items_of_one_order_under_uvicorn_both_get_the_lock(
+    real_database: DatabaseServer, redis_url: str
+) -> None:
+    """``pay-items-slow`` (devkit/shop/adversary8.py) under a real uvicorn: one request per
+    order, its two items charged at once (asyncio.gather) under the order's lock, the
+    first item's charge taking 1.5 s in the request's thread.
+
+    Expected: 200 for every request, in about 3 s (the items one after the other).
+    Observed on 8aafe3c: 500 for every request (the second item's LockNotAcquired after
+    its 4 s wait, 5.2 s in), on PostgreSQL and on MariaDB."""
+    orders = range(1, ITEM_ORDERS + 1)
+    with serve_shop(real_database, redis_url, workers=1, server="uvicorn") as shop:
+        shop.query("INSERT INTO shop_order (id) VALUES " + ", ".join(f"({n})" for n in orders))
+        with ThreadPoolExecutor(ITEM_ORDERS) as pool:
+            answers = list(pool.map(shop.post, [f"/pay-items-slow/{n}" for n in orders]))
+        charges = shop.charges_per_order()
+    assert Counter(a.status for a in answers) == {200: ITEM_ORDERS}
+    assert charges == dict.fromkeys(orders, 1)
