@@ -1,6 +1,6 @@
-"""Issue 39's eighth adversary: views of the shop served by a real uvicorn (ASGI), for
-tests/core/test_transactions_adversary8.py. Every request is in a transaction
-(ATOMIC_REQUESTS).
+"""Issue 39's eighth adversary: views of the shop served by a real uvicorn (ASGI) or
+gunicorn (WSGI), for tests/core/test_transactions_adversary8.py. Every request is in a
+transaction (ATOMIC_REQUESTS).
 
 * ``pay-legacy-client``: the view runs its async service through ``async_to_sync``; the
   service first renders the receipt under the order's receipt lock inside
@@ -14,11 +14,14 @@ tests/core/test_transactions_adversary8.py. Every request is in a transaction
   order's lock; the first item's charge (in the request's thread, ``sync_to_async``) takes
   longer than ``distlock.transactions.HOP_TIMEOUT`` (a slow payment provider), and the
   second item looks its price up (async) once the first is charging, then asks for the lock.
+* ``pay-callback-thread`` (served by gunicorn's sync workers): see its section below.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -84,3 +87,33 @@ async def _pay_items(order_id: int) -> str:
 
 
 pay_items_slow = service_view(_pay_items, works_on=0.05)
+
+
+# --- a coroutine scheduled from a thread of the service's own ------------------------------
+# ``pay-callback-thread`` (served by gunicorn: WSGI): the view runs its async service through
+# async_to_sync (a loop of its own, in a thread of its own); the service hands the charge to
+# a callback-based client whose thread schedules the charging coroutine back on that loop
+# (``asyncio.run_coroutine_threadsafe``), as bridges to such clients do. The coroutine runs in
+# a copy of that thread's context (empty), yet asgiref sends its thread-sensitive calls to the
+# request's thread (the loop's executor): its charge is in the request's transaction.
+async def _charge_under_lock(order_id: int) -> str:
+    async with distlock.lock(f"pay:{order_id}", ttl=30, wait=10):
+        return await sync_to_async(charge)(order_id)
+
+
+async def _pay_through_callback_thread(order_id: int) -> str:
+    loop = asyncio.get_running_loop()
+    result: concurrent.futures.Future[str] = concurrent.futures.Future()
+
+    def client_thread() -> None:  # the client's callback, on a thread of its own
+        sent = asyncio.run_coroutine_threadsafe(_charge_under_lock(order_id), loop)
+        try:
+            result.set_result(sent.result())
+        except BaseException as exc:
+            result.set_exception(exc)
+
+    threading.Thread(target=client_thread, daemon=True).start()
+    return await asyncio.wrap_future(result)
+
+
+pay_callback_thread = service_view(_pay_through_callback_thread, works_on=VIEW_WORKS_ON)

@@ -23,4 +23,5 @@ urlpatterns = [
     path("pay-nested-follow-up/<int:order_id>", adversary39b.pay_nested_follow_up),
     path("pay-legacy-client/<int:order_id>", adversary8.pay_legacy_client),
     path("pay-items-slow/<int:order_id>", adversary8.pay_items_slow),
+    path("pay-callback-thread/<int:order_id>", adversary8.pay_callback_thread),
 ]

@@ -11,6 +11,7 @@ it does.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -249,3 +250,82 @@ def test_two_items_of_one_order_under_uvicorn_both_get_the_lock(
         charges = shop.charges_per_order()
     assert Counter(a.status for a in answers) == {200: ITEM_ORDERS}
     assert charges == dict.fromkeys(orders, 1)
+
+
+# --- 4. a coroutine scheduled on async_to_sync's loop from a thread of its own -------------
+@pytest.mark.xfail(
+    strict=True,
+    reason="adv8: a coroutine a plain thread schedules on async_to_sync's loop "
+    "(run_coroutine_threadsafe) runs in that thread's empty context, yet asgiref sends its "
+    "thread-sensitive calls to the request's thread (the loop's executor): its charge is in "
+    "the transaction, its release frees the lock at once",
+)
+def test_a_coroutine_a_callback_thread_schedules_ties_its_release() -> None:
+    """The request's sync view opens its transaction and runs its async service through
+    async_to_sync (no running loop: a loop of its own, as under WSGI). The service hands
+    the charge to a callback-based client: a plain thread that schedules the charging
+    coroutine back on the service's loop (asyncio.run_coroutine_threadsafe). That coroutine
+    takes the order's lock, charges through sync_to_async and releases.
+
+    Expected: the release waits for the COMMIT: asgiref sends the charge to the request's
+    thread (the loop's CurrentThreadExecutor, AsyncToSync.loop_thread_executors), on its
+    connection, inside its transaction.
+    Observed on 8aafe3c: the coroutine's context (a copy of the plain thread's, empty) names
+    no transaction: its release freed the lock at once, before the COMMIT of its charge."""
+    seen: dict[str, Any] = {}
+    request_conn: list[Any] = []
+
+    async def charge() -> None:
+        async with distlock.lock("adv8:callback", ttl=5, wait=2):
+            seen["in_transaction"] = await sync_to_async(_in_request_transaction)(request_conn)
+        seen["held_after_release"] = is_held("adv8:callback")
+
+    async def service() -> None:
+        loop = asyncio.get_running_loop()
+        sent: list[Any] = []
+        thread = threading.Thread(
+            target=lambda: sent.append(asyncio.run_coroutine_threadsafe(charge(), loop))
+        )
+        thread.start()
+        await asyncio.to_thread(thread.join)
+        await asyncio.wrap_future(sent[0])
+
+    with transaction.atomic():
+        request_conn.append(connections["default"].connection)
+        async_to_sync(service)()
+    assert seen["in_transaction"] is True  # the charge was in the request's transaction
+    assert seen["held_after_release"], "freed before the COMMIT of its own charge"
+    assert free_within("adv8:callback", 2)
+
+
+CALLBACK_ORDERS = 4  # one gunicorn sync worker per request in flight: 8 workers
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="adv8: pay-callback-thread under gunicorn: the charging coroutine, scheduled on "
+    "async_to_sync's loop by a plain thread, frees the lock before the COMMIT; a second "
+    "click charges again",
+)
+def test_a_charge_scheduled_by_a_callback_thread_under_gunicorn_never_charges_twice(
+    real_database: DatabaseServer, redis_url: str
+) -> None:
+    """``pay-callback-thread`` (devkit/shop/adversary8.py) under gunicorn's sync workers
+    (WSGI: async_to_sync runs the service on a loop of its own), and a second click on
+    ``pay`` for the same order 1 s later, while the first request's view works on.
+
+    Expected: every order charged once.
+    Observed on 8aafe3c: 4 of 4 orders charged twice, on PostgreSQL and on MariaDB."""
+    orders = range(1, CALLBACK_ORDERS + 1)
+    with serve_shop(real_database, redis_url, workers=2 * CALLBACK_ORDERS) as shop:
+        shop.query("INSERT INTO shop_order (id) VALUES " + ", ".join(f"({n})" for n in orders))
+        with ThreadPoolExecutor(2 * CALLBACK_ORDERS) as pool:
+            first = [pool.submit(shop.post, f"/pay-callback-thread/{n}") for n in orders]
+            time.sleep(SECOND_CLICK)
+            second = [pool.submit(shop.post, f"/pay/{n}") for n in orders]
+            answers = [future.result() for future in first + second]
+        charges = shop.charges_per_order()
+    assert Counter(a.status for a in answers) == {200: 2 * CALLBACK_ORDERS}
+    twice = {order: n for order, n in charges.items() if n > 1}
+    assert sorted(charges) == list(orders)
+    assert not twice, f"{len(twice)} of {CALLBACK_ORDERS} orders charged twice"
