@@ -14,7 +14,8 @@ transaction (ATOMIC_REQUESTS).
   order's lock; the first item's charge (in the request's thread, ``sync_to_async``) takes
   longer than ``distlock.transactions.HOP_TIMEOUT`` (a slow payment provider), and the
   second item looks its price up (async) once the first is charging, then asks for the lock.
-* ``pay-callback-thread`` (served by gunicorn's sync workers): see its section below.
+* ``pay-callback-thread`` (served by gunicorn's sync workers) and ``pay-then-loyalty``: see
+  their sections below.
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from asgiref.sync import ThreadSensitiveContext, async_to_sync, sync_to_async
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
 
 import distlock
 
@@ -117,3 +121,36 @@ async def _pay_through_callback_thread(order_id: int) -> str:
 
 
 pay_callback_thread = service_view(_pay_through_callback_thread, works_on=VIEW_WORKS_ON)
+
+
+# --- an event loop blocked for longer than HOP_TIMEOUT --------------------------------------
+# ``pay-then-loyalty``: the view charges the order under its lock (the release waits for the
+# COMMIT), then runs its async loyalty service through ``async_to_sync``: it credits the
+# points under the order's lock again (the same transaction: taken back at once), while it
+# renders the loyalty badge in a task of its own, CPU work on the event loop (1.5 s: any code
+# that holds the loop as long, another request's included, does the same).
+LOYALTY_WAIT = 4.0
+LOOP_BLOCKED = 1.5  # longer than distlock.transactions.HOP_TIMEOUT
+
+
+async def _credit_points(order_id: int) -> str:
+    async with distlock.lock(f"pay:{order_id}", ttl=30, wait=LOYALTY_WAIT):
+        return "points credited"
+
+
+async def _render_badge() -> None:
+    time.sleep(LOOP_BLOCKED)  # CPU work on the loop (an image library, called directly)
+
+
+async def _loyalty(order_id: int) -> str:
+    credited, _badge = await asyncio.gather(_credit_points(order_id), _render_badge())
+    return credited
+
+
+@csrf_exempt
+@require_POST
+def pay_then_loyalty(request: HttpRequest, order_id: int) -> JsonResponse:
+    with distlock.lock(f"pay:{order_id}", ttl=30, wait=10):
+        result = charge(order_id)
+    async_to_sync(_loyalty)(order_id)
+    return JsonResponse({"result": result})

@@ -24,4 +24,5 @@ urlpatterns = [
     path("pay-legacy-client/<int:order_id>", adversary8.pay_legacy_client),
     path("pay-items-slow/<int:order_id>", adversary8.pay_items_slow),
     path("pay-callback-thread/<int:order_id>", adversary8.pay_callback_thread),
+    path("pay-then-loyalty/<int:order_id>", adversary8.pay_then_loyalty),
 ]

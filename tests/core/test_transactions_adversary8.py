@@ -329,3 +329,69 @@ def test_a_charge_scheduled_by_a_callback_thread_under_gunicorn_never_charges_tw
     twice = {order: n for order, n in charges.items() if n > 1}
     assert sorted(charges) == list(orders)
     assert not twice, f"{len(twice)} of {CALLBACK_ORDERS} orders charged twice"
+
+
+# --- 5. an event loop held longer than HOP_TIMEOUT ------------------------------------------
+@pytest.mark.xfail(
+    strict=True,
+    reason="adv8: a coroutine of the request's own async_to_sync call, whose question's "
+    "answer waits behind other code holding the event loop longer than HOP_TIMEOUT, is "
+    "unanswered for good: it cannot take back its own transaction's release (refused after "
+    "its wait; never returns with wait=None)",
+)
+def test_the_transactions_coroutine_takes_back_its_release_after_the_loop_was_held() -> None:
+    """The view charges under the order's lock (its release waits for the COMMIT), then runs
+    its async service through async_to_sync; the service asks for the order's lock again
+    (the same transaction) while other code on the event loop (another request's, run
+    right after it) holds the loop for 1.5 s.
+
+    Expected: granted at once once the loop is free (the request's thread answers at once:
+    it only waits for this coroutine).
+    Observed on 8aafe3c: the answer came after HOP_TIMEOUT had run out on the held loop;
+    unanswered, the coroutine waited for its own transaction's COMMIT: refused after its
+    wait (1.5 s + 3 s); with wait=None it never returns, the lock renewed meanwhile."""
+    seen: dict[str, Any] = {}
+
+    async def service() -> None:
+        asyncio.get_running_loop().call_soon(time.sleep, 1.5)  # another request's code
+        lk = distlock.lock("adv8:loop-held", ttl=5, wait=3)
+        seen["granted"] = await lk.aacquire()
+        if seen["granted"]:
+            await lk.arelease()
+
+    with transaction.atomic():
+        with distlock.lock("adv8:loop-held", ttl=5, wait=2):
+            pass  # the view's charge: its release waits for the COMMIT
+        async_to_sync(service)()
+    assert seen["granted"], "its own transaction's release was not taken back"
+    assert free_within("adv8:loop-held", 2)
+
+
+LOYALTY_ORDERS = 3
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="adv8: pay-then-loyalty under uvicorn: a sibling task holding the event loop "
+    "1.5 s leaves the loyalty coroutine unanswered; it cannot take back its own "
+    "transaction's release: every request fails (LockNotAcquired after its 4 s wait)",
+)
+def test_a_loyalty_credit_after_the_loop_was_held_under_uvicorn_succeeds(
+    real_database: DatabaseServer, redis_url: str
+) -> None:
+    """``pay-then-loyalty`` (devkit/shop/adversary8.py) under a real uvicorn: the view
+    charges under the order's lock, then its async loyalty service takes the lock again
+    (the same transaction) while a sibling task renders a badge on the event loop for 1.5 s.
+
+    Expected: 200 for every request (the take-back is the same transaction's).
+    Observed on 8aafe3c: 500 for every request (3 of 3; 4 of 4 sent one after the other),
+    on PostgreSQL and on MariaDB; 4 of 4 answered 200 when the badge waits without holding
+    the loop (asyncio.sleep)."""
+    orders = range(1, LOYALTY_ORDERS + 1)
+    with serve_shop(real_database, redis_url, workers=1, server="uvicorn") as shop:
+        shop.query("INSERT INTO shop_order (id) VALUES " + ", ".join(f"({n})" for n in orders))
+        with ThreadPoolExecutor(LOYALTY_ORDERS) as pool:
+            answers = list(pool.map(shop.post, [f"/pay-then-loyalty/{n}" for n in orders]))
+        charges = shop.charges_per_order()
+    assert Counter(a.status for a in answers) == {200: LOYALTY_ORDERS}
+    assert charges == dict.fromkeys(orders, 1)
