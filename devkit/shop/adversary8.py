@@ -14,8 +14,8 @@ transaction (ATOMIC_REQUESTS).
   order's lock; the first item's charge (in the request's thread, ``sync_to_async``) takes
   longer than ``distlock.transactions.HOP_TIMEOUT`` (a slow payment provider), and the
   second item looks its price up (async) once the first is charging, then asks for the lock.
-* ``pay-callback-thread`` (served by gunicorn's sync workers) and ``pay-then-loyalty``: see
-  their sections below.
+* ``pay-callback-thread``, ``pay-asyncio-run`` (served by gunicorn's sync workers) and
+  ``pay-then-loyalty``: see their sections below.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import ThreadSensitiveContext, async_to_sync, sync_to_async
+from django.db import connections
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
@@ -154,3 +155,34 @@ def pay_then_loyalty(request: HttpRequest, order_id: int) -> JsonResponse:
         result = charge(order_id)
     async_to_sync(_loyalty)(order_id)
     return JsonResponse({"result": result})
+
+
+# --- asyncio.run() in the view ----------------------------------------------------------------
+# ``pay-asyncio-run`` (served by gunicorn's sync workers): the view charges the order under its
+# lock (the release waits for the COMMIT), then runs its async reconciler with
+# ``asyncio.run()`` (a loop in the request's own thread, instead of async_to_sync): the
+# reconciler retries the charge unless it is paid, under the order's lock, through
+# sync_to_async: asgiref sends those calls to its single thread-sensitive executor thread,
+# a connection of its own, outside the request's transaction.
+def _charge_on_its_thread(order_id: int) -> str:
+    try:
+        return charge(order_id)
+    finally:
+        connections.close_all()  # the executor thread's connection ends with its call
+
+
+async def _reconcile(order_id: int) -> str:
+    async with distlock.lock(f"pay:{order_id}", ttl=30, wait=2):
+        return await sync_to_async(_charge_on_its_thread)(order_id)
+
+
+@csrf_exempt
+@require_POST
+def pay_asyncio_run(request: HttpRequest, order_id: int) -> JsonResponse:
+    with distlock.lock(f"pay:{order_id}", ttl=30, wait=10):
+        result = charge(order_id)
+    try:
+        reconciled = asyncio.run(_reconcile(order_id))
+    except distlock.LockNotAcquired:
+        reconciled = "waited for the COMMIT"
+    return JsonResponse({"result": result, "reconciled": reconciled})

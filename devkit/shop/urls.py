@@ -25,4 +25,5 @@ urlpatterns = [
     path("pay-items-slow/<int:order_id>", adversary8.pay_items_slow),
     path("pay-callback-thread/<int:order_id>", adversary8.pay_callback_thread),
     path("pay-then-loyalty/<int:order_id>", adversary8.pay_then_loyalty),
+    path("pay-asyncio-run/<int:order_id>", adversary8.pay_asyncio_run),
 ]

@@ -395,3 +395,72 @@ def test_a_loyalty_credit_after_the_loop_was_held_under_uvicorn_succeeds(
         charges = shop.charges_per_order()
     assert Counter(a.status for a in answers) == {200: LOYALTY_ORDERS}
     assert charges == dict.fromkeys(orders, 1)
+
+
+# --- 6. asyncio.run() in the request's thread ------------------------------------------------
+@pytest.mark.xfail(
+    strict=True,
+    reason="adv8: a coroutine run by asyncio.run() in the request's thread counts as the "
+    "transaction's (its thread is the connection's), yet asgiref sends its ORM calls to "
+    "its single executor thread, outside the transaction: it takes back the request's "
+    "release and charges again (4 of 4 orders twice under gunicorn)",
+)
+def test_a_coroutine_asyncio_run_runs_in_the_view_never_takes_back_the_requests_release() -> None:
+    """The view charges under the order's lock (its release waits for the COMMIT), then runs
+    its async reconciler with asyncio.run() (a loop in the request's own thread, instead of
+    async_to_sync); the reconciler asks for the order's lock, and its ORM calls
+    (sync_to_async) run on asgiref's single executor thread, a connection of its own.
+
+    Expected: not granted (it is not in the transaction: it waits for the COMMIT; wait=0).
+    Observed on 8aafe3c: granted at once (the request's release taken back: the running
+    thread is the connection's), its ORM calls outside the transaction."""
+    seen: dict[str, Any] = {}
+    request_conn: list[Any] = []
+
+    def outside() -> bool:
+        try:
+            return not _in_request_transaction(request_conn)
+        finally:
+            connections.close_all()  # the executor thread's connection ends with its call
+
+    async def reconcile() -> None:
+        lk = distlock.lock("adv8:asyncio-run", ttl=5, wait=0)
+        seen["granted"] = await lk.aacquire()
+        seen["outside"] = await sync_to_async(outside)()
+        if seen["granted"]:
+            await lk.arelease()
+
+    with transaction.atomic():
+        request_conn.append(connections["default"].connection)
+        with distlock.lock("adv8:asyncio-run", ttl=5, wait=2):
+            pass  # the view's charge: its release waits for the COMMIT
+        asyncio.run(reconcile())
+    assert seen["outside"] is True  # its ORM calls ran outside the transaction
+    assert seen["granted"] is False, "took back the request's release"
+    assert free_within("adv8:asyncio-run", 2)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="adv8: pay-asyncio-run under gunicorn: the reconciler run by asyncio.run() takes "
+    "back the view's release and charges again on another connection",
+)
+def test_a_reconciler_run_by_asyncio_run_under_gunicorn_never_charges_twice(
+    real_database: DatabaseServer, redis_url: str
+) -> None:
+    """``pay-asyncio-run`` (devkit/shop/adversary8.py) under gunicorn's sync workers, one
+    request per order.
+
+    Expected: every order charged once (the reconciler waits for the COMMIT, refused after
+    its 2 s wait, or reads the charge).
+    Observed on 8aafe3c: 4 of 4 orders charged twice, on PostgreSQL and on MariaDB."""
+    orders = range(1, CALLBACK_ORDERS + 1)
+    with serve_shop(real_database, redis_url, workers=CALLBACK_ORDERS) as shop:
+        shop.query("INSERT INTO shop_order (id) VALUES " + ", ".join(f"({n})" for n in orders))
+        with ThreadPoolExecutor(CALLBACK_ORDERS) as pool:
+            answers = list(pool.map(shop.post, [f"/pay-asyncio-run/{n}" for n in orders]))
+        charges = shop.charges_per_order()
+    assert Counter(a.status for a in answers) == {200: CALLBACK_ORDERS}
+    twice = {order: n for order, n in charges.items() if n > 1}
+    assert sorted(charges) == list(orders)
+    assert not twice, f"{len(twice)} of {CALLBACK_ORDERS} orders charged twice"
