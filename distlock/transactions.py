@@ -184,7 +184,13 @@ def _runs_in(conn: Any, taking_back: bool = False) -> bool:
     that COMMIT (counted in, a sync view's follow-up sent to a background loop and not
     waited for took back the view's release and charged again through a pool job)."""
     if conn._thread_ident == _get_ident():
-        return True
+        # Sync code of the connection's thread. A coroutine on a loop run in that very thread
+        # (asyncio.run() in sync code) is in doubt: asgiref never runs its sync_to_async calls
+        # in the loop's thread (they reach another thread's connection), while its direct
+        # ORM calls (DJANGO_ALLOW_ASYNC_UNSAFE) run on this one. In for tying, not for taking
+        # back (counted in, such a reconciler took back the view's release and charged again
+        # through sync_to_async: adversary 8).
+        return not taking_back or asyncio._get_running_loop() is None
     if asyncio._get_running_loop() is None:
         return _handed_here(conn)
     if conn.allow_thread_sharing:

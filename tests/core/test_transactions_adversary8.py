@@ -398,13 +398,6 @@ def test_a_loyalty_credit_after_the_loop_was_held_under_uvicorn_succeeds(
 
 
 # --- 6. asyncio.run() in the request's thread ------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="adv8: a coroutine run by asyncio.run() in the request's thread counts as the "
-    "transaction's (its thread is the connection's), yet asgiref sends its ORM calls to "
-    "its single executor thread, outside the transaction: it takes back the request's "
-    "release and charges again (4 of 4 orders twice under gunicorn)",
-)
 def test_a_coroutine_asyncio_run_runs_in_the_view_never_takes_back_the_requests_release() -> None:
     """The view charges under the order's lock (its release waits for the COMMIT), then runs
     its async reconciler with asyncio.run() (a loop in the request's own thread, instead of
@@ -440,11 +433,6 @@ def test_a_coroutine_asyncio_run_runs_in_the_view_never_takes_back_the_requests_
     assert free_within("adv8:asyncio-run", 2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adv8: pay-asyncio-run under gunicorn: the reconciler run by asyncio.run() takes "
-    "back the view's release and charges again on another connection",
-)
 def test_a_reconciler_run_by_asyncio_run_under_gunicorn_never_charges_twice(
     real_database: DatabaseServer, redis_url: str
 ) -> None:
