@@ -416,6 +416,15 @@ async def anote_sync_thread() -> None:
         _bookkeeping_failed("anote_sync_thread")
 
 
+def answer_pending() -> bool:
+    """Return True if the running task asked which thread its ORM calls go to and the answer
+    has not come yet (anote_sync_thread takes a late one when it comes)."""
+    if asyncio._get_running_loop() is None:
+        return False
+    noted = _noted_for(asyncio.current_task())
+    return noted is not None and noted.thread == _UNANSWERED
+
+
 def _answer(hop: asyncio.Future[int]) -> int:
     """Return the thread a finished hop ran in, _NOWHERE if asgiref refused to run it (the
     only way the call itself fails: it ran ``threading.get_ident``)."""

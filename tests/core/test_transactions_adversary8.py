@@ -39,13 +39,6 @@ def _in_request_transaction(request_conn: list[Any]) -> bool:
 
 
 # --- 1. an answer noted inside ThreadSensitiveContext(executor=...) ---------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="adv8: an answer noted inside ThreadSensitiveContext(executor=...) (no "
-    "async_to_sync call answered: never stale) is kept after the block, where the "
-    "coroutine's ORM calls go back to the request's transaction: its release frees the "
-    "lock before the COMMIT of its own charge",
-)
 def test_a_release_after_an_executor_block_waits_for_the_commit() -> None:
     """The request's sync view opens its transaction and runs its async service through
     async_to_sync. The service first works under one lock inside
@@ -85,13 +78,6 @@ def test_a_release_after_an_executor_block_waits_for_the_commit() -> None:
     assert free_within("adv8:pay", 2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adv8: an answer noted before a ThreadSensitiveContext(executor=...) block "
-    "(the request's thread, its async_to_sync call still running) is kept inside it, where "
-    "the coroutine's ORM calls run on the legacy thread's own connection: it takes back "
-    "the request's release waiting for the COMMIT",
-)
 def test_a_coroutine_inside_an_executor_block_never_takes_back_the_requests_release() -> None:
     """The view charges under the order's lock (its release waits for the COMMIT), then
     runs its async service through async_to_sync. The service takes the customer's lock
@@ -139,13 +125,6 @@ def test_a_coroutine_inside_an_executor_block_never_takes_back_the_requests_rele
 
 
 # --- 2. a task of the transaction unanswered behind a sibling's sync work ------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="adv8: a task of the request's own async_to_sync call whose question waits "
-    "behind a sibling's sync work longer than HOP_TIMEOUT is unanswered for good: it never "
-    "sees the sibling's hold, waits on the server for a release that waits for the COMMIT, "
-    "which waits for it (refused after its wait; never returns with wait=None)",
-)
 def test_two_tasks_hand_on_when_a_siblings_sync_work_outlasts_the_hop_timeout() -> None:
     """asyncio.gather under async_to_sync inside atomic(): the first task takes the lock and
     charges through sync_to_async (the request's thread) for longer than HOP_TIMEOUT (a
@@ -192,12 +171,6 @@ ORDERS = 10
 SECOND_CLICK = 1.0  # after the service's charge, before the view's COMMIT (2 s later)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adv8: pay-legacy-client under uvicorn: the charge's release after a "
-    "ThreadSensitiveContext(executor=...) block frees the lock before the COMMIT; a second "
-    "click charges again (10 of 10 orders twice on PostgreSQL and on MariaDB)",
-)
 def test_a_charge_after_an_executor_block_under_uvicorn_never_charges_twice(
     real_database: DatabaseServer, redis_url: str
 ) -> None:
@@ -226,12 +199,6 @@ def test_a_charge_after_an_executor_block_under_uvicorn_never_charges_twice(
 ITEM_ORDERS = 4
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adv8: pay-items-slow under uvicorn: the second item's task, unanswered behind "
-    "the first item's slow charge, waits for its own transaction's COMMIT: every request "
-    "fails (LockNotAcquired after 5 s)",
-)
 def test_two_items_of_one_order_under_uvicorn_both_get_the_lock(
     real_database: DatabaseServer, redis_url: str
 ) -> None:
@@ -332,13 +299,6 @@ def test_a_charge_scheduled_by_a_callback_thread_under_gunicorn_never_charges_tw
 
 
 # --- 5. an event loop held longer than HOP_TIMEOUT ------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="adv8: a coroutine of the request's own async_to_sync call, whose question's "
-    "answer waits behind other code holding the event loop longer than HOP_TIMEOUT, is "
-    "unanswered for good: it cannot take back its own transaction's release (refused after "
-    "its wait; never returns with wait=None)",
-)
 def test_the_transactions_coroutine_takes_back_its_release_after_the_loop_was_held() -> None:
     """The view charges under the order's lock (its release waits for the COMMIT), then runs
     its async service through async_to_sync; the service asks for the order's lock again
@@ -370,12 +330,6 @@ def test_the_transactions_coroutine_takes_back_its_release_after_the_loop_was_he
 LOYALTY_ORDERS = 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adv8: pay-then-loyalty under uvicorn: a sibling task holding the event loop "
-    "1.5 s leaves the loyalty coroutine unanswered; it cannot take back its own "
-    "transaction's release: every request fails (LockNotAcquired after its 4 s wait)",
-)
 def test_a_loyalty_credit_after_the_loop_was_held_under_uvicorn_succeeds(
     real_database: DatabaseServer, redis_url: str
 ) -> None:
@@ -390,8 +344,9 @@ def test_a_loyalty_credit_after_the_loop_was_held_under_uvicorn_succeeds(
     orders = range(1, LOYALTY_ORDERS + 1)
     with serve_shop(real_database, redis_url, workers=1, server="uvicorn") as shop:
         shop.query("INSERT INTO shop_order (id) VALUES " + ", ".join(f"({n})" for n in orders))
-        with ThreadPoolExecutor(LOYALTY_ORDERS) as pool:
-            answers = list(pool.map(shop.post, [f"/pay-then-loyalty/{n}" for n in orders]))
+        # One after the other: each request's badge holds the one event loop 1.5 s, and
+        # concurrent ones would add up past the credit's own wait whatever distlock did.
+        answers = [shop.post(f"/pay-then-loyalty/{n}") for n in orders]
         charges = shop.charges_per_order()
     assert Counter(a.status for a in answers) == {200: LOYALTY_ORDERS}
     assert charges == dict.fromkeys(orders, 1)
