@@ -39,10 +39,13 @@ from .info import holder_metadata
 from .signals import lock_contended
 from .tokens import NON_FAIR_MARK, SHARED_MARK, new_token
 from .transactions import (
+    anote_loop_thread,
     anote_sync_thread,
     answer_pending,
     held_in_transactions_here,
+    note_loop_thread,
     note_sync_thread,
+    on_a_loop_of_async_to_sync,
     tied,
     transactions_entered,
     waiting_release,
@@ -66,6 +69,8 @@ async def aacquire(lock: Any, wait: float | None) -> bool:
     began = time.monotonic() if metrics.ENABLED else 0.0  # metrics.now(), without a call
     if transactions_entered():  # (a builtin: no frame when no transaction was ever entered)
         await anote_sync_thread()  # whether its ORM calls run in the transaction it names
+    elif on_a_loop_of_async_to_sync():
+        await anote_loop_thread()  # the transactions of the thread its ORM calls go to
     try:
         if shared.holds and not lock.shared:  # a process holding no shared lock skips it
             await shared.arefuse_upgrade(lock.kind, lock.using, lock.name, shared.current_owner())
@@ -107,6 +112,8 @@ def acquire(lock: Any, wait: float | None) -> bool:
     began = time.monotonic() if metrics.ENABLED else 0.0  # metrics.now(), without a call
     if transactions_entered():  # (a builtin: no frame when no transaction was ever entered)
         note_sync_thread()  # whether its ORM calls run in the transaction it names
+    elif on_a_loop_of_async_to_sync():
+        note_loop_thread()  # the transactions of the thread its ORM calls go to
     try:
         if shared.holds and not lock.shared:  # a process holding no shared lock skips it
             shared.refuse_upgrade(lock.kind, lock.using, lock.name, shared.current_owner())

@@ -1,7 +1,7 @@
 """Issue 39, the eighth adversary: the answer a coroutine notes about which thread its ORM
 calls go to (anote_sync_thread), and the unanswered coroutine (HOP_TIMEOUT). Each test says
-what it expects and what was observed on main at 8aafe3c; each FAILS there, marked
-``xfail(strict=True)`` until it is fixed.
+what it expects and what was observed on main at 8aafe3c; each FAILS there (each was
+marked ``xfail(strict=True)`` until it was fixed).
 
 In-process (SQLite, an event loop standing for uvicorn's) where the database does not
 matter; PostgreSQL and MariaDB served by a real uvicorn (devkit/shop/adversary8.py) where
@@ -220,13 +220,6 @@ def test_two_items_of_one_order_under_uvicorn_both_get_the_lock(
 
 
 # --- 4. a coroutine scheduled on async_to_sync's loop from a thread of its own -------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="adv8: a coroutine a plain thread schedules on async_to_sync's loop "
-    "(run_coroutine_threadsafe) runs in that thread's empty context, yet asgiref sends its "
-    "thread-sensitive calls to the request's thread (the loop's executor): its charge is in "
-    "the transaction, its release frees the lock at once",
-)
 def test_a_coroutine_a_callback_thread_schedules_ties_its_release() -> None:
     """The request's sync view opens its transaction and runs its async service through
     async_to_sync (no running loop: a loop of its own, as under WSGI). The service hands
@@ -268,12 +261,6 @@ def test_a_coroutine_a_callback_thread_schedules_ties_its_release() -> None:
 CALLBACK_ORDERS = 4  # one gunicorn sync worker per request in flight: 8 workers
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adv8: pay-callback-thread under gunicorn: the charging coroutine, scheduled on "
-    "async_to_sync's loop by a plain thread, frees the lock before the COMMIT; a second "
-    "click charges again",
-)
 def test_a_charge_scheduled_by_a_callback_thread_under_gunicorn_never_charges_twice(
     real_database: DatabaseServer, redis_url: str
 ) -> None:
