@@ -39,9 +39,13 @@ from .info import holder_metadata
 from .signals import lock_contended
 from .tokens import NON_FAIR_MARK, SHARED_MARK, new_token
 from .transactions import (
+    anote_loop_thread,
     anote_sync_thread,
+    answer_pending,
     held_in_transactions_here,
+    note_loop_thread,
     note_sync_thread,
+    on_a_loop_of_async_to_sync,
     tied,
     transactions_entered,
     waiting_release,
@@ -65,6 +69,8 @@ async def aacquire(lock: Any, wait: float | None) -> bool:
     began = time.monotonic() if metrics.ENABLED else 0.0  # metrics.now(), without a call
     if transactions_entered():  # (a builtin: no frame when no transaction was ever entered)
         await anote_sync_thread()  # whether its ORM calls run in the transaction it names
+    elif on_a_loop_of_async_to_sync():
+        await anote_loop_thread()  # the transactions of the thread its ORM calls go to
     try:
         if shared.holds and not lock.shared:  # a process holding no shared lock skips it
             await shared.arefuse_upgrade(lock.kind, lock.using, lock.name, shared.current_owner())
@@ -106,6 +112,8 @@ def acquire(lock: Any, wait: float | None) -> bool:
     began = time.monotonic() if metrics.ENABLED else 0.0  # metrics.now(), without a call
     if transactions_entered():  # (a builtin: no frame when no transaction was ever entered)
         note_sync_thread()  # whether its ORM calls run in the transaction it names
+    elif on_a_loop_of_async_to_sync():
+        note_loop_thread()  # the transactions of the thread its ORM calls go to
     try:
         if shared.holds and not lock.shared:  # a process holding no shared lock skips it
             shared.refuse_upgrade(lock.kind, lock.using, lock.name, shared.current_owner())
@@ -282,6 +290,11 @@ def _new_token(lock: Any, operations: Operations) -> str:
 # How often (s) a task waiting for a lock that another task of its transaction holds looks
 # for that task's release (asyncio.gather under async_to_sync): it never reaches the server.
 SIBLING_LOOK = 0.05
+# How often (s) a task whose question to asgiref is not answered yet looks for a release of
+# its own transaction to take back (transactions.anote_sync_thread: the answer may come
+# late, or never: a coroutine the request's thread waits for, where this bounds the cost of
+# the wait to a few calls a second).
+ANSWER_LOOK = 0.25
 # An acquire whose reply came too late to leave any lease: treated as not acquired.
 TOO_LATE = Attempt(False, holder_pttl_ms=0)
 
@@ -318,6 +331,7 @@ class Attempts:
         self.queue = wait != 0
         self.contended = False
         self.waited = False  # an acquire_when_free call was made
+        self.answer_awaited = False  # a turn found this task's question unanswered
         self.started = 0.0
         self.lease_until = 0.0  # the local end of a granted attempt's lease (_unusable)
         self.began = began  # metrics.now() when acquire() was called (0.0: nothing recorded)
@@ -407,6 +421,20 @@ class Attempts:
             if block is None:
                 await self.agive_up(backend.aleave)
                 return False
+            if tied and (self.answer_awaited or answer_pending()):
+                # This task's question (which thread its ORM calls go to) is not answered
+                # yet: a release of its own transaction, waiting for the COMMIT that waits
+                # for this task, may be its to take back once the answer comes (a question
+                # that waited behind other code on its thread, or on the event loop). Look
+                # for it each turn while the answer is awaited, and once after it came.
+                self.answer_awaited = answer_pending()
+                held = waiting_release(lock._resource())
+                if held is not None and await atake_back_from_queue(
+                    lock, backend, self.token, held
+                ):
+                    return True
+                if self.answer_awaited:
+                    block = min(block, ANSWER_LOOK)
             if not tied:
                 pass  # no hold of this process is tied to a transaction: none to look for
             elif held_in_transactions_here(lock._resource()):
@@ -505,6 +533,18 @@ class Attempts:
             if block is None:
                 self.give_up(backend.leave)
                 return False
+            if tied and (self.answer_awaited or answer_pending()):
+                # This task's question (which thread its ORM calls go to) is not answered
+                # yet: a release of its own transaction, waiting for the COMMIT that waits
+                # for this task, may be its to take back once the answer comes (a question
+                # that waited behind other code on its thread, or on the event loop). Look
+                # for it each turn while the answer is awaited, and once after it came.
+                self.answer_awaited = answer_pending()
+                held = waiting_release(lock._resource())
+                if held is not None and take_back_from_queue(lock, backend, self.token, held):
+                    return True
+                if self.answer_awaited:
+                    block = min(block, ANSWER_LOOK)
             if not tied:
                 pass  # no hold of this process is tied to a transaction: none to look for
             elif held_in_transactions_here(lock._resource()):

@@ -184,7 +184,13 @@ def _runs_in(conn: Any, taking_back: bool = False) -> bool:
     that COMMIT (counted in, a sync view's follow-up sent to a background loop and not
     waited for took back the view's release and charged again through a pool job)."""
     if conn._thread_ident == _get_ident():
-        return True
+        # Sync code of the connection's thread. A coroutine on a loop run in that very thread
+        # (asyncio.run() in sync code) is in doubt: asgiref never runs its sync_to_async calls
+        # in the loop's thread (they reach another thread's connection), while its direct
+        # ORM calls (DJANGO_ALLOW_ASYNC_UNSAFE) run on this one. In for tying, not for taking
+        # back (counted in, such a reconciler took back the view's release and charged again
+        # through sync_to_async: adversary 8).
+        return not taking_back or asyncio._get_running_loop() is None
     if asyncio._get_running_loop() is None:
         return _handed_here(conn)
     if conn.allow_thread_sharing:
@@ -408,6 +414,103 @@ async def anote_sync_thread() -> None:
         _sync_thread.set(noted)
     except Exception:
         _bookkeeping_failed("anote_sync_thread")
+
+
+def on_a_loop_of_async_to_sync() -> bool:
+    """Return True if the running event loop is one async_to_sync made for a thread (a loop
+    of its own, as under WSGI: asgiref's ``AsyncToSync.loop_thread_executors``). Cheap: every
+    async acquire outside any transaction asks (under ASGI the loop is the server's: no)."""
+    loop = asyncio._get_running_loop()
+    return loop is not None and loop in _loop_thread_executors()
+
+
+def _loop_thread_executors() -> Any:
+    from asgiref.sync import AsyncToSync
+
+    return getattr(AsyncToSync, "loop_thread_executors", {})
+
+
+def _calls_go_to_the_loops_thread() -> bool:
+    """Return True if the running coroutine's thread-sensitive calls go to the thread its
+    loop was made for although its context names no async_to_sync call there (asgiref's
+    fallback: a coroutine that a plain thread scheduled on the loop, with
+    ``run_coroutine_threadsafe``, runs in that thread's context)."""
+    from asgiref.sync import AsyncToSync, SyncToAsync
+
+    if not on_a_loop_of_async_to_sync():
+        return False
+    if getattr(AsyncToSync.executors, "current", None) is not None:
+        return False
+    context = getattr(SyncToAsync, "thread_sensitive_context", None)
+    return context is None or context.get(None) is None
+
+
+def _open_here() -> tuple[int, tuple[Any, ...]]:
+    """Return this thread's identity and the transactions of its open atomic blocks, flat as
+    ``_entered`` holds them (run by a hop in the thread asked)."""
+    entered = tuple(
+        item
+        for conn in open_transactions()
+        for item in (weakref.ref(conn), transaction_number(conn))
+    )
+    return _get_ident(), entered
+
+
+async def anote_loop_thread() -> None:
+    """In a coroutine whose context names no transaction, on a loop async_to_sync made for a
+    thread, whose thread-sensitive calls go to that thread all the same
+    (_calls_go_to_the_loops_thread): its ORM calls run in whatever transaction that thread
+    has open. Ask that thread (one hop, once per task and route) which transactions are
+    open there, and note them, and the thread, in this task's context, as a copy of that
+    thread's context would have them: its releases inside them then wait for their COMMIT
+    (before: a coroutine a callback-based client's thread scheduled there charged inside the
+    request's transaction, and its release freed the lock at once: 4 of 4 orders charged
+    twice under gunicorn, the eighth adversary). Unanswered in time, nothing is noted: its
+    releases free the lock at once, as before."""
+    task = asyncio.current_task()
+    if task is None or not _calls_go_to_the_loops_thread():
+        return
+    try:
+        route = _route()
+        noted = _noted_for(task)
+        if noted is not None and noted.holds(route):
+            return
+        from asgiref.sync import sync_to_async
+
+        noted = _Noted(task, None, route)
+        hop = asyncio.ensure_future(sync_to_async(_open_here)())
+        done, _ = await asyncio.wait((hop,), timeout=HOP_TIMEOUT)
+        if not done:
+            hop.add_done_callback(_retrieve)
+        elif hop.exception() is not None:
+            noted.thread = _NOWHERE
+        else:
+            noted.thread, entered = hop.result()
+            if entered:
+                _entered.set(entered)
+        _sync_thread.set(noted)
+    except Exception:
+        _bookkeeping_failed("anote_loop_thread")
+
+
+def note_loop_thread() -> None:
+    """Sync code runs its queries on its own thread's connection: nothing to note (the sync
+    twin of anote_loop_thread)."""
+
+
+def _retrieve(hop: asyncio.Future[Any]) -> None:
+    """Retrieve a late hop's outcome, so that asyncio does not log it as never retrieved."""
+    if not hop.cancelled():
+        hop.exception()
+
+
+def answer_pending() -> bool:
+    """Return True if the running task asked which thread its ORM calls go to and the answer
+    has not come yet (anote_sync_thread takes a late one when it comes)."""
+    if asyncio._get_running_loop() is None:
+        return False
+    noted = _noted_for(asyncio.current_task())
+    return noted is not None and noted.thread == _UNANSWERED
 
 
 def _answer(hop: asyncio.Future[int]) -> int:

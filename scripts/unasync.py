@@ -57,6 +57,7 @@ RENAMES = {
     # distlock.attempts, the acquire path (its aacquire and _areenter, Attempts.aacquire)
     "aacquire": "acquire",
     "anote_sync_thread": "note_sync_thread",
+    "anote_loop_thread": "note_loop_thread",
     "_areenter": "_reenter",
     "arelease": "release",
     "_arelease_now": "_release_now",

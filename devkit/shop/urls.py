@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import adversary5, adversary6, adversary39b, fenced, views
+from . import adversary5, adversary6, adversary8, adversary39b, fenced, views
 
 urlpatterns = [
     path("", views.health),
@@ -21,4 +21,9 @@ urlpatterns = [
     path("pay-follow-up-slow/<int:order_id>", adversary6.pay_follow_up_slow),
     path("pay-background-loop/<int:order_id>", adversary6.pay_background_loop),
     path("pay-nested-follow-up/<int:order_id>", adversary39b.pay_nested_follow_up),
+    path("pay-legacy-client/<int:order_id>", adversary8.pay_legacy_client),
+    path("pay-items-slow/<int:order_id>", adversary8.pay_items_slow),
+    path("pay-callback-thread/<int:order_id>", adversary8.pay_callback_thread),
+    path("pay-then-loyalty/<int:order_id>", adversary8.pay_then_loyalty),
+    path("pay-asyncio-run/<int:order_id>", adversary8.pay_asyncio_run),
 ]

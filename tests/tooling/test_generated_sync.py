@@ -62,7 +62,7 @@ HAND_WRITTEN_MODULES = {
     " method",
     "distlock/transactions.py": "anote_sync_thread asks asgiref which thread a coroutine's ORM"
     " calls go back to (a sync_to_async call); sync code has no such question: its twin,"
-    " note_sync_thread, does nothing",
+    " note_sync_thread, does nothing; so has anote_loop_thread (note_loop_thread)",
     "distlock/views/decorators.py": "an async view reads the user with request.auser() and has no"
     " ATOMIC_REQUESTS transaction to run in: the async path differs from the sync one",
     "distlock/views/request_values.py": "auser_value awaits request.auser(); the sync one reads"
