@@ -326,6 +326,13 @@ def _answering_call() -> weakref.ref[Any] | None:
     return None
 
 
+def _answered_on(task: asyncio.Task[Any], route: tuple[Any, ...]) -> bool:
+    """Return True if what was noted for ``task`` still holds on ``route`` (_Noted.holds):
+    no new question is needed."""
+    noted = _noted_for(task)
+    return noted is not None and noted.holds(route)
+
+
 def _route() -> tuple[Any, ...]:
     """Return what decides where the running coroutine's thread-sensitive calls go, weakly:
     asgiref's executor of the async_to_sync call it runs in, and its thread-sensitive
@@ -386,10 +393,7 @@ async def anote_sync_thread() -> None:
         return
     try:
         route = _route()
-        noted = _noted_for(task)
-        if noted is not None and noted.holds(route):
-            return
-        if not any(map(_open_elsewhere, _pairs(entered))):
+        if _answered_on(task, route) or not any(map(_open_elsewhere, _pairs(entered))):
             return
         from asgiref.sync import sync_to_async
 
@@ -472,8 +476,7 @@ async def anote_loop_thread() -> None:
         return
     try:
         route = _route()
-        noted = _noted_for(task)
-        if noted is not None and noted.holds(route):
+        if _answered_on(task, route):
             return
         from asgiref.sync import sync_to_async
 
