@@ -208,6 +208,7 @@ def count(run: tuple[Path, str], plain: bool = False) -> dict[str, Any]:
     """Return the instructions of one contended acquisition of ``case`` with distlock
     imported from ``tree``, and the server's commands per cycle (on a server of its own)."""
     from devkit.callgrind import dump_totals
+    from devkit.processes import run_process, start_process
     from devkit.redis_server import RedisServer
 
     tree, case = run
@@ -224,12 +225,12 @@ def count(run: tuple[Path, str], plain: bool = False) -> dict[str, Any]:
             other = None  # a faked backend needs no holder
             if case not in FAKED:
                 command = [sys.executable, str(HERE), "--holder", *arguments]
-                other = subprocess.Popen(command, env=env, cwd=tree)
+                other = start_process(command, env, cwd=tree)
             try:
                 if plain:
-                    subprocess.run(
+                    run_process(
                         [sys.executable, str(HERE), "--measured", *arguments],
-                        env=env,
+                        env,
                         cwd=tree,
                         check=True,
                         capture_output=True,
