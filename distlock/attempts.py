@@ -43,9 +43,10 @@ from .transactions import (
     anote_sync_thread,
     answer_pending,
     held_in_transactions_here,
+    loops_of_async_to_sync,
     note_loop_thread,
     note_sync_thread,
-    on_a_loop_of_async_to_sync,
+    running_loop,
     tied,
     transactions_entered,
     waiting_release,
@@ -69,7 +70,7 @@ async def aacquire(lock: Any, wait: float | None) -> bool:
     began = time.monotonic() if metrics.ENABLED else 0.0  # metrics.now(), without a call
     if transactions_entered():  # (a builtin: no frame when no transaction was ever entered)
         await anote_sync_thread()  # whether its ORM calls run in the transaction it names
-    elif on_a_loop_of_async_to_sync():
+    elif running_loop() in loops_of_async_to_sync:  # (no loop, None: never in it)
         await anote_loop_thread()  # the transactions of the thread its ORM calls go to
     try:
         if shared.holds and not lock.shared:  # a process holding no shared lock skips it
@@ -112,7 +113,7 @@ def acquire(lock: Any, wait: float | None) -> bool:
     began = time.monotonic() if metrics.ENABLED else 0.0  # metrics.now(), without a call
     if transactions_entered():  # (a builtin: no frame when no transaction was ever entered)
         note_sync_thread()  # whether its ORM calls run in the transaction it names
-    elif on_a_loop_of_async_to_sync():
+    elif running_loop() in loops_of_async_to_sync:  # (no loop, None: never in it)
         note_loop_thread()  # the transactions of the thread its ORM calls go to
     try:
         if shared.holds and not lock.shared:  # a process holding no shared lock skips it

@@ -60,6 +60,7 @@ import weakref
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Protocol
 
+from asgiref.sync import AsyncToSync, SyncToAsync, sync_to_async
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -307,8 +308,6 @@ def _has_quit(executor: Any) -> bool:
 def _calls() -> Iterable[Any]:
     """Yield asgiref's executors of the async_to_sync calls this context runs in, the
     innermost first (a thread-sensitive call goes to the first that has not returned)."""
-    from asgiref.sync import AsyncToSync
-
     executor = getattr(AsyncToSync.executors, "current", None)
     for _ in range(100):  # a chain, never a cycle: bounded all the same
         if executor is None:
@@ -340,8 +339,6 @@ def _route() -> tuple[Any, ...]:
     thread, the call's executor hidden until the block ends). An answer noted on one route
     says nothing of another (the eighth adversary: noted inside such a block, it was kept
     after it, and before it, inside)."""
-    from asgiref.sync import AsyncToSync, SyncToAsync
-
     context = getattr(SyncToAsync, "thread_sensitive_context", None)
     return (
         _weak(getattr(AsyncToSync.executors, "current", None)),
@@ -395,8 +392,6 @@ async def anote_sync_thread() -> None:
         route = _route()
         if _answered_on(task, route) or not any(map(_open_elsewhere, _pairs(entered))):
             return
-        from asgiref.sync import sync_to_async
-
         noted = _Noted(task, _answering_call(), route)
         hop = asyncio.ensure_future(sync_to_async(_get_ident)())
         # Not wait_for: cancelling a sync_to_async call waits for its thread all the same.
@@ -420,18 +415,13 @@ async def anote_sync_thread() -> None:
         _bookkeeping_failed("anote_sync_thread")
 
 
-def on_a_loop_of_async_to_sync() -> bool:
-    """Return True if the running event loop is one async_to_sync made for a thread (a loop
-    of its own, as under WSGI: asgiref's ``AsyncToSync.loop_thread_executors``). Cheap: every
-    async acquire outside any transaction asks (under ASGI the loop is the server's: no)."""
-    loop = asyncio._get_running_loop()
-    return loop is not None and loop in _loop_thread_executors()
-
-
-def _loop_thread_executors() -> Any:
-    from asgiref.sync import AsyncToSync
-
-    return getattr(AsyncToSync, "loop_thread_executors", {})
+# The loops async_to_sync made for a thread (a loop of its own, as under WSGI): asgiref's
+# ``AsyncToSync.loop_thread_executors``, a dict it fills and empties, never rebinds. With
+# ``running_loop`` (a builtin), the acquire path asks ``running_loop() in
+# loops_of_async_to_sync`` inline, before anote_loop_thread: no frame for sync code (no
+# loop) or under ASGI (the server's loop is not one of them).
+loops_of_async_to_sync: Any = getattr(AsyncToSync, "loop_thread_executors", {})
+running_loop = asyncio._get_running_loop
 
 
 def _calls_go_to_the_loops_thread() -> bool:
@@ -439,9 +429,7 @@ def _calls_go_to_the_loops_thread() -> bool:
     loop was made for although its context names no async_to_sync call there (asgiref's
     fallback: a coroutine that a plain thread scheduled on the loop, with
     ``run_coroutine_threadsafe``, runs in that thread's context)."""
-    from asgiref.sync import AsyncToSync, SyncToAsync
-
-    if not on_a_loop_of_async_to_sync():
+    if running_loop() not in loops_of_async_to_sync:
         return False
     if getattr(AsyncToSync.executors, "current", None) is not None:
         return False
@@ -478,8 +466,6 @@ async def anote_loop_thread() -> None:
         route = _route()
         if _answered_on(task, route):
             return
-        from asgiref.sync import sync_to_async
-
         noted = _Noted(task, None, route)
         hop = asyncio.ensure_future(sync_to_async(_open_here)())
         done, _ = await asyncio.wait((hop,), timeout=HOP_TIMEOUT)
@@ -1602,7 +1588,6 @@ def _asgiref_problems() -> list[str]:
     such a task in the request's transaction again. (``_old_executor``, the chain of nested
     calls, is newer than asgiref 3.8.1, which Django 5.2 allows: its absence is not one.)"""
     from asgiref.current_thread_executor import CurrentThreadExecutor
-    from asgiref.sync import AsyncToSync
 
     problems = []
     if not hasattr(AsyncToSync, "executors"):
