@@ -27,4 +27,5 @@ urlpatterns = [
     path("pay-then-loyalty/<int:order_id>", adversary8.pay_then_loyalty),
     path("pay-asyncio-run/<int:order_id>", adversary8.pay_asyncio_run),
     path("pay-callback-busy/<int:order_id>", adversary9.pay_callback_busy),
+    path("pay-shutdown-reconcile/<int:order_id>", adversary9.pay_shutdown_reconcile),
 ]
