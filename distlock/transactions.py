@@ -343,6 +343,12 @@ def _route() -> tuple[Any, ...]:
     return (
         _weak(getattr(AsyncToSync.executors, "current", None)),
         _weak(context.get(None) if context is not None else None),
+        # With neither, asgiref sends the calls to the thread the running loop was made for
+        # while async_to_sync's call runs, and to its single executor thread once that call
+        # has returned (the loop shutting down: asyncio.run cancels the tasks left): an
+        # answer noted on that loop's thread says nothing of the latter (the ninth
+        # adversary: a cancelled bridged task took back the view's release).
+        _weak(loops_of_async_to_sync.get(running_loop())),
     )
 
 

@@ -135,10 +135,6 @@ def test_a_bridged_charge_behind_a_slow_step_under_gunicorn_never_charges_twice(
     assert not twice, f"{len(twice)} of {CALLBACK_ORDERS} orders charged twice"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="route unchanged, destination changed: the noted thread outlives loop_thread_executors",
-)
 def test_a_bridged_task_cancelled_after_its_loops_call_never_takes_back_the_view_release() -> None:
     """The view charges under the order's lock (its release waits for the COMMIT), then runs
     its async service through async_to_sync; the service has a client thread schedule a
@@ -198,10 +194,6 @@ def test_a_bridged_task_cancelled_after_its_loops_call_never_takes_back_the_view
     assert free_within(name, 2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="4 of 4 orders charged twice (PostgreSQL and MariaDB): stale loop-thread answer",
-)
 def test_a_bridged_reconciler_cancelled_at_shutdown_under_gunicorn_never_charges_twice(
     real_database: DatabaseServer, redis_url: str
 ) -> None:
