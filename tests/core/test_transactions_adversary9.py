@@ -66,10 +66,6 @@ def _charge_under_lock(name: str, seen: dict[str, Any], request_conn: list[Any])
     return charge()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="anote_loop_thread unanswered in time notes nothing: the release frees at once",
-)
 def test_a_bridged_coroutine_unanswered_behind_the_threads_work_waits_for_the_commit() -> None:
     """The view opens its transaction and runs its async service through async_to_sync (a
     loop of its own: WSGI). The service starts a slow sync step in the request's thread
@@ -105,10 +101,6 @@ CALLBACK_ORDERS = 4
 SECOND_CLICK = 2.0  # after the charge (about 1.6 s in), before the view's COMMIT (3.6 s)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="4 of 4 orders charged twice (PostgreSQL and MariaDB): unanswered loop-thread hop",
-)
 def test_a_bridged_charge_behind_a_slow_step_under_gunicorn_never_charges_twice(
     real_database: DatabaseServer, redis_url: str
 ) -> None:
