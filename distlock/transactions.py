@@ -274,6 +274,13 @@ _sync_thread: contextvars.ContextVar[_Noted | None] = contextvars.ContextVar(
 # waits for it).
 HOP_TIMEOUT = 1.0
 _UNANSWERED = 0  # a noted thread that has not answered (thread idents are never 0)
+# How long anote_loop_thread waits for its answer, much shorter: such a coroutine is most
+# often in no transaction (a command's or a Celery task's callbacks), and its thread may be
+# busy with other sync work; an answer that comes later is noted at its next lock call (a
+# release before it made no ORM call in that thread since the question: asgiref runs them
+# in order). Waiting HOP_TIMEOUT, a callback's free lock took up to 1 s (the ninth
+# adversary).
+LOOP_HOP_TIMEOUT = 0.05
 # A noted "no thread": asgiref refused the hop (a task that outlived the async_to_sync call
 # that started it: "CurrentThreadExecutor already quit"). Its ORM calls reach no thread of
 # the transaction, so it is not in it (counted in, it took back a release waiting for the
@@ -496,7 +503,7 @@ async def anote_loop_thread() -> None:
             return
         noted = _Noted(task, None, route)
         hop = asyncio.ensure_future(sync_to_async(_open_here)())
-        done, _ = await asyncio.wait((hop,), timeout=HOP_TIMEOUT)
+        done, _ = await asyncio.wait((hop,), timeout=LOOP_HOP_TIMEOUT)
         if not done:
             # Taken when it comes (the thread was busy with other sync work: this task's
             # own ORM calls queue behind the hop, so the answer is in before they return),

@@ -207,10 +207,6 @@ def test_a_bridged_reconciler_cancelled_at_shutdown_under_gunicorn_never_charges
     assert not twice, f"{len(twice)} of {CALLBACK_ORDERS} orders charged twice"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="anote_loop_thread's hop waits behind the thread's sync work: up to 1 s per task",
-)
 def test_a_bridged_lock_call_outside_any_transaction_never_waits_for_the_busy_thread() -> None:
     """A management command (or a Celery task) runs its async code through async_to_sync,
     in no transaction; the code runs a sync step in the command's thread (2 s), and
