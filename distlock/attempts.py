@@ -429,6 +429,8 @@ class Attempts:
                 # that waited behind other code on its thread, or on the event loop). Look
                 # for it each turn while the answer is awaited, and once after it came.
                 self.answer_awaited = answer_pending()
+                if running_loop() in loops_of_async_to_sync:
+                    await anote_loop_thread()  # a late answer of its thread's transactions
                 held = waiting_release(lock._resource())
                 if held is not None and await atake_back_from_queue(
                     lock, backend, self.token, held
@@ -541,6 +543,8 @@ class Attempts:
                 # that waited behind other code on its thread, or on the event loop). Look
                 # for it each turn while the answer is awaited, and once after it came.
                 self.answer_awaited = answer_pending()
+                if running_loop() in loops_of_async_to_sync:
+                    note_loop_thread()  # a late answer of its thread's transactions
                 held = waiting_release(lock._resource())
                 if held is not None and take_back_from_queue(lock, backend, self.token, held):
                     return True

@@ -22,7 +22,16 @@ from .exceptions import LockError
 from .info import LockInfo
 from .lease import Lease
 from .signals import lock_released
-from .transactions import LockTies, anote_sync_thread, note_sync_thread, transactions_entered
+from .transactions import (
+    LockTies,
+    anote_loop_thread,
+    anote_sync_thread,
+    loops_of_async_to_sync,
+    note_loop_thread,
+    note_sync_thread,
+    running_loop,
+    transactions_entered,
+)
 from .validation import seconds
 
 
@@ -94,6 +103,8 @@ class LockCalls(_Base):
         """
         if transactions_entered():  # (a builtin: no frame when none was ever entered)
             await anote_sync_thread()
+        elif running_loop() in loops_of_async_to_sync:  # (no loop, None: never in it)
+            await anote_loop_thread()  # a late answer of its thread's transactions, noted
         if self._ties.wait(self, self._depth):
             return
         await self._arelease_now()
@@ -120,6 +131,8 @@ class LockCalls(_Base):
         """
         if transactions_entered():  # (a builtin: no frame when none was ever entered)
             note_sync_thread()
+        elif running_loop() in loops_of_async_to_sync:  # (no loop, None: never in it)
+            note_loop_thread()  # a late answer of its thread's transactions, noted
         if self._ties.wait(self, self._depth):
             return
         self._release_now()

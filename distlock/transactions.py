@@ -224,13 +224,15 @@ class _Noted:
     returned, the answer is stale), and the route asgiref took (``route``: the answer holds
     only while the running code's route is the same one)."""
 
-    __slots__ = ("call", "route", "task", "thread")
+    __slots__ = ("call", "entered", "hop", "route", "task", "thread")
 
     def __init__(self, task: asyncio.Task[Any], call: Any, route: tuple[Any, ...]) -> None:
         self.task = weakref.ref(task)
         self.thread = _UNANSWERED
         self.call = call
         self.route = route
+        self.entered: tuple[Any, ...] = ()  # a late loop-thread answer's, not noted yet
+        self.hop: asyncio.Future[Any] | None = None  # anote_loop_thread's, while unanswered
 
     def holds(self, route: tuple[Any, ...]) -> bool:
         """Return True if no new question is needed: the route is the one asked on, and the
@@ -244,6 +246,17 @@ class _Noted:
         then, and answered as it would have been at once."""
         if not hop.cancelled():
             self.thread = _answer(hop)
+
+    def answered_loop(self, hop: asyncio.Future[tuple[int, tuple[Any, ...]]]) -> None:
+        """Take a late answer of anote_loop_thread's hop: the thread, and the transactions
+        open there, noted in the task's context at its next lock call (anote_loop_thread)."""
+        if self.hop is None or hop.cancelled():
+            return  # taken already (anote_loop_thread), or never to come
+        self.hop = None
+        if hop.exception() is not None:
+            self.thread = _NOWHERE
+        else:
+            self.thread, self.entered = hop.result()
 
 
 _sync_thread: contextvars.ContextVar[_Noted | None] = contextvars.ContextVar(
@@ -261,6 +274,13 @@ _sync_thread: contextvars.ContextVar[_Noted | None] = contextvars.ContextVar(
 # waits for it).
 HOP_TIMEOUT = 1.0
 _UNANSWERED = 0  # a noted thread that has not answered (thread idents are never 0)
+# How long anote_loop_thread waits for its answer, much shorter: such a coroutine is most
+# often in no transaction (a command's or a Celery task's callbacks), and its thread may be
+# busy with other sync work; an answer that comes later is noted at its next lock call (a
+# release before it made no ORM call in that thread since the question: asgiref runs them
+# in order). Waiting HOP_TIMEOUT, a callback's free lock took up to 1 s (the ninth
+# adversary).
+LOOP_HOP_TIMEOUT = 0.05
 # A noted "no thread": asgiref refused the hop (a task that outlived the async_to_sync call
 # that started it: "CurrentThreadExecutor already quit"). Its ORM calls reach no thread of
 # the transaction, so it is not in it (counted in, it took back a release waiting for the
@@ -343,6 +363,12 @@ def _route() -> tuple[Any, ...]:
     return (
         _weak(getattr(AsyncToSync.executors, "current", None)),
         _weak(context.get(None) if context is not None else None),
+        # With neither, asgiref sends the calls to the thread the running loop was made for
+        # while async_to_sync's call runs, and to its single executor thread once that call
+        # has returned (the loop shutting down: asyncio.run cancels the tasks left): an
+        # answer noted on that loop's thread says nothing of the latter (the ninth
+        # adversary: a cancelled bridged task took back the view's release).
+        _weak(loops_of_async_to_sync.get(running_loop())),
     )
 
 
@@ -464,13 +490,28 @@ async def anote_loop_thread() -> None:
         return
     try:
         route = _route()
-        if _answered_on(task, route):
+        noted = _noted_for(task)
+        if noted is not None and noted.holds(route):
+            hop = noted.hop
+            if noted.thread == _UNANSWERED and hop is not None and hop.done():
+                # Answered, its done callback not run yet: a call of this task's own that
+                # queued behind the hop has returned in the same turn of the loop.
+                noted.answered_loop(hop)
+            if noted.entered:  # a late answer came meanwhile: note it now, in this task
+                _entered.set(noted.entered)
+                noted.entered = ()
             return
         noted = _Noted(task, None, route)
         hop = asyncio.ensure_future(sync_to_async(_open_here)())
-        done, _ = await asyncio.wait((hop,), timeout=HOP_TIMEOUT)
+        done, _ = await asyncio.wait((hop,), timeout=LOOP_HOP_TIMEOUT)
         if not done:
-            hop.add_done_callback(_retrieve)
+            # Taken when it comes (the thread was busy with other sync work: this task's
+            # own ORM calls queue behind the hop, so the answer is in before they return),
+            # and noted at the task's next lock call, its release included (left
+            # unnoted, the release of a charge made in the thread's transaction freed the
+            # lock before the COMMIT: the ninth adversary).
+            noted.hop = hop
+            hop.add_done_callback(noted.answered_loop)
         elif hop.exception() is not None:
             noted.thread = _NOWHERE
         else:
@@ -485,12 +526,6 @@ async def anote_loop_thread() -> None:
 def note_loop_thread() -> None:
     """Sync code runs its queries on its own thread's connection: nothing to note (the sync
     twin of anote_loop_thread)."""
-
-
-def _retrieve(hop: asyncio.Future[Any]) -> None:
-    """Retrieve a late hop's outcome, so that asyncio does not log it as never retrieved."""
-    if not hop.cancelled():
-        hop.exception()
 
 
 def answer_pending() -> bool:

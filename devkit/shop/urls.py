@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import adversary5, adversary6, adversary8, adversary39b, fenced, views
+from . import adversary5, adversary6, adversary8, adversary9, adversary39b, fenced, views
 
 urlpatterns = [
     path("", views.health),
@@ -26,4 +26,6 @@ urlpatterns = [
     path("pay-callback-thread/<int:order_id>", adversary8.pay_callback_thread),
     path("pay-then-loyalty/<int:order_id>", adversary8.pay_then_loyalty),
     path("pay-asyncio-run/<int:order_id>", adversary8.pay_asyncio_run),
+    path("pay-callback-busy/<int:order_id>", adversary9.pay_callback_busy),
+    path("pay-shutdown-reconcile/<int:order_id>", adversary9.pay_shutdown_reconcile),
 ]
