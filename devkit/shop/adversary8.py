@@ -21,8 +21,6 @@ transaction (ATOMIC_REQUESTS).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -34,6 +32,7 @@ from django.views.decorators.http import require_POST
 
 import distlock
 
+from .bridge import through_a_client_thread
 from .views import charge, service_view
 
 VIEW_WORKS_ON = 2.0  # the view's work after its service, before its transaction commits
@@ -107,18 +106,7 @@ async def _charge_under_lock(order_id: int) -> str:
 
 
 async def _pay_through_callback_thread(order_id: int) -> str:
-    loop = asyncio.get_running_loop()
-    result: concurrent.futures.Future[str] = concurrent.futures.Future()
-
-    def client_thread() -> None:  # the client's callback, on a thread of its own
-        sent = asyncio.run_coroutine_threadsafe(_charge_under_lock(order_id), loop)
-        try:
-            result.set_result(sent.result())
-        except BaseException as exc:
-            result.set_exception(exc)
-
-    threading.Thread(target=client_thread, daemon=True).start()
-    return await asyncio.wrap_future(result)
+    return await through_a_client_thread(_charge_under_lock(order_id))
 
 
 pay_callback_thread = service_view(_pay_through_callback_thread, works_on=VIEW_WORKS_ON)

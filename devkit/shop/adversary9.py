@@ -16,7 +16,6 @@ tests/core/test_transactions_adversary9.py. Every request is in a transaction
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import threading
 import time
 
@@ -28,6 +27,7 @@ from django.views.decorators.http import require_POST
 
 import distlock
 
+from .bridge import through_a_client_thread
 from .views import charge, service_view
 
 VIEW_WORKS_ON = 2.0  # the view's work after its service, before its transaction commits
@@ -41,20 +41,9 @@ async def _charge_under_lock(order_id: int) -> str:
 
 
 async def _pay_busy(order_id: int) -> str:
-    loop = asyncio.get_running_loop()
     fraud = asyncio.ensure_future(sync_to_async(time.sleep)(FRAUD_CHECK))
     await asyncio.sleep(CLIENT_AFTER)
-    result: concurrent.futures.Future[str] = concurrent.futures.Future()
-
-    def client_thread() -> None:  # the client's callback, on a thread of its own
-        sent = asyncio.run_coroutine_threadsafe(_charge_under_lock(order_id), loop)
-        try:
-            result.set_result(sent.result())
-        except BaseException as exc:
-            result.set_exception(exc)
-
-    threading.Thread(target=client_thread, daemon=True).start()
-    charged = await asyncio.wrap_future(result)
+    charged = await through_a_client_thread(_charge_under_lock(order_id))
     await fraud
     return charged
 

@@ -10,7 +10,6 @@ real gunicorn (devkit/shop/adversary9.py) where it does.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import threading
 import time
 from collections import Counter
@@ -23,6 +22,7 @@ from django.db import connections, transaction
 
 import distlock
 from devkit.databases import DatabaseServer
+from devkit.shop.bridge import through_a_client_thread
 from devkit.shop.load import serve_shop
 from distlock import transactions
 from tests.support.lock_helpers import free_within, is_held
@@ -36,23 +36,6 @@ pytestmark = [
 def _in_request_transaction(request_conn: list[Any]) -> bool:
     conn = connections["default"]
     return conn.connection is request_conn[0] and not conn.get_autocommit()
-
-
-async def _through_a_client_thread(coro: Any) -> Any:
-    """Schedule ``coro`` on the running loop from a plain thread (a callback-based
-    client's bridge: run_coroutine_threadsafe), and wait for its result."""
-    loop = asyncio.get_running_loop()
-    result: concurrent.futures.Future[Any] = concurrent.futures.Future()
-
-    def client_thread() -> None:
-        sent = asyncio.run_coroutine_threadsafe(coro, loop)
-        try:
-            result.set_result(sent.result())
-        except BaseException as exc:
-            result.set_exception(exc)
-
-    threading.Thread(target=client_thread, daemon=True).start()
-    return await asyncio.wrap_future(result)
 
 
 def _charge_under_lock(name: str, seen: dict[str, Any], request_conn: list[Any]) -> Any:
@@ -86,7 +69,7 @@ def test_a_bridged_coroutine_unanswered_behind_the_threads_work_waits_for_the_co
     async def service() -> None:
         busy = asyncio.ensure_future(sync_to_async(time.sleep)(transactions.HOP_TIMEOUT + 0.5))
         await asyncio.sleep(0.1)
-        await _through_a_client_thread(_charge_under_lock(name, seen, request_conn))
+        await through_a_client_thread(_charge_under_lock(name, seen, request_conn))
         await busy
 
     with transaction.atomic():
@@ -231,7 +214,7 @@ def test_a_bridged_lock_call_outside_any_transaction_never_waits_for_the_busy_th
         busy = asyncio.ensure_future(sync_to_async(time.sleep)(transactions.HOP_TIMEOUT + 1))
         await asyncio.sleep(0.1)
         for _ in range(3):  # three callbacks of the client, each a task of its own
-            await _through_a_client_thread(take())
+            await through_a_client_thread(take())
         await busy
 
     async_to_sync(command)()  # a management command or a Celery task: no transaction
