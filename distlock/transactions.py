@@ -230,7 +230,8 @@ class _Noted:
         self.task = weakref.ref(task)
         self.thread = _UNANSWERED
         self.call = call
-        self.route = route
+        # Weakly: a route's objects (asgiref's executors, contexts) must not be kept alive.
+        self.route = tuple(None if thing is None else weakref.ref(thing) for thing in route)
         self.entered: tuple[Any, ...] = ()  # a late loop-thread answer's, not noted yet
         self.hop: asyncio.Future[Any] | None = None  # anote_loop_thread's, while unanswered
 
@@ -238,7 +239,11 @@ class _Noted:
         """Return True if no new question is needed: the route is the one asked on, and the
         answer is "no thread", still awaited (a late answer comes by itself), or a thread
         whose call still runs."""
-        return _same_route(self.route, route) and (self.thread <= 0 or not _returned(self.call))
+        same = all(
+            ref is None if thing is None else ref is not None and ref() is thing
+            for ref, thing in zip(self.route, route, strict=True)
+        )
+        return same and (self.thread <= 0 or not _returned(self.call))
 
     def answered(self, hop: asyncio.Future[int]) -> None:
         """Take a hop's answer (_answer), given late too: a question that waited behind
@@ -353,7 +358,7 @@ def _answered_on(task: asyncio.Task[Any], route: tuple[Any, ...]) -> bool:
 
 
 def _route() -> tuple[Any, ...]:
-    """Return what decides where the running coroutine's thread-sensitive calls go, weakly:
+    """Return what decides where the running coroutine's thread-sensitive calls go:
     asgiref's executor of the async_to_sync call it runs in, and its thread-sensitive
     context (inside ``ThreadSensitiveContext(executor=...)`` they go to that executor's
     thread, the call's executor hidden until the block ends). An answer noted on one route
@@ -361,39 +366,15 @@ def _route() -> tuple[Any, ...]:
     after it, and before it, inside)."""
     context = getattr(SyncToAsync, "thread_sensitive_context", None)
     return (
-        _weak(getattr(AsyncToSync.executors, "current", None)),
-        _weak(context.get(None) if context is not None else None),
+        getattr(AsyncToSync.executors, "current", None),
+        context.get(None) if context is not None else None,
         # With neither, asgiref sends the calls to the thread the running loop was made for
         # while async_to_sync's call runs, and to its single executor thread once that call
         # has returned (the loop shutting down: asyncio.run cancels the tasks left): an
         # answer noted on that loop's thread says nothing of the latter (the ninth
         # adversary: a cancelled bridged task took back the view's release).
-        _weak(loops_of_async_to_sync.get(running_loop())),
+        loops_of_async_to_sync.get(running_loop()),
     )
-
-
-def _weak(thing: Any) -> Any:
-    """Return a weak reference to ``thing`` (None for None; ``thing`` itself if it cannot be
-    referred to weakly)."""
-    if thing is None:
-        return None
-    try:
-        return weakref.ref(thing)
-    except TypeError:
-        return thing
-
-
-def _same_route(noted: tuple[Any, ...], now: tuple[Any, ...]) -> bool:
-    """Return True if two routes (_route) name the same objects (a weak reference to an
-    object gone names none)."""
-    return all(
-        (a is b) if a is None or b is None else _referent(a) is _referent(b) is not None
-        for a, b in zip(noted, now, strict=True)
-    )
-
-
-def _referent(ref: Any) -> Any:
-    return ref() if isinstance(ref, weakref.ref) else ref
 
 
 async def anote_sync_thread() -> None:
