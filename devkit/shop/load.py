@@ -8,6 +8,7 @@ import http.client
 import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
@@ -57,10 +58,7 @@ class Shop:
 
     def click_orders(self, pattern: str, orders: int, clicks: int) -> list[Answer]:
         """Place ``orders`` orders, then send each ``clicks`` payment requests at once."""
-        self.query(
-            "INSERT INTO shop_order (id) VALUES "
-            + ", ".join(f"({order})" for order in range(1, orders + 1))
-        )
+        self.place_orders(orders)
         return self.send(
             [f"/{pattern}/{order}" for order in range(1, orders + 1) for _ in range(clicks)]
         )
@@ -68,10 +66,7 @@ class Shop:
     def click_apart(self, pattern: str, orders: int, clicks: int, gap: float) -> list[Answer]:
         """Place ``orders`` orders, then click each ``clicks`` times, ``gap`` seconds apart,
         every order at once (a click does not wait for the previous one's answer)."""
-        self.query(
-            "INSERT INTO shop_order (id) VALUES "
-            + ", ".join(f"({order})" for order in range(1, orders + 1))
-        )
+        self.place_orders(orders)
         with ThreadPoolExecutor(orders * clicks) as pool:
             futures = []
             for _ in range(clicks):
@@ -81,10 +76,27 @@ class Shop:
                 time.sleep(gap)
             return [future.result() for future in futures]
 
+    def click_then_pay(self, pattern: str, orders: int, gap: float) -> list[Answer]:
+        """Place ``orders`` orders, click ``pattern`` once for each, then ``pay`` for each
+        ``gap`` seconds later (a second click while the first requests work on)."""
+        self.place_orders(orders)
+        with ThreadPoolExecutor(2 * orders) as pool:
+            first = [pool.submit(self.post, f"/{pattern}/{n}") for n in range(1, orders + 1)]
+            time.sleep(gap)
+            second = [pool.submit(self.post, f"/pay/{n}") for n in range(1, orders + 1)]
+            return [future.result() for future in first + second]
+
     def buy(self, buyers: int) -> list[Answer]:
         return self.send(["/buy"] * buyers)
 
     # --- what the database holds --------------------------------------------------------
+    def place_orders(self, orders: int) -> None:
+        """Insert the orders numbered 1 to ``orders``."""
+        self.query(
+            "INSERT INTO shop_order (id) VALUES "
+            + ", ".join(f"({order})" for order in range(1, orders + 1))
+        )
+
     def query(self, sql: str) -> list[tuple[Any, ...]]:
         conn = self._db.connect(self.database)
         try:
@@ -108,6 +120,16 @@ class Shop:
 
     def sales(self) -> int:
         return int(self.query("SELECT COUNT(*) FROM shop_sale")[0][0])
+
+
+def assert_each_charged_once(answers: list[Answer], charges: dict[int, int], orders: int) -> None:
+    """Every request was answered 200, and each of the orders numbered 1 to ``orders`` was
+    charged once (``charges``: ``Shop.charges_per_order()``); the message counts the orders
+    charged twice."""
+    assert Counter(answer.status for answer in answers) == {200: len(answers)}
+    twice = {order: n for order, n in charges.items() if n > 1}
+    assert sorted(charges) == list(range(1, orders + 1)), charges
+    assert not twice, f"{len(twice)} of {orders} orders charged twice"
 
 
 def shop_env(

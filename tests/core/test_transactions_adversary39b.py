@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -18,7 +16,7 @@ from django.db import connections, transaction
 
 import distlock
 from devkit.databases import DatabaseServer
-from devkit.shop.load import serve_shop
+from devkit.shop.load import assert_each_charged_once, serve_shop
 from distlock import transactions
 from tests.support.lock_helpers import free_within, is_held
 
@@ -110,16 +108,7 @@ def test_a_nested_follow_up_under_uvicorn_never_charges_twice(
     request's thread, timed out; its inner call had returned, so it was counted as in no
     transaction and its release freed the lock before the COMMIT of its charge; the second
     click read the order unpaid and charged it again."""
-    orders = range(1, ORDERS + 1)
     with serve_shop(real_database, redis_url, workers=1, server="uvicorn") as shop:
-        shop.query("INSERT INTO shop_order (id) VALUES " + ", ".join(f"({n})" for n in orders))
-        with ThreadPoolExecutor(2 * ORDERS) as pool:
-            first = [pool.submit(shop.post, f"/pay-nested-follow-up/{n}") for n in orders]
-            time.sleep(SECOND_CLICK)
-            second = [pool.submit(shop.post, f"/pay/{n}") for n in orders]
-            answers = [future.result() for future in first + second]
+        answers = shop.click_then_pay("pay-nested-follow-up", ORDERS, SECOND_CLICK)
         charges = shop.charges_per_order()
-    assert Counter(a.status for a in answers) == {200: 2 * ORDERS}
-    twice = {order: n for order, n in charges.items() if n > 1}
-    assert sorted(charges) == list(orders)
-    assert not twice, f"{len(twice)} of {ORDERS} orders charged twice"
+    assert_each_charged_once(answers, charges, ORDERS)

@@ -231,7 +231,7 @@ def test_a_reconcilers_coroutine_under_uvicorn_never_sends_a_receipt_twice(
     and 6 under uvicorn, 5 and 6 under gunicorn (0 of 10 everywhere with the fix)."""
     orders = range(1, RECEIPT_ORDERS + 1)
     with serve_shop(real_database, redis_url, workers=workers, server=server) as shop:
-        shop.query("INSERT INTO shop_order (id) VALUES " + ", ".join(f"({n})" for n in orders))
+        shop.place_orders(RECEIPT_ORDERS)
         shop.query(
             "INSERT INTO shop_product (id, units) VALUES " + ", ".join(f"({n}, 0)" for n in orders)
         )

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -24,7 +23,7 @@ from django.db import connections, transaction
 
 import distlock
 from devkit.databases import DatabaseServer
-from devkit.shop.load import serve_shop
+from devkit.shop.load import assert_each_charged_once, serve_shop
 from distlock import transactions
 from tests.support.lock_helpers import free_within, is_held
 
@@ -227,15 +226,10 @@ def _assert_each_order_charged_once(view: str, *served: Any, **serving: Any) -> 
     """POST ``/<view>/<n>`` once for each of FOLLOW_UP_ORDERS new orders to the shop served
     with ``serve_shop(*served, **serving)``; every answer is 200, and once the follow-ups
     are done, every order was charged once."""
-    orders = range(1, FOLLOW_UP_ORDERS + 1)
     with serve_shop(*served, **serving) as shop:
-        shop.query("INSERT INTO shop_order (id) VALUES " + ", ".join(f"({n})" for n in orders))
-        answers = shop.send([f"/{view}/{n}" for n in orders])
+        answers = shop.click_orders(view, FOLLOW_UP_ORDERS, clicks=1)
         charges = _settled(shop.charges_per_order)
-    assert Counter(a.status for a in answers) == {200: FOLLOW_UP_ORDERS}
-    twice = {order: n for order, n in charges.items() if n > 1}
-    assert sorted(charges) == list(orders)
-    assert not twice, f"{len(twice)} of {FOLLOW_UP_ORDERS} orders charged twice"
+    assert_each_charged_once(answers, charges, FOLLOW_UP_ORDERS)
 
 
 def _settled(read: Callable[[], dict[int, int]]) -> dict[int, int]:

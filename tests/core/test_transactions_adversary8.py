@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -23,7 +22,7 @@ from django.db import connections, transaction
 
 import distlock
 from devkit.databases import DatabaseServer
-from devkit.shop.load import serve_shop
+from devkit.shop.load import assert_each_charged_once, serve_shop
 from distlock import transactions
 from tests.support.lock_helpers import free_within, is_held
 
@@ -181,19 +180,10 @@ def test_a_charge_after_an_executor_block_under_uvicorn_never_charges_twice(
     Expected: the charge's release waits for the first request's COMMIT; the second click
     then reads the charge ("already paid"): every order charged once.
     Observed on 8aafe3c: 10 of 10 orders charged twice, on PostgreSQL and on MariaDB."""
-    orders = range(1, ORDERS + 1)
     with serve_shop(real_database, redis_url, workers=1, server="uvicorn") as shop:
-        shop.query("INSERT INTO shop_order (id) VALUES " + ", ".join(f"({n})" for n in orders))
-        with ThreadPoolExecutor(2 * ORDERS) as pool:
-            first = [pool.submit(shop.post, f"/pay-legacy-client/{n}") for n in orders]
-            time.sleep(SECOND_CLICK)
-            second = [pool.submit(shop.post, f"/pay/{n}") for n in orders]
-            answers = [future.result() for future in first + second]
+        answers = shop.click_then_pay("pay-legacy-client", ORDERS, SECOND_CLICK)
         charges = shop.charges_per_order()
-    assert Counter(a.status for a in answers) == {200: 2 * ORDERS}
-    twice = {order: n for order, n in charges.items() if n > 1}
-    assert sorted(charges) == list(orders)
-    assert not twice, f"{len(twice)} of {ORDERS} orders charged twice"
+    assert_each_charged_once(answers, charges, ORDERS)
 
 
 ITEM_ORDERS = 4
@@ -209,14 +199,10 @@ def test_two_items_of_one_order_under_uvicorn_both_get_the_lock(
     Expected: 200 for every request, in about 3 s (the items one after the other).
     Observed on 8aafe3c: 500 for every request (the second item's LockNotAcquired after
     its 4 s wait, 5.2 s in), on PostgreSQL and on MariaDB."""
-    orders = range(1, ITEM_ORDERS + 1)
     with serve_shop(real_database, redis_url, workers=1, server="uvicorn") as shop:
-        shop.query("INSERT INTO shop_order (id) VALUES " + ", ".join(f"({n})" for n in orders))
-        with ThreadPoolExecutor(ITEM_ORDERS) as pool:
-            answers = list(pool.map(shop.post, [f"/pay-items-slow/{n}" for n in orders]))
+        answers = shop.click_orders("pay-items-slow", ITEM_ORDERS, clicks=1)
         charges = shop.charges_per_order()
-    assert Counter(a.status for a in answers) == {200: ITEM_ORDERS}
-    assert charges == dict.fromkeys(orders, 1)
+    assert_each_charged_once(answers, charges, ITEM_ORDERS)
 
 
 # --- 4. a coroutine scheduled on async_to_sync's loop from a thread of its own -------------
@@ -270,19 +256,10 @@ def test_a_charge_scheduled_by_a_callback_thread_under_gunicorn_never_charges_tw
 
     Expected: every order charged once.
     Observed on 8aafe3c: 4 of 4 orders charged twice, on PostgreSQL and on MariaDB."""
-    orders = range(1, CALLBACK_ORDERS + 1)
     with serve_shop(real_database, redis_url, workers=2 * CALLBACK_ORDERS) as shop:
-        shop.query("INSERT INTO shop_order (id) VALUES " + ", ".join(f"({n})" for n in orders))
-        with ThreadPoolExecutor(2 * CALLBACK_ORDERS) as pool:
-            first = [pool.submit(shop.post, f"/pay-callback-thread/{n}") for n in orders]
-            time.sleep(SECOND_CLICK)
-            second = [pool.submit(shop.post, f"/pay/{n}") for n in orders]
-            answers = [future.result() for future in first + second]
+        answers = shop.click_then_pay("pay-callback-thread", CALLBACK_ORDERS, SECOND_CLICK)
         charges = shop.charges_per_order()
-    assert Counter(a.status for a in answers) == {200: 2 * CALLBACK_ORDERS}
-    twice = {order: n for order, n in charges.items() if n > 1}
-    assert sorted(charges) == list(orders)
-    assert not twice, f"{len(twice)} of {CALLBACK_ORDERS} orders charged twice"
+    assert_each_charged_once(answers, charges, CALLBACK_ORDERS)
 
 
 # --- 5. an event loop held longer than HOP_TIMEOUT ------------------------------------------
@@ -328,15 +305,13 @@ def test_a_loyalty_credit_after_the_loop_was_held_under_uvicorn_succeeds(
     Observed on 8aafe3c: 500 for every request (3 of 3; 4 of 4 sent one after the other),
     on PostgreSQL and on MariaDB; 4 of 4 answered 200 when the badge waits without holding
     the loop (asyncio.sleep)."""
-    orders = range(1, LOYALTY_ORDERS + 1)
     with serve_shop(real_database, redis_url, workers=1, server="uvicorn") as shop:
-        shop.query("INSERT INTO shop_order (id) VALUES " + ", ".join(f"({n})" for n in orders))
+        shop.place_orders(LOYALTY_ORDERS)
         # One after the other: each request's badge holds the one event loop 1.5 s, and
         # concurrent ones would add up past the credit's own wait whatever distlock did.
-        answers = [shop.post(f"/pay-then-loyalty/{n}") for n in orders]
+        answers = [shop.post(f"/pay-then-loyalty/{n}") for n in range(1, LOYALTY_ORDERS + 1)]
         charges = shop.charges_per_order()
-    assert Counter(a.status for a in answers) == {200: LOYALTY_ORDERS}
-    assert charges == dict.fromkeys(orders, 1)
+    assert_each_charged_once(answers, charges, LOYALTY_ORDERS)
 
 
 # --- 6. asyncio.run() in the request's thread ------------------------------------------------
@@ -384,13 +359,7 @@ def test_a_reconciler_run_by_asyncio_run_under_gunicorn_never_charges_twice(
     Expected: every order charged once (the reconciler waits for the COMMIT, refused after
     its 2 s wait, or reads the charge).
     Observed on 8aafe3c: 4 of 4 orders charged twice, on PostgreSQL and on MariaDB."""
-    orders = range(1, CALLBACK_ORDERS + 1)
     with serve_shop(real_database, redis_url, workers=CALLBACK_ORDERS) as shop:
-        shop.query("INSERT INTO shop_order (id) VALUES " + ", ".join(f"({n})" for n in orders))
-        with ThreadPoolExecutor(CALLBACK_ORDERS) as pool:
-            answers = list(pool.map(shop.post, [f"/pay-asyncio-run/{n}" for n in orders]))
+        answers = shop.click_orders("pay-asyncio-run", CALLBACK_ORDERS, clicks=1)
         charges = shop.charges_per_order()
-    assert Counter(a.status for a in answers) == {200: CALLBACK_ORDERS}
-    twice = {order: n for order, n in charges.items() if n > 1}
-    assert sorted(charges) == list(orders)
-    assert not twice, f"{len(twice)} of {CALLBACK_ORDERS} orders charged twice"
+    assert_each_charged_once(answers, charges, CALLBACK_ORDERS)

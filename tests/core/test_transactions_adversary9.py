@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -23,7 +21,7 @@ from django.db import connections, transaction
 import distlock
 from devkit.databases import DatabaseServer
 from devkit.shop.bridge import through_a_client_thread
-from devkit.shop.load import serve_shop
+from devkit.shop.load import assert_each_charged_once, serve_shop
 from distlock import transactions
 from tests.support.lock_helpers import free_within, is_held
 
@@ -95,19 +93,10 @@ def test_a_bridged_charge_behind_a_slow_step_under_gunicorn_never_charges_twice(
     charge ("already paid"): every order charged once.
     Observed at a22c1c8: 4 of 4 orders charged twice, on PostgreSQL and on MariaDB (0 of 4
     in adversary 8's pay-callback-thread, the same shape without the slow step)."""
-    orders = range(1, CALLBACK_ORDERS + 1)
     with serve_shop(real_database, redis_url, workers=2 * CALLBACK_ORDERS) as shop:
-        shop.query("INSERT INTO shop_order (id) VALUES " + ", ".join(f"({n})" for n in orders))
-        with ThreadPoolExecutor(2 * CALLBACK_ORDERS) as pool:
-            first = [pool.submit(shop.post, f"/pay-callback-busy/{n}") for n in orders]
-            time.sleep(SECOND_CLICK)
-            second = [pool.submit(shop.post, f"/pay/{n}") for n in orders]
-            answers = [future.result() for future in first + second]
+        answers = shop.click_then_pay("pay-callback-busy", CALLBACK_ORDERS, SECOND_CLICK)
         charges = shop.charges_per_order()
-    assert Counter(a.status for a in answers) == {200: 2 * CALLBACK_ORDERS}
-    twice = {order: n for order, n in charges.items() if n > 1}
-    assert sorted(charges) == list(orders)
-    assert not twice, f"{len(twice)} of {CALLBACK_ORDERS} orders charged twice"
+    assert_each_charged_once(answers, charges, CALLBACK_ORDERS)
 
 
 def test_a_bridged_task_cancelled_after_its_loops_call_never_takes_back_the_view_release() -> None:
@@ -178,16 +167,10 @@ def test_a_bridged_reconciler_cancelled_at_shutdown_under_gunicorn_never_charges
     Expected: every order charged once (the reconciler, cancelled when the loop shuts down,
     waits for the COMMIT: refused with wait=0).
     Observed at a22c1c8: 4 of 4 orders charged twice, on PostgreSQL and on MariaDB."""
-    orders = range(1, CALLBACK_ORDERS + 1)
     with serve_shop(real_database, redis_url, workers=CALLBACK_ORDERS) as shop:
-        shop.query("INSERT INTO shop_order (id) VALUES " + ", ".join(f"({n})" for n in orders))
-        with ThreadPoolExecutor(CALLBACK_ORDERS) as pool:
-            answers = list(pool.map(shop.post, [f"/pay-shutdown-reconcile/{n}" for n in orders]))
+        answers = shop.click_orders("pay-shutdown-reconcile", CALLBACK_ORDERS, clicks=1)
         charges = shop.charges_per_order()
-    assert Counter(a.status for a in answers) == {200: CALLBACK_ORDERS}
-    twice = {order: n for order, n in charges.items() if n > 1}
-    assert sorted(charges) == list(orders)
-    assert not twice, f"{len(twice)} of {CALLBACK_ORDERS} orders charged twice"
+    assert_each_charged_once(answers, charges, CALLBACK_ORDERS)
 
 
 def test_a_bridged_lock_call_outside_any_transaction_never_waits_for_the_busy_thread() -> None:
