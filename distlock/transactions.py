@@ -528,22 +528,33 @@ def loop_answer_pending() -> _Noted | None:
     return noted
 
 
-# The releases awaiting their answer (LockTies.settle_on_answer), by the lock's key: the task
-# that made one takes it back at once when it asks for the lock again (before: it waited
-# for its own release to be settled, or was told that the Lock object still held it).
+# The releases awaiting their answer (LockTies.settle_on_answer), by the lock's key. Never
+# rebound (the acquire's waiting loop reads it as ``awaiting``). Taken back at once by the
+# task that made one, and by code in every transaction it names (_awaiting_here): before,
+# the task waited for its own release, and code of the request's transaction for an answer
+# that its own thread, busy with it (a nested async_to_sync), could give only after it.
 _awaiting: dict[Hashable, list[Hold]] = {}
+awaiting = _awaiting
 
 
-def _own_awaiting(key: Hashable) -> Any:
-    """Return the Lock named by ``key`` whose release, made by the running task, awaits its
-    answer, or None."""
+def _awaiting_here(key: Hashable) -> Any:
+    """Return the Lock named by ``key`` whose release awaits its answer and is the running
+    code's to take back (made by the running task, or naming only transactions the running
+    code is in), or None."""
     task = asyncio.current_task() if running_loop() is not None else None
-    if task is None:
-        return None
-    for hold in _awaiting.get(key, ()):
+    here: set[tuple[Any, int]] | None = None
+    for hold in list(_awaiting.get(key, ())):
         answer = hold.answer
-        if answer is not None and answer[0].task() is task and hold.of.pending is hold:
+        if answer is None or hold.of.pending is not hold:
+            continue
+        if task is not None and answer[0].task() is task:
             return hold.owner
+        named = answer[2]
+        if named:
+            if here is None:
+                here = {(conn, number) for conn, number, _ in transactions_here(taking_back=True)}
+            if all((conn, number) in here for conn, number, _ in named):
+                return hold.owner
     return None
 
 
@@ -1785,10 +1796,10 @@ def waiting_release(key: Hashable) -> Any:
     itself. An on_commit hook of that transaction, registered before the release, is still
     part of its end (the lock is handed on once those hooks have run): it takes the release
     back too, instead of waiting for itself. Cheap: the holds tied to those connections
-    only. A release of the running task's own that awaits its answer (settle_on_answer)
-    is its to take back too."""
+    only. A release awaiting its answer (settle_on_answer) is the running code's to take
+    back when its own task made it, or when it names only transactions the code is in."""
     if _awaiting:
-        own = _own_awaiting(key)
+        own = _awaiting_here(key)
         if own is not None:
             return own
     if not _tied:

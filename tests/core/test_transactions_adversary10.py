@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,6 +27,7 @@ import distlock
 from devkit.databases import DatabaseServer
 from devkit.shop.bridge import through_a_client_thread
 from devkit.shop.load import serve_shop
+from distlock import transactions
 from tests.support.lock_helpers import free_within, is_held
 
 pytestmark = [
@@ -247,3 +249,102 @@ def test_a_bridged_task_takes_back_its_own_release_awaiting_its_answer(same_obje
     assert seen[0] is True and seen[1] is True
     assert seen["took 1"] < BUSY / 2, f"waited {seen['took 1']:.2f} s for its own release"
     assert free_within(name, 2)
+
+
+class Broken(Exception):
+    """distlock's own bookkeeping raising (a renamed internal)."""
+
+
+def _raise(*args: Any, **kwargs: Any) -> Any:
+    raise Broken("bookkeeping")
+
+
+@pytest.mark.parametrize("where", ["_loop_thread_transactions", "_places_seen"])
+def test_a_bridged_release_awaiting_its_answer_is_fail_safe(
+    where: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first test's shape with distlock's new bookkeeping raising: at the release
+    (what the loop's tasks name) or at the answer (what it names). Expected: the release
+    and the service go on (nothing raised into them, the transaction commits), the lock is
+    freed (at once, as before this bookkeeping: only the feature degrades) and never left
+    behind, and the failure is logged once."""
+    monkeypatch.setattr(transactions, where, _raise)
+    monkeypatch.setattr(transactions, "_failures_logged", set())
+    name = f"adv10:fail-safe-{where}"
+    seen: dict[str, Any] = {}
+    request_conn: list[Any] = []
+    with transaction.atomic():
+        request_conn.append(connections["default"].connection)
+        async_to_sync(_split_service(name, seen, request_conn))()
+    assert seen["in_transaction"] is True
+    assert free_within(name, 2)
+    failures = [r for r in caplog.records if "bookkeeping" in r.getMessage()]
+    assert len(failures) == 1, [r.getMessage() for r in caplog.records]
+
+
+@pytest.mark.parametrize("inner_first", [False, True])
+@pytest.mark.parametrize("inner_kind", ["async", "sync"])
+def test_the_transactions_own_code_takes_back_a_release_awaiting_its_answer(
+    inner_first: bool, inner_kind: str
+) -> None:
+    """The service runs a sync step in the request's thread (sync_to_async, inside its
+    transaction), which has a callback-based client schedule a coroutine on the loop
+    (run_coroutine_threadsafe) and then asks for the same lock itself, in the transaction:
+    through a nested async_to_sync (``async``) or in sync code (``sync``), after the
+    coroutine released it or while it still held it (``inner_first``). The coroutine's
+    question waits for the request's thread, busy with the step, so its release awaits the
+    answer, which can come only after the step.
+
+    Expected: the step's code, in the request's transaction (the one the release names),
+    takes the release back at once (within its wait: 3 s).
+    Held at 41bdbbd (the release was freed at once); with the release held until its answer
+    (this adversary's first fix), refused after its 3 s wait in all four shapes (for ever
+    with wait=None, the lock renewed meanwhile)."""
+    name = f"adv10:nested{inner_first}{inner_kind}"
+    seen: dict[str, Any] = {}
+    loop_box: list[Any] = []
+
+    def callback_thread(coro_fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        threading.Thread(
+            target=lambda: asyncio.run_coroutine_threadsafe(coro_fn(), loop_box[0]).result(),
+            daemon=True,
+        ).start()
+
+    async def bridged() -> None:
+        lk = distlock.lock(name, ttl=5, wait=3)
+        assert await lk.aacquire()
+        await asyncio.sleep(0.3 if inner_first else 0.0)
+        await lk.arelease()
+        seen["released"] = time.monotonic()
+
+    async def inner() -> None:
+        await asyncio.sleep(0.1 if inner_first else 0.3)
+        lk = distlock.lock(name, ttl=5, wait=3)
+        t0 = time.monotonic()
+        seen["got"] = await lk.aacquire()
+        seen["took"] = round(time.monotonic() - t0, 2)
+        if seen["got"]:
+            await lk.arelease()
+
+    def step() -> None:  # sync, in the request's thread, inside its transaction
+        callback_thread(bridged)
+        if inner_kind == "async":
+            async_to_sync(inner)()
+        else:
+            time.sleep(0.1 if inner_first else 0.3)
+            lk = distlock.lock(name, ttl=5, wait=3)
+            t0 = time.monotonic()
+            seen["got"] = lk.acquire()
+            seen["took"] = round(time.monotonic() - t0, 2)
+            if seen["got"]:
+                lk.release()
+
+    async def service() -> None:
+        loop_box.append(asyncio.get_running_loop())
+        await sync_to_async(step)()
+
+    with transaction.atomic():
+        async_to_sync(service)()
+    time.sleep(0.2)
+    assert free_within(name, 2)
+    assert seen["got"] and seen["took"] < 1.5, seen
