@@ -42,6 +42,7 @@ from .transactions import (
     anote_loop_thread,
     anote_sync_thread,
     answer_pending,
+    awaiting,
     held_in_transactions_here,
     loops_of_async_to_sync,
     note_loop_thread,
@@ -438,6 +439,16 @@ class Attempts:
                     return True
                 if self.answer_awaited:
                     block = min(block, ANSWER_LOOK)
+            if awaiting:
+                # A release awaiting its answer (a bridged coroutine's, its thread busy) may be
+                # this code's to take back: its thread may be busy with this very code.
+                held = waiting_release(lock._resource())
+                if held is not None and await atake_back_from_queue(
+                    lock, backend, self.token, held
+                ):
+                    return True
+                if awaiting.get(lock._resource()):
+                    block = min(block, SIBLING_LOOK)
             if not tied:
                 pass  # no hold of this process is tied to a transaction: none to look for
             elif held_in_transactions_here(lock._resource()):
@@ -550,6 +561,14 @@ class Attempts:
                     return True
                 if self.answer_awaited:
                     block = min(block, ANSWER_LOOK)
+            if awaiting:
+                # A release awaiting its answer (a bridged coroutine's, its thread busy) may be
+                # this code's to take back: its thread may be busy with this very code.
+                held = waiting_release(lock._resource())
+                if held is not None and take_back_from_queue(lock, backend, self.token, held):
+                    return True
+                if awaiting.get(lock._resource()):
+                    block = min(block, SIBLING_LOOK)
             if not tied:
                 pass  # no hold of this process is tied to a transaction: none to look for
             elif held_in_transactions_here(lock._resource()):

@@ -101,12 +101,16 @@ class LockCalls(_Base):
         Inside a database transaction (``hold_until_commit``), the lock stays held, its lease
         kept alive, until the transaction ends: see docs/transactions.md.
         """
+        bridged = False
         if transactions_entered():  # (a builtin: no frame when none was ever entered)
             await anote_sync_thread()
         elif running_loop() in loops_of_async_to_sync:  # (no loop, None: never in it)
             await anote_loop_thread()  # a late answer of its thread's transactions, noted
+            bridged = True
         if self._ties.wait(self, self._depth):
             return
+        if bridged and self._ties.settle_on_answer(self, self._depth):
+            return  # its thread's answer not in yet: tied or freed when it comes
         await self._arelease_now()
 
     async def _arelease_now(self) -> None:
@@ -129,12 +133,16 @@ class LockCalls(_Base):
         Inside a database transaction (``hold_until_commit``), the lock stays held, its lease
         kept alive, until the transaction ends: see docs/transactions.md.
         """
+        bridged = False
         if transactions_entered():  # (a builtin: no frame when none was ever entered)
             note_sync_thread()
         elif running_loop() in loops_of_async_to_sync:  # (no loop, None: never in it)
             note_loop_thread()  # a late answer of its thread's transactions, noted
+            bridged = True
         if self._ties.wait(self, self._depth):
             return
+        if bridged and self._ties.settle_on_answer(self, self._depth):
+            return  # its thread's answer not in yet: tied or freed when it comes
         self._release_now()
 
     def _release_now(self) -> None:

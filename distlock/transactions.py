@@ -224,7 +224,7 @@ class _Noted:
     returned, the answer is stale), and the route asgiref took (``route``: the answer holds
     only while the running code's route is the same one)."""
 
-    __slots__ = ("call", "entered", "hop", "route", "task", "thread")
+    __slots__ = ("call", "entered", "hop", "route", "seen", "task", "thread")
 
     def __init__(self, task: asyncio.Task[Any], call: Any, route: tuple[Any, ...]) -> None:
         self.task = weakref.ref(task)
@@ -234,6 +234,14 @@ class _Noted:
         self.route = tuple(None if thing is None else weakref.ref(thing) for thing in route)
         self.entered: tuple[Any, ...] = ()  # a late loop-thread answer's, not noted yet
         self.hop: asyncio.Future[Any] | None = None  # anote_loop_thread's, while unanswered
+        # What anote_loop_thread's hop found in the thread asked, once it ran there (kept
+        # even if the hop's task is cancelled afterwards, at the loop's shutdown).
+        self.seen: tuple[int, tuple[Any, ...]] | None = None
+
+    def ask(self) -> tuple[int, tuple[Any, ...]]:
+        """Run in the thread asked (anote_loop_thread's hop): note and return its answer."""
+        self.seen = _open_here()
+        return self.seen
 
     def holds(self, route: tuple[Any, ...]) -> bool:
         """Return True if no new question is needed: the route is the one asked on, and the
@@ -483,7 +491,7 @@ async def anote_loop_thread() -> None:
                 noted.entered = ()
             return
         noted = _Noted(task, None, route)
-        hop = asyncio.ensure_future(sync_to_async(_open_here)())
+        hop = asyncio.ensure_future(sync_to_async(noted.ask)())
         done, _ = await asyncio.wait((hop,), timeout=LOOP_HOP_TIMEOUT)
         if not done:
             # Taken when it comes (the thread was busy with other sync work: this task's
@@ -507,6 +515,94 @@ async def anote_loop_thread() -> None:
 def note_loop_thread() -> None:
     """Sync code runs its queries on its own thread's connection: nothing to note (the sync
     twin of anote_loop_thread)."""
+
+
+def loop_answer_pending() -> _Noted | None:
+    """Return what anote_loop_thread noted for the running task while its question is
+    unanswered (its hop still runs), else None."""
+    if running_loop() is None:
+        return None
+    noted = _noted_for(asyncio.current_task())
+    if noted is None or noted.hop is None or noted.hop.done():
+        return None
+    return noted
+
+
+# The releases awaiting their answer (LockTies.settle_on_answer), by the lock's key. Never
+# rebound (the acquire's waiting loop reads it as ``awaiting``). Taken back at once by the
+# task that made one, and by code in every transaction it names (_awaiting_here): before,
+# the task waited for its own release, and code of the request's transaction for an answer
+# that its own thread, busy with it (a nested async_to_sync), could give only after it.
+_awaiting: dict[Hashable, list[Hold]] = {}
+awaiting = _awaiting
+
+
+def _awaiting_here(key: Hashable) -> Any:
+    """Return the Lock named by ``key`` whose release awaits its answer and is the running
+    code's to take back (made by the running task, or naming only transactions the running
+    code is in), or None."""
+    task = asyncio.current_task() if running_loop() is not None else None
+    here: set[tuple[Any, int]] | None = None
+    for hold in list(_awaiting.get(key, ())):
+        answer = hold.answer
+        if answer is None or hold.of.pending is not hold:
+            continue
+        if task is not None and answer[0].task() is task:
+            return hold.owner
+        named = answer[2]
+        if named:
+            if here is None:
+                here = {(conn, number) for conn, number, _ in transactions_here(taking_back=True)}
+            if all((conn, number) in here for conn, number, _ in named):
+                return hold.owner
+    return None
+
+
+def _forget_awaiting(key: Hashable, hold: Hold) -> None:
+    with _guard:
+        holds = _awaiting.get(key)
+        if holds is not None and hold in holds:
+            holds.remove(hold)
+            if not holds:
+                del _awaiting[key]
+
+
+def _loop_thread_transactions() -> list[Place] | None:
+    """Return the transactions still open on the connections of the thread the running loop
+    was made for that a task of the loop names (async_to_sync's own coroutine runs in a
+    copy of that thread's context): those its thread-sensitive calls run in. No hop: that
+    thread is busy (loop_answer_pending). None: cannot be told (Python 3.11: a task's
+    context cannot be read)."""
+    loop = running_loop()
+    executor = loops_of_async_to_sync.get(loop)
+    thread = getattr(getattr(executor, "_work_thread", None), "ident", None)
+    found: dict[tuple[int, int], Place] = {}
+    for task in asyncio.all_tasks(loop):
+        get_context = getattr(task, "get_context", None)  # Python 3.12 and later
+        if get_context is None:
+            return None
+        for conn, number in _pairs(get_context().get(_entered, ())):
+            mine = thread is None or conn._thread_ident == thread
+            if mine and getattr(conn, "distlock_transaction", None) == number:
+                depth = own_depth(conn)
+                if depth:
+                    found[id(conn), number] = (conn, number, depth)
+    return list(found.values())
+
+
+def _still_open(places: Iterable[Place]) -> list[Place]:
+    """Return those of ``places`` whose transaction is still open."""
+    return [
+        (conn, number, depth)
+        for conn, number, depth in places
+        if getattr(conn, "distlock_transaction", None) == number and own_depth(conn)
+    ]
+
+
+def _places_seen(seen: tuple[int, tuple[Any, ...]]) -> list[Place]:
+    """Return the transactions a loop-thread hop found open (``_Noted.seen``) that are still
+    open, as places to tie a release to (the outermost block: Hold.wait)."""
+    return _still_open((conn, number, 1) for conn, number in _pairs(seen[1]))
 
 
 def answer_pending() -> bool:
@@ -700,6 +796,9 @@ class Hold:
         # lock is freed at the COMMIT itself; else after those hooks (as documented).
         self.hooks_before: dict[tuple[Any, int], int] = {}
         self.done = False  # freed or dropped
+        # (what anote_loop_thread noted, its hop): a release made while that question was
+        # unanswered, settled when the answer comes (LockTies.settle_on_answer).
+        self.answer: tuple[_Noted, asyncio.Future[Any], list[Place]] | None = None
 
     @property
     def owner(self) -> Any:
@@ -920,6 +1019,66 @@ class LockTies:
         self.lease.keep_alive(lock, left)  # keep the lease alive until the transaction ends
         return True
 
+    def settle_on_answer(self, lock: Owner, depth: int) -> bool:
+        """A release by a coroutine on async_to_sync's loop whose question to the loop's
+        thread (anote_loop_thread: which transactions are open there) is not answered yet:
+        keep the lock held, its lease kept alive, and return True; when the answer comes,
+        tie the release to those transactions (freed at their end) or free the lock. Else
+        return False. Freed at once before, a release whose ORM calls ran in that thread's
+        transaction before the question (the coroutine's first lock call was its release)
+        let the next holder in before the COMMIT (the tenth adversary)."""
+        noted = loop_answer_pending()
+        if noted is None or noted.hop is None or depth > 1 or not lock.hold_until_commit:
+            return False
+        if self.lease.lost or lock.token is None or self.pending is not None:
+            return False
+        try:
+            named = _loop_thread_transactions()
+        except Exception:
+            _bookkeeping_failed("settle_on_answer")
+            return False  # freed at once, as before
+        if named == []:  # none open there (a command's, a Celery task's callbacks)
+            return False
+        left = lock.lease_left()
+        if left <= 0:
+            return False
+        if self.hold is None:
+            self.hold = Hold(lock, self)
+        hold = self.pending = self.hold
+        hop = noted.hop
+        answer = hold.answer = (noted, hop, named or [])
+        with _guard:
+            _awaiting.setdefault(self.key, []).append(hold)
+        hop.add_done_callback(lambda _: self.settle(lock, hold, answer))
+        self.lease.keep_alive(lock, left)
+        return True
+
+    def settle(self, lock: Owner, hold: Hold, answer: tuple[_Noted, Any, list[Place]]) -> None:
+        """The answer settle_on_answer waited for came (or the renewer found its hop done):
+        tie the release to the transactions it found open, or free the lock, once. Nothing
+        if that release was settled already, or taken back (``hold.answer`` is no longer
+        ``answer``: the hold, taken back by another Lock object, may await another)."""
+        with _guard:
+            if hold.answer is not answer:
+                return
+            hold.answer = None
+        if self.pending is not hold:
+            return
+        _forget_awaiting(self.key, hold)
+        try:
+            noted, _hop, named = answer
+            # Never run there (cancelled at the loop's shutdown before that thread got to
+            # it, or refused): in doubt, the transactions that thread had open at the
+            # release (freed at once, a charge made in one before the question was
+            # charged again: the tenth adversary).
+            seen = noted.seen
+            places = _places_seen(seen) if seen is not None else _still_open(named)
+            if places and hold.wait(places):
+                return
+        except Exception:
+            _bookkeeping_failed("settle")
+        self.release_after(lock, set())
+
     def tie(self, lock: Owner) -> None:
         """Tie this hold to the transactions and savepoints it is taken (or taken back) in:
         their end, not the release, decides when the lock is freed."""
@@ -979,6 +1138,11 @@ class LockTies:
         renewed); else end a held lock's ties to transactions that ended unseen, and return
         False."""
         pending = self.pending
+        if pending is not None and pending.answer is not None:
+            if pending.answer[1].done():  # its done callback never ran (the loop closed)
+                self.settle(lock, pending, pending.answer)
+                return self.pending is None
+            return False
         if pending is not None and pending.end_unseen():
             self.release_after(lock, set())
             return True
@@ -1010,7 +1174,7 @@ class LockTies:
         """Return the hold of this lock whose release waits for a transaction the running
         code is in (the transaction holds it, not the thread)."""
         # Nothing tied anywhere (the usual case): waiting_release() would say None at once.
-        if not _tied or (self.pending is None and lock.token is not None):
+        if not (_tied or _awaiting) or (self.pending is None and lock.token is not None):
             return None
         return waiting_release(self.key)
 
@@ -1020,6 +1184,9 @@ class LockTies:
         pending = self.pending
         if pending is None or not pending.resume():
             return False
+        if pending.answer is not None:  # a release awaiting its answer, taken back
+            pending.answer = None
+            _forget_awaiting(self.key, pending)
         with self.lease.mutex:
             self.pending = None
         return True
@@ -1629,7 +1796,12 @@ def waiting_release(key: Hashable) -> Any:
     itself. An on_commit hook of that transaction, registered before the release, is still
     part of its end (the lock is handed on once those hooks have run): it takes the release
     back too, instead of waiting for itself. Cheap: the holds tied to those connections
-    only."""
+    only. A release awaiting its answer (settle_on_answer) is the running code's to take
+    back when its own task made it, or when it names only transactions the code is in."""
+    if _awaiting:
+        own = _awaiting_here(key)
+        if own is not None:
+            return own
     if not _tied:
         return None
     places = transactions_here(taking_back=True) + _committing_here()

@@ -1,6 +1,15 @@
 from django.urls import path
 
-from . import adversary5, adversary6, adversary8, adversary9, adversary39b, fenced, views
+from . import (
+    adversary5,
+    adversary6,
+    adversary8,
+    adversary9,
+    adversary10,
+    adversary39b,
+    fenced,
+    views,
+)
 
 urlpatterns = [
     path("", views.health),
@@ -28,4 +37,5 @@ urlpatterns = [
     path("pay-asyncio-run/<int:order_id>", adversary8.pay_asyncio_run),
     path("pay-callback-busy/<int:order_id>", adversary9.pay_callback_busy),
     path("pay-shutdown-reconcile/<int:order_id>", adversary9.pay_shutdown_reconcile),
+    path("pay-callback-split/<int:order_id>", adversary10.pay_callback_split),
 ]
