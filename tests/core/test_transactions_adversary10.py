@@ -14,9 +14,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -26,7 +24,7 @@ from django.db import connections, transaction
 import distlock
 from devkit.databases import DatabaseServer
 from devkit.shop.bridge import through_a_client_thread
-from devkit.shop.load import serve_shop
+from devkit.shop.load import assert_each_charged_once, serve_shop
 from distlock import transactions
 from tests.support.lock_helpers import free_within, is_held
 
@@ -136,22 +134,6 @@ SPLIT_ORDERS = 4
 SECOND_CLICK = 1.5  # after the release (about 0.6 s in), before the COMMIT (about 3 s in)
 
 
-def _second_click_charges_twice(shop: Any) -> dict[int, int]:
-    """``pay-callback-split`` for each order, and a second click on ``pay`` for the same
-    order SECOND_CLICK later; return the orders charged more than once."""
-    orders = range(1, SPLIT_ORDERS + 1)
-    shop.query("INSERT INTO shop_order (id) VALUES " + ", ".join(f"({n})" for n in orders))
-    with ThreadPoolExecutor(2 * SPLIT_ORDERS) as pool:
-        first = [pool.submit(shop.post, f"/pay-callback-split/{n}") for n in orders]
-        time.sleep(SECOND_CLICK)
-        second = [pool.submit(shop.post, f"/pay/{n}") for n in orders]
-        answers = [future.result() for future in first + second]
-    charges = shop.charges_per_order()
-    assert Counter(a.status for a in answers) == {200: 2 * SPLIT_ORDERS}
-    assert sorted(charges) == list(orders)
-    return {order: n for order, n in charges.items() if n > 1}
-
-
 def test_a_split_bridged_payment_under_gunicorn_never_charges_twice(
     real_database: DatabaseServer, redis_url: str
 ) -> None:
@@ -162,8 +144,9 @@ def test_a_split_bridged_payment_under_gunicorn_never_charges_twice(
     reads the charge: every order charged once.
     Observed at 41bdbbd: 4 of 4 orders charged twice, on PostgreSQL and on MariaDB."""
     with serve_shop(real_database, redis_url, workers=2 * SPLIT_ORDERS) as shop:
-        twice = _second_click_charges_twice(shop)
-    assert not twice, f"{len(twice)} of {SPLIT_ORDERS} orders charged twice"
+        answers = shop.click_then_pay("pay-callback-split", SPLIT_ORDERS, SECOND_CLICK)
+        charges = shop.charges_per_order()
+    assert_each_charged_once(answers, charges, SPLIT_ORDERS)
 
 
 def test_a_bridged_release_awaiting_its_answer_when_the_loop_shuts_down(
