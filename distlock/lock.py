@@ -140,7 +140,7 @@ class Lock(LockCalls):
         ``.shared`` or ``.semaphores``): what acquire, release and extend call."""
         if self._operations is not None:
             return self._operations
-        return handler.locks[self.using].of_kind("shared" if self.shared else self.kind)
+        return handler.locks.operations(self.using, "shared" if self.shared else self.kind)
 
     # --- the grant ----------------------------------------------------------------------
     def _take(self, attempts: Attempts, attempt: Attempt) -> None:
@@ -151,23 +151,23 @@ class Lock(LockCalls):
         self._lease.ttl_ms = attempts.ttl_ms
         self._acquired_ms = attempt.acquired_ms
         self._meta = attempts.meta
-        self._note_owner()
+        self._note_owner(attempts.thread)
         self._lease.start(self, attempts.lease_until)  # lease_end(), as guarded() found it
         self._ties.tie(self)
         if self.fence:
             claims.note_fenced(self)
-        if metrics.ENABLED:
-            self._held_since = time.monotonic()  # metrics.now(), which checks ENABLED again
-            metrics.wait_ended(self, attempts.began, "acquired")
+        if metrics.ENABLED:  # the wait ends where the hold begins: one clock reading
+            self._held_since = now = time.monotonic()  # metrics.now(), without its call
+            metrics.wait_ended(self, attempts.began, "acquired", now)
         if lock_acquired.receivers:  # nobody connected (the usual case): no call
             self._send(lock_acquired)
 
-    def _note_owner(self) -> None:
-        """The running thread and task hold it now, one level deep: the downgrade,
-        reentrancy and the upgrade check read the owner."""
+    def _note_owner(self, thread: threading.Thread | None = None) -> None:
+        """The running thread (``thread``, when the caller has it) and task hold it now, one
+        level deep: the downgrade, reentrancy and the upgrade check read the owner."""
         self._depth = 1
         self._owner = shared.current_owner()
-        self._owner_thread = weakref.ref(threading.current_thread())
+        self._owner_thread = weakref.ref(thread or threading.current_thread())
         if self.shared:
             shared.note_hold(self)
         else:
