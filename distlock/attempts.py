@@ -356,7 +356,10 @@ class Attempts:
             block = min(self.deadline - started, self.backend.max_block)  # from the send
             patience = round((max(block, 0) + PATIENCE_MARGIN) * 1000)
         name, token, ttl_ms, meta = self.lock.name, self.token, self.ttl_ms, self.meta
-        return Request(name, token, ttl_ms, meta, patience, self.limit, self.downgrade_from)
+        # tuple.__new__, as Request's own __new__ calls it, without that Python frame (every
+        # acquire: it cost 4,000 instructions, this 1,700). Every field given, in order.
+        fields = (name, token, ttl_ms, meta, patience, self.limit, self.downgrade_from)
+        return tuple.__new__(Request, fields)
 
     def waiting(self) -> Request:
         """Return the request of an acquire_when_free call (its timeout goes beside it)."""

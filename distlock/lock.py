@@ -30,7 +30,7 @@ from .lease import Lease
 from .lock_calls import LockCalls
 from .signals import lock_acquired, lock_lost
 from .transactions import LockTies
-from .validation import check_options, lease_milliseconds, seconds
+from .validation import check_options, lease_seconds, seconds
 
 logger = logging.getLogger("distlock")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -85,9 +85,7 @@ class Lock(LockCalls):
         fair: bool | None = None,
     ) -> None:
         self.name = validate_name(name)
-        self.ttl = seconds("ttl", ttl, allow_none=True)
-        if self.ttl is not None:
-            lease_milliseconds("ttl", self.ttl)
+        self.ttl = lease_seconds("ttl", ttl)
         # (None, the default, needs no check.)
         self.wait = None if wait is None else seconds("wait", wait, allow_zero=True)
         check_options(
