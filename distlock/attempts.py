@@ -36,7 +36,7 @@ from . import claims, metrics, shared
 from .backends.base import DRIFT_FACTOR, HANDOFF_GRACE_MS, Attempt, BaseLockBackend, lease_end
 from .backends.operations import Operations, Request
 from .exceptions import LockError
-from .info import holder_metadata
+from .info import _thread_metadata
 from .signals import lock_contended
 from .tokens import NON_FAIR_MARK, SHARED_MARK, new_token
 from .transactions import (
@@ -327,7 +327,7 @@ class Attempts:
         self.ttl_ms = self.backend.lease_ms(ttl)  # also enforces the alias's MAX_TTL
         # The running thread: its name is in the metadata, and the grant notes it as the owner.
         self.thread = threading.current_thread()
-        self.meta = holder_metadata(lock.purpose, self.thread)
+        self.meta = _thread_metadata(self.thread, lock.purpose)
         self.deadline = math.inf if wait is None else time.monotonic() + wait
         self.limit: int = getattr(lock, "limit", 1)  # a Semaphore's
         self.downgrade_from = ""

@@ -117,10 +117,16 @@ def from_milliseconds(ms: int) -> datetime:
     return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
 
 
-def holder_metadata(purpose: str | None, thread: threading.Thread | None = None) -> str:
-    """Return the JSON stored beside a lock: who holds it, where, and why. Never pickled.
-    ``thread``: the running thread, when the caller has looked it up already."""
-    return _metadata(_pid, (thread or threading.current_thread()).name, purpose)
+def holder_metadata(purpose: str | None) -> str:
+    """Return the JSON stored beside a lock: who holds it, where, and why. Never pickled."""
+    return _metadata(_pid, threading.current_thread().name, purpose)
+
+
+def _thread_metadata(thread: threading.Thread, purpose: str | None) -> str:
+    """holder_metadata() for the running ``thread``, which the acquire path has looked up
+    already (it notes it as the owner too). Underscored: this module's public names are a
+    recorded API (tests/tooling/test_public_api.py)."""
+    return _metadata(_pid, thread.name, purpose)
 
 
 # os.getpid() is a system call on every acquire; the pid only changes in a forked child.
