@@ -11,6 +11,7 @@ from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
 from .backends.base import BaseLockBackend
+from .backends.kinds import words
 from .backends.operations import Operations
 from .exceptions import InvalidLockBackendError
 
@@ -97,6 +98,8 @@ class LockHandler:
         # weakly (they hold it: no cycle), and a Lock would otherwise build them anew at
         # every acquire.
         self._kinds: dict[str, tuple[Operations, ...]] = {}
+        # The same, by alias and kind: what every acquire of a new Lock looks up (operations()).
+        self._operations: dict[tuple[str, str], Operations] = {}
         self._guard = threading.Lock()
 
     def __getitem__(self, alias: str) -> BaseLockBackend:
@@ -107,9 +110,19 @@ class LockHandler:
         with self._guard:
             if alias not in self._backends:
                 backend = create_backend(alias, configured_aliases())
-                self._kinds[alias] = backend.kinds()
+                self._kinds[alias] = kinds = backend.kinds()
+                for word, operations in zip(words(), kinds, strict=True):
+                    self._operations[alias, word] = operations
                 self._backends[alias] = backend
             return self._backends[alias]
+
+    def operations(self, alias: str, kind: str) -> Operations:
+        """Return ``self[alias].of_kind(kind)``: a Lock's operations, in one look-up once the
+        alias's backend is built (the backend's own look-up dereferences a weak reference)."""
+        try:
+            return self._operations[alias, kind]
+        except KeyError:
+            return self[alias].of_kind(kind)
 
     def __iter__(self) -> Iterator[str]:
         return iter(configured_aliases())
@@ -121,7 +134,7 @@ class LockHandler:
     def reset(self) -> None:
         """Forget built backends; locks still held keep the backend they were acquired on."""
         with self._guard:
-            self._backends, self._kinds = {}, {}
+            self._backends, self._kinds, self._operations = {}, {}, {}
 
 
 locks = LockHandler()

@@ -122,6 +122,13 @@ def holder_metadata(purpose: str | None) -> str:
     return _metadata(_pid, threading.current_thread().name, purpose)
 
 
+def _thread_metadata(thread: threading.Thread, purpose: str | None) -> str:
+    """holder_metadata() for the running ``thread``, which the acquire path has looked up
+    already (it notes it as the owner too). Underscored: this module's public names are a
+    recorded API (tests/tooling/test_public_api.py)."""
+    return _metadata(_pid, thread.name, purpose)
+
+
 # os.getpid() is a system call on every acquire; the pid only changes in a forked child.
 _pid = os.getpid()
 

@@ -30,7 +30,7 @@ from .lease import Lease
 from .lock_calls import LockCalls
 from .signals import lock_acquired, lock_lost
 from .transactions import LockTies
-from .validation import check_options, lease_milliseconds, seconds
+from .validation import check_options, lease_seconds, seconds
 
 logger = logging.getLogger("distlock")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -85,9 +85,7 @@ class Lock(LockCalls):
         fair: bool | None = None,
     ) -> None:
         self.name = validate_name(name)
-        self.ttl = seconds("ttl", ttl, allow_none=True)
-        if self.ttl is not None:
-            lease_milliseconds("ttl", self.ttl)
+        self.ttl = lease_seconds("ttl", ttl)
         # (None, the default, needs no check.)
         self.wait = None if wait is None else seconds("wait", wait, allow_zero=True)
         check_options(
@@ -140,7 +138,7 @@ class Lock(LockCalls):
         ``.shared`` or ``.semaphores``): what acquire, release and extend call."""
         if self._operations is not None:
             return self._operations
-        return handler.locks[self.using].of_kind("shared" if self.shared else self.kind)
+        return handler.locks.operations(self.using, "shared" if self.shared else self.kind)
 
     # --- the grant ----------------------------------------------------------------------
     def _take(self, attempts: Attempts, attempt: Attempt) -> None:
@@ -151,23 +149,23 @@ class Lock(LockCalls):
         self._lease.ttl_ms = attempts.ttl_ms
         self._acquired_ms = attempt.acquired_ms
         self._meta = attempts.meta
-        self._note_owner()
+        self._note_owner(attempts.thread)
         self._lease.start(self, attempts.lease_until)  # lease_end(), as guarded() found it
         self._ties.tie(self)
         if self.fence:
             claims.note_fenced(self)
-        if metrics.ENABLED:
-            self._held_since = time.monotonic()  # metrics.now(), which checks ENABLED again
-            metrics.wait_ended(self, attempts.began, "acquired")
+        if metrics.ENABLED:  # the wait ends where the hold begins: one clock reading
+            self._held_since = now = time.monotonic()  # metrics.now(), without its call
+            metrics.wait_ended(self, attempts.began, "acquired", now)
         if lock_acquired.receivers:  # nobody connected (the usual case): no call
             self._send(lock_acquired)
 
-    def _note_owner(self) -> None:
-        """The running thread and task hold it now, one level deep: the downgrade,
-        reentrancy and the upgrade check read the owner."""
+    def _note_owner(self, thread: threading.Thread | None = None) -> None:
+        """The running thread (``thread``, when the caller has it) and task hold it now, one
+        level deep: the downgrade, reentrancy and the upgrade check read the owner."""
         self._depth = 1
         self._owner = shared.current_owner()
-        self._owner_thread = weakref.ref(threading.current_thread())
+        self._owner_thread = weakref.ref(thread or threading.current_thread())
         if self.shared:
             shared.note_hold(self)
         else:

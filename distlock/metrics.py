@@ -37,7 +37,10 @@ class Lock(Protocol):
     name: str
     using: str
     kind: str
+    shared: bool
     metric_name: str | None
+    # Its alias, kind and name in the metrics, kept at the first record (_form_of).
+    _metric_form: tuple[str, str, str] | None
 
 
 WAIT_DURATION = "distlock.lock.wait.duration"
@@ -82,7 +85,7 @@ def metric_name(lock: Lock) -> str:
 
 def kind_of(lock: Lock) -> str:
     """Return ``distlock.kind``: ``shared`` for a shared hold, else the class's kind."""
-    return "shared" if getattr(lock, "shared", False) else lock.kind
+    return "shared" if lock.shared else lock.kind
 
 
 @lru_cache(maxsize=1024)
@@ -97,16 +100,16 @@ def _attributes(form: tuple[str, str, str], outcome: str | None) -> dict[str, st
 
 def attributes_of(lock: Lock, outcome: str | None = None) -> dict[str, str]:
     """Return the attributes recorded for ``lock`` (with ``outcome``, for a wait)."""
-    return _attributes(getattr(lock, "_metric_form", None) or _form_of(lock), outcome)
+    return _attributes(lock._metric_form or _form_of(lock), outcome)
 
 
 def _form_of(lock: Lock) -> tuple[str, str, str]:
-    """Return ``lock``'s alias, kind and name in the metrics, kept on the lock (a
-    distlock.Lock has the attribute): its acquire's wait and its hold record the same
-    ones, looked up once."""
-    form = (lock.using, kind_of(lock), metric_name(lock))
-    if hasattr(lock, "_metric_form"):
-        lock._metric_form = form  # (hasattr() told mypy so: no typing.cast(), a call more)
+    """Return ``lock``'s alias, kind and name in the metrics, kept on the lock: its
+    acquire's wait and its hold record the same ones, looked up once. (kind_of() and
+    metric_name(), inlined: a new Lock's every acquire comes here.)"""
+    kind = "shared" if lock.shared else lock.kind
+    form = (lock.using, kind, lock.metric_name or derived_name(lock.name))
+    lock._metric_form = form
     return form
 
 
@@ -159,17 +162,23 @@ def now() -> float:
     return time.monotonic() if ENABLED else 0.0
 
 
-def wait_ended(lock: Lock, began: float, outcome: str) -> None:
-    """Record an acquire() that began at ``began`` (now()) and ended with ``outcome``."""
+# The two records of every pair read the attributes as attributes_of() does, without its
+# call: each Python call is a share of an uncontended pair's client time (issue 42).
+def wait_ended(lock: Lock, began: float, outcome: str, ended: float | None = None) -> None:
+    """Record an acquire() that began at ``began`` (now()) and ended with ``outcome`` at
+    ``ended`` (default: now)."""
     if _instruments is not None:
-        _instruments.wait.record(time.monotonic() - began, attributes_of(lock, outcome))
+        until = time.monotonic() if ended is None else ended
+        form = lock._metric_form or _form_of(lock)
+        _instruments.wait.record(until - began, _attributes(form, outcome))
 
 
 def hold_ended(lock: Lock, since: float, ended: float | None = None) -> None:
     """Record a hold granted at ``since`` (now()) that ended at ``ended`` (default: now)."""
     if _instruments is not None and since:
         until = time.monotonic() if ended is None else ended
-        _instruments.hold.record(max(until - since, 0.0), attributes_of(lock))
+        form = lock._metric_form or _form_of(lock)
+        _instruments.hold.record(max(until - since, 0.0), _attributes(form, None))
 
 
 def lost(lock: Lock) -> None:

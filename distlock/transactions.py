@@ -1206,7 +1206,12 @@ class LockTies:
     def warn_if_snapshot_predates(self, lock: Owner) -> None:
         """Warn when acquiring inside a transaction that reads from a snapshot: it may have
         been taken before the lock, and then rows read under the lock can be stale."""
-        if not lock.hold_until_commit or not _isolation_levels_set():  # the usual case, first
+        if not lock.hold_until_commit:
+            return
+        # _isolation_levels_set(), without its call while its answer is kept (every acquire):
+        # no alias sets an isolation level (the usual case), nothing to warn of.
+        seen, answer = _isolation_seen
+        if not (answer if seen is connections.settings else _isolation_levels_set()):
             return
         aliases = snapshot_isolation_aliases()
         if aliases:

@@ -34,6 +34,19 @@ def seconds(
     return number
 
 
+def lease_seconds(label: str, value: object) -> float | None:
+    """Return a lease given in seconds (None: the alias's TIMEOUT) as float seconds, or raise
+    what seconds() or lease_milliseconds() raises for it: both checks in one call."""
+    if (value.__class__ is float or value.__class__ is int) and (
+        0.001 <= value <= MAX_LEASE_SECONDS
+    ):
+        return float(value)  # the usual lease (every Lock made): a plain number in range
+    number = seconds(label, value, allow_none=True)
+    if number is not None:
+        lease_milliseconds(label, number)
+    return number
+
+
 def lease_milliseconds(label: str, value: float) -> int:
     """Return a lease in whole milliseconds (at least 1, at most MAX_LEASE_SECONDS)."""
     if value > MAX_LEASE_SECONDS:

@@ -155,15 +155,24 @@ class BaseLockBackend:
             )
         self.layout = KeyLayout(self.key_prefix)
 
+    # The last lease lease_ms() converted, (seconds, milliseconds): the locks of an alias
+    # mostly ask for one or two, and every acquire asks (read and replaced in one step each).
+    _last_lease: tuple[float, int] = (0.0, 0)
+
     def lease_ms(self, ttl: float) -> int:
         """Return the lease of ``ttl`` seconds in milliseconds; ValueError above MAX_TTL."""
+        last_ttl, last_ms = self._last_lease
+        if ttl == last_ttl:  # checked and converted already
+            return last_ms
         if self.max_ttl is not None and ttl > self.max_ttl:
             raise ValueError(
                 f"ttl={ttl:g} is longer than the MAX_TTL of DISTLOCK[{self.alias!r}] "
                 f"({self.max_ttl:g} seconds). Use a shorter ttl (with auto_renew=True for long "
                 "work), or raise OPTIONS['MAX_TTL']."
             )
-        return lease_milliseconds("ttl", ttl)
+        milliseconds = lease_milliseconds("ttl", ttl)
+        self._last_lease = (ttl, milliseconds)
+        return milliseconds
 
     def renewal_limit_reached(self, name: str) -> RenewalLimitReached:
         """The error for a renewal refused because the lock had MAX_RENEWALS renewals."""

@@ -84,7 +84,7 @@ def acquire_call(layout: KeyLayout, request: Request, waited: bool = False) -> E
             request.name,
             b"%d" % request.patience_ms,
         ],
-        idempotent=True,
+        True,  # idempotent (positional: a keyword cost every acquire a slower call)
     )
 
 
@@ -161,7 +161,9 @@ def attempt_from(reply: Any, sent: float = 0.0) -> Attempt:
     no _replace() after: both cost a waiter's every turn)."""
     if isinstance(reply, (bytes, str)):  # took_lock(), inlined: the hot path
         fence, acquired = reply.split()
-        return Attempt(True, int(fence), int(acquired), 0, -1, 0, sent)
+        # tuple.__new__, as the NamedTuple's own __new__ calls it, without that Python frame
+        # and its argument binding (every acquire: 1,700 instructions of 4,000).
+        return tuple.__new__(Attempt, (True, int(fence), int(acquired), 0, -1, 0, sent))
     if len(reply) > 2:  # one server: the place in the queue and the server's clock
         return Attempt(False, 0, 0, int(reply[1]), int(reply[2]), int(reply[3]), sent)
     return Attempt(False, 0, 0, int(reply[1]), -1, 0, sent)
