@@ -77,7 +77,7 @@ async def aacquire(lock: Any, wait: float | None) -> bool:
     try:
         if shared.holds and not lock.shared:  # a process holding no shared lock skips it
             await shared.arefuse_upgrade(lock.kind, lock.using, lock.name, shared.current_owner())
-        if tied:  # a hold of this process is tied to a transaction (else none to take back)
+        if tied or awaiting:  # a hold tied to a transaction, or a release awaiting its answer
             held = lock._ties.waiting_release(lock)
             if held is not None and await atake_back(lock, held):
                 return True
@@ -121,7 +121,7 @@ def acquire(lock: Any, wait: float | None) -> bool:
     try:
         if shared.holds and not lock.shared:  # a process holding no shared lock skips it
             shared.refuse_upgrade(lock.kind, lock.using, lock.name, shared.current_owner())
-        if tied:  # a hold of this process is tied to a transaction (else none to take back)
+        if tied or awaiting:  # a hold tied to a transaction, or a release awaiting its answer
             held = lock._ties.waiting_release(lock)
             if held is not None and take_back(lock, held):
                 return True
