@@ -22,6 +22,7 @@ from django.db import connections, transaction
 import distlock
 from devkit.shop.bridge import through_a_client_thread
 from distlock import transactions
+from distlock.handler import locks
 from tests.core import test_transactions_adversary10 as adversary10
 from tests.support.lock_helpers import free_within
 
@@ -39,7 +40,11 @@ def _in_request_transaction(request_conn: list[Any]) -> bool:
 
 
 def _run_step_with_a_bridged_release(
-    name: str, seen: dict[str, Any], request_conn: list[Any], step_from_bridged: bool
+    name: str,
+    seen: dict[str, Any],
+    request_conn: list[Any],
+    step_from_bridged: bool,
+    wait: float | None = WAIT,
 ) -> None:
     """The view's transaction runs its async service through async_to_sync. A sync step
     runs in the request's thread (sync_to_async), started by the service's own coroutine
@@ -63,7 +68,7 @@ def _run_step_with_a_bridged_release(
             daemon=True,
         ).start()
         time.sleep(0.3)
-        lk = distlock.lock(name, ttl=5, wait=WAIT)
+        lk = distlock.lock(name, ttl=5, wait=wait)
         t0 = time.monotonic()
         seen["got"] = lk.acquire()
         seen["took"] = round(time.monotonic() - t0, 2)
@@ -112,6 +117,38 @@ def test_a_step_a_bridged_coroutine_runs_in_the_transaction_takes_back_an_awaiti
     seen: dict[str, Any] = {}
     _run_step_with_a_bridged_release(name, seen, [], step_from_bridged=True)
     assert seen["step_in_transaction"] is True
+    assert free_within(name, 2)
+    assert seen["got"] and seen["took"] < WAIT / 2, seen
+
+
+HANG = 8.0  # seconds the watchdog lets the step wait (wait=None) before forcing the lock free
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="with wait=None the step above waits for ever, the lock renewed past its lease",
+)
+def test_with_no_wait_the_step_a_bridged_coroutine_runs_never_hangs() -> None:
+    """The test above with ``wait=None`` (the default of many callers), ttl 5 s. A watchdog
+    looks after 8 s and then force-releases the lock on the server, so that the test ends.
+
+    Expected: the step gets the lock at once (at worst once the answer comes).
+    Observed at 1356c87: after 8 s the step still waits and the lock is still held (its
+    5 s lease renewed by the process: ``settle_on_answer``'s keep_alive, the renewer
+    returning "not ended" while the hop is not done), the answer queued behind the step:
+    a hang for ever, the request's thread and the lock with it, ended only by the forced
+    release (the step then took 7.7 s; the forced release is then logged as a lost lease)."""
+    name = "adv11:step-no-wait"
+    seen: dict[str, Any] = {}
+
+    def watchdog() -> None:
+        time.sleep(HANG)
+        seen["step_done_at_8s"] = "took" in seen
+        seen["held_at_8s"] = locks["default"].info(name) is not None
+        locks["default"].force_release(name)
+
+    threading.Thread(target=watchdog, daemon=True).start()
+    _run_step_with_a_bridged_release(name, seen, [], step_from_bridged=True, wait=None)
     assert free_within(name, 2)
     assert seen["got"] and seen["took"] < WAIT / 2, seen
 
