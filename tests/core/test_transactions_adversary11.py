@@ -24,7 +24,7 @@ from devkit.shop.bridge import through_a_client_thread
 from distlock import transactions
 from distlock.handler import locks
 from tests.core import test_transactions_adversary10 as adversary10
-from tests.support.lock_helpers import free_within
+from tests.support.lock_helpers import free_within, is_held
 
 pytestmark = [
     pytest.mark.django_db(transaction=True, databases=["default", "fencing"]),
@@ -379,3 +379,44 @@ def test_releases_awaiting_one_answer_keep_memory_flat() -> None:
     assert free_within(name, 2)
     assert seen["still_unanswered"] and seen["awaiting"] == 1, seen
     assert seen["callbacks"] <= 10 and seen["grew"] < 200_000, seen
+
+
+# --- found while reviewing the above (not the adversary's) -------------------------------
+@pytest.mark.xfail(
+    strict=True,
+    reason="a sync step a bridged coroutine runs in the request's thread (its context a copy "
+    "of the client thread's) is in the request's transaction, yet its release frees the "
+    "lock at once, before the COMMIT",
+)
+def test_a_step_a_bridged_coroutine_runs_in_the_transaction_ties_its_own_release() -> None:
+    """A coroutine a callback-based client's thread scheduled on async_to_sync's loop runs a
+    sync step through ``sync_to_async``: asgiref runs it in the request's thread, on its
+    connection, inside its transaction (checked: autocommit is off there). The step takes
+    a lock and releases it.
+
+    Expected: the release waits for the request's COMMIT (its work is that transaction's).
+    Observed at 5ee1721: freed at the release, before the COMMIT (held neither after the
+    release nor before the COMMIT): the step's context, a copy of the client thread's,
+    names no transaction, and sync code is found in a transaction only through its context.
+    The same class as the tenth adversary's double charge, for sync code."""
+    name = "adv11:step-own-release"
+    seen: dict[str, Any] = {}
+
+    def step() -> None:
+        seen["in_transaction"] = not connections["default"].get_autocommit()
+        lk = distlock.lock(name, ttl=10)
+        assert lk.acquire()
+        lk.release()
+
+    async def by_the_client() -> None:
+        await sync_to_async(step)()
+
+    async def service() -> None:
+        await through_a_client_thread(by_the_client())
+
+    with transaction.atomic():
+        async_to_sync(service)()
+        seen["held_before_commit"] = is_held(name)
+    assert seen["in_transaction"] is True
+    assert seen["held_before_commit"], seen
+    assert free_within(name, 2)
