@@ -45,6 +45,27 @@ def no_transaction_managed_by_hand_seen(monkeypatch: pytest.MonkeyPatch) -> None
 WAIT = 3  # the step's wait for the lock (s): a take-back is at once, a deadlock is all of it
 
 
+async def _atake_timed(name: str, seen: dict[str, Any]) -> None:
+    """Ask for ``name`` (wait WAIT); note in ``seen`` whether it was granted and how long
+    that took, and release it if so."""
+    lk = distlock.lock(name, ttl=10, wait=WAIT)
+    t0 = time.monotonic()
+    seen["got"] = await lk.aacquire()
+    seen["took"] = round(time.monotonic() - t0, 2)
+    if seen["got"]:
+        await lk.arelease()
+
+
+async def _beside_a_fraud_check(*callbacks: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """The service: the request's thread runs a 1 s fraud check while a client's thread
+    schedules each callback on the loop in turn (their questions queue behind the check)."""
+    fraud = asyncio.ensure_future(sync_to_async(time.sleep)(1.0))
+    await asyncio.sleep(0.1)
+    for callback in callbacks:
+        await through_a_client_thread(callback())
+    await fraud
+
+
 def _in_request_transaction(request_conn: list[Any]) -> bool:
     conn = connections["default"]
     return conn.connection is request_conn[0] and not conn.get_autocommit()
@@ -234,12 +255,7 @@ def test_a_bridged_coroutines_child_task_takes_back_its_release() -> None:
     seen: dict[str, Any] = {}
 
     async def child() -> None:
-        lk = distlock.lock(name, ttl=10, wait=WAIT)
-        t0 = time.monotonic()
-        seen["got"] = await lk.aacquire()
-        seen["took"] = round(time.monotonic() - t0, 2)
-        if seen["got"]:
-            await lk.arelease()
+        await _atake_timed(name, seen)
 
     async def bridged() -> None:
         lk = distlock.lock(name, ttl=10, wait=1)
@@ -247,14 +263,8 @@ def test_a_bridged_coroutines_child_task_takes_back_its_release() -> None:
         await lk.arelease()
         await asyncio.ensure_future(child())
 
-    async def service() -> None:
-        fraud = asyncio.ensure_future(sync_to_async(time.sleep)(1.0))
-        await asyncio.sleep(0.1)
-        await through_a_client_thread(bridged())
-        await fraud
-
     with transaction.atomic():
-        async_to_sync(service)()
+        async_to_sync(_beside_a_fraud_check)(bridged)
     assert free_within(name, 2)
     assert seen["got"] and seen["took"] < WAIT / 2, seen
 
@@ -286,22 +296,10 @@ def test_a_second_bridged_callback_takes_back_the_firsts_release() -> None:
         await lk.arelease()
 
     async def settled() -> None:
-        lk = distlock.lock(name, ttl=10, wait=WAIT)
-        t0 = time.monotonic()
-        seen["got"] = await lk.aacquire()
-        seen["took"] = round(time.monotonic() - t0, 2)
-        if seen["got"]:
-            await lk.arelease()
-
-    async def service() -> None:
-        fraud = asyncio.ensure_future(sync_to_async(time.sleep)(1.0))
-        await asyncio.sleep(0.1)
-        await through_a_client_thread(captured())
-        await through_a_client_thread(settled())
-        await fraud
+        await _atake_timed(name, seen)
 
     with transaction.atomic():
-        async_to_sync(service)()
+        async_to_sync(_beside_a_fraud_check)(captured, settled)
     assert free_within(name, 2)
     assert seen["got"] and seen["took"] < WAIT / 2, seen
 
