@@ -435,12 +435,16 @@ class Attempts:
             if block is None:
                 await self.agive_up(backend.aleave)
                 return False
-            if tied and (self.answer_awaited or answer_pending()):
+            if (tied or awaiting) and (self.answer_awaited or answer_pending()):
                 # This task's question (which thread its ORM calls go to) is not answered
                 # yet: a release of its own transaction, waiting for the COMMIT that waits
                 # for this task, may be its to take back once the answer comes (a question
                 # that waited behind other code on its thread, or on the event loop). Look
-                # for it each turn while the answer is awaited, and once after it came.
+                # for it each turn while the answer is awaited, and once after it came;
+                # also while a release awaits an answer of its own (looked for only once
+                # something was tied, an answer that came meanwhile went unnoted: the
+                # eleventh adversary's child task and second callback waited for a COMMIT
+                # that waited for them).
                 self.answer_awaited = answer_pending()
                 if running_loop() in loops_of_async_to_sync:
                     await anote_loop_thread()  # a late answer of its thread's transactions
@@ -559,12 +563,16 @@ class Attempts:
             if block is None:
                 self.give_up(backend.leave)
                 return False
-            if tied and (self.answer_awaited or answer_pending()):
+            if (tied or awaiting) and (self.answer_awaited or answer_pending()):
                 # This task's question (which thread its ORM calls go to) is not answered
                 # yet: a release of its own transaction, waiting for the COMMIT that waits
                 # for this task, may be its to take back once the answer comes (a question
                 # that waited behind other code on its thread, or on the event loop). Look
-                # for it each turn while the answer is awaited, and once after it came.
+                # for it each turn while the answer is awaited, and once after it came;
+                # also while a release awaits an answer of its own (looked for only once
+                # something was tied, an answer that came meanwhile went unnoted: the
+                # eleventh adversary's child task and second callback waited for a COMMIT
+                # that waited for them).
                 self.answer_awaited = answer_pending()
                 if running_loop() in loops_of_async_to_sync:
                     note_loop_thread()  # a late answer of its thread's transactions

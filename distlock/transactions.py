@@ -125,20 +125,69 @@ def transaction_number(conn: Any) -> int:
     return number
 
 
+# The connections each thread has begun a transaction on, by the thread's identity (the
+# connection's ``_thread_ident``), weakly: where sync code's queries go is its own thread's
+# connections, whatever context it runs in. A sync step that a coroutine runs in the
+# request's thread (``sync_to_async``) runs in a copy of the coroutine's context, which may
+# name no transaction (a coroutine a callback-based client's thread scheduled), yet its
+# queries run in the request's transaction: found through its context only, its release
+# freed the lock before the COMMIT. Registered once per connection (at its first BEGIN:
+# _note_transaction), never rebound; empty until a transaction first begins in the process.
+_begun_on: dict[int, tuple[weakref.ref[Any], ...]] = {}
+_registering = threading.Lock()
+
+
+def _register(conn: Any) -> None:
+    """Note that a transaction began on ``conn`` (once per connection): sync code of its
+    thread is in it while it is open (_own_thread_transactions). The entries of threads
+    whose connections are all gone are dropped on the way."""
+    ref = getattr(conn, "distlock_begun", None)
+    if ref is not None and ref() is conn:
+        return
+    ident = conn._thread_ident
+    with _registering:
+        for other, refs in list(_begun_on.items()):
+            if other != ident and all(old() is None for old in refs):
+                del _begun_on[other]
+        kept = tuple(old for old in _begun_on.get(ident, ()) if old() is not None)
+        ref = conn.distlock_begun = weakref.ref(conn)
+        _begun_on[ident] = (*kept, ref)
+
+
+def _in_transaction(conn: Any) -> bool:
+    """Return True if ``conn`` is inside a transaction of the code's own: an atomic block of
+    its own (not only the blocks Django's TestCase wraps around a test), or one managed by
+    hand."""
+    return bool(own_depth(conn)) or _in_manual_transaction(conn)
+
+
+def _open_on(ident: int, seen: Iterable[Any] = ()) -> list[Place]:
+    """Return the transactions open on the connections of thread ``ident`` (those not in
+    ``seen``), as places."""
+    found = []
+    for ref in _begun_on.get(ident, ()):
+        conn = ref()
+        mine = conn is not None and conn._thread_ident == ident and conn not in seen
+        if mine and _in_transaction(conn):
+            found.append((conn, transaction_number(conn), own_depth(conn)))
+    return found
+
+
 def transactions_here(*, taking_back: bool = False) -> list[Place]:
     """Return each transaction the running code is in, as (connection, number, own depth):
     the connections of its open atomic blocks (this thread's, and in a coroutine that
-    ``async_to_sync`` runs for a thread inside atomic blocks, that thread's), and this
-    thread's connections in a transaction managed by hand (an atomic block inside one
-    included). ``taking_back``: the code would take back a release found waiting for one of
-    them; a coroutine whose question went unanswered is in none then (_runs_in).
+    ``async_to_sync`` runs for a thread inside atomic blocks, that thread's), and, for sync
+    code, every transaction open on this thread's own connections, whatever its context
+    names (a transaction managed by hand and an atomic block inside one included).
+    ``taking_back``: the code would take back a release found waiting for one of them; a
+    coroutine whose question went unanswered is in none then (_runs_in).
 
     Cheap when there is none (every acquire asks): the open blocks are read from a context
-    variable, and connections are looked at for a manual transaction only once this process
-    has turned autocommit off by hand.
+    variable, and a thread's own connections from _begun_on, empty until a transaction
+    first begins in the process.
     """
     entered = _entered.get()
-    if not entered and not _manual_seen:  # (LockTies.wait and tie ask this first, inline)
+    if not entered and not _begun_on:  # (LockTies.wait and tie ask this first, inline)
         return []
     found = []
     for conn, number in _pairs(entered):
@@ -147,7 +196,9 @@ def transactions_here(*, taking_back: bool = False) -> list[Place]:
             depth = own_depth(conn)
             if depth:
                 found.append((conn, number, depth))
-    if _manual_seen:
+    if running_loop() is None:
+        found += _open_on(_get_ident(), {place[0] for place in found})
+    elif _manual_seen:
         seen = {place[0] for place in found}
         found += [
             (conn, transaction_number(conn), own_depth(conn))
@@ -568,26 +619,18 @@ def _forget_awaiting(key: Hashable, hold: Hold) -> None:
 
 
 def _loop_thread_transactions() -> list[Place] | None:
-    """Return the transactions still open on the connections of the thread the running loop
-    was made for that a task of the loop names (async_to_sync's own coroutine runs in a
-    copy of that thread's context): those its thread-sensitive calls run in. No hop: that
-    thread is busy (loop_answer_pending). None: cannot be told (Python 3.11: a task's
-    context cannot be read)."""
-    loop = running_loop()
-    executor = loops_of_async_to_sync.get(loop)
+    """Return the atomic blocks open on the connections of the thread the running loop was
+    made for: those a coroutine's thread-sensitive calls on that loop run in. Read from
+    _begun_on, without a hop (that thread is busy: loop_answer_pending) nor any task's
+    context (a task's context cannot be read on Python 3.11, where a release named none
+    and so was freed at the loop's shutdown before the COMMIT: the eleventh adversary).
+    None: cannot be told (asgiref's executor of that thread has no ``_work_thread``;
+    ``manage.py check`` says so)."""
+    executor = loops_of_async_to_sync.get(running_loop())
     thread = getattr(getattr(executor, "_work_thread", None), "ident", None)
-    found: dict[tuple[int, int], Place] = {}
-    for task in asyncio.all_tasks(loop):
-        get_context = getattr(task, "get_context", None)  # Python 3.12 and later
-        if get_context is None:
-            return None
-        for conn, number in _pairs(get_context().get(_entered, ())):
-            mine = thread is None or conn._thread_ident == thread
-            if mine and getattr(conn, "distlock_transaction", None) == number:
-                depth = own_depth(conn)
-                if depth:
-                    found[id(conn), number] = (conn, number, depth)
-    return list(found.values())
+    if thread is None:
+        return None
+    return [place for place in _open_on(thread) if place[2]]
 
 
 def _still_open(places: Iterable[Place]) -> list[Place]:
@@ -798,7 +841,10 @@ class Hold:
         self.done = False  # freed or dropped
         # (what anote_loop_thread noted, its hop): a release made while that question was
         # unanswered, settled when the answer comes (LockTies.settle_on_answer).
-        self.answer: tuple[_Noted, asyncio.Future[Any], list[Place]] | None = None
+        self.answer: tuple[_Noted, asyncio.Future[Any], list[Place] | None] | None = None
+        # The hop whose answer settles it (a done callback added once: a consumer's loop of
+        # releases and take-backs while the thread stays busy added one per release).
+        self.settles_on: asyncio.Future[Any] | None = None
 
     @property
     def owner(self) -> Any:
@@ -927,6 +973,14 @@ class Hold:
         return False
 
 
+def _settle_when_answered(hold: Hold, _hop: asyncio.Future[Any]) -> None:
+    """The answer a release of ``hold`` awaited came: settle the release awaiting it now, if
+    any (taken back meanwhile, none; taken back by another Lock object, that one's)."""
+    answer, lock = hold.answer, hold.owner
+    if answer is not None and lock is not None:  # (its Lock, alive, keeps its ties)
+        hold.of.settle(lock, hold, answer)
+
+
 def _thread_ended(ref: weakref.ref[threading.Thread]) -> bool:
     """Return True if the thread ``ref`` refers to has ended. A thread that Python's
     threading module did not start (a uWSGI or mod_wsgi worker thread: a dummy thread) may
@@ -1000,7 +1054,7 @@ class LockTies:
         hold = self.hold
         # No tie, and no transaction entered here nor managed by hand (the usual case): what
         # transactions_here() would find out, without its call.
-        if hold is None and not (_entered.get() or _manual_seen):
+        if hold is None and not (_entered.get() or _begun_on):
             return False
         # hold_until_commit=False ties to no transaction of its own, but a hold it took back
         # keeps its ties: the holds stack, so the earlier one's still waits for its end.
@@ -1045,15 +1099,20 @@ class LockTies:
         if self.hold is None:
             self.hold = Hold(lock, self)
         hold = self.pending = self.hold
+        hold._owner = lock  # kept while its release awaits the answer, as while tied
         hop = noted.hop
-        answer = hold.answer = (noted, hop, named or [])
+        hold.answer = (noted, hop, named)
         with _guard:
             _awaiting.setdefault(self.key, []).append(hold)
-        hop.add_done_callback(lambda _: self.settle(lock, hold, answer))
+        if hold.settles_on is not hop:  # one callback per hold and answer, not per release
+            hold.settles_on = hop
+            hop.add_done_callback(functools.partial(_settle_when_answered, hold))
         self.lease.keep_alive(lock, left)
         return True
 
-    def settle(self, lock: Owner, hold: Hold, answer: tuple[_Noted, Any, list[Place]]) -> None:
+    def settle(
+        self, lock: Owner, hold: Hold, answer: tuple[_Noted, Any, list[Place] | None]
+    ) -> None:
         """The answer settle_on_answer waited for came (or the renewer found its hop done):
         tie the release to the transactions it found open, or free the lock, once. Nothing
         if that release was settled already, or taken back (``hold.answer`` is no longer
@@ -1072,7 +1131,10 @@ class LockTies:
             # release (freed at once, a charge made in one before the question was
             # charged again: the tenth adversary).
             seen = noted.seen
-            places = _places_seen(seen) if seen is not None else _still_open(named)
+            if seen is None and named is None:  # nothing known of that thread: its lease
+                self.abandon(lock, "a release whose transaction could not be told")
+                return
+            places = _places_seen(seen) if seen is not None else _still_open(named or ())
             if places and hold.wait(places):
                 return
         except Exception:
@@ -1082,7 +1144,7 @@ class LockTies:
     def tie(self, lock: Owner) -> None:
         """Tie this hold to the transactions and savepoints it is taken (or taken back) in:
         their end, not the release, decides when the lock is freed."""
-        if not lock.hold_until_commit or not (_entered.get() or _manual_seen):
+        if not lock.hold_until_commit or not (_entered.get() or _begun_on):
             return  # no transaction here (as transactions_here() would say, without its call)
         transactions = transactions_here()
         if transactions:
@@ -1119,15 +1181,14 @@ class LockTies:
             lock._forget()  # and the lock is no longer renewed: its lease ends it
             raise
 
-    def abandon(self, lock: Owner) -> None:
+    def abandon(self, lock: Owner, why: str = "its transaction ended (interrupted)") -> None:
         """Leave the lock to its lease: a BaseException cut short the releases at the end
-        of its transaction before this one's turn (nothing is renewed for ever)."""
+        of its transaction before this one's turn, or which transaction its release belongs
+        to cannot be told (nothing is renewed for ever, nothing freed too early)."""
         with self.lease.mutex:
             self.pending = None
         logger.warning(
-            "distlock: %r was not released after its transaction ended (interrupted); "
-            "it ends with its lease.",
-            lock.name,
+            "distlock: %r was not released after %s; it ends with its lease.", lock.name, why
         )
         lock._forget()
 
@@ -1187,6 +1248,8 @@ class LockTies:
         if pending.answer is not None:  # a release awaiting its answer, taken back
             pending.answer = None
             _forget_awaiting(self.key, pending)
+            if not pending.enders:  # tied nowhere: its Lock referred to weakly again
+                pending._owner = None
         with self.lease.mutex:
             self.pending = None
         return True
@@ -1341,6 +1404,7 @@ def _note_transaction(conn: Any) -> None:
     (``weakref.ref`` without a callback gives the connection's one plain reference back
     each time: the fast path in set_autocommit compares it by identity.)"""
     number = conn.distlock_transaction = next(_numbers)
+    _register(conn)
     others = [
         item
         for other, noted in _pairs(_entered.get())
@@ -1787,8 +1851,9 @@ def _asgiref_problems() -> list[str]:
             executor = CurrentThreadExecutor()  # type: ignore[call-arg,unused-ignore]
     except Exception as exc:
         return [*problems, f"asgiref's CurrentThreadExecutor cannot be made ({exc})."]
-    if not hasattr(executor, "_broken"):
-        problems.append("asgiref's CurrentThreadExecutor has no _broken.")
+    for attribute in ("_broken", "_work_thread"):
+        if not hasattr(executor, attribute):
+            problems.append(f"asgiref's CurrentThreadExecutor has no {attribute}.")
     return problems
 
 
