@@ -88,12 +88,13 @@ def _run_step_with_a_bridged_release(
     releases it while the request's thread is busy with the step (its question unanswered:
     the release awaits the answer); then the step asks for the same lock, in sync code."""
     loop_box: list[Any] = []
+    released = threading.Event()
 
     async def bridged() -> None:
         lk = distlock.lock(name, ttl=5, wait=WAIT)
         assert await lk.aacquire()
         await lk.arelease()
-        seen["released"] = True
+        released.set()
 
     def step() -> None:  # sync, in the request's thread and its transaction
         seen["step_in_transaction"] = _in_request_transaction(request_conn)
@@ -102,7 +103,9 @@ def _run_step_with_a_bridged_release(
             target=lambda: asyncio.run_coroutine_threadsafe(coro_fn(), loop_box[0]).result(),
             daemon=True,
         ).start()
-        time.sleep(0.3)
+        # Asked once the bridged release awaits its answer (a fixed sleep let a loaded
+        # machine's step ask first: the bridged coroutine then waited, and was cancelled).
+        seen["released"] = released.wait(30)
         lk = distlock.lock(name, ttl=5, wait=wait)
         t0 = time.monotonic()
         seen["got"] = lk.acquire()
@@ -123,6 +126,7 @@ def _run_step_with_a_bridged_release(
     with transaction.atomic():
         request_conn.append(connections["default"].connection)
         async_to_sync(service)()
+    assert seen["released"], seen
 
 
 def test_a_step_a_bridged_coroutine_runs_in_the_transaction_takes_back_an_awaiting_release() -> (
@@ -167,14 +171,22 @@ def test_with_no_wait_the_step_a_bridged_coroutine_runs_never_hangs() -> None:
     name = "adv11:step-no-wait"
     seen: dict[str, Any] = {}
 
+    finished = threading.Event()
+
     def watchdog() -> None:
-        time.sleep(HANG)
+        if finished.wait(HANG):  # the step ended: nothing to force (the backend may be gone)
+            return
         seen["step_done_at_8s"] = "took" in seen
         seen["held_at_8s"] = locks["default"].info(name) is not None
         locks["default"].force_release(name)
 
-    threading.Thread(target=watchdog, daemon=True).start()
-    _run_step_with_a_bridged_release(name, seen, [], step_from_bridged=True, wait=None)
+    watching = threading.Thread(target=watchdog, daemon=True)
+    watching.start()
+    try:
+        _run_step_with_a_bridged_release(name, seen, [], step_from_bridged=True, wait=None)
+    finally:
+        finished.set()
+        watching.join()
     assert free_within(name, 2)
     assert seen["got"] and seen["took"] < WAIT / 2, seen
 
