@@ -125,33 +125,46 @@ def transaction_number(conn: Any) -> int:
     return number
 
 
-# The connections each thread has begun a transaction on, by the thread's identity (the
-# connection's ``_thread_ident``), weakly: where sync code's queries go is its own thread's
-# connections, whatever context it runs in. A sync step that a coroutine runs in the
-# request's thread (``sync_to_async``) runs in a copy of the coroutine's context, which may
-# name no transaction (a coroutine a callback-based client's thread scheduled), yet its
-# queries run in the request's transaction: found through its context only, its release
-# freed the lock before the COMMIT. Registered once per connection (at its first BEGIN:
-# _note_transaction), never rebound; empty until a transaction first begins in the process.
-_begun_on: dict[int, tuple[weakref.ref[Any], ...]] = {}
+# The connections each thread has begun a transaction on, by the thread's identity, each with
+# its thread, weakly: where sync code's queries go is its own thread's connections, whatever
+# context it runs in. A sync step that a coroutine runs in the request's thread
+# (``sync_to_async``) runs in a copy of the coroutine's context, which may name no
+# transaction (a coroutine a callback-based client's thread scheduled), yet its queries run
+# in the request's transaction: found through its context only, its release freed the lock
+# before the COMMIT. Registered once per connection, in its own thread (at its first BEGIN:
+# _note_transaction); empty until a transaction first begins in the process. The thread is
+# kept beside the identity, which a new thread may reuse while a dead one's connection waits
+# for the collector (Django's connections are in reference cycles).
+_begun_on: dict[int, tuple[tuple[weakref.ref[Any], weakref.ref[threading.Thread]], ...]] = {}
 _registering = threading.Lock()
 
 
 def _register(conn: Any) -> None:
-    """Note that a transaction began on ``conn`` (once per connection): sync code of its
-    thread is in it while it is open (_own_thread_transactions). The entries of threads
-    whose connections are all gone are dropped on the way."""
+    """Note that a transaction began on ``conn``, in its own thread (once per connection):
+    sync code of that thread is in it while it is open (_open_on). The entries of threads
+    that ended, or whose connections are all gone, are dropped on the way."""
     ref = getattr(conn, "distlock_begun", None)
     if ref is not None and ref() is conn:
         return
     ident = conn._thread_ident
+    if ident != _get_ident():  # a connection shared with this thread: its own registers it
+        return
+    thread = threading.current_thread()
     with _registering:
-        for other, refs in list(_begun_on.items()):
-            if other != ident and all(old() is None for old in refs):
+        for other, entries in list(_begun_on.items()):
+            if other != ident and not any(map(_live, entries)):
                 del _begun_on[other]
-        kept = tuple(old for old in _begun_on.get(ident, ()) if old() is not None)
+        kept = tuple(
+            entry for entry in _begun_on.get(ident, ()) if _live(entry) and entry[1]() is thread
+        )
         ref = conn.distlock_begun = weakref.ref(conn)
-        _begun_on[ident] = (*kept, ref)
+        _begun_on[ident] = (*kept, (ref, weakref.ref(thread)))
+
+
+def _live(entry: tuple[weakref.ref[Any], weakref.ref[threading.Thread]]) -> bool:
+    """Return True if a registry entry's connection and thread are both still there."""
+    thread = entry[1]()
+    return entry[0]() is not None and thread is not None and not _thread_ended(entry[1])
 
 
 def _in_transaction(conn: Any) -> bool:
@@ -161,14 +174,15 @@ def _in_transaction(conn: Any) -> bool:
     return bool(own_depth(conn)) or _in_manual_transaction(conn)
 
 
-def _open_on(ident: int, seen: Iterable[Any] = ()) -> list[Place]:
-    """Return the transactions open on the connections of thread ``ident`` (those not in
+def _open_on(thread: threading.Thread, seen: Iterable[Any] = ()) -> list[Place]:
+    """Return the transactions open on the connections of ``thread`` (those not in
     ``seen``), as places."""
     found = []
-    for ref in _begun_on.get(ident, ()):
+    for ref, thread_ref in _begun_on.get(thread.ident or 0, ()):
         conn = ref()
-        mine = conn is not None and conn._thread_ident == ident and conn not in seen
-        if mine and _in_transaction(conn):
+        if conn is None or thread_ref() is not thread or conn in seen:
+            continue
+        if _in_transaction(conn):
             found.append((conn, transaction_number(conn), own_depth(conn)))
     return found
 
@@ -197,7 +211,7 @@ def transactions_here(*, taking_back: bool = False) -> list[Place]:
             if depth:
                 found.append((conn, number, depth))
     if running_loop() is None:
-        found += _open_on(_get_ident(), {place[0] for place in found})
+        found += _open_on(threading.current_thread(), {place[0] for place in found})
     elif _manual_seen:
         seen = {place[0] for place in found}
         found += [
@@ -627,8 +641,8 @@ def _loop_thread_transactions() -> list[Place] | None:
     None: cannot be told (asgiref's executor of that thread has no ``_work_thread``;
     ``manage.py check`` says so)."""
     executor = loops_of_async_to_sync.get(running_loop())
-    thread = getattr(getattr(executor, "_work_thread", None), "ident", None)
-    if thread is None:
+    thread = getattr(executor, "_work_thread", None)
+    if not isinstance(thread, threading.Thread):
         return None
     return [place for place in _open_on(thread) if place[2]]
 
