@@ -57,9 +57,7 @@ def test_a_new_thread_that_reuses_a_dead_threads_identity_is_not_in_its_transact
         if seen:
             break
     try:
-        assert seen == {"held_after_release": False}, (
-            "no thread reused the identity" if not seen else seen
-        )
+        assert seen == {"held_after_release": False}, seen or "no thread reused the identity"
     finally:
         kept[0].inc_thread_sharing()
         kept[0].close()
