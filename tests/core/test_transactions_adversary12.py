@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 import threading
 import time
 import weakref
@@ -240,6 +241,70 @@ def test_a_pooled_payment_hands_the_lock_on_at_its_commit(
     assert first.result == "charged", first
     assert charges == {1: 1}, charges
     assert (second.status, second.result, took < 5) == (200, "already paid", True), took
+
+
+def _calls_into_transactions(pair: Callable[[], None]) -> int:
+    """Return how many Python calls into distlock.transactions one ``pair()`` makes, run
+    (warmed up once) in a new thread: a context that never entered a transaction."""
+    calls = [0]
+
+    def count(frame: Any, event: str, _arg: Any) -> None:
+        if event == "call" and frame.f_code.co_filename.endswith("transactions.py"):
+            calls[0] += 1
+
+    def run() -> None:
+        pair()
+        sys.setprofile(count)
+        try:
+            pair()
+        finally:
+            sys.setprofile(None)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    return calls[0]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="every sync acquire and release calls transactions_here() and _open_on() once "
+    "any thread of the process has begun a transaction (_begun_on not empty), though its "
+    "own thread has none open: the uncontended pair's cost (issue 42) grows",
+)
+def test_a_pair_outside_transactions_costs_the_same_once_another_thread_began_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An uncontended acquire+release in a thread with no transaction (a pool job, a
+    management command, a sync view under ASGI: a new thread, a new context), counted in
+    Python calls into distlock.transactions, before and after another thread of the
+    process began a transaction (in every Django site, the first request that writes).
+
+    Expected: the same count (0b12a23: 4 and 4; its fast path asked only the thread's own
+    context and whether a transaction was ever managed by hand).
+    Observed at 5f6a5f4: 4, then 16 (the new thread got the other thread's identity, and
+    walks its dead connection too; 10 with an identity of its own). Under callgrind (a
+    redis-server of its own, benchmarks/cost_pair.py's child with one atomic block run
+    first in another thread):
+    509,925 instructions per pair against 489,076 at 0b12a23 (+20,849, +4.3%; 486,506
+    with no transaction ever begun). Where the thread's identity has many connections
+    registered (a thread per request: 10,000 requests in turn left 82 dead threads'
+    connections under one identity until the collector ran), ``transactions_here()``
+    walks them all, twice per pair: 30 us with 83 against 1.3 us with 1."""
+    name = "adv12:cost"
+
+    def pair() -> None:
+        lk = distlock.lock(name, ttl=5)
+        lk.acquire()
+        lk.release()
+
+    monkeypatch.setattr(transactions, "_begun_on", {}, raising=False)
+    before = _calls_into_transactions(pair)
+    other = threading.Thread(target=_clean_job)  # another thread begins a transaction
+    other.start()
+    other.join()
+    after = _calls_into_transactions(pair)
+    assert after == before, (before, after)
 
 
 # --- a step's own block on another database, and a bridged release awaiting its answer -----
