@@ -28,6 +28,8 @@ import distlock
 from devkit.databases import DatabaseServer
 from devkit.shop.load import serve_shop
 from distlock import transactions
+from distlock.handler import locks
+from distlock.signals import lock_lost
 from tests.support.lock_helpers import free_within, is_held
 
 pytestmark = [
@@ -312,7 +314,11 @@ WAIT = 3  # the step's wait for the lock (s): a take-back is at once, a deadlock
 
 
 def _step_with_a_bridged_release(
-    name: str, own_block: bool, using: str = "fencing", request_block: bool = True
+    name: str,
+    own_block: bool,
+    using: str = "fencing",
+    request_block: bool = True,
+    wait: float | None = WAIT,
 ) -> dict[str, Any]:
     """The request's transaction (``default``) runs its async service through async_to_sync;
     the service runs a sync step in the request's thread (sync_to_async). While the step
@@ -343,7 +349,7 @@ def _step_with_a_bridged_release(
         else:
             client_callback()
         seen["awaiting"] = bool(transactions._awaiting.get(("lock", "default", name)))
-        lk = distlock.lock(name, ttl=5, wait=WAIT)
+        lk = distlock.lock(name, ttl=5, wait=wait)
         began = time.monotonic()
         seen["got"] = lk.acquire()
         seen["took"] = round(time.monotonic() - began, 2)
@@ -422,3 +428,79 @@ def test_a_step_after_its_only_block_ended_gets_a_release_that_awaited_its_answe
     )
     assert seen["awaiting"], seen
     assert seen["got"] and seen["took"] < WAIT / 2, seen
+
+
+HANG = 8.0  # seconds the watchdog lets the step wait (wait=None) before forcing the lock free
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="with wait=None the step above waits for ever: the answer that would free the "
+    "release is queued behind it, and the lock is renewed meanwhile",
+)
+def test_with_no_wait_the_step_after_its_only_block_never_hangs() -> None:
+    """The test above with ``wait=None`` (the default), ttl 5 s. A watchdog looks after 8 s,
+    then force-releases the lock on the server, so that the test ends.
+
+    Expected: the step gets the lock at once.
+    Observed at 5f6a5f4: after 8 s the step still waited and the lock was still held (its
+    5 s lease renewed); the step got it only after the forced release (8.0 s)."""
+    name = "adv12:only-block-no-wait"
+    watched: dict[str, Any] = {}
+
+    def watchdog() -> None:
+        time.sleep(HANG)
+        watched["held_at_8s"] = locks["default"].info(name) is not None
+        locks["default"].force_release(name)
+
+    threading.Thread(target=watchdog, daemon=True).start()
+    seen = _step_with_a_bridged_release(
+        name, own_block=True, using="default", request_block=False, wait=None
+    )
+    assert seen["got"] and seen["took"] < WAIT / 2, (seen, watched)
+
+
+# --- a lease lost while the release waits, found by the COMMIT's release ------------------
+@pytest.mark.xfail(
+    strict=True,
+    reason="release_after calls lock._report_lost() after _release_now() has forgotten the "
+    "lock (_operations None): AttributeError, so on_lost and lock_lost never come",
+)
+def test_a_lease_lost_before_the_commit_found_by_the_commits_release_is_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Found beside the shapes above (the watchdog's forced release): a lock released inside
+    a transaction, its lease lost before the COMMIT (force-released here; a failover or an
+    eviction alike) and before any renewal found it (ttl 30 s: renewed every 10 s), so the
+    release at the COMMIT is the first to find it gone.
+    (test_transactions.py's test of a lease lost while waiting covers the other order: a
+    renewal finds it first, ttl 0.3 s.)
+
+    Expected: reported lost once: ``on_lost`` called and ``lock_lost`` sent; no error.
+    Observed at 5f6a5f4 (and at 0b12a23): neither; "lost the lease" is logged, then
+    "releasing a lock after its transaction ended failed" with AttributeError: 'NoneType'
+    object has no attribute 'signal_sender' (from ``finish``; the same escapes into the
+    event loop as "Exception in callback _settle_when_answered" for a bridged release, and
+    into the renewer's "renewing ... failed"). Cause: ``LockTies.release_after``
+    (transactions.py, about line 1169) calls ``lock._report_lost()`` after
+    ``_release_now()`` raised LockNotOwned from ``_end_release``, which ran
+    ``self._forget()`` first (lock.py line 261: ``_operations = None``), and
+    ``_report_lost`` reads ``_sender(self._operations)`` (lock.py about line 286)."""
+    name = "adv12:lost-before-commit"
+    on_lost: list[str] = []
+    signalled: list[str] = []
+
+    def receiver(sender: Any, name: str, **kwargs: Any) -> None:
+        signalled.append(name)
+
+    lock_lost.connect(receiver)
+    try:
+        with transaction.atomic():
+            lk = distlock.lock(name, ttl=30, on_lost=lambda lock: on_lost.append(lock.name))
+            assert lk.acquire()
+            lk.release()  # waits for the COMMIT
+            assert locks["default"].force_release(name)
+    finally:
+        lock_lost.disconnect(receiver)
+    errors = [record.getMessage() for record in caplog.records if record.levelname == "ERROR"]
+    assert (on_lost, signalled, errors) == ([name], [name], [])
