@@ -6,6 +6,7 @@ from . import (
     adversary8,
     adversary9,
     adversary10,
+    adversary12,
     adversary39b,
     fenced,
     views,
@@ -38,4 +39,6 @@ urlpatterns = [
     path("pay-callback-busy/<int:order_id>", adversary9.pay_callback_busy),
     path("pay-shutdown-reconcile/<int:order_id>", adversary9.pay_shutdown_reconcile),
     path("pay-callback-split/<int:order_id>", adversary10.pay_callback_split),
+    path("export", adversary12.export),
+    path("pay-pooled/<int:order_id>", adversary12.pay_pooled),
 ]
