@@ -283,7 +283,7 @@ class Lock(LockCalls):
         if metrics.ENABLED:
             metrics.lost(self)
         lock_lost.send(
-            _sender(self._operations),
+            _sender(self.operations),  # (forgotten already when its release found it lost)
             name=self.name,
             alias=self.using,
             info=self._local_info(),
@@ -299,7 +299,7 @@ class Lock(LockCalls):
     def _send(self, signal: Any) -> None:
         if not signal.receivers:  # nobody connected: not even the sender is looked up
             return
-        sender = _sender(self._operations)
+        sender = _sender(self.operations)
         if signal.has_listeners(sender):
             signal.send(sender, name=self.name, alias=self.using, info=self._local_info())
 

@@ -159,6 +159,30 @@ def _register(conn: Any) -> None:
         )
         ref = conn.distlock_begun = weakref.ref(conn)
         _begun_on[ident] = (*kept, (ref, weakref.ref(thread)))
+    if getattr(_this_thread, "ends", None) is None:
+        # Dropped when the thread ends (its thread-local values are cleared then, before
+        # the OS can give its identity to another): a thread that never began one, or whose
+        # identity was a dead one's, pays nothing for the registry at its acquire.
+        ends = _this_thread.ends = _ThreadEnd()
+        weakref.finalize(ends, _forget_thread, ident, weakref.ref(thread))
+
+
+class _ThreadEnd:
+    """Kept in a thread-local value of the thread that registered: collected when it ends."""
+
+
+_this_thread = threading.local()
+
+
+def _forget_thread(ident: int, thread: weakref.ref[threading.Thread]) -> None:
+    """The thread ``thread`` (identity ``ident``) ended: drop its registry entries."""
+    with _registering:
+        entries = _begun_on.get(ident, ())
+        kept = tuple(entry for entry in entries if entry[1]() is not thread() and _live(entry))
+        if kept:
+            _begun_on[ident] = kept
+        else:
+            _begun_on.pop(ident, None)
 
 
 def _live(entry: tuple[weakref.ref[Any], weakref.ref[threading.Thread]]) -> bool:
@@ -201,7 +225,8 @@ def transactions_here(*, taking_back: bool = False) -> list[Place]:
     first begins in the process.
     """
     entered = _entered.get()
-    if not entered and not _begun_on:  # (LockTies.wait and tie ask this first, inline)
+    # (LockTies.wait and tie ask this first, inline)
+    if not entered and not _manual_seen and _get_ident() not in _begun_on:
         return []
     found = []
     for conn, number in _pairs(entered):
@@ -614,12 +639,22 @@ def _awaiting_here(key: Hashable) -> Any:
             continue
         if task is not None and answer[0].task() is task:
             return hold.owner
-        named = answer[2]
-        if named:
-            if here is None:
-                here = {(conn, number) for conn, number, _ in transactions_here(taking_back=True)}
-            if all((conn, number) in here for conn, number, _ in named):
-                return hold.owner
+        if answer[2] is None:  # its transactions cannot be told: its own task's alone
+            continue
+        # Those it was made in that are still open: one that ended since (a step's own
+        # block, committed) no longer holds it (compared as named, the step, back in the
+        # request's transaction alone, waited for an answer queued behind it).
+        named = _still_open(answer[2])
+        if not named:
+            # Every transaction it was made in has ended: it is a release outside any, to
+            # be freed now, not when the answer comes (which may be queued behind the
+            # running code: the twelfth adversary's step waited for it for ever).
+            hold.of.settle(hold.owner, hold, answer, ended=True)
+            continue
+        if here is None:
+            here = {(conn, number) for conn, number, _ in transactions_here(taking_back=True)}
+        if all((conn, number) in here for conn, number, _ in named):
+            return hold.owner
     return None
 
 
@@ -1068,7 +1103,7 @@ class LockTies:
         hold = self.hold
         # No tie, and no transaction entered here nor managed by hand (the usual case): what
         # transactions_here() would find out, without its call.
-        if hold is None and not (_entered.get() or _begun_on):
+        if hold is None and not (_entered.get() or _manual_seen or _get_ident() in _begun_on):
             return False
         # hold_until_commit=False ties to no transaction of its own, but a hold it took back
         # keeps its ties: the holds stack, so the earlier one's still waits for its end.
@@ -1125,12 +1160,19 @@ class LockTies:
         return True
 
     def settle(
-        self, lock: Owner, hold: Hold, answer: tuple[_Noted, Any, list[Place] | None]
+        self,
+        lock: Owner,
+        hold: Hold,
+        answer: tuple[_Noted, Any, list[Place] | None],
+        *,
+        ended: bool = False,
     ) -> None:
         """The answer settle_on_answer waited for came (or the renewer found its hop done):
         tie the release to the transactions it found open, or free the lock, once. Nothing
         if that release was settled already, or taken back (``hold.answer`` is no longer
-        ``answer``: the hold, taken back by another Lock object, may await another)."""
+        ``answer``: the hold, taken back by another Lock object, may await another).
+        ``ended``: settled before the answer, every transaction the release was made in
+        having ended (_awaiting_here): freed."""
         with _guard:
             if hold.answer is not answer:
                 return
@@ -1144,7 +1186,7 @@ class LockTies:
             # it, or refused): in doubt, the transactions that thread had open at the
             # release (freed at once, a charge made in one before the question was
             # charged again: the tenth adversary).
-            seen = noted.seen
+            seen = None if ended else noted.seen
             if seen is None and named is None:  # nothing known of that thread: its lease
                 self.abandon(lock, "a release whose transaction could not be told")
                 return
@@ -1158,7 +1200,9 @@ class LockTies:
     def tie(self, lock: Owner) -> None:
         """Tie this hold to the transactions and savepoints it is taken (or taken back) in:
         their end, not the release, decides when the lock is freed."""
-        if not lock.hold_until_commit or not (_entered.get() or _begun_on):
+        if not lock.hold_until_commit or not (
+            _entered.get() or _manual_seen or _get_ident() in _begun_on
+        ):
             return  # no transaction here (as transactions_here() would say, without its call)
         transactions = transactions_here()
         if transactions:
