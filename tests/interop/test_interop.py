@@ -313,19 +313,63 @@ def test_a_node_waiter_whose_clock_runs_one_percent_slow_counts_no_lease_past_th
     """The Node.js waiter (performance.now() 1% slow) waits 10 s for a Python release, then
     holds a 1 s lease: once the server's key is gone, leaseLeft() is 0. (Projecting the wait
     at one rate, its START was ~100 ms late: docs/protocol.md, "The drift allowance".)"""
-    holder = distlock.lock("node-slow-clock", ttl=60)
+    waiter, holder = queued_slow_waiter(fleet, "node-slow-clock")
+    with redis.Redis.from_url(fleet.url) as server:
+        began = clocks(server)
+        time.sleep(10)
+        holder.release()
+        step = stepped_ms(server, began)
+    assert read(waiter) == ["acquired"]
+    said, left = read(waiter)
+    # The server's clock is a wall clock: a step (NTP, the VM's host) is named if it failed.
+    moved = f"the server's clock ran {step:+.0f} ms against the test's over the wait"
+    assert (said, float(left)) == ("left", 0.0), moved
+
+
+def test_a_node_waiter_counts_no_lease_past_the_servers_after_the_servers_clock_steps_forward(
+    fleet: Fleet,
+) -> None:
+    """The same 1% slow waiter, whose clock stands still 100 ms during its wait: the server's
+    clock (Redis' TIME, the wall clock) stepped 100 ms forward, as it sees it. Once the key is
+    gone, leaseLeft() is 0: a START projected past the grant's reply counts from the send.
+    (Without that fallback, leaseLeft() was still 0.07 s: START ~100 ms late.)"""
+    waiter, holder = queued_slow_waiter(fleet, "node-stepped-clock", "100")
+    send(waiter, "stall")
+    assert read(waiter) == ["stalled"]
+    time.sleep(1)  # the stall is over
+    holder.release()
+    assert read(waiter) == ["acquired"]
+    said, left = read(waiter)
+    assert (said, float(left)) == ("left", 0.0)
+
+
+def queued_slow_waiter(
+    fleet: Fleet, name: str, *stall_ms: str
+) -> tuple[subprocess.Popen[str], distlock.Lock]:
+    """Return a Node.js slowwaiter for a 1 s lease of ``name``, queued (its clock pair taken)
+    behind a Python holder, and that holder."""
+    holder = distlock.lock(name, ttl=60)
     assert holder.acquire(wait=0)
-    waiter = fleet.node_process("slowwaiter", "node-slow-clock", "1")
+    waiter = fleet.node_process("slowwaiter", name, "1", *stall_ms)
     assert read(waiter) == ["ready"]
     deadline = time.monotonic() + 20
     while (info := holder.holder()) is None or not info.waiters:  # queued: clock pair taken
         assert time.monotonic() < deadline, "the Node.js waiter never queued"
         time.sleep(0.01)
-    time.sleep(10)
-    holder.release()
-    assert read(waiter) == ["acquired"]
-    said, left = read(waiter)
-    assert (said, float(left)) == ("left", 0.0)
+    return waiter, holder
+
+
+def clocks(server: redis.Redis) -> tuple[float, float]:
+    """(this process's monotonic clock, the server's TIME), both ms, read one after the other."""
+    local = time.monotonic() * 1000
+    seconds, micros = server.time()
+    return local, seconds * 1000 + micros / 1000
+
+
+def stepped_ms(server: redis.Redis, began: tuple[float, float]) -> float:
+    """How many ms more the server's clock moved than this process's since ``began``."""
+    local, server_ms = clocks(server)
+    return (server_ms - began[1]) - (local - began[0])
 
 
 # --- what operators see -------------------------------------------------------------------
