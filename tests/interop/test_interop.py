@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -307,13 +308,37 @@ def wait_for(name: str, acquired_at: list[float]) -> None:
 
 
 @pytest.mark.slow
+class ServerClockStepped(UserWarning):
+    """The slow waiter's test failed while the server's clock stepped: it ran once more."""
+
+
+@pytest.mark.filterwarnings("always::tests.interop.test_interop.ServerClockStepped")
 def test_a_node_waiter_whose_clock_runs_one_percent_slow_counts_no_lease_past_the_servers(
     fleet: Fleet,
 ) -> None:
     """The Node.js waiter (performance.now() 1% slow) waits 10 s for a Python release, then
     holds a 1 s lease: once the server's key is gone, leaseLeft() is 0. (Projecting the wait
-    at one rate, its START was ~100 ms late: docs/protocol.md, "The drift allowance".)"""
-    waiter, holder = queued_slow_waiter(fleet, "node-slow-clock")
+    at one rate, its START was ~100 ms late: docs/protocol.md, "The drift allowance".)
+
+    The server's clock is its wall clock, which this VM's host or NTP may step: a step forward
+    during the wait that the client cannot see (smaller than its grant reply's delay) costs
+    up to that delay, which the protocol does not cover. A failure measured with such a step
+    runs once more, with a warning that names it; a second one fails, naming both."""
+    left, step = slow_waiter_left(fleet, "node-slow-clock")
+    if left != 0.0 and step > STEPPED_MS:
+        warnings.warn(f"{stepped(left, step)}: run again", ServerClockStepped, stacklevel=1)
+        left, again = slow_waiter_left(fleet, "node-slow-clock")
+        assert left == 0.0, f"{stepped(left, again)} (the first run: {step:+.0f} ms)"
+    assert left == 0.0, stepped(left, step)
+
+
+STEPPED_MS = 5  # more than two TIME round trips can make of a steady clock
+
+
+def slow_waiter_left(fleet: Fleet, name: str) -> tuple[float, float]:
+    """Queue a 1% slow Node.js waiter, release after 10 s: return its leaseLeft() once the
+    key is gone, and how much further the server's clock moved than this process's."""
+    waiter, holder = queued_slow_waiter(fleet, name)
     with redis.Redis.from_url(fleet.url) as server:
         began = clocks(server)
         time.sleep(10)
@@ -321,19 +346,27 @@ def test_a_node_waiter_whose_clock_runs_one_percent_slow_counts_no_lease_past_th
         step = stepped_ms(server, began)
     assert read(waiter) == ["acquired"]
     said, left = read(waiter)
-    # The server's clock is a wall clock: a step (NTP, the VM's host) is named if it failed.
-    moved = f"the server's clock ran {step:+.0f} ms against the test's over the wait"
-    assert (said, float(left)) == ("left", 0.0), moved
+    assert said == "left"
+    return float(left), step
+
+
+def stepped(left: float, step: float) -> str:
+    return (
+        f"leaseLeft() was {left} s once the key was gone; the server's clock ran {step:+.0f} ms"
+        " against the test's over the wait"
+    )
 
 
 def test_a_node_waiter_counts_no_lease_past_the_servers_after_the_servers_clock_steps_forward(
     fleet: Fleet,
 ) -> None:
-    """The same 1% slow waiter, whose clock stands still 100 ms during its wait: the server's
-    clock (Redis' TIME, the wall clock) stepped 100 ms forward, as it sees it. Once the key is
+    """The same 1% slow waiter, whose clock stands still 500 ms during its wait: the server's
+    clock (Redis' TIME, the wall clock) stepped 500 ms forward, as it sees it. Once the key is
     gone, leaseLeft() is 0: a START projected past the grant's reply counts from the send.
-    (Without that fallback, leaseLeft() was still 0.07 s: START ~100 ms late.)"""
-    waiter, holder = queued_slow_waiter(fleet, "node-stepped-clock", "100")
+    (Without that fallback, leaseLeft() was still 0.48 s: START ~500 ms late.) The step is
+    larger than any delay of the grant's reply: a step smaller than that delay is not seen,
+    and costs up to that delay (docs/protocol.md, "The drift allowance")."""
+    waiter, holder = queued_slow_waiter(fleet, "node-stepped-clock", "500")
     send(waiter, "stall")
     assert read(waiter) == ["stalled"]
     time.sleep(1)  # the stall is over
