@@ -367,18 +367,22 @@ class Attempts:
         self.waited = True
         return self.request()
 
-    def lease_started(self, attempt: Attempt) -> float:
+    def lease_started(self, attempt: Attempt, now: float) -> float:
         """Return a local time no later than when the server granted ``attempt``'s lease:
         the request's send time, or later when the server's clock shows it ran later (a wait
         that blocked before it acquired). The server's time since the clock pair is counted
         at 1 - DRIFT_FACTOR on this clock, which may run that much slower than the server's
-        (counted at one rate, a 1% slow clock placed a 10 s wait's grant 100 ms late)."""
-        started = attempt.sent or self.started
-        if self.clock is not None and attempt.acquired_ms:
-            local, server_ms = self.clock  # server_ms was read after ``local``
-            waited_ms = (attempt.acquired_ms - server_ms) * (1 - DRIFT_FACTOR)
-            started = max(started, local + (waited_ms - 1) / 1000)
-        return started
+        (counted at one rate, a 1% slow clock placed a 10 s wait's grant 100 ms late). A
+        projection later than ``now`` (the grant's reply read) means the server's clock, a
+        wall clock, stepped forward during the wait (NTP, a VM's clock set after a pause): it
+        would place the start that much late, so the send time is the start."""
+        sent = attempt.sent or self.started
+        if self.clock is None or not attempt.acquired_ms:
+            return sent
+        local, server_ms = self.clock  # server_ms was read after ``local``
+        waited_ms = (attempt.acquired_ms - server_ms) * (1 - DRIFT_FACTOR)
+        projected = max(sent, local + (waited_ms - 1) / 1000)
+        return sent if projected > now else projected
 
     def next_block(self, attempt: Attempt) -> float | None:
         """Return how long to wait for a turn, or None to give up."""
@@ -414,11 +418,13 @@ class Attempts:
           took: wait=0 tries once.)"""
         # Kept for the grant (Lock._take): the lease it records ends at the same time.
         # lease_started() without its call when no server clock was noted (every first try)
+        now = time.monotonic()
         started = (
-            (attempt.sent or self.started) if self.clock is None else self.lease_started(attempt)
+            (attempt.sent or self.started)
+            if self.clock is None
+            else self.lease_started(attempt, now)
         )
         self.lease_until = lease_end(started, self.ttl_ms)
-        now = time.monotonic()
         return now >= self.lease_until or (self.waited and now > self.deadline)
 
     # Written once: the sync loop after it is generated (see the module's docstring).

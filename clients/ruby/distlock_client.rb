@@ -440,14 +440,17 @@ module Distlock
     # The drift allowance (protocol.md): a grant with less than 1% of the lease + 2 ms left
     # (by our clock, from when we sent the call, or from when the server says the hold began,
     # whichever is later) is no hold. The server's time since the clock pair counts at 0.99 on
-    # our clock, which may run 1% slower than the server's.
+    # our clock, which may run 1% slower than the server's. A start projected later than now
+    # (the reply is here) means the server's clock, a wall clock, stepped forward during the
+    # wait (NTP, a VM's clock set after a pause): the hold counts from when we sent the call.
     def fresh?(ttl, sent, acquired_ms, clock)
+      now = mono_ms
       start = sent
       if clock && acquired_ms
         began = clock[0] + (acquired_ms.to_i - clock[1]) * 0.99 - 1
-        start = began if began > start
+        start = began if began > start && began <= now
       end
-      mono_ms + ttl * 0.01 + 2 < start + ttl
+      now + ttl * 0.01 + 2 < start + ttl
     end
 
     def release_token(k, token, shared)

@@ -74,13 +74,24 @@ const commands = {
 
   // Wait for NAME with this process's monotonic clock running 1% slow (the protocol's budget)
   // and hold a TTL s lease: say "ready", "acquired" once held, then, once the server's key is
-  // gone (no renewal), "left SECONDS": what leaseLeft() still counts on.
-  async slowwaiter(name, ttl) {
+  // gone (no renewal), "left SECONDS": what leaseLeft() still counts on. With STALL_MS, a line
+  // "stall" on stdin (sent while it waits) stops its clock that long, then it runs on from
+  // where it stood ("stalled" said then): the server's clock stepped forward by STALL_MS, as
+  // this process sees it (Redis' TIME is the wall clock, which NTP or a VM's host may set).
+  async slowwaiter(name, ttl, stallMs = "0") {
     const real = performance.now.bind(performance);
     const base = real();
-    performance.now = () => base + (real() - base) * 0.99;
+    let stallAt = Infinity;
+    const stood = () => Math.min(Math.max(real() - stallAt, 0), Number(stallMs));
+    performance.now = () => base + (real() - stood() - base) * 0.99;
     const lock = client.lock(name, { ttl: Number(ttl) });
     say("ready");
+    if (Number(stallMs) > 0) {
+      nextLine().then(() => {
+        stallAt = real();
+        say("stalled");
+      });
+    }
     if (!(await lock.acquire({ wait: 60 }))) throw new Error("not acquired in 60 s");
     say("acquired");
     while ((await client.holder(name)) !== null) await new Promise((done) => setTimeout(done, 5));

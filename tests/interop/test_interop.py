@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -307,25 +308,101 @@ def wait_for(name: str, acquired_at: list[float]) -> None:
 
 
 @pytest.mark.slow
+class ServerClockStepped(UserWarning):
+    """The slow waiter's test failed while the server's clock stepped: it ran once more."""
+
+
+@pytest.mark.filterwarnings("always::tests.interop.test_interop.ServerClockStepped")
 def test_a_node_waiter_whose_clock_runs_one_percent_slow_counts_no_lease_past_the_servers(
     fleet: Fleet,
 ) -> None:
     """The Node.js waiter (performance.now() 1% slow) waits 10 s for a Python release, then
     holds a 1 s lease: once the server's key is gone, leaseLeft() is 0. (Projecting the wait
-    at one rate, its START was ~100 ms late: docs/protocol.md, "The drift allowance".)"""
-    holder = distlock.lock("node-slow-clock", ttl=60)
+    at one rate, its START was ~100 ms late: docs/protocol.md, "The drift allowance".)
+
+    The server's clock is its wall clock, which this VM's host or NTP may step: a step forward
+    during the wait that the client cannot see (smaller than its grant reply's delay) costs
+    up to that delay, which the protocol does not cover. A failure measured with such a step
+    runs once more, with a warning that names it; a second one fails, naming both."""
+    left, step = slow_waiter_left(fleet, "node-slow-clock")
+    if left != 0.0 and step > STEPPED_MS:
+        warnings.warn(f"{stepped(left, step)}: run again", ServerClockStepped, stacklevel=1)
+        left, again = slow_waiter_left(fleet, "node-slow-clock")
+        assert left == 0.0, f"{stepped(left, again)} (the first run: {step:+.0f} ms)"
+    assert left == 0.0, stepped(left, step)
+
+
+STEPPED_MS = 5  # more than two TIME round trips can make of a steady clock
+
+
+def slow_waiter_left(fleet: Fleet, name: str) -> tuple[float, float]:
+    """Queue a 1% slow Node.js waiter, release after 10 s: return its leaseLeft() once the
+    key is gone, and how much further the server's clock moved than this process's."""
+    waiter, holder = queued_slow_waiter(fleet, name)
+    with redis.Redis.from_url(fleet.url) as server:
+        began = clocks(server)
+        time.sleep(10)
+        holder.release()
+        step = stepped_ms(server, began)
+    assert read(waiter) == ["acquired"]
+    said, left = read(waiter)
+    assert said == "left"
+    return float(left), step
+
+
+def stepped(left: float, step: float) -> str:
+    return (
+        f"leaseLeft() was {left} s once the key was gone; the server's clock ran {step:+.0f} ms"
+        " against the test's over the wait"
+    )
+
+
+def test_a_node_waiter_counts_no_lease_past_the_servers_after_the_servers_clock_steps_forward(
+    fleet: Fleet,
+) -> None:
+    """The same 1% slow waiter, whose clock stands still 500 ms during its wait: the server's
+    clock (Redis' TIME, the wall clock) stepped 500 ms forward, as it sees it. Once the key is
+    gone, leaseLeft() is 0: a START projected past the grant's reply counts from the send.
+    (Without that fallback, leaseLeft() was still 0.48 s: START ~500 ms late.) The step is
+    larger than any delay of the grant's reply: a step smaller than that delay is not seen,
+    and costs up to that delay (docs/protocol.md, "The drift allowance")."""
+    waiter, holder = queued_slow_waiter(fleet, "node-stepped-clock", "500")
+    send(waiter, "stall")
+    assert read(waiter) == ["stalled"]
+    time.sleep(1)  # the stall is over
+    holder.release()
+    assert read(waiter) == ["acquired"]
+    said, left = read(waiter)
+    assert (said, float(left)) == ("left", 0.0)
+
+
+def queued_slow_waiter(
+    fleet: Fleet, name: str, *stall_ms: str
+) -> tuple[subprocess.Popen[str], distlock.Lock]:
+    """Return a Node.js slowwaiter for a 1 s lease of ``name``, queued (its clock pair taken)
+    behind a Python holder, and that holder."""
+    holder = distlock.lock(name, ttl=60)
     assert holder.acquire(wait=0)
-    waiter = fleet.node_process("slowwaiter", "node-slow-clock", "1")
+    waiter = fleet.node_process("slowwaiter", name, "1", *stall_ms)
     assert read(waiter) == ["ready"]
     deadline = time.monotonic() + 20
     while (info := holder.holder()) is None or not info.waiters:  # queued: clock pair taken
         assert time.monotonic() < deadline, "the Node.js waiter never queued"
         time.sleep(0.01)
-    time.sleep(10)
-    holder.release()
-    assert read(waiter) == ["acquired"]
-    said, left = read(waiter)
-    assert (said, float(left)) == ("left", 0.0)
+    return waiter, holder
+
+
+def clocks(server: redis.Redis) -> tuple[float, float]:
+    """(this process's monotonic clock, the server's TIME), both ms, read one after the other."""
+    local = time.monotonic() * 1000
+    seconds, micros = server.time()
+    return local, seconds * 1000 + micros / 1000
+
+
+def stepped_ms(server: redis.Redis, began: tuple[float, float]) -> float:
+    """How many ms more the server's clock moved than this process's since ``began``."""
+    local, server_ms = clocks(server)
+    return (server_ms - began[1]) - (local - began[0])
 
 
 # --- what operators see -------------------------------------------------------------------

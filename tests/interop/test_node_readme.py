@@ -10,6 +10,8 @@ import re
 import shutil
 import subprocess
 import time
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +24,20 @@ from devkit.processes import child_env, run_process
 from devkit.redis_server import RedisServer
 
 README = CLIENT / "README.md"
+# What the client's TimeoutError says (its read timeout, 2 s: the examples keep the default).
+NO_REPLY = re.compile(r"No reply within \d+ ms")
 LUA = Path("distlock") / "backends" / "redis_ops" / "lua"
-pytestmark = [pytest.mark.django_db(databases=[]), pytest.mark.timeout(600)]
+# A run repeated after the client's read timeout is reported (the warnings summary), not an error.
+RETRIED = "always::tests.interop.test_node_readme.RunAgain"
+pytestmark = [
+    pytest.mark.django_db(databases=[]),
+    pytest.mark.timeout(600),
+    pytest.mark.filterwarnings(RETRIED),
+]
+
+
+class RunAgain(UserWarning):
+    """An example's run ended on the client's read timeout and was run again."""
 
 
 def examples() -> tuple[str, str]:
@@ -68,10 +82,32 @@ def project(node_client: Node, tmp_path_factory: pytest.TempPathFactory) -> Path
 
 
 def run(
-    node: Node, project: Path, name: str, code: str, url: str
+    node: Node,
+    project: Path,
+    name: str,
+    code: str,
+    url: str,
+    before_retry: Callable[[], object] = lambda: None,
 ) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` as ``name``; once more if the first run ended on the client's read
+    timeout. The examples keep the client's default (a 2 s reply timeout), which a loaded CI
+    machine has exceeded once (a local Redis server, no fault injected): that says nothing of
+    the example, so the run is repeated once, with a warning that quotes it, after
+    ``before_retry`` undid what the first run may have left (a lock it held). A second
+    timeout fails the test."""
     script = project / name
     script.write_text(code)
+    done = run_once(node, project, script, url)
+    if done.returncode != 0 and NO_REPLY.search(done.stderr):
+        warnings.warn(
+            f"{name} hit the read timeout, run again:\n{done.stderr}", RunAgain, stacklevel=2
+        )
+        before_retry()
+        done = run_once(node, project, script, url)
+    return done
+
+
+def run_once(node: Node, project: Path, script: Path, url: str) -> subprocess.CompletedProcess[str]:
     return run_process(
         [node.binary, str(script)],
         cwd=project,
@@ -94,7 +130,8 @@ def test_the_es_module_example_runs_as_written(
 ) -> None:
     redis_server.flushall()
     esm, _ = examples()
-    held(run(node_client, project, "example.mjs", esm, redis_server.url))
+    # A run that timed out may have left the lock held (its 60 s lease): flushed before the next.
+    held(run(node_client, project, "example.mjs", esm, redis_server.url, redis_server.flushall))
     # It released the lock: a Python process (the default prefix, as in the example) takes it.
     aliases, caches = distlock_settings("redis", redis_server.url)
     aliases["default"]["KEY_PREFIX"] = "distlock"
@@ -115,5 +152,7 @@ def test_the_commonjs_example_runs_as_written(
 ) -> None:
     redis_server.flushall()
     _, cjs = examples()
-    done = held(run(node_client, project, "example.cjs", cjs, redis_server.url))
+    done = held(
+        run(node_client, project, "example.cjs", cjs, redis_server.url, redis_server.flushall)
+    )
     assert done.stderr == ""

@@ -201,7 +201,7 @@ class Client:
             c.grants.append(read.fence)
             if waited and now > self.began + self.wait:
                 return dataclasses.replace(self, pc="late")  # handed on: release, leave
-            end = self.lease_end(read)
+            end = self.lease_end(read, now)
             if now >= end:
                 return dataclasses.replace(self, pc="giveback")  # the drift allowance
             return dataclasses.replace(self, pc="hold", end=end)
@@ -231,14 +231,17 @@ class Client:
             return 0
         return round(min(self.wait - (now - self.began), MAX_BLOCK) + MARGIN)
 
-    def lease_end(self, grant: Grant) -> float:
-        """The drift allowance: END = START + LEASE - ALLOWANCE."""
+    def lease_end(self, grant: Grant, now: float) -> float:
+        """The drift allowance: END = START + LEASE - ALLOWANCE (a START projected past
+        ``now``, a server clock's step, is the send time)."""
         start = self.sent
         if self.clock is not None and grant.acquired_ms is not None:
             waited = grant.acquired_ms - self.clock[1]
             if self.rule == "new":
                 waited *= 1 - DRIFT_FACTOR
-            start = max(start, self.clock[0] + waited - 1)
+            projected = self.clock[0] + waited - 1
+            if self.rule == "old" or projected <= now:  # the old rule had no fallback
+                start = max(start, projected)
         return start + self.lease - (self.lease * DRIFT_FACTOR + DRIFT_MS)
 
     def release(self, c: Context) -> Client:

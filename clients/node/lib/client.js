@@ -436,12 +436,16 @@ class Attempt {
       return reply;
     }
     const acquiredMs = Number(reply.split(" ")[1]);
+    const now = performance.now();
     // The server's time since the clock pair, counted at 1 - DRIFT_FACTOR on this clock (which
     // may run that much slower): a local time no later than the server began the lease.
     const waitedMs = this.clock ? (acquiredMs - this.clock[1]) * (1 - DRIFT_FACTOR) : 0;
-    const started = this.clock ? Math.max(sent, this.clock[0] + waitedMs - 1) : sent;
+    const projected = this.clock ? Math.max(sent, this.clock[0] + waitedMs - 1) : sent;
+    // Later than now, with the reply here: the server's clock (a wall clock) stepped forward
+    // during the wait (NTP, a VM's clock set after a pause), so the lease counts from the send.
+    const started = projected > now ? sent : projected;
     this.leaseEnd = leaseEnd(started, this.ttlMs);
-    if (performance.now() < this.leaseEnd) return reply;
+    if (now < this.leaseEnd) return reply;
     await this.giveBack();
     return [0, 0, -1];
   }
