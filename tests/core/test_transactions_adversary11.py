@@ -26,9 +26,14 @@ from django.db import connections, transaction
 import distlock
 from devkit.shop.bridge import through_a_client_thread
 from distlock import transactions
-from distlock.handler import locks
 from tests.core import test_transactions_adversary10 as adversary10
-from tests.support.lock_helpers import free_within, is_held
+from tests.support.lock_helpers import (
+    atake_timed,
+    forced_free_after,
+    free_within,
+    is_held,
+    take_timed,
+)
 
 pytestmark = [
     pytest.mark.django_db(transaction=True, databases=["default", "fencing"]),
@@ -48,17 +53,6 @@ def no_transaction_managed_by_hand_seen(monkeypatch: pytest.MonkeyPatch) -> None
 WAIT = 3  # the step's wait for the lock (s): a take-back is at once, a deadlock is all of it
 
 
-async def _atake_timed(name: str, seen: dict[str, Any]) -> None:
-    """Ask for ``name`` (wait WAIT); note in ``seen`` whether it was granted and how long
-    that took, and release it if so."""
-    lk = distlock.lock(name, ttl=10, wait=WAIT)
-    t0 = time.monotonic()
-    seen["got"] = await lk.aacquire()
-    seen["took"] = round(time.monotonic() - t0, 2)
-    if seen["got"]:
-        await lk.arelease()
-
-
 async def _beside_a_fraud_check(*callbacks: Callable[[], Coroutine[Any, Any, None]]) -> None:
     """The service: the request's thread runs a 1 s fraud check while a client's thread
     schedules each callback on the loop in turn (their questions queue behind the check)."""
@@ -72,6 +66,26 @@ async def _beside_a_fraud_check(*callbacks: Callable[[], Coroutine[Any, Any, Non
 def _in_request_transaction(request_conn: list[Any]) -> bool:
     conn = connections["default"]
     return conn.connection is request_conn[0] and not conn.get_autocommit()
+
+
+def bridged_take_and_release(name: str, loop: asyncio.AbstractEventLoop) -> bool:
+    """From sync code that keeps ``loop``'s thread busy: have a callback-based client's
+    thread schedule a coroutine on ``loop`` that takes ``name`` and releases it (its
+    question to the busy thread unanswered: the release awaits the answer). Return True
+    once it has released (waited for: a fixed sleep let a loaded machine's code ask for the
+    lock first, and the bridged coroutine then waited, and was cancelled)."""
+    released = threading.Event()
+
+    async def bridged() -> None:
+        lk = distlock.lock(name, ttl=5, wait=WAIT)
+        assert await lk.aacquire()
+        await lk.arelease()
+        released.set()
+
+    threading.Thread(
+        target=lambda: asyncio.run_coroutine_threadsafe(bridged(), loop).result(), daemon=True
+    ).start()
+    return released.wait(30)
 
 
 def _run_step_with_a_bridged_release(
@@ -88,30 +102,11 @@ def _run_step_with_a_bridged_release(
     releases it while the request's thread is busy with the step (its question unanswered:
     the release awaits the answer); then the step asks for the same lock, in sync code."""
     loop_box: list[Any] = []
-    released = threading.Event()
-
-    async def bridged() -> None:
-        lk = distlock.lock(name, ttl=5, wait=WAIT)
-        assert await lk.aacquire()
-        await lk.arelease()
-        released.set()
 
     def step() -> None:  # sync, in the request's thread and its transaction
         seen["step_in_transaction"] = _in_request_transaction(request_conn)
-        coro_fn: Callable[[], Coroutine[Any, Any, None]] = bridged
-        threading.Thread(
-            target=lambda: asyncio.run_coroutine_threadsafe(coro_fn(), loop_box[0]).result(),
-            daemon=True,
-        ).start()
-        # Asked once the bridged release awaits its answer (a fixed sleep let a loaded
-        # machine's step ask first: the bridged coroutine then waited, and was cancelled).
-        seen["released"] = released.wait(30)
-        lk = distlock.lock(name, ttl=5, wait=wait)
-        t0 = time.monotonic()
-        seen["got"] = lk.acquire()
-        seen["took"] = round(time.monotonic() - t0, 2)
-        if seen["got"]:
-            lk.release()
+        seen["released"] = bridged_take_and_release(name, loop_box[0])
+        take_timed(name, seen, wait=wait)
 
     async def by_the_client() -> None:
         await sync_to_async(step)()
@@ -170,23 +165,8 @@ def test_with_no_wait_the_step_a_bridged_coroutine_runs_never_hangs() -> None:
     release (the step then took 7.7 s; the forced release is then logged as a lost lease)."""
     name = "adv11:step-no-wait"
     seen: dict[str, Any] = {}
-
-    finished = threading.Event()
-
-    def watchdog() -> None:
-        if finished.wait(HANG):  # the step ended: nothing to force (the backend may be gone)
-            return
-        seen["step_done_at_8s"] = "took" in seen
-        seen["held_at_8s"] = locks["default"].info(name) is not None
-        locks["default"].force_release(name)
-
-    watching = threading.Thread(target=watchdog, daemon=True)
-    watching.start()
-    try:
+    with forced_free_after(name, HANG, seen):
         _run_step_with_a_bridged_release(name, seen, [], step_from_bridged=True, wait=None)
-    finally:
-        finished.set()
-        watching.join()
     assert free_within(name, 2)
     assert seen["got"] and seen["took"] < WAIT / 2, seen
 
@@ -278,7 +258,7 @@ def test_a_bridged_coroutines_child_task_takes_back_its_release() -> None:
     seen: dict[str, Any] = {}
 
     async def child() -> None:
-        await _atake_timed(name, seen)
+        await atake_timed(name, seen, ttl=10, wait=WAIT)
 
     async def bridged() -> None:
         lk = distlock.lock(name, ttl=10, wait=1)
@@ -314,7 +294,7 @@ def test_a_second_bridged_callback_takes_back_the_firsts_release() -> None:
         await lk.arelease()
 
     async def settled() -> None:
-        await _atake_timed(name, seen)
+        await atake_timed(name, seen, ttl=10, wait=WAIT)
 
     with transaction.atomic():
         async_to_sync(_beside_a_fraud_check)(captured, settled)

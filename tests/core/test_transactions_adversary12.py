@@ -34,7 +34,8 @@ from devkit.shop.load import serve_shop
 from distlock import transactions
 from distlock.handler import locks
 from distlock.signals import lock_lost
-from tests.support.lock_helpers import free_within, is_held
+from tests.core.test_transactions_adversary11 import bridged_take_and_release
+from tests.support.lock_helpers import forced_free_after, free_within, is_held, take_timed
 
 pytestmark = [
     pytest.mark.django_db(transaction=True, databases=["default", "fencing"]),
@@ -316,22 +317,9 @@ def _step_with_a_bridged_release(
     committed, asks for the same lock."""
     seen: dict[str, Any] = {}
     loop_box: list[asyncio.AbstractEventLoop] = []
-    released = threading.Event()
 
-    async def bridged() -> None:
-        lk = distlock.lock(name, ttl=5, wait=WAIT)
-        assert await lk.aacquire()
-        await lk.arelease()
-        released.set()
-
-    def client_callback() -> None:
-        threading.Thread(
-            target=lambda: asyncio.run_coroutine_threadsafe(bridged(), loop_box[0]).result(),
-            daemon=True,
-        ).start()
-        # The release is made meanwhile (waited for: a fixed sleep let a loaded machine's
-        # step ask first).
-        seen["released"] = released.wait(30)
+    def client_callback() -> None:  # the release is made meanwhile
+        seen["released"] = bridged_take_and_release(name, loop_box[0])
 
     def step() -> None:
         if own_block:
@@ -340,12 +328,7 @@ def _step_with_a_bridged_release(
         else:
             client_callback()
         seen["awaiting"] = bool(transactions._awaiting.get(("lock", "default", name)))
-        lk = distlock.lock(name, ttl=5, wait=wait)
-        began = time.monotonic()
-        seen["got"] = lk.acquire()
-        seen["took"] = round(time.monotonic() - began, 2)
-        if seen["got"]:
-            lk.release()
+        take_timed(name, seen, wait=wait)
 
     async def service() -> None:
         loop_box.append(asyncio.get_running_loop())
@@ -421,24 +404,10 @@ def test_with_no_wait_the_step_after_its_only_block_never_hangs() -> None:
     5 s lease renewed); the step got it only after the forced release (8.0 s)."""
     name = "adv12:only-block-no-wait"
     watched: dict[str, Any] = {}
-
-    finished = threading.Event()
-
-    def watchdog() -> None:
-        if finished.wait(HANG):  # the step ended: nothing to force (the backend may be gone)
-            return
-        watched["held_at_8s"] = locks["default"].info(name) is not None
-        locks["default"].force_release(name)
-
-    watching = threading.Thread(target=watchdog, daemon=True)
-    watching.start()
-    try:
+    with forced_free_after(name, HANG, watched):
         seen = _step_with_a_bridged_release(
             name, own_block=True, using="default", request_block=False, wait=None
         )
-    finally:
-        finished.set()
-        watching.join()
     assert seen["got"] and seen["took"] < WAIT / 2, (seen, watched)
 
 

@@ -339,3 +339,48 @@ class BrokenCounter:
 
     def __next__(self) -> int:
         raise RuntimeError(f"injected into {self.where}")
+
+
+def take_timed(name: str, seen: dict[str, Any], *, ttl: float = 5, wait: float | None) -> None:
+    """Ask for ``name`` (waiting up to ``wait``) in sync code; note in ``seen`` whether it was
+    granted (``got``) and how long that took (``took``, s), and release it if so."""
+    lk = distlock.lock(name, ttl=ttl, wait=wait)
+    began = time.monotonic()
+    seen["got"] = lk.acquire()
+    seen["took"] = round(time.monotonic() - began, 2)
+    if seen["got"]:
+        lk.release()
+
+
+async def atake_timed(
+    name: str, seen: dict[str, Any], *, ttl: float = 5, wait: float | None
+) -> None:
+    """The same as take_timed, in a coroutine."""
+    lk = distlock.lock(name, ttl=ttl, wait=wait)
+    began = time.monotonic()
+    seen["got"] = await lk.aacquire()
+    seen["took"] = round(time.monotonic() - began, 2)
+    if seen["got"]:
+        await lk.arelease()
+
+
+@contextmanager
+def forced_free_after(name: str, seconds: float, noted: dict[str, Any]) -> Iterator[None]:
+    """Run the block; if it has not ended within ``seconds`` (a wait=None that must not hang
+    did), note in ``noted`` whether ``name`` was held then (``held_then``) and force it free
+    on the server, so that the test ends all the same. Nothing is forced after the block."""
+    finished = threading.Event()
+
+    def watchdog() -> None:
+        if finished.wait(seconds):
+            return
+        noted["held_then"] = locks["default"].info(name) is not None
+        locks["default"].force_release(name)
+
+    watching = threading.Thread(target=watchdog, daemon=True)
+    watching.start()
+    try:
+        yield
+    finally:
+        finished.set()
+        watching.join()
