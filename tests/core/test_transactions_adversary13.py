@@ -1,0 +1,243 @@
+"""Issue 39, the thirteenth adversary: against 5f6a5f4/2e93ba8 (sync code placed in every
+transaction open on its own thread's connections, ``transactions._begun_on``) and 59c58ed (a
+thread's registry entries dropped when it ends, the acquire's fast path asking whether this
+thread registered, a release awaiting its answer freed once its transactions ended, the
+lost-lease report reading ``Lock.operations``). Each test says what it expects and what was
+observed at 98c5c60 (and at 0b12a23, before the registry).
+
+In-process (SQLite, real threads, a real redis-server): the shapes are about which code
+counts as in which transaction, and what a release reports, not about the database.
+"""
+
+from __future__ import annotations
+
+import _thread
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import connections, transaction
+
+import distlock
+from distlock import transactions
+from distlock.handler import locks
+from distlock.signals import lock_lost
+from tests.support.lock_helpers import is_held
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True, databases=["default", "fencing"]),
+    pytest.mark.usefixtures("redis_backend"),
+]
+
+JOB_DB = "fencing"  # a file: each thread has a connection of its own
+
+
+# --- a lost lease reported after its alias left the settings -----------------------------
+@pytest.mark.xfail(
+    strict=True,
+    reason="the COMMIT's release reports a lost lease through Lock.operations, which looks "
+    "the alias up again: gone from DISTLOCK, InvalidLockBackendError, never reported",
+)
+def test_a_lease_lost_before_the_commit_is_reported_after_its_alias_left_the_settings(
+    settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A lock of a second alias ("payments") is released inside a transaction; its lease is
+    lost before the COMMIT (force-released; a failover alike) and the alias leaves DISTLOCK
+    before the COMMIT (a settings reload, ``override_settings`` in a test; the lock keeps
+    the backend it was acquired on: ``LockHandler.reset``'s docstring). The COMMIT's
+    release is the first to find the lease gone.
+
+    Expected: reported lost once: ``on_lost`` called, ``lock_lost`` sent, no error (the
+    twelfth adversary's fix, for the alias still configured).
+    Observed at 98c5c60: neither; "releasing a lock after its transaction ended failed"
+    logged with InvalidLockBackendError: DISTLOCK has no alias 'payments' (it has:
+    default). (At 0b12a23: AttributeError on ``_operations`` None, for any alias.) Cause:
+    59c58ed made ``Lock._report_lost`` (lock.py line 286) read ``_sender(self.operations)``;
+    the hold was forgotten by ``_end_release`` before LockNotOwned reached
+    ``LockTies.release_after`` (transactions.py line 1227), so the property (lock.py line
+    141) looks the alias up in the handler again, which builds a backend from the current
+    settings: missing now, it raises. (With the alias pointed at another backend class
+    the signal's sender would be that class, not the one the lock was held on.)"""
+    name = "adv13:lost-alias-gone"
+    settings.DISTLOCK = {**settings.DISTLOCK, "payments": settings.DISTLOCK["default"]}
+    locks.reset()
+    on_lost: list[str] = []
+    signalled: list[str] = []
+
+    def receiver(sender: Any, name: str, **kwargs: Any) -> None:
+        signalled.append(name)
+
+    lock_lost.connect(receiver)
+    try:
+        with transaction.atomic():
+            lk = distlock.lock(
+                name, ttl=30, using="payments", on_lost=lambda lock: on_lost.append(lock.name)
+            )
+            assert lk.acquire()
+            lk.release()  # waits for the COMMIT
+            assert locks["payments"].force_release(name)
+            settings.DISTLOCK = {k: v for k, v in settings.DISTLOCK.items() if k != "payments"}
+            locks.reset()
+    finally:
+        lock_lost.disconnect(receiver)
+    errors = [record.getMessage() for record in caplog.records if record.levelname == "ERROR"]
+    assert (on_lost, signalled, errors) == ([name], [name], [])
+
+
+def test_a_lease_lost_before_the_commit_is_reported_with_its_alias_still_there(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The control of the case above, a second alias that stays: reported once, no error
+    (held at 98c5c60)."""
+    name = "adv13:lost-alias-kept"
+    on_lost: list[str] = []
+    with transaction.atomic():
+        lk = distlock.lock(name, ttl=30, on_lost=lambda lock: on_lost.append(lock.name))
+        assert lk.acquire()
+        lk.release()
+        assert locks["default"].force_release(name)
+    errors = [record.getMessage() for record in caplog.records if record.levelname == "ERROR"]
+    assert (on_lost, errors) == ([name], [])
+
+
+# --- a thread handed the transaction's connection, in a context of its own ---------------
+def _handed_thread_releases(name: str, conn: Any, ran_on: list[bool]) -> Callable[[], None]:
+    """A request thread of Django's live server, as it runs: handed the shared connection
+    (``connections[alias] = conn``), started as a plain thread (its own, empty context).
+    It takes the lock, queries (in the transaction: the connection is the one in it) and
+    releases."""
+
+    def job() -> None:
+        connections["default"] = conn
+        lk = distlock.lock(name, ttl=5, wait=0)
+        assert lk.acquire()
+        ran_on.append(connections["default"] is conn and conn.in_atomic_block)
+        lk.release()
+
+    return job
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a plain thread handed the transaction's shared connection releases at once: "
+    "its context names no transaction and its own identity never registered",
+)
+def test_a_plain_thread_handed_the_shared_connection_holds_its_release_until_the_commit() -> None:
+    """The transaction's connection allows thread sharing (``inc_thread_sharing()``, as
+    Django's live server does for an in-memory SQLite database) and is handed to a request
+    thread (``connections[alias] = conn``), a plain ``threading.Thread`` with a context of
+    its own. That thread takes a lock, queries on the shared connection (inside the open
+    atomic block) and releases, before the block commits. docs/transactions.md, Limits:
+    such a connection "counts sync code in a thread it was handed to ... as in its
+    transaction".
+
+    Expected: the lock stays held until the COMMIT (the thread's queries ran in the
+    transaction), then is freed.
+    Observed at 98c5c60 (and at 0b12a23): free right after the thread's release, 1 of 1,
+    while the block is still open: another request would have got it before the COMMIT.
+    Cause: ``transactions_here`` (transactions.py about line 229) and ``LockTies.wait``'s
+    inline fast path (about line 1106) find nothing: ``_entered`` is empty (a fresh
+    context), the thread's identity is not in ``_begun_on`` (``_register``, about line
+    147, registers a connection only in its own thread, and 59c58ed's fast path asks
+    whether *this* thread registered), and ``_open_on`` reads only this thread's entries:
+    ``_handed_here`` is asked only of connections a context names. adversary 5's handed
+    thread (test_transactions_adversary5.py) runs in a copy of the request's context, so
+    it is found."""
+    name = "adv13:handed-plain-thread"
+    conn = connections["default"]
+    conn.inc_thread_sharing()
+    ran_on: list[bool] = []
+    try:
+        with transaction.atomic():
+            conn.cursor().execute("SELECT 1")
+            thread = threading.Thread(target=_handed_thread_releases(name, conn, ran_on))
+            thread.start()
+            thread.join(10)
+            held_before_commit = is_held(name)
+        held_after_commit = is_held(name)
+    finally:
+        conn.dec_thread_sharing()
+    assert ran_on == [True]
+    assert (held_before_commit, held_after_commit) == (True, False)
+
+
+# --- a thread Python's threading did not start (uWSGI, mod_wsgi): a dummy thread --------
+def _raw_thread(job: Callable[[], Any]) -> tuple[int, Any]:
+    """Run ``job`` in a thread started with ``_thread.start_new_thread`` (threading sees a
+    ``_DummyThread``), wait until it has ended; return its identity and the job's result."""
+    out: dict[str, Any] = {}
+    ended = threading.Lock()
+    ended.acquire()
+
+    def run() -> None:
+        try:
+            out["ident"] = threading.get_ident()
+            out["result"] = job()
+        except BaseException as exc:  # re-raised by the caller
+            out["error"] = exc
+        finally:
+            ended.release()
+
+    running = _thread._count()
+    _thread.start_new_thread(run, ())
+    assert ended.acquire(timeout=10)
+    # Its state is cleared after run() returns (its thread-local values too): wait until
+    # it has gone (then a new raw thread may get its identity).
+    deadline = time.monotonic() + 10
+    while _thread._count() > running and time.monotonic() < deadline:
+        time.sleep(0.001)
+    if "error" in out:
+        raise out["error"]
+    return out["ident"], out.get("result")
+
+
+def _left_in_a_hand_managed_transaction() -> weakref.ref[Any]:
+    """A worker thread that turns autocommit off by hand, queries, and ends without
+    commit(): its connection is kept (returned strongly through a list below)."""
+    transaction.set_autocommit(False, using=JOB_DB)
+    conn = connections[JOB_DB]
+    conn.cursor().execute("SELECT 1")
+    _kept.append(conn)
+    return weakref.ref(conn)
+
+
+_kept: list[Any] = []
+
+
+def test_a_dummy_thread_given_a_dead_dummy_threads_identity_is_not_in_its_transaction() -> None:
+    """uWSGI/mod_wsgi-like: worker threads not started by ``threading`` (``_DummyThread``).
+    One turns autocommit off by hand and ends inside that transaction, its connection kept
+    alive; a new such thread that gets the same identity takes and releases a lock outside
+    any transaction. Expected and observed at 98c5c60: free at once (the first thread's
+    registry entries were dropped at its end: ``_forget_thread`` ran, its identity absent
+    from ``_begun_on``)."""
+    name = "adv13:dummy-reuse"
+    ident, ref = _raw_thread(_left_in_a_hand_managed_transaction)
+    try:
+        assert ref() is not None and not ref().autocommit
+        assert ident not in transactions._begun_on
+        for _ in range(50):
+            later, held = _raw_thread(lambda: _release_outside(name))
+            if later == ident:
+                break
+        else:
+            pytest.skip("no raw thread got the dead thread's identity")
+        assert held is False
+    finally:
+        for conn in _kept:
+            conn.inc_thread_sharing()
+            conn.rollback()
+            conn.set_autocommit(True)
+            conn.close()
+            conn.dec_thread_sharing()
+        _kept.clear()
+
+
+def _release_outside(name: str) -> bool:
+    lk = distlock.lock(name, ttl=5, wait=1)
+    assert lk.acquire()
+    lk.release()
+    return is_held(name)
