@@ -12,6 +12,7 @@ counts as in which transaction, and what a release reports, not about the databa
 from __future__ import annotations
 
 import _thread
+import asyncio
 import os
 import threading
 import time
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync, sync_to_async
 from django.db import connections, transaction
 
 import distlock
@@ -34,6 +36,7 @@ pytestmark = [
 ]
 
 JOB_DB = "fencing"  # a file: each thread has a connection of its own
+WAIT = 3  # the bridged coroutine's wait for the lock (s)
 
 
 # --- a lost lease reported after its alias left the settings -----------------------------
@@ -349,3 +352,115 @@ def test_a_dummy_thread_that_died_in_a_hand_managed_transaction_frees_its_releas
         _threads_seen.clear()
     assert freed, f"still held after {took} s"
     assert free_within(name, 1)
+
+
+# --- a release awaiting its answer, freed as "ended" while its transaction's hooks run ----
+HOOK_BOUND = 3.0  # the longest the receipt hook waits for the outsider (s): a bound only
+
+
+def _bridged_release_then_hooks(name: str, bridged_release: bool = True) -> dict[str, Any]:
+    """A command (no request transaction) runs its async service through async_to_sync; the
+    service runs a sync step in that thread (sync_to_async). The step opens the only block,
+    registers the order's receipt hook (``on_commit``), and, still inside, a callback-based
+    client's thread schedules a coroutine on the loop that takes the lock and releases it:
+    its question to the busy thread is unanswered, so the release awaits its answer, naming
+    the step's transaction. The block commits; its receipt hook runs (sends the receipt,
+    then records it: ``sent``). Meanwhile another worker (a thread of its own, in no
+    transaction) asks for the lock and, once it has it, reads whether the receipt is
+    recorded."""
+    seen: dict[str, Any] = {"sent": False}
+    loop_box: list[asyncio.AbstractEventLoop] = []
+    released = threading.Event()
+    hook_running = threading.Event()
+    outsider_done = threading.Event()
+
+    async def bridged() -> None:
+        lk = distlock.lock(name, ttl=5, wait=WAIT)
+        assert await lk.aacquire()
+        await lk.arelease()
+        released.set()
+
+    def receipt_hook() -> None:
+        hook_running.set()
+        # Sending the receipt takes a while; bounded, the outsider's look is what it waits for.
+        seen["outsider_done_during_hook"] = outsider_done.wait(HOOK_BOUND)
+        seen["sent"] = True
+
+    def outsider() -> None:
+        hook_running.wait(30)
+        lk = distlock.lock(name, ttl=5, wait=2 * HOOK_BOUND)
+        began = time.monotonic()
+        seen["outsider_got"] = lk.acquire()
+        seen["outsider_took"] = round(time.monotonic() - began, 2)
+        seen["receipt_sent_when_got"] = seen["sent"]
+        outsider_done.set()
+        if seen["outsider_got"]:
+            lk.release()
+
+    def step() -> None:
+        with transaction.atomic():
+            transaction.on_commit(receipt_hook)
+            if not bridged_release:  # the control: the step takes and releases it itself
+                lk = distlock.lock(name, ttl=5, wait=WAIT)
+                assert lk.acquire()
+                lk.release()
+                seen["released"] = seen["awaiting"] = True
+                return
+            threading.Thread(
+                target=lambda: asyncio.run_coroutine_threadsafe(bridged(), loop_box[0]).result(),
+                daemon=True,
+            ).start()
+            seen["released"] = released.wait(30)
+            seen["awaiting"] = bool(transactions._awaiting.get(("lock", "default", name)))
+
+    async def service() -> None:
+        loop_box.append(asyncio.get_running_loop())
+        await sync_to_async(step)()
+
+    worker = threading.Thread(target=outsider)
+    worker.start()
+    try:
+        async_to_sync(service)()
+    finally:
+        hook_running.set()  # the worker never waits for ever
+        worker.join(30)
+    return seen
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a release awaiting its answer is freed as 'ended' (59c58ed) by the first "
+    "outsider that looks once its transaction COMMITs, before that transaction's on_commit "
+    "hooks have run",
+)
+def test_a_release_awaiting_its_answer_waits_for_its_transactions_commit_hooks() -> None:
+    """docs/transactions.md: an ``on_commit`` hook of the transaction, registered before the
+    release, "is still part of its end (the lock is handed on once those hooks have run)".
+    The bridged coroutine's release awaits its answer (its thread busy with the step), named
+    the step's transaction; the transaction COMMITs and its receipt hook (registered before
+    the release) runs, while another worker asks for the lock.
+
+    Expected: the worker gets the lock once the hook has run: it finds the receipt sent
+    (after the hook's bounded wait, about 3 s; when the answer comes, queued behind the
+    hooks on the same thread, it finds no transaction open and frees the lock).
+    Observed at 98c5c60: the worker got the lock at once (0.0 s, 3 runs of 3) while the hook was
+    still sending: the receipt not recorded yet (``receipt_sent_when_got`` False), so it
+    sends it again. Cause: ``_awaiting_here`` (transactions.py lines 647-653, 59c58ed):
+    ``_still_open`` (line 688) reads only ``distlock_transaction`` and ``own_depth``, which
+    say "ended" as soon as Django has left the outermost block, before it runs the hooks
+    (``distlock_endings``, which ``Hold._open`` honours, is not read), and
+    ``settle(..., ended=True)`` frees the lock from the outsider's waiting loop. At
+    3354c4f (before 59c58ed) the worker got it after the hook, the receipt sent (passes)."""
+    seen = _bridged_release_then_hooks("adv13:ended-before-hooks")
+    assert seen["released"] and seen["awaiting"], seen
+    assert seen["outsider_got"], seen
+    assert seen["receipt_sent_when_got"], {k: v for k, v in seen.items() if k != "sent"}
+
+
+def test_control_a_release_tied_to_its_transaction_waits_for_its_commit_hooks() -> None:
+    """The control: the step itself takes and releases the lock inside the block (tied at
+    once, no answer awaited). Held at 98c5c60: the worker got it only after the hook had
+    run (about 3 s, the hook's bound), the receipt sent."""
+    seen = _bridged_release_then_hooks("adv13:tied-hooks", bridged_release=False)
+    assert seen["outsider_got"], seen
+    assert seen["receipt_sent_when_got"], {k: v for k, v in seen.items() if k != "sent"}
