@@ -464,3 +464,122 @@ def test_control_a_release_tied_to_its_transaction_waits_for_its_commit_hooks() 
     seen = _bridged_release_then_hooks("adv13:tied-hooks", bridged_release=False)
     assert seen["outsider_got"], seen
     assert seen["receipt_sent_when_got"], {k: v for k, v in seen.items() if k != "sent"}
+
+
+# --- a release awaiting its answer, freed as "ended" while its transaction COMMITs --------
+COMMIT_BOUND = 3.0  # the longest the slow COMMIT waits for the outsider (s): a bound only
+
+
+def _charged(order: int) -> int:
+    with connections[JOB_DB].cursor() as cursor:
+        cursor.execute("SELECT COUNT(*) FROM adv13_charge WHERE order_id = %s", [order])
+        return int(cursor.fetchone()[0])
+
+
+def _bridged_release_then_slow_commit(name: str, order: int) -> dict[str, Any]:
+    """A command (no request transaction) runs its async service through async_to_sync; the
+    service runs a sync step in that thread. The step opens a block; a callback-based
+    client's thread schedules a coroutine on the loop that takes the order's lock; the step
+    charges the order (in its block, under that lock); the coroutine releases the lock: its
+    question to the busy thread is unanswered, so the release awaits its answer, naming the
+    step's transaction. The block ends, and its COMMIT takes a while (a round trip to a
+    far server, a synchronous standby: here the backend's ``_commit`` waits, bounded, for
+    the outsider's look). Another worker, in no transaction, asks for the lock, and charges
+    the order unless it finds it charged."""
+    seen: dict[str, Any] = {}
+    loop_box: list[asyncio.AbstractEventLoop] = []
+    acquired, charged, released = threading.Event(), threading.Event(), threading.Event()
+    committing, outsider_done = threading.Event(), threading.Event()
+
+    async def bridged() -> None:
+        lk = distlock.lock(name, ttl=5, wait=WAIT)
+        assert await lk.aacquire()
+        acquired.set()
+        await asyncio.to_thread(charged.wait, 30)
+        await lk.arelease()
+        released.set()
+
+    def outsider() -> None:
+        committing.wait(30)
+        lk = distlock.lock(name, ttl=5, wait=2 * COMMIT_BOUND)
+        began = time.monotonic()
+        seen["outsider_got"] = lk.acquire()
+        seen["outsider_took"] = round(time.monotonic() - began, 2)
+        if seen["outsider_got"]:
+            seen["charged_when_got"] = _charged(order)
+            if not seen["charged_when_got"]:
+                with transaction.atomic(using=JOB_DB):
+                    connections[JOB_DB].cursor().execute(
+                        "INSERT INTO adv13_charge (order_id) VALUES (%s)", [order]
+                    )
+            lk.release()
+        outsider_done.set()
+
+    def step() -> None:
+        conn = connections[JOB_DB]
+        real_commit = conn._commit
+
+        def slow_commit() -> None:
+            committing.set()
+            seen["outsider_done_during_commit"] = outsider_done.wait(COMMIT_BOUND)
+            real_commit()
+
+        with transaction.atomic(using=JOB_DB):
+            threading.Thread(
+                target=lambda: asyncio.run_coroutine_threadsafe(bridged(), loop_box[0]).result(),
+                daemon=True,
+            ).start()
+            assert acquired.wait(30)
+            conn.cursor().execute("INSERT INTO adv13_charge (order_id) VALUES (%s)", [order])
+            charged.set()
+            seen["released"] = released.wait(30)
+            seen["awaiting"] = bool(transactions._awaiting.get(("lock", "default", name)))
+            conn._commit = slow_commit
+        conn._commit = real_commit
+
+    async def service() -> None:
+        loop_box.append(asyncio.get_running_loop())
+        await sync_to_async(step)()
+
+    worker = threading.Thread(target=outsider)
+    worker.start()
+    try:
+        async_to_sync(service)()
+    finally:
+        committing.set()  # the worker never waits for ever
+        worker.join(30)
+    seen["charges"] = _charged(order)
+    return seen
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a release awaiting its answer is freed as 'ended' (59c58ed) by an outsider that "
+    "looks while its transaction COMMITs: Django leaves the block before the COMMIT",
+)
+def test_a_release_awaiting_its_answer_is_not_freed_before_its_commit() -> None:
+    """The rule itself: a lock released inside a transaction is handed on only at that
+    transaction's COMMIT. The bridged coroutine's release awaits its answer, naming the
+    step's transaction, in which the order was charged under the lock; that transaction's
+    COMMIT is slow; another worker asks for the lock meanwhile and charges the order unless
+    it finds it charged.
+
+    Expected: the worker gets the lock after the COMMIT (after the COMMIT's bounded wait,
+    about 3 s; the answer, queued behind the step, then frees it), finds the order charged:
+    1 charge.
+    Observed at 98c5c60: the worker got the lock at once (0.0 s, 3 runs of 3), during the
+    COMMIT, found no charge (the step's not committed yet) and charged again: 2 charges.
+    Cause: Django's ``Atomic.__exit__`` pops the block and sets ``in_atomic_block = False``
+    before it calls ``connection.commit()``; ``_still_open`` (transactions.py line 688)
+    reads ``own_depth`` from another thread, so ``_awaiting_here`` (lines 647-653) takes
+    the transaction for ended and ``settle(..., ended=True)`` frees the lock from the
+    outsider's waiting loop, before the COMMIT. (Tied releases end only at the wrapper
+    after ``__exit__`` has run: ``Hold._open`` is asked only by the renewer.) At 3354c4f
+    (before 59c58ed) the worker got it after the COMMIT and found the charge (passes)."""
+    with connections[JOB_DB].cursor() as cursor:
+        cursor.execute("CREATE TABLE IF NOT EXISTS adv13_charge (order_id integer)")
+        cursor.execute("DELETE FROM adv13_charge")
+    seen = _bridged_release_then_slow_commit("adv13:ended-before-commit", 1)
+    assert seen["released"] and seen["awaiting"], seen
+    assert seen["outsider_got"], seen
+    assert (seen["charged_when_got"], seen["charges"]) == (1, 1), seen
