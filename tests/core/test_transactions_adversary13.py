@@ -583,3 +583,41 @@ def test_a_release_awaiting_its_answer_is_not_freed_before_its_commit() -> None:
     assert seen["released"] and seen["awaiting"], seen
     assert seen["outsider_got"], seen
     assert (seen["charged_when_got"], seen["charges"]) == (1, 1), seen
+
+
+@pytest.mark.parametrize("kind", ["shared", "semaphore"])
+def test_a_shared_hold_or_permit_lost_before_the_commit_is_reported(
+    kind: str, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """59c58ed's ``_report_lost`` reads ``Lock.operations``, which names the kind: a shared
+    hold and a semaphore's permit, released inside a transaction, lost before the COMMIT
+    (the server emptied: a restart without persistence). Held at 98c5c60: each reported
+    once (``on_lost``, ``lock_lost`` with the backend's class), no error."""
+    import redis
+
+    name = f"adv13:lost-{kind}"
+    on_lost: list[str] = []
+    senders: list[Any] = []
+
+    def receiver(sender: Any, name: str, **kwargs: Any) -> None:
+        senders.append(sender)
+
+    def note(lock: Any) -> None:
+        on_lost.append(lock.name)
+
+    lock_lost.connect(receiver)
+    try:
+        with transaction.atomic():
+            if kind == "shared":
+                lk = distlock.lock(
+                    name, ttl=30, shared=True, on_lost=lambda l: on_lost.append(l.name)
+                )
+            else:
+                lk = distlock.semaphore(name, 2, ttl=30, on_lost=note)
+            assert lk.acquire()
+            lk.release()  # waits for the COMMIT
+            redis.Redis.from_url(redis_url).flushdb()
+    finally:
+        lock_lost.disconnect(receiver)
+    errors = [record.getMessage() for record in caplog.records if record.levelname == "ERROR"]
+    assert (on_lost, senders, errors) == ([name], [type(locks["default"])], [])
