@@ -609,9 +609,7 @@ def test_a_shared_hold_or_permit_lost_before_the_commit_is_reported(
     try:
         with transaction.atomic():
             if kind == "shared":
-                lk = distlock.lock(
-                    name, ttl=30, shared=True, on_lost=lambda l: on_lost.append(l.name)
-                )
+                lk = distlock.lock(name, ttl=30, shared=True, on_lost=note)
             else:
                 lk = distlock.semaphore(name, 2, ttl=30, on_lost=note)
             assert lk.acquire()
