@@ -655,3 +655,58 @@ def test_a_bridged_release_made_during_the_commit_waits_for_it() -> None:
     assert seen["released"], seen
     assert seen["outsider_got"], seen
     assert (seen["charged_when_got"], seen["charges"]) == (1, 1), seen
+
+
+def test_a_release_by_another_thread_during_the_commit_waits_for_it() -> None:
+    """The sync twin of the shapes above: the lock is taken in the step's block (tied to it
+    at acquire) and the order charged there; another thread releases that Lock object
+    while the block's COMMIT runs (slow: bounded wait for the outsider); a worker asks for
+    it. Held at 98c5c60: the worker got it only after the COMMIT, found the charge (1
+    charge): the acquire's tie ends at the wrapper, after ``Atomic.__exit__``."""
+    with connections[JOB_DB].cursor() as cursor:
+        cursor.execute("CREATE TABLE IF NOT EXISTS adv13_charge (order_id integer)")
+        cursor.execute("DELETE FROM adv13_charge")
+    name, order = "adv13:other-thread-during-commit", 3
+    seen: dict[str, Any] = {}
+    committing, released, outsider_done = threading.Event(), threading.Event(), threading.Event()
+    lk = distlock.lock(name, ttl=5, wait=WAIT)
+
+    def releaser() -> None:
+        committing.wait(30)
+        lk.release()
+        released.set()
+
+    def outsider() -> None:
+        released.wait(30)
+        other = distlock.lock(name, ttl=5, wait=2 * COMMIT_BOUND)
+        seen["outsider_got"] = other.acquire()
+        if seen["outsider_got"]:
+            seen["charged_when_got"] = _charged(order)
+            other.release()
+        outsider_done.set()
+
+    threads = [threading.Thread(target=releaser), threading.Thread(target=outsider)]
+    for thread in threads:
+        thread.start()
+    conn = connections[JOB_DB]
+    real_commit = conn._commit
+
+    def slow_commit() -> None:
+        committing.set()
+        seen["released"] = released.wait(30)
+        seen["outsider_done_during_commit"] = outsider_done.wait(COMMIT_BOUND)
+        real_commit()
+
+    try:
+        with transaction.atomic(using=JOB_DB):
+            assert lk.acquire()
+            conn.cursor().execute("INSERT INTO adv13_charge (order_id) VALUES (%s)", [order])
+            conn._commit = slow_commit
+    finally:
+        conn._commit = real_commit
+        committing.set()
+        released.set()
+        for thread in threads:
+            thread.join(30)
+    assert seen["released"] and seen["outsider_got"], seen
+    assert (seen["charged_when_got"], seen["outsider_done_during_commit"]) == (1, False), seen
