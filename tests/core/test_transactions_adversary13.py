@@ -18,13 +18,17 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+import redis
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import connections, transaction
 
 import distlock
+from devkit.databases import DatabaseServer
+from devkit.shop.load import serve_shop
 from distlock import transactions
 from distlock.handler import locks
 from distlock.signals import lock_lost
@@ -603,8 +607,6 @@ def test_a_shared_hold_or_permit_lost_before_the_commit_is_reported(
     hold and a semaphore's permit, released inside a transaction, lost before the COMMIT
     (the server emptied: a restart without persistence). Held at 98c5c60: each reported
     once (``on_lost``, ``lock_lost`` with the backend's class), no error."""
-    import redis
-
     name = f"adv13:lost-{kind}"
     on_lost: list[str] = []
     senders: list[Any] = []
@@ -710,3 +712,56 @@ def test_a_release_by_another_thread_during_the_commit_waits_for_it() -> None:
             thread.join(30)
     assert seen["released"] and seen["outsider_got"], seen
     assert (seen["charged_when_got"], seen["outsider_done_during_commit"]) == (1, False), seen
+
+
+# --- the same under a real server and PostgreSQL: a COMMIT that runs deferred work -------
+SLOW_COMMIT = 2.0  # seconds PostgreSQL's deferred trigger takes at each COMMIT that charged
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="served for real: the bridged release awaiting its answer is freed as 'ended' by "
+    "the second click's thread while the step's block COMMITs: the order charged twice",
+)
+def test_a_second_click_during_a_slow_commit_is_not_charged_again(
+    postgres_server: DatabaseServer, redis_url: str
+) -> None:
+    """devkit/shop/adversary13.py's ``pay-step-commit/1`` served by Django's threaded
+    server (one process, a thread per request) on a real PostgreSQL whose ``shop_charge``
+    has a deferred constraint trigger (``pg_sleep(2)`` at each COMMIT that inserted a
+    charge: deferred checks, a synchronous standby's round trip alike). Once the first
+    click's coroutine holds the order's lock, the second click (``pay/1``, ``@lock_view``,
+    wait=10, a thread of the same process) is sent.
+
+    Expected: the second click gets the lock after the first's COMMIT, answers "already
+    paid": 1 charge.
+    Observed at 98c5c60: 2 charges, the second click "charged" after waiting (it got the
+    lock during the first's COMMIT, the first charge not visible yet), 3 runs of 3; at
+    3354c4f (before 59c58ed) 1 charge, "already paid". Cause: as
+    test_a_release_awaiting_its_answer_is_not_freed_before_its_commit (``_still_open``
+    reads ``own_depth`` of a connection whose block Django has left before its COMMIT)."""
+    client = redis.Redis.from_url(redis_url)
+    client.delete("adv13:acquired:1")
+    with serve_shop(postgres_server, redis_url, workers=1, server="runserver") as shop:
+        shop.place_orders(1)
+        shop.query(
+            "CREATE FUNCTION adv13_slow() RETURNS trigger LANGUAGE plpgsql AS "
+            f"$$ BEGIN PERFORM pg_sleep({SLOW_COMMIT}); RETURN NULL; END $$"
+        )
+        shop.query(
+            "CREATE CONSTRAINT TRIGGER adv13_slow AFTER INSERT ON shop_charge "
+            "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION adv13_slow()"
+        )
+        with ThreadPoolExecutor(2) as clicks:
+            first = clicks.submit(shop.post, "/pay-step-commit/1")
+            deadline = time.monotonic() + 20
+            while not client.get("adv13:acquired:1") and time.monotonic() < deadline:
+                if first.done():
+                    break
+                time.sleep(0.01)
+            second = clicks.submit(shop.post, "/pay/1")
+            answers = (first.result(), second.result())
+        charges = shop.charges_per_order()
+    assert [answer.status for answer in answers] == [200, 200], answers
+    assert answers[0].result == "charged", answers
+    assert (charges, answers[1].result) == ({1: 1}, "already paid"), (charges, answers)
