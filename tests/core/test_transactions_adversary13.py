@@ -450,7 +450,7 @@ def test_a_release_awaiting_its_answer_waits_for_its_transactions_commit_hooks()
     Observed at 98c5c60: the worker got the lock at once (0.0 s, 3 runs of 3) while the hook was
     still sending: the receipt not recorded yet (``receipt_sent_when_got`` False), so it
     sends it again. Cause: ``_awaiting_here`` (transactions.py lines 647-653, 59c58ed):
-    ``_still_open`` (line 688) reads only ``distlock_transaction`` and ``own_depth``, which
+    ``_still_open`` (line 685) reads only ``distlock_transaction`` and ``own_depth``, which
     say "ended" as soon as Django has left the outermost block, before it runs the hooks
     (``distlock_endings``, which ``Hold._open`` honours, is not read), and
     ``settle(..., ended=True)`` frees the lock from the outsider's waiting loop. At
@@ -583,7 +583,7 @@ def test_a_release_awaiting_its_answer_is_not_freed_before_its_commit() -> None:
     Observed at 98c5c60: the worker got the lock at once (0.0 s, 3 runs of 3), during the
     COMMIT, found no charge (the step's not committed yet) and charged again: 2 charges.
     Cause: Django's ``Atomic.__exit__`` pops the block and sets ``in_atomic_block = False``
-    before it calls ``connection.commit()``; ``_still_open`` (transactions.py line 688)
+    before it calls ``connection.commit()``; ``_still_open`` (transactions.py line 685)
     reads ``own_depth`` from another thread, so ``_awaiting_here`` (lines 647-653) takes
     the transaction for ended and ``settle(..., ended=True)`` frees the lock from the
     outsider's waiting loop, before the COMMIT. (Tied releases end only at the wrapper
@@ -646,7 +646,7 @@ def test_a_bridged_release_made_during_the_commit_waits_for_it() -> None:
     charge.
     Observed at 98c5c60: the worker got the lock at once (0.0 s, 3 runs of 3), found no
     charge and charged again: 2 charges. Cause: ``settle_on_answer`` (transactions.py
-    line 1139) reads ``_loop_thread_transactions()`` (line 671), through ``_open_on`` and
+    line 1139) reads ``_loop_thread_transactions()`` (line 670), through ``_open_on`` and
     ``own_depth``, which find the step's block gone once Django's ``Atomic.__exit__`` has
     popped it, before its ``connection.commit()``: ``named == []`` frees the release at
     once. Older than 59c58ed: 2 charges at 3354c4f and at 0b12a23 too."""
