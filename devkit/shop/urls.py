@@ -7,6 +7,7 @@ from . import (
     adversary9,
     adversary10,
     adversary12,
+    adversary13,
     adversary39b,
     fenced,
     views,
@@ -41,4 +42,5 @@ urlpatterns = [
     path("pay-callback-split/<int:order_id>", adversary10.pay_callback_split),
     path("export", adversary12.export),
     path("pay-pooled/<int:order_id>", adversary12.pay_pooled),
+    path("pay-step-commit/<int:order_id>", adversary13.pay_step_commit),
 ]
