@@ -277,13 +277,16 @@ class Lock(LockCalls):
         """Return why the lease was lost (LockLost's message), None while it is not lost."""
         return str(self._lease.lost_error(self)) if self._lease.lost else None
 
-    def _report_lost(self) -> None:
+    def _report_lost(self, operations: Operations | None = None) -> None:
+        """Report the lease lost (log, metrics, ``lock_lost``, ``on_lost``). ``operations``:
+        those the hold had, when it was forgotten already (its release found it lost; its
+        alias may have left the settings meanwhile)."""
         reason = str(self._lease.lost_error(self))
         logger.warning("distlock: lost the lease on %r: %s", self.name, reason)
         if metrics.ENABLED:
             metrics.lost(self)
         lock_lost.send(
-            _sender(self.operations),  # (forgotten already when its release found it lost)
+            _sender(operations or self.operations),
             name=self.name,
             alias=self.using,
             info=self._local_info(),

@@ -12,7 +12,7 @@ lock.py imports this module.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import attempts, claims
 from .attempts import UNSET
@@ -62,7 +62,7 @@ class LockState(Protocol):
 
     def _local_info(self) -> LockInfo | None: ...
 
-    def _report_lost(self) -> None: ...
+    def _report_lost(self, operations: Any = None) -> None: ...
 
 
 # Type checkers read the calls as methods of a LockState; at run time the base is object.
@@ -107,10 +107,12 @@ class LockCalls(_Base):
         elif running_loop() in loops_of_async_to_sync:  # (no loop, None: never in it)
             await anote_loop_thread()  # a late answer of its thread's transactions, noted
             bridged = True
+        # Its thread's answer not in yet: tied to what is open there, and to what the answer
+        # finds (first: its own task takes such a release back, even after a take-back).
+        if bridged and self._ties.settle_on_answer(self, self._depth):
+            return
         if self._ties.wait(self, self._depth):
             return
-        if bridged and self._ties.settle_on_answer(self, self._depth):
-            return  # its thread's answer not in yet: tied or freed when it comes
         await self._arelease_now()
 
     async def _arelease_now(self) -> None:
@@ -139,10 +141,12 @@ class LockCalls(_Base):
         elif running_loop() in loops_of_async_to_sync:  # (no loop, None: never in it)
             note_loop_thread()  # a late answer of its thread's transactions, noted
             bridged = True
+        # Its thread's answer not in yet: tied to what is open there, and to what the answer
+        # finds (first: its own task takes such a release back, even after a take-back).
+        if bridged and self._ties.settle_on_answer(self, self._depth):
+            return
         if self._ties.wait(self, self._depth):
             return
-        if bridged and self._ties.settle_on_answer(self, self._depth):
-            return  # its thread's answer not in yet: tied or freed when it comes
         self._release_now()
 
     def _release_now(self) -> None:

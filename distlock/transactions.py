@@ -159,26 +159,43 @@ def _register(conn: Any) -> None:
         )
         ref = conn.distlock_begun = weakref.ref(conn)
         _begun_on[ident] = (*kept, (ref, weakref.ref(thread)))
-    if getattr(_this_thread, "ends", None) is None:
-        # Dropped when the thread ends (its thread-local values are cleared then, before
-        # the OS can give its identity to another): a thread that never began one, or whose
-        # identity was a dead one's, pays nothing for the registry at its acquire.
-        ends = _this_thread.ends = _ThreadEnd()
-        weakref.finalize(ends, _forget_thread, ident, weakref.ref(thread))
+    # Dropped when the thread ends (before the OS can give its identity to another): a
+    # thread that never began one, or whose identity was a dead one's, pays nothing for the
+    # registry at its acquire.
+    _watch_thread_end()
 
 
 class _ThreadEnd:
-    """Kept in a thread-local value of the thread that registered: collected when it ends."""
+    """Kept in a thread-local value of a thread: collected when it ends (its thread-local
+    values are cleared then), whatever started it."""
 
 
 _this_thread = threading.local()
+# The threads seen to end (_watch_thread_end), weakly: a thread Python's threading module did
+# not start (uWSGI's, mod_wsgi's, a C library's callback thread: a dummy thread) may still
+# say is_alive() once it has ended (Python 3.11 keeps it in threading._active; 3.13.0 too
+# while its object is kept): a release waiting for its transaction managed by hand waited
+# until MANUAL_COMMIT_WAIT (the thirteenth adversary).
+_ended_threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
 
 
-def _forget_thread(ident: int, thread: weakref.ref[threading.Thread]) -> None:
+def _watch_thread_end() -> None:
+    """Note when the running thread ends (once per thread): its registry entries are dropped
+    then, and _thread_ended knows it."""
+    if getattr(_this_thread, "ends", None) is None:
+        thread = threading.current_thread()
+        ends = _this_thread.ends = _ThreadEnd()
+        weakref.finalize(ends, _thread_gone, _get_ident(), weakref.ref(thread))
+
+
+def _thread_gone(ident: int, thread: weakref.ref[threading.Thread]) -> None:
     """The thread ``thread`` (identity ``ident``) ended: drop its registry entries."""
+    ended = thread()
+    if ended is not None:
+        _ended_threads.add(ended)
     with _registering:
         entries = _begun_on.get(ident, ())
-        kept = tuple(entry for entry in entries if entry[1]() is not thread() and _live(entry))
+        kept = tuple(entry for entry in entries if entry[1]() is not ended and _live(entry))
         if kept:
             _begun_on[ident] = kept
         else:
@@ -226,7 +243,11 @@ def transactions_here(*, taking_back: bool = False) -> list[Place]:
     """
     entered = _entered.get()
     # (LockTies.wait and tie ask this first, inline)
-    if not entered and not _manual_seen and _get_ident() not in _begun_on:
+    # A coroutine looks at its thread's connections for a transaction managed by hand once
+    # the process has turned autocommit off by hand; sync code finds its own in the registry
+    # (asking _manual_seen for it too, every sync pair of the process looked once any thread
+    # had: 10 calls into this module per pair instead of 4, the thirteenth adversary).
+    if not entered and _get_ident() not in _begun_on and not (_manual_seen and running_loop()):
         return []
     found = []
     for conn, number in _pairs(entered):
@@ -628,32 +649,15 @@ awaiting = _awaiting
 
 
 def _awaiting_here(key: Hashable) -> Any:
-    """Return the Lock named by ``key`` whose release awaits its answer and is the running
-    code's to take back (made by the running task, or naming only transactions the running
-    code is in), or None."""
-    task = asyncio.current_task() if running_loop() is not None else None
-    here: set[tuple[Any, int]] | None = None
+    """Return the Lock named by ``key`` whose release awaits its answer and was made by the
+    running task (its own to take back), or None. (Code in the transactions the release is
+    tied to meanwhile takes it back through those ties, as any release waiting for them.)"""
+    if running_loop() is None:
+        return None
+    task = asyncio.current_task()
     for hold in list(_awaiting.get(key, ())):
         answer = hold.answer
-        if answer is None or hold.of.pending is not hold:
-            continue
-        if task is not None and answer[0].task() is task:
-            return hold.owner
-        if answer[2] is None:  # its transactions cannot be told: its own task's alone
-            continue
-        # Those it was made in that are still open: one that ended since (a step's own
-        # block, committed) no longer holds it (compared as named, the step, back in the
-        # request's transaction alone, waited for an answer queued behind it).
-        named = _still_open(answer[2])
-        if not named:
-            # Every transaction it was made in has ended: it is a release outside any, to
-            # be freed now, not when the answer comes (which may be queued behind the
-            # running code: the twelfth adversary's step waited for it for ever).
-            hold.of.settle(hold.owner, hold, answer, ended=True)
-            continue
-        if here is None:
-            here = {(conn, number) for conn, number, _ in transactions_here(taking_back=True)}
-        if all((conn, number) in here for conn, number, _ in named):
+        if answer is not None and hold.of.pending is hold and answer[0].task() is task:
             return hold.owner
     return None
 
@@ -668,8 +672,9 @@ def _forget_awaiting(key: Hashable, hold: Hold) -> None:
 
 
 def _loop_thread_transactions() -> list[Place] | None:
-    """Return the atomic blocks open on the connections of the thread the running loop was
-    made for: those a coroutine's thread-sensitive calls on that loop run in. Read from
+    """Return the transactions open on the connections of the thread the running loop was
+    made for (one whose COMMIT is running included: its atomic block is gone, autocommit
+    still off): those a coroutine's thread-sensitive calls on that loop run in. Read from
     _begun_on, without a hop (that thread is busy: loop_answer_pending) nor any task's
     context (a task's context cannot be read on Python 3.11, where a release named none
     and so was freed at the loop's shutdown before the COMMIT: the eleventh adversary).
@@ -679,7 +684,7 @@ def _loop_thread_transactions() -> list[Place] | None:
     thread = getattr(executor, "_work_thread", None)
     if not isinstance(thread, threading.Thread):
         return None
-    return [place for place in _open_on(thread) if place[2]]
+    return _open_on(thread)
 
 
 def _still_open(places: Iterable[Place]) -> list[Place]:
@@ -940,6 +945,22 @@ class Hold:
             self.waiting_since = time.monotonic()
             return self.waiting
 
+    def also_wait(self, places: Iterable[Place]) -> bool:
+        """A waiting release's answer came: tie it also to the outermost block of each of
+        ``places`` it is not tied to yet (their on_commit hooks counted now). Return True if
+        it must still wait for a tie to end, False if the lock can be freed now."""
+        with _guard:
+            for conn, number, depth in places:
+                key = (_ref(conn), number)
+                if key not in self.ties:
+                    self._add(conn, number, min(depth, 1))
+                    self.hooks_before[key] = _hooks(key[0])
+            if self.done or not self.ties:
+                self.waiting = False
+                return False
+            self.waiting = True
+            return True
+
     def resume(self) -> bool:
         """Take the hold back (code of the same transaction asks for the lock again): stop
         waiting. Return False if the lock is being freed already."""
@@ -1004,6 +1025,7 @@ class Hold:
         self.ties[ref, number] = depth
         if conn._thread_ident == _get_ident():
             self.threads[ref, number] = weakref.ref(threading.current_thread())
+            _watch_thread_end()
         if depth == 0:
             _watch_manual_endings(type(conn))
 
@@ -1036,7 +1058,7 @@ def _thread_ended(ref: weakref.ref[threading.Thread]) -> bool:
     raise instead of answering once it ended (Python 3.13's ``_DummyThread.is_alive()``:
     RuntimeError "thread is not alive"); the renewer asks this, and must get an answer."""
     thread = ref()
-    if thread is None:
+    if thread is None or thread in _ended_threads:
         return True
     try:
         return not thread.is_alive()
@@ -1066,7 +1088,10 @@ class Owner(Protocol):
 
     def _forget(self, *, fence_ends: bool = True) -> None: ...
 
-    def _report_lost(self) -> None: ...
+    def _report_lost(self, operations: Any = None) -> None: ...
+
+    @property
+    def operations(self) -> Any: ...
 
 
 class LockTies:
@@ -1103,7 +1128,11 @@ class LockTies:
         hold = self.hold
         # No tie, and no transaction entered here nor managed by hand (the usual case): what
         # transactions_here() would find out, without its call.
-        if hold is None and not (_entered.get() or _manual_seen or _get_ident() in _begun_on):
+        if hold is None and not (
+            _entered.get()
+            or _get_ident() in _begun_on
+            or (_manual_seen and running_loop() is not None)  # a coroutine: see transactions_here
+        ):
             return False
         # hold_until_commit=False ties to no transaction of its own, but a hold it took back
         # keeps its ties: the holds stack, so the earlier one's still waits for its end.
@@ -1125,11 +1154,15 @@ class LockTies:
     def settle_on_answer(self, lock: Owner, depth: int) -> bool:
         """A release by a coroutine on async_to_sync's loop whose question to the loop's
         thread (anote_loop_thread: which transactions are open there) is not answered yet:
-        keep the lock held, its lease kept alive, and return True; when the answer comes,
-        tie the release to those transactions (freed at their end) or free the lock. Else
-        return False. Freed at once before, a release whose ORM calls ran in that thread's
-        transaction before the question (the coroutine's first lock call was its release)
-        let the next holder in before the COMMIT (the tenth adversary)."""
+        tie it at once to every transaction open on that thread (_loop_thread_transactions:
+        the coroutine's ORM calls ran in them), as a release made inside them, and return
+        True; when the answer comes, also to those the answer found open. Else return False.
+        Freed at once before, a release whose ORM calls ran in that thread's transaction
+        before the question (the coroutine's first lock call was its release) let the next
+        holder in before the COMMIT (the tenth adversary). Tied, its end is the
+        transaction's own, seen by the wrappers: judged from another thread instead, it was
+        taken for ended during the COMMIT (Django leaves the block before it commits) and
+        before the on_commit hooks (the thirteenth adversary: charged twice)."""
         noted = loop_answer_pending()
         if noted is None or noted.hop is None or depth > 1 or not lock.hold_until_commit:
             return False
@@ -1148,9 +1181,17 @@ class LockTies:
         if self.hold is None:
             self.hold = Hold(lock, self)
         hold = self.pending = self.hold
-        hold._owner = lock  # kept while its release awaits the answer, as while tied
         hop = noted.hop
         hold.answer = (noted, hop, named)
+        if named is not None:
+            tied = {(conn, number) for conn, number, _ in named}
+            named += [place for place in transactions_here() if place[:2] not in tied]
+            if not hold.wait(named):  # ended meanwhile: nothing to wait for
+                hold.answer = None
+                self.pending = None
+                return False
+        else:  # which transactions cannot be told: held for the answer, kept alive
+            hold._owner = lock
         with _guard:
             _awaiting.setdefault(self.key, []).append(hold)
         if hold.settles_on is not hop:  # one callback per hold and answer, not per release
@@ -1160,19 +1201,13 @@ class LockTies:
         return True
 
     def settle(
-        self,
-        lock: Owner,
-        hold: Hold,
-        answer: tuple[_Noted, Any, list[Place] | None],
-        *,
-        ended: bool = False,
+        self, lock: Owner, hold: Hold, answer: tuple[_Noted, Any, list[Place] | None]
     ) -> None:
         """The answer settle_on_answer waited for came (or the renewer found its hop done):
-        tie the release to the transactions it found open, or free the lock, once. Nothing
-        if that release was settled already, or taken back (``hold.answer`` is no longer
-        ``answer``: the hold, taken back by another Lock object, may await another).
-        ``ended``: settled before the answer, every transaction the release was made in
-        having ended (_awaiting_here): freed."""
+        also tie the release to the transactions the answer found open (it waits for the
+        end of each), or, tied to none, free the lock; once. Nothing if that release was
+        settled already, or taken back (``hold.answer`` is no longer ``answer``: the hold,
+        taken back by another Lock object, may await another), or freed meanwhile."""
         with _guard:
             if hold.answer is not answer:
                 return
@@ -1182,16 +1217,15 @@ class LockTies:
         _forget_awaiting(self.key, hold)
         try:
             noted, _hop, named = answer
-            # Never run there (cancelled at the loop's shutdown before that thread got to
-            # it, or refused): in doubt, the transactions that thread had open at the
-            # release (freed at once, a charge made in one before the question was
-            # charged again: the tenth adversary).
-            seen = None if ended else noted.seen
+            seen = noted.seen
             if seen is None and named is None:  # nothing known of that thread: its lease
                 self.abandon(lock, "a release whose transaction could not be told")
                 return
-            places = _places_seen(seen) if seen is not None else _still_open(named or ())
-            if places and hold.wait(places):
+            # Never run there (cancelled at the loop's shutdown before that thread got to
+            # it, or refused): the ties made at the release stay (freed at once, a charge
+            # made in one before the question was charged again: the tenth adversary).
+            places = _places_seen(seen) if seen is not None else []
+            if hold.also_wait(places):
                 return
         except Exception:
             _bookkeeping_failed("settle")
@@ -1201,7 +1235,9 @@ class LockTies:
         """Tie this hold to the transactions and savepoints it is taken (or taken back) in:
         their end, not the release, decides when the lock is freed."""
         if not lock.hold_until_commit or not (
-            _entered.get() or _manual_seen or _get_ident() in _begun_on
+            _entered.get()
+            or _get_ident() in _begun_on
+            or (_manual_seen and running_loop() is not None)  # a coroutine: see transactions_here
         ):
             return  # no transaction here (as transactions_here() would say, without its call)
         transactions = transactions_here()
@@ -1214,17 +1250,19 @@ class LockTies:
         """Free the lock: every transaction its release waited for has ended. ``unreachable``:
         the aliases whose server an earlier release of the same block end could not reach
         (not asked again: each try would hold up Django's COMMIT for a timeout)."""
+        self._stop_awaiting()
         with self.lease.mutex:
             self.pending = None
         if lock.token is None or self.lease.lost:
             lock._forget()  # the lost lease was reported when a renewal found it gone
             return
+        operations = lock.operations  # held: its own (the release forgets them)
         try:
             if lock.using in unreachable:
                 raise BackendUnavailable(f"{lock.using!r} did not answer a release just before")
             lock._release_now()
         except LockNotOwned:  # the lease ended before the transaction did
-            lock._report_lost()
+            lock._report_lost(operations)
         except LockError as exc:
             if isinstance(exc, BackendUnavailable):
                 unreachable.add(lock.using)
@@ -1239,10 +1277,19 @@ class LockTies:
             lock._forget()  # and the lock is no longer renewed: its lease ends it
             raise
 
+    def _stop_awaiting(self) -> None:
+        """The waiting release ends (freed, or left to its lease) before its answer came:
+        nothing is left to settle, and the registry of awaiting releases keeps nothing."""
+        pending = self.pending
+        if pending is not None and pending.answer is not None:
+            pending.answer = None
+            _forget_awaiting(self.key, pending)
+
     def abandon(self, lock: Owner, why: str = "its transaction ended (interrupted)") -> None:
         """Leave the lock to its lease: a BaseException cut short the releases at the end
         of its transaction before this one's turn, or which transaction its release belongs
         to cannot be told (nothing is renewed for ever, nothing freed too early)."""
+        self._stop_awaiting()
         with self.lease.mutex:
             self.pending = None
         logger.warning(
@@ -1261,7 +1308,8 @@ class LockTies:
             if pending.answer[1].done():  # its done callback never ran (the loop closed)
                 self.settle(lock, pending, pending.answer)
                 return self.pending is None
-            return False
+            if not pending.ties:  # held for an answer, its transactions not told: nothing
+                return False  # else to look at
         if pending is not None and pending.end_unseen():
             self.release_after(lock, set())
             return True

@@ -3,7 +3,11 @@ transaction open on its own thread's connections, ``transactions._begun_on``) an
 thread's registry entries dropped when it ends, the acquire's fast path asking whether this
 thread registered, a release awaiting its answer freed once its transactions ended, the
 lost-lease report reading ``Lock.operations``). Each test says what it expects and what was
-observed at 98c5c60 (and at 0b12a23, before the registry).
+observed at 98c5c60 (and at 0b12a23, before the registry). Every defect but the shared
+connection's (an xfail) is fixed: a release awaiting its answer is tied at once to the
+transactions open on its thread, so their own ends free it (never judged from another
+thread); a thread's end is noted whatever started it; a lost lease is reported with the
+operations its hold had.
 
 In-process (SQLite, real threads, a real redis-server): the shapes are about which code
 counts as in which transaction, and what a release reports, not about the database.
@@ -44,11 +48,6 @@ WAIT = 3  # the bridged coroutine's wait for the lock (s)
 
 
 # --- a lost lease reported after its alias left the settings -----------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="the COMMIT's release reports a lost lease through Lock.operations, which looks "
-    "the alias up again: gone from DISTLOCK, InvalidLockBackendError, never reported",
-)
 def test_a_lease_lost_before_the_commit_is_reported_after_its_alias_left_the_settings(
     settings: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -252,18 +251,6 @@ def _release_outside(name: str) -> bool:
     return is_held(name)
 
 
-def _dead_dummy_threads_look_alive() -> bool:
-    """Return True if this Python's dummy thread, referenced only weakly, still looks alive
-    to distlock after it ended (Python 3.11 keeps it in ``threading._active`` for good;
-    3.13 drops it there when the thread ends, and it is collected)."""
-    seen: list[weakref.ref[threading.Thread]] = []
-    _raw_thread(lambda: seen.append(weakref.ref(threading.current_thread())))
-    return not transactions._thread_ended(seen[0])
-
-
-DEAD_DUMMIES_LOOK_ALIVE = _dead_dummy_threads_look_alive()
-
-
 _threads_seen: list[threading.Thread] = []  # a per-thread record a site keeps (see below)
 
 
@@ -288,28 +275,7 @@ def _release_then_die_in_a_hand_managed_transaction(name: str, keep_thread: bool
 
 @pytest.mark.parametrize(
     "keep_thread",
-    [
-        pytest.param(
-            False,
-            id="thread-not-kept",
-            marks=pytest.mark.xfail(
-                DEAD_DUMMIES_LOOK_ALIVE,
-                strict=True,
-                reason="Python 3.11: a dead dummy thread stays in threading._active and "
-                "is_alive() for good: the renewer keeps the release waiting for its "
-                "transaction managed by hand (until MANUAL_COMMIT_WAIT, 600 s)",
-            ),
-        ),
-        pytest.param(
-            True,
-            id="thread-kept",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="a dead dummy thread whose object is kept is_alive() (3.11 and "
-                "3.13.0): the renewer keeps the release waiting (until MANUAL_COMMIT_WAIT)",
-            ),
-        ),
-    ],
+    [pytest.param(False, id="thread-not-kept"), pytest.param(True, id="thread-kept")],
 )
 def test_a_dummy_thread_that_died_in_a_hand_managed_transaction_frees_its_release(
     keep_thread: bool,
@@ -431,12 +397,6 @@ def _bridged_release_then_hooks(name: str, bridged_release: bool = True) -> dict
     return seen
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a release awaiting its answer is freed as 'ended' (59c58ed) by the first "
-    "outsider that looks once its transaction COMMITs, before that transaction's on_commit "
-    "hooks have run",
-)
 def test_a_release_awaiting_its_answer_waits_for_its_transactions_commit_hooks() -> None:
     """docs/transactions.md: an ``on_commit`` hook of the transaction, registered before the
     release, "is still part of its end (the lock is handed on once those hooks have run)".
@@ -565,11 +525,6 @@ def _bridged_release_then_slow_commit(
     return seen
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a release awaiting its answer is freed as 'ended' (59c58ed) by an outsider that "
-    "looks while its transaction COMMITs: Django leaves the block before the COMMIT",
-)
 def test_a_release_awaiting_its_answer_is_not_freed_before_its_commit() -> None:
     """The rule itself: a lock released inside a transaction is handed on only at that
     transaction's COMMIT. The bridged coroutine's release awaits its answer, naming the
@@ -633,11 +588,6 @@ def test_a_shared_hold_or_permit_lost_before_the_commit_is_reported(
     assert (on_lost, senders, errors) == ([name], [type(locks["default"])], [])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a bridged release made while its thread's block COMMITs finds no transaction "
-    "open there (Django left the block before the COMMIT) and frees the lock at once",
-)
 def test_a_bridged_release_made_during_the_commit_waits_for_it() -> None:
     """The shape above, the client's release callback late: it comes while the step's
     block COMMITs (the order charged in that block, under the lock).
@@ -718,11 +668,6 @@ def test_a_release_by_another_thread_during_the_commit_waits_for_it() -> None:
 SLOW_COMMIT = 2.0  # seconds PostgreSQL's deferred trigger takes at each COMMIT that charged
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="served for real: the bridged release awaiting its answer is freed as 'ended' by "
-    "the second click's thread while the step's block COMMITs: the order charged twice",
-)
 def test_a_second_click_during_a_slow_commit_is_not_charged_again(
     postgres_server: DatabaseServer, redis_url: str
 ) -> None:
