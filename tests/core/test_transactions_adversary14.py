@@ -11,13 +11,14 @@ threads, a real redis-server): the shapes are about when a tie ends, not about t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
-from django.db import connections, transaction
+from django.db import OperationalError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 import distlock
@@ -37,7 +38,9 @@ def _commit_wrapped() -> bool:
     return transactions._watched(BaseDatabaseWrapper.commit)
 
 
-def _bridged_release_during_a_commit_with_a_hook(name: str) -> dict[str, Any]:
+def _bridged_release_during_a_commit_with_a_hook(
+    name: str, fail_commit: bool = False
+) -> dict[str, Any]:
     """A command runs its async service through async_to_sync; the service runs a sync
     step in that thread (sync_to_async). The step opens a block on ``JOB_DB`` and registers
     the order's receipt hook (``on_commit``); a callback-based client's thread schedules a
@@ -47,7 +50,7 @@ def _bridged_release_during_a_commit_with_a_hook(name: str) -> dict[str, Any]:
     tied at once, depth 0, to the committing transaction). The receipt hook sends the
     receipt (bounded wait for the outsider), then records it. An outsider (no transaction)
     asks for the lock once the release is made and reads whether the receipt is recorded
-    when it gets it."""
+    when it gets it. ``fail_commit``: the COMMIT fails (Django rolls back)."""
     seen: dict[str, Any] = {"sent": False, "commit_wrapped": _commit_wrapped()}
     loop_box: list[asyncio.AbstractEventLoop] = []
     acquired, committing, released = threading.Event(), threading.Event(), threading.Event()
@@ -85,9 +88,11 @@ def _bridged_release_during_a_commit_with_a_hook(name: str) -> dict[str, Any]:
             committing.set()
             seen["released"] = released.wait(30)
             seen["outsider_done_during_commit"] = outsider_done.wait(BOUND)
+            if fail_commit:
+                raise OperationalError("the server went away during the COMMIT")
             real_commit()
 
-        with transaction.atomic(using=JOB_DB):
+        with contextlib.suppress(OperationalError), transaction.atomic(using=JOB_DB):
             transaction.on_commit(receipt_hook, using=JOB_DB)
             threading.Thread(
                 target=lambda: asyncio.run_coroutine_threadsafe(bridged(), loop_box[0]).result(),
@@ -149,6 +154,17 @@ def test_a_release_made_during_the_commit_waits_for_the_hooks_registered_before_
         first,
         second,
     )
+
+
+def test_a_release_made_during_a_failing_commit_is_freed_at_its_rollback() -> None:
+    """The shape above, the COMMIT failing (Django rolls back, then turns autocommit on).
+    Held at d42244d: the outsider gets the lock after the ROLLBACK (about 3 s: the failing
+    COMMIT's bounded wait), never the hook's receipt (discarded): freed, not held until
+    its lease, nothing charged."""
+    seen = _bridged_release_during_a_commit_with_a_hook("adv14:failing-commit", True)
+    assert seen["released"] and seen["tie_depths"] == [0], seen
+    assert seen["outsider_got"] and not seen["sent"], seen
+    assert seen["outsider_took"] < 2 * BOUND, seen
 
 
 def _take_back_then_release_again(name: str) -> dict[str, Any]:
