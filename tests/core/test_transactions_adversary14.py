@@ -304,3 +304,56 @@ def test_the_registries_do_not_grow_over_many_requests() -> None:
     tied, awaiting, enders = _registries(prefix)
     # (Other tests' holds may end meanwhile: the enders may shrink, never grow.)
     assert (tied, awaiting) == (0, 0) and enders <= before[2], (before, (tied, awaiting, enders))
+
+
+def test_a_release_made_inside_a_savepoint_that_rolls_back_waits_for_the_commit() -> None:
+    """The bridged release comes while the loop's thread is inside a savepoint of the
+    step's block (tied at once at depth min(2, 1) = 1); the savepoint then rolls back.
+    Held at d42244d: an outsider asking after the savepoint's rollback (0.5 s) is refused;
+    after the block's COMMIT it gets the lock."""
+    name = "adv14:savepoint"
+    seen: dict[str, Any] = {}
+    loop_box: list[asyncio.AbstractEventLoop] = []
+    released = threading.Event()
+
+    async def bridged() -> None:
+        lk = distlock.lock(name, ttl=5, wait=WAIT)
+        assert await lk.aacquire()
+        await lk.arelease()
+        seen["tie_depths"] = sorted(lk._ties.hold.ties.values()) if lk._ties.hold else None
+        released.set()
+
+    def ask() -> None:  # a thread of its own, in no transaction
+        lk = distlock.lock(name, ttl=5, wait=0.5)
+        seen["outsider_got_before_commit"] = lk.acquire()
+        if seen["outsider_got_before_commit"]:
+            lk.release()
+
+    def step() -> None:
+        with transaction.atomic(using=JOB_DB):
+            connections[JOB_DB].cursor().execute("SELECT 1")
+            with contextlib.suppress(_Rollback), transaction.atomic(using=JOB_DB):
+                threading.Thread(
+                    target=lambda: asyncio.run_coroutine_threadsafe(
+                        bridged(), loop_box[0]
+                    ).result(),
+                    daemon=True,
+                ).start()
+                seen["released"] = released.wait(30)
+                raise _Rollback
+            outsider = threading.Thread(target=ask)
+            outsider.start()
+            outsider.join(30)
+
+    async def service() -> None:
+        loop_box.append(asyncio.get_running_loop())
+        await sync_to_async(step)()
+
+    async_to_sync(service)()
+    lk = distlock.lock(name, ttl=5, wait=3)
+    seen["outsider_got_after_commit"] = lk.acquire()
+    if seen["outsider_got_after_commit"]:
+        lk.release()
+    assert seen["released"] and seen["tie_depths"] == [1], seen
+    assert not seen["outsider_got_before_commit"], seen
+    assert seen["outsider_got_after_commit"], seen
