@@ -649,10 +649,18 @@ awaiting = _awaiting
 
 
 def _awaiting_here(key: Hashable) -> Any:
-    """Return the Lock named by ``key`` whose release awaits its answer and was made by the
-    running task (its own to take back), or None. (Code in the transactions the release is
-    tied to meanwhile takes it back through those ties, as any release waiting for them.)"""
+    """Return the Lock named by ``key`` whose release awaits its answer and is the running
+    code's to take back, or None: made by the running task, or (its transactions not told)
+    asked for by sync code in the thread whose answer it awaits, which would otherwise wait
+    for an answer queued behind itself (an on_commit hook of the transaction whose COMMIT
+    it was made during). Code in the transactions the release is tied to takes it back
+    through those ties, as any release waiting for them."""
     if running_loop() is None:
+        current = threading.current_thread()
+        for hold in list(_awaiting.get(key, ())):
+            mine = hold.answered_in is current and hold.answer is not None
+            if mine and hold.of.pending is hold:
+                return hold.owner
         return None
     task = asyncio.current_task()
     for hold in list(_awaiting.get(key, ())):
@@ -680,11 +688,26 @@ def _loop_thread_transactions() -> list[Place] | None:
     and so was freed at the loop's shutdown before the COMMIT: the eleventh adversary).
     None: cannot be told (asgiref's executor of that thread has no ``_work_thread``;
     ``manage.py check`` says so)."""
+    thread = _loop_thread()
+    if thread is None:
+        return None
+    places = _open_on(thread)
+    if any(depth == 0 for _conn, _number, depth in places):
+        # A COMMIT running there (Django has left the block, autocommit is still off) or a
+        # transaction managed by hand: its end cannot be told from here. Held for the
+        # answer, which comes once that thread is done with it, its on_commit hooks
+        # included (tied as a manual transaction's, it was freed at the COMMIT before
+        # them: the fourteenth adversary).
+        return None
+    return places
+
+
+def _loop_thread() -> threading.Thread | None:
+    """Return the thread the running loop was made for (async_to_sync's), None if it
+    cannot be told (asgiref's executor of that thread has no ``_work_thread``)."""
     executor = loops_of_async_to_sync.get(running_loop())
     thread = getattr(executor, "_work_thread", None)
-    if not isinstance(thread, threading.Thread):
-        return None
-    return _open_on(thread)
+    return thread if isinstance(thread, threading.Thread) else None
 
 
 def _still_open(places: Iterable[Place]) -> list[Place]:
@@ -896,6 +919,9 @@ class Hold:
         # (what anote_loop_thread noted, its hop): a release made while that question was
         # unanswered, settled when the answer comes (LockTies.settle_on_answer).
         self.answer: tuple[_Noted, asyncio.Future[Any], list[Place] | None] | None = None
+        # The thread whose answer a release held for it awaits, when which transactions it
+        # belongs to cannot be told (LockTies.settle_on_answer).
+        self.answered_in: threading.Thread | None = None
         # The hop whose answer settles it (a done callback added once: a consumer's loop of
         # releases and take-backs while the thread stays busy added one per release).
         self.settles_on: asyncio.Future[Any] | None = None
@@ -1192,6 +1218,7 @@ class LockTies:
                 return False
         else:  # which transactions cannot be told: held for the answer, kept alive
             hold._owner = lock
+            hold.answered_in = _loop_thread()  # its code takes it back (_awaiting_here)
         with _guard:
             _awaiting.setdefault(self.key, []).append(hold)
         if hold.settles_on is not hop:  # one callback per hold and answer, not per release
