@@ -23,6 +23,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 import distlock
 from distlock import transactions
+from tests.core.test_transactions_adversary11 import bridged_take_and_release
 
 pytestmark = [
     pytest.mark.django_db(transaction=True, databases=["default", "fencing"]),
@@ -160,7 +161,9 @@ def test_a_release_made_during_a_failing_commit_is_freed_at_its_rollback() -> No
     seen = _bridged_release_during_a_commit_with_a_hook("adv14:failing-commit", True)
     assert seen["released"] and seen["tie_depths"] == [], seen  # held for the answer
     assert seen["outsider_got"] and not seen["sent"], seen
-    assert seen["outsider_took"] < 2 * BOUND, seen
+    # Freed once the failed COMMIT's bounded wait (BOUND) and the ROLLBACK are over, not
+    # held for ever: a loaded machine stretched the rest to 3.7 s once (6.67 s in all).
+    assert seen["outsider_took"] < 4 * BOUND, seen  # (within the outsider's own wait)
 
 
 def _take_back_then_release_again(name: str) -> dict[str, Any]:
@@ -237,25 +240,13 @@ def _one_request(name: str, commit: bool) -> bool:
     takes the lock and releases it (awaiting its answer: tied to the block); the block
     commits or rolls back. Return True once the release was made."""
     loop_box: list[asyncio.AbstractEventLoop] = []
-    released = threading.Event()
-
-    async def bridged() -> None:
-        lk = distlock.lock(name, ttl=5, wait=WAIT)
-        assert await lk.aacquire()
-        await lk.arelease()
-        released.set()
+    released: list[bool] = []
 
     def step() -> None:
         try:
             with transaction.atomic(using=JOB_DB):
                 connections[JOB_DB].cursor().execute("SELECT 1")
-                threading.Thread(
-                    target=lambda: asyncio.run_coroutine_threadsafe(
-                        bridged(), loop_box[0]
-                    ).result(),
-                    daemon=True,
-                ).start()
-                released.wait(30)
+                released.append(bridged_take_and_release(name, loop_box[0]))
                 if not commit:
                     raise _Rollback
         except _Rollback:
@@ -266,7 +257,7 @@ def _one_request(name: str, commit: bool) -> bool:
         await sync_to_async(step)()
 
     async_to_sync(service)()
-    return released.is_set()
+    return released == [True]
 
 
 def _registries(prefix: str) -> tuple[int, int, int]:
