@@ -1245,9 +1245,13 @@ class LockTies:
         try:
             noted, _hop, named = answer
             seen = noted.seen
-            if seen is None and named is None:  # nothing known of that thread: its lease
+            if seen is None and named is None and hold.answered_in is None:
+                # Nothing known of that thread: left to its lease.
                 self.abandon(lock, "a release whose transaction could not be told")
                 return
+            # (Held for a COMMIT running there, its question never run: the loop shut down,
+            # so that thread is done with the COMMIT and its hooks. Left to its lease, the
+            # next holder waited for it: the thirteenth adversary's test, in the suite.)
             # Never run there (cancelled at the loop's shutdown before that thread got to
             # it, or refused): the ties made at the release stay (freed at once, a charge
             # made in one before the question was charged again: the tenth adversary).
