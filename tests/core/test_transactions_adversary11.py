@@ -327,11 +327,11 @@ def test_a_release_whose_transaction_cannot_be_told_is_left_to_its_lease(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The shutdown shape above when the loop's thread cannot be told (an asgiref whose
-    executor has no ``_work_thread``: ``_loop_thread_transactions`` returns None, and
+    executor has no ``_work_thread``: ``_loop_thread`` returns None, and
     ``manage.py check`` says so) and the question never ran: which transaction the release
     belongs to is unknown. Freed, it could let a second charge in before the COMMIT; it is
     left to its lease instead (held past the COMMIT, gone within its ttl), with a warning."""
-    monkeypatch.setattr(transactions, "_loop_thread_transactions", lambda: None)
+    monkeypatch.setattr(transactions, "_loop_thread", lambda: None)
     name = "adv11:cannot-be-told"
     seen = adversary10.release_awaiting_its_answer_at_the_loops_shutdown(name, ttl=2)
     seen["after_commit"] = is_held(name)
