@@ -36,6 +36,7 @@ from devkit.shop.load import serve_shop
 from distlock import transactions
 from distlock.handler import locks
 from distlock.signals import lock_lost
+from tests.core.test_transactions_adversary11 import bridged_take_and_release
 from tests.support.lock_helpers import free_within, is_held
 
 pytestmark = [
@@ -340,15 +341,8 @@ def _bridged_release_then_hooks(name: str, bridged_release: bool = True) -> dict
     recorded."""
     seen: dict[str, Any] = {"sent": False}
     loop_box: list[asyncio.AbstractEventLoop] = []
-    released = threading.Event()
     hook_running = threading.Event()
     outsider_done = threading.Event()
-
-    async def bridged() -> None:
-        lk = distlock.lock(name, ttl=5, wait=WAIT)
-        assert await lk.aacquire()
-        await lk.arelease()
-        released.set()
 
     def receipt_hook() -> None:
         hook_running.set()
@@ -376,11 +370,7 @@ def _bridged_release_then_hooks(name: str, bridged_release: bool = True) -> dict
                 lk.release()
                 seen["released"] = seen["awaiting"] = True
                 return
-            threading.Thread(
-                target=lambda: asyncio.run_coroutine_threadsafe(bridged(), loop_box[0]).result(),
-                daemon=True,
-            ).start()
-            seen["released"] = released.wait(30)
+            seen["released"] = bridged_take_and_release(name, loop_box[0])
             seen["awaiting"] = bool(transactions._awaiting.get(("lock", "default", name)))
 
     async def service() -> None:
